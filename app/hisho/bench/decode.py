@@ -1,0 +1,85 @@
+"""``hisho bench decode``: greedy decode through raw llama-cpp-python in-process vs through Hisho's engine process.
+
+Both use the same model, prompt tokens, threads, context size and batch size. Repetitions are interleaved
+(raw, engine, raw, engine, …) so drift in machine load hits both; medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from hisho.core.engine_client import EngineClient
+from hisho.core.launch import load_params_for, open_model
+from hisho.core.protocol import Sampling
+
+PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from hisho.engine.rawbench import RawModel  # the only llama_cpp user outside the engine process
+
+    n_tokens = max(128, args.tokens or 256)
+    repeat = max(1, args.repeat)
+    model_path = open_model(args.model)
+    params = load_params_for(model_path, n_ctx=2048)
+    sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=n_tokens, ignore_eos=True)
+    raw_tps: list[float] = []
+    eng_tps: list[float] = []
+    raw_tokens: list[int] = []
+    eng_tokens: list[int] = []
+    with EngineClient() as client:
+        client.load(params)
+        prompt = client.tokenize(messages=[{"role": "user", "content": PROMPT}])
+        raw = RawModel(params)
+        try:
+            for _ in range(repeat):
+                r = raw.decode(prompt, n_tokens)
+                raw_tps.append(r["tokens_per_s"])
+                raw_tokens = r["tokens"]
+                e = _engine_decode(client, prompt, sampling)
+                eng_tps.append(e["tokens_per_s"])
+                eng_tokens = e["tokens"]
+        finally:
+            raw.close()
+    raw_med, eng_med = statistics.median(raw_tps), statistics.median(eng_tps)
+    same = _common_prefix(raw_tokens, eng_tokens)
+    return {
+        "model": str(model_path),
+        "tokens": n_tokens,
+        "prompt_tokens": len(prompt),
+        "n_ctx": params.n_ctx,
+        "n_threads": params.n_threads or "physical cores",
+        "repeat": repeat,
+        "raw_tokens_per_s": round(raw_med, 2),
+        "engine_tokens_per_s": round(eng_med, 2),
+        "engine_vs_raw": round(eng_med / raw_med, 4) if raw_med else None,
+        "raw_runs": [round(x, 2) for x in raw_tps],
+        "engine_runs": [round(x, 2) for x in eng_tps],
+        "identical_prefix_tokens": same,
+    }
+
+
+def _engine_decode(client: EngineClient, prompt: list[int], sampling: Sampling) -> dict[str, Any]:
+    # Fresh sequence each time, as raw does (reset): the whole prompt is prefilled again.
+    client.call("seq_rm", {"seq": 0, "start": 0})
+    stream = client.generate(tokens=prompt, sampling=sampling)
+    first = last = 0.0
+    tokens: list[int] = []
+    for ev in stream:
+        last = time.perf_counter()
+        if not first:
+            first = last
+        tokens.append(int(ev["token"]))
+    return {"tokens_per_s": (len(tokens) - 1) / (last - first) if len(tokens) > 1 else 0.0, "tokens": tokens}
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,232 @@
+"""The ``hisho`` command line. Same core as the window, no Qt unless ``hisho gui`` is asked for.
+
+Contract (DESIGN.md): figures via ``--json``; errors as one line on stderr; exit 2 for bad input, 1 for an
+internal failure; never a traceback for a user mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hisho import __version__
+from hisho.core import logs
+from hisho.core.errors import EngineCrashed, EngineError, UserError
+
+log = logging.getLogger("hisho.cli")
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
+    sys.stderr.write(f"hisho: error: {message}\n")
+    return code
+
+
+# ----- generate ----------------------------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from hisho.core.engine_client import EngineClient
+    from hisho.core.launch import load_params_for, open_model
+    from hisho.core.protocol import Sampling
+
+    model_path = open_model(args.model)
+    params = load_params_for(model_path, n_ctx=args.n_ctx)
+    sampling = Sampling(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
+    messages = [{"role": "user", "content": args.prompt}]
+    with EngineClient() as client:
+        load_model(client, params)
+        start = time.perf_counter()
+        stream = client.generate(messages=messages, sampling=sampling)
+        first = last = 0.0
+        for ev in stream:
+            last = time.perf_counter()
+            if not first:
+                first = last
+            if not args.json:
+                sys.stdout.write(ev["text"])
+                sys.stdout.flush()
+        result = stream.result
+        assert result is not None
+    n = result.completion_tokens
+    out = {
+        "text": result.text,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": n,
+        "ttft_s": (first - start) if first else None,
+        "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
+        "stop_reason": result.stop_reason,
+        "model": str(model_path),
+    }
+    if args.json:
+        emit_json(out)
+    else:
+        sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def load_model(client: Any, params: Any) -> dict[str, Any]:
+    """Load with errors turned into UserError: a model the engine cannot load is the user's file's fault."""
+    try:
+        info: dict[str, Any] = client.load(params)
+        return info
+    except EngineCrashed as exc:
+        raise UserError(f"the engine crashed while loading {params.model_path}; the file is probably damaged "
+                        f"({exc})") from None
+    except EngineError as exc:
+        if exc.kind == "model_load":
+            raise UserError(str(exc)) from None
+        raise
+
+
+# ----- models -----------------------------------------------------------------------------------------
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hisho.core.models import ModelStore
+
+    store = ModelStore()
+    if args.action == "list":
+        entries = store.list()
+        if args.json:
+            emit_json([e.to_dict() for e in entries])
+        else:
+            for e in entries:
+                sys.stdout.write(f"{e.name:40s} {e.size / 2**20:8.1f} MiB  {e.source:12s} {e.path}\n")
+        return EXIT_OK
+    if not args.target:
+        raise UserError(f"'models {args.action}' needs an argument")
+    if args.action == "import":
+        entry = store.add(Path(args.target), name=args.name, copy=args.copy)
+    elif args.action == "pull":
+        entry = store.pull(args.target)
+    else:
+        entry = store.remove(args.target)
+    if args.json:
+        emit_json(entry.to_dict())
+    else:
+        verb = {"import": "imported", "pull": "downloaded", "rm": "removed"}[args.action]
+        sys.stdout.write(f"{verb} {entry.name} ({entry.path})\n")
+    return EXIT_OK
+
+
+# ----- bench ------------------------------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = importlib.import_module(f"hisho.bench.{args.which}")
+    result: dict[str, Any] = module.run(args)
+    if args.json:
+        emit_json(result)
+    else:
+        for key, value in result.items():
+            if not isinstance(value, (list, dict)):
+                sys.stdout.write(f"{key:28s} {value}\n")
+    return EXIT_OK
+
+
+BENCHES = ("decode",)
+
+
+# ----- gui --------------------------------------------------------------------------------------------
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    try:
+        from hisho.gui.app import run_app
+    except ImportError as exc:
+        return fail(f"the window needs PySide6 ({exc}); the command line works without it", EXIT_INTERNAL)
+    return run_app(model=getattr(args, "model", None))
+
+
+# ----- parser -----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hisho", description="Local LLM app: chat, plan, summarize, bench.")
+    parser.add_argument("--version", action="version", version=f"hisho {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command")
+
+    p = sub.add_parser("gui", help="open the window (the default)")
+    p.add_argument("--model", help="model store name or GGUF path")
+    p.set_defaults(func=cmd_gui)
+
+    p = sub.add_parser("generate", help="one chat turn")
+    p.add_argument("prompt")
+    p.add_argument("--model", help="model store name or GGUF path (default: the bundled model)")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--seed", type=int, default=-1)
+    p.add_argument("--n-ctx", type=int, default=None, help="context length (default: settings)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("models", help="model store: list | pull REPO[:FILE] | import PATH | rm NAME")
+    p.add_argument("action", choices=("list", "pull", "import", "rm"))
+    p.add_argument("target", nargs="?")
+    p.add_argument("--name", help="name for an imported model")
+    p.add_argument("--copy", action="store_true", help="copy an imported file into the models folder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("bench", help="side-by-side benchmarks (ratios in JSON)")
+    p.add_argument("which", choices=BENCHES)
+    p.add_argument("--tokens", type=int, default=None, help="tokens to generate / build (bench-specific)")
+    p.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (median reported)")
+    p.add_argument("--model", help="model store name or GGUF path (default: the bundled model)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
+
+    for register in _extra_commands():
+        register(sub)
+    return parser
+
+
+def _extra_commands() -> list[Callable[[Any], None]]:
+    """Feature modules add their sub-commands here (each exposes ``register(subparsers)``)."""
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logs.setup(stderr_level=logging.INFO if args.verbose else logging.WARNING)
+    if not getattr(args, "func", None):
+        args = parser.parse_args(["gui", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        code: int = args.func(args)
+        return code
+    except UserError as exc:
+        return fail(str(exc), EXIT_BAD_INPUT)
+    except EngineError as exc:
+        log.exception("engine error")
+        return fail(f"engine: {exc}", EXIT_INTERNAL)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:
+        log.exception("internal error")
+        return fail(f"internal error: {type(exc).__name__}: {exc} (details in the log)", EXIT_INTERNAL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The one SQLite wrapper (qutebrowser's misc/sql.py is the model), on sqlite-utils.
+
+- One connection per ``Database``, used under a lock: SQLite writes go through one owner. Any thread may call in.
+- WAL journal, foreign keys on, busy timeout.
+- Each feature owns a named *component* with its own schema version and ordered upgrade steps
+  (``Database.migrate``); versions live in the ``hisho_schema`` table. A database whose component version is newer
+  than this app knows is refused with ``SchemaTooNew`` (we would corrupt what we do not understand).
+- ``transaction()`` commits or rolls back as a whole.
+- Errors are split: ``DatabaseUnavailable`` (disk full, locked, corrupt, read-only, too new: tell the user) versus
+  everything else (a bug: let it propagate).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from hisho.core import paths
+from hisho.core.errors import UserError
+
+log = logging.getLogger("hisho.store")
+
+Step = Callable[[sqlite_utils.Database], None]
+
+_USER_ERRORS = ("database or disk is full", "database is locked", "file is not a database",
+                "database disk image is malformed", "attempt to write a readonly database", "unable to open")
+
+
+class DatabaseUnavailable(UserError):
+    """The database cannot be used as asked (disk full, locked, corrupt, read-only). Tell the user."""
+
+
+class SchemaTooNew(DatabaseUnavailable):
+    """The file was written by a newer Hisho."""
+
+
+def classify(exc: sqlite3.Error) -> Exception:
+    """Return a DatabaseUnavailable for conditions the user can act on, else the original error."""
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and any(m in text for m in _USER_ERRORS):
+        return DatabaseUnavailable(f"the database cannot be used: {exc}")
+    return exc
+
+
+class Database:
+    """A SQLite file (or ``:memory:``) with migrations, a lock and classified errors."""
+
+    def __init__(self, path: Path | str | None = None, *, read_only: bool = False) -> None:
+        self.path = str(path if path is not None else paths.database_path())
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        try:
+            if read_only and self.path != ":memory:":
+                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if not read_only and self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # fails fast on a corrupt file
+        except sqlite3.Error as exc:
+            raise classify(exc) from exc
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        if not read_only:
+            self.execute("CREATE TABLE IF NOT EXISTS hisho_schema (component TEXT PRIMARY KEY, version INTEGER)")
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    # ----- schema ---------------------------------------------------------------------------------------
+
+    def version(self, component: str) -> int:
+        try:
+            row = self.query_one("SELECT version FROM hisho_schema WHERE component = ?", [component])
+        except sqlite3.OperationalError:
+            return 0
+        return int(row[0]) if row else 0
+
+    def migrate(self, component: str, steps: Sequence[Step]) -> int:
+        """Bring ``component`` to ``len(steps)``: step i upgrades version i to i+1, each in one transaction."""
+        current = self.version(component)
+        if current > len(steps):
+            raise SchemaTooNew(
+                f"the {component} data was written by a newer Hisho (schema {current}, this app knows "
+                f"{len(steps)}); update Hisho to open it"
+            )
+        if self.read_only:
+            if current < len(steps):
+                raise DatabaseUnavailable(f"the {component} data needs an upgrade but the database is read-only")
+            return current
+        for version in range(current, len(steps)):
+            with self.transaction():
+                steps[version](self.db)
+                self.execute("INSERT OR REPLACE INTO hisho_schema (component, version) VALUES (?, ?)",
+                             [component, version + 1])
+            log.info("schema %s upgraded to %d", component, version + 1)
+        return len(steps)
+
+    # ----- access ---------------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        with self._lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise classify(exc) from exc
+            try:
+                yield self.db
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            try:
+                self.conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self.conn.execute("ROLLBACK")
+                raise classify(exc) from exc
+
+    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+        with self._lock:
+            try:
+                return self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise classify(exc) from exc
+
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            try:
+                cur = self.conn.execute(sql, params)
+                cols = [d[0] for d in cur.description or ()]
+                return [dict(zip(cols, row)) for row in cur.fetchall()]  # type: ignore[misc]
+            except sqlite3.Error as exc:
+                raise classify(exc) from exc
+
+    def query_one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> tuple[Any, ...] | None:
+        with self._lock:
+            try:
+                row = self.conn.execute(sql, params).fetchone()
+                return tuple(row) if row is not None else None
+            except sqlite3.Error as exc:
+                raise classify(exc) from exc

@@ -1,0 +1,28 @@
+"""Errors split the qutebrowser way: ``UserError`` is for the person (clear one-line message, exit 2), anything
+else is a bug (exit 1, logged with its traceback)."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input or a condition the user can fix. ``str(exc)`` is shown as is."""
+
+
+class ModelFileError(UserError):
+    """A model file that is missing, empty, not GGUF or damaged."""
+
+
+class EngineError(Exception):
+    """The engine reported an error for a request. ``kind`` is the protocol's error kind."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class EngineCrashed(EngineError):
+    """The engine process died (a native abort, a kill). The next request starts a new one."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__("crashed", message)
+        self.exit_code = exit_code

@@ -1,0 +1,74 @@
+"""Every path Hisho writes to comes from here.
+
+The roots come from platformdirs; ``HISHO_HOME`` replaces all of them with one folder (tests always set it to a
+temporary directory, so a test can never touch a user's data). Accessors create their folder on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "Hisho"
+ENV_HOME = "HISHO_HOME"
+
+
+def _home_override() -> Path | None:
+    value = os.environ.get(ENV_HOME, "").strip()
+    return Path(value).expanduser().resolve() if value else None
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dir() -> Path:
+    """Databases, models and KV snapshots: what must survive."""
+    home = _home_override()
+    return _ensure(home / "data" if home else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)))
+
+
+def config_dir() -> Path:
+    home = _home_override()
+    return _ensure(home / "config" if home else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)))
+
+
+def cache_dir() -> Path:
+    """Things that can be rebuilt (calibration results, hub headers)."""
+    home = _home_override()
+    return _ensure(home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)))
+
+
+def log_dir() -> Path:
+    home = _home_override()
+    return _ensure(home / "logs" if home else Path(platformdirs.user_log_dir(APP_NAME, appauthor=False)))
+
+
+def models_dir() -> Path:
+    """Downloaded and imported GGUF files."""
+    return _ensure(data_dir() / "models")
+
+
+def kv_dir() -> Path:
+    """KV-cache snapshots. A cache: losing a file costs time, never data."""
+    return _ensure(data_dir() / "kv")
+
+
+def database_path() -> Path:
+    return data_dir() / "hisho.sqlite3"
+
+
+def settings_path() -> Path:
+    return config_dir() / "settings.json"
+
+
+def log_file() -> Path:
+    return log_dir() / "hisho.log"
+
+
+def engine_log_file() -> Path:
+    """llama.cpp's own log (the engine process's stderr)."""
+    return log_dir() / "engine.log"

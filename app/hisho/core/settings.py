@@ -1,0 +1,152 @@
+"""Settings, declared once: name, type, default, bounds. Stored as JSON under the config dir.
+
+Each stored file carries ``schema_version``. Upgrade steps in ``_UPGRADES`` turn version N into N+1; a file
+from a newer Hisho is read as far as we understand it and never written back over (we would lose its keys).
+Unknown keys are kept so a downgrade-then-upgrade round trip loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hisho.core import paths
+
+log = logging.getLogger("hisho.settings")
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: type
+    default: Any
+    doc: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+    def coerce(self, value: Any) -> Any:
+        """Return ``value`` as this setting's type, or raise ValueError with a message for the user."""
+        if self.type is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                return value.lower() in ("1", "true", "yes", "on")
+            raise ValueError(f"{self.name}: expected true or false, got {value!r}")
+        try:
+            result = self.type(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.name}: expected {self.type.__name__}, got {value!r}") from None
+        if self.minimum is not None and result < self.minimum:
+            raise ValueError(f"{self.name}: {result} is below the minimum {self.minimum}")
+        if self.maximum is not None and result > self.maximum:
+            raise ValueError(f"{self.name}: {result} is above the maximum {self.maximum}")
+        if self.choices is not None and result not in self.choices:
+            raise ValueError(f"{self.name}: {result!r} is not one of {', '.join(self.choices)}")
+        return result
+
+
+GIB = 1024**3
+
+DECLARED: tuple[Setting, ...] = (
+    Setting("default_model", str, "", "Model store name used when none is given ('' = bundled default)."),
+    Setting("n_ctx", int, 4096, "Context length in tokens for chats.", 256, 1 << 20),
+    Setting("n_threads", int, 0, "CPU threads for decode (0 = physical cores).", 0, 512),
+    Setting("n_batch", int, 512, "Prompt tokens per llama_decode call.", 32, 8192),
+    Setting("flash_attn", bool, True, "Use flash attention (needed for quantized V cache)."),
+    Setting("kv_type", str, "f16", "KV cache element type.", choices=("f16", "q8_0", "q4_0")),
+    Setting("n_gpu_layers", int, -1, "Layers to offload (-1 = what the plan says).", -1, 1000),
+    Setting("min_ctx", int, 4096, "Smallest context the planner may choose.", 256, 1 << 20),
+    Setting("temperature", float, 0.7, "Default sampling temperature.", 0.0, 5.0),
+    Setting("top_p", float, 0.95, "Default nucleus sampling.", 0.0, 1.0),
+    Setting("top_k", int, 40, "Default top-k (0 = off).", 0, 1000),
+    Setting("repeat_penalty", float, 1.1, "Default repeat penalty.", 0.5, 3.0),
+    Setting("max_tokens", int, 1024, "Default reply length limit.", 1, 1 << 20),
+    Setting("kv_disk_budget_bytes", int, 10 * GIB, "Disk space for KV snapshots.", 0, 1 << 50),
+    Setting("theme", str, "system", "Window theme.", choices=("system", "light", "dark")),
+)
+
+_BY_NAME = {s.name: s for s in DECLARED}
+
+# version N -> N+1. Each takes the raw dict and returns the upgraded one.
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+class Settings:
+    """Typed access to the declared settings; ``save()`` writes atomically."""
+
+    def __init__(self, values: dict[str, Any] | None = None, *, path: Path | None = None,
+                 read_only: bool = False) -> None:
+        self._path = path
+        self._read_only = read_only
+        self._extra: dict[str, Any] = {}
+        self._values: dict[str, Any] = {s.name: s.default for s in DECLARED}
+        for key, value in (values or {}).items():
+            if key == "schema_version":
+                continue
+            setting = _BY_NAME.get(key)
+            if setting is None:
+                self._extra[key] = value
+                continue
+            try:
+                self._values[key] = setting.coerce(value)
+            except ValueError as exc:
+                log.warning("ignoring stored setting: %s", exc)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def get(self, name: str) -> Any:
+        return self._values[name]
+
+    def set(self, name: str, value: Any) -> None:
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise KeyError(f"unknown setting {name!r}")
+        self._values[name] = setting.coerce(value)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **self._extra, **self._values}
+
+    def save(self) -> None:
+        if self._read_only:
+            log.warning("settings file is from a newer Hisho; not overwriting it")
+            return
+        path = self._path or paths.settings_path()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.as_dict(), indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def upgrade(raw: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Apply upgrade steps. Returns (values, read_only) where read_only means 'from a newer version'."""
+    version = int(raw.get("schema_version", 1))
+    if version > SCHEMA_VERSION:
+        return raw, True
+    while version < SCHEMA_VERSION:
+        raw = _UPGRADES[version](raw)
+        version += 1
+    return raw, False
+
+
+def load(path: Path | None = None) -> Settings:
+    """Read settings; a missing or unreadable file gives defaults (and a log line), never an exception."""
+    path = path or paths.settings_path()
+    if not path.exists():
+        return Settings(path=path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        log.warning("settings file %s unreadable (%s); using defaults", path, exc)
+        return Settings(path=path)
+    values, read_only = upgrade(raw)
+    return Settings(values, path=path, read_only=read_only)

