@@ -29,7 +29,7 @@ lint: install
 
 # Core tests run with PySide6 and llama_cpp made unimportable (tests/blockers.py), then everything else.
 test-core: install
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -p no:pytestqt -p tests.blockers tests/core $(PYTEST_FLAGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -p no:pytest-qt -p tests.blockers -W "ignore:Unknown config option:pytest.PytestConfigWarning" tests/core $(PYTEST_FLAGS)
 
 test-rest: install
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests --ignore=tests/core $(PYTEST_FLAGS)

@@ -159,6 +159,10 @@ class EngineClient:
             env["PYTHONPATH"] = app_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
             if self._test_hooks:
                 env["HISHO_ENGINE_TEST_HOOKS"] = "1"
+            # ggml attaches gdb to print a backtrace on abort: slow, and noise in the log. Opt in to get it.
+            if env.get("HISHO_ENGINE_BACKTRACE") != "1":
+                env.setdefault("GGML_NO_BACKTRACE", "1")
+            _rotate(paths.engine_log_file())
             stderr_file = paths.engine_log_file().open("ab")
             try:
                 self._proc = subprocess.Popen(
@@ -373,13 +377,29 @@ class EngineClient:
         return f"the engine process stopped unexpectedly ({how}){detail}"
 
 
+def _rotate(path: Path, limit: int = 8 * 1024 * 1024) -> None:
+    """Keep one previous engine log; llama.cpp logs every load at length."""
+    try:
+        if path.stat().st_size > limit:
+            os.replace(path, path.with_suffix(path.suffix + ".1"))
+    except OSError:
+        pass
+
+
+_TELLING = ("GGML_ASSERT", "error", "Error", "abort", "failed", "Traceback")
+
+
 def _log_tail(path: Path) -> str:
+    """The most telling of the engine log's last lines: an assert or error line if there is one."""
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 4096))
+            fh.seek(max(0, size - 8192))
             lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
     except OSError:
         return ""
+    for line in reversed(lines[-40:]):
+        if any(word in line for word in _TELLING):
+            return line[:300]
     return lines[-1][:300] if lines else ""

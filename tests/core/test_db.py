@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
+
+
+def steps() -> list:
+    return [
+        lambda db: db["notes"].create({"id": int, "text": str}, pk="id"),
+        lambda db: db["notes"].add_column("pinned", int, not_null_default=0),
+    ]
+
+
+def test_migrate_in_order_and_idempotent(tmp_path: Path) -> None:
+    db = Database(tmp_path / "a.sqlite3")
+    assert db.migrate("notes", steps()[:1]) == 1
+    db.execute("INSERT INTO notes (id, text) VALUES (1, 'x')")
+    assert db.migrate("notes", steps()) == 2
+    assert db.query("SELECT id, text, pinned FROM notes") == [{"id": 1, "text": "x", "pinned": 0}]
+    assert db.migrate("notes", steps()) == 2
+
+
+def test_transaction_rolls_back(tmp_path: Path) -> None:
+    db = Database(tmp_path / "a.sqlite3")
+    db.migrate("notes", steps())
+    with pytest.raises(RuntimeError):
+        with db.transaction() as t:
+            t["notes"].insert({"id": 5, "text": "gone"})
+            raise RuntimeError("boom")
+    assert db.query("SELECT * FROM notes") == []
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    db = Database(tmp_path / "a.sqlite3")
+    db.migrate("notes", steps())
+    db.close()
+    with pytest.raises(SchemaTooNew, match="newer Hisho"):
+        Database(tmp_path / "a.sqlite3").migrate("notes", steps()[:1])
+
+
+def test_corrupt_file_is_a_user_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(b"garbage" * 1000)
+    with pytest.raises(DatabaseUnavailable):
+        Database(bad)
+
+
+def test_read_only_view(tmp_path: Path) -> None:
+    db = Database(tmp_path / "a.sqlite3")
+    db.migrate("notes", steps())
+    db.execute("INSERT INTO notes (id, text) VALUES (1, 'keep')")
+    db.close()
+    ro = Database(tmp_path / "a.sqlite3", read_only=True)
+    assert ro.migrate("notes", steps()) == 2
+    assert ro.query("SELECT text FROM notes") == [{"text": "keep"}]
+    with pytest.raises(DatabaseUnavailable):
+        ro.execute("INSERT INTO notes (id, text) VALUES (2, 'no')")
