@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp-install
 export CMAKE_ARGS
 PYTEST_FLAGS ?=
 
-.PHONY: install run test test-core test-rest lint screenshots bench clean
+.PHONY: install run test test-core test-rest lint screenshots package clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,3 +41,10 @@ screenshots: install
 
 clean:
 	rm -rf $(VENV) build dist screenshots .pytest_cache .mypy_cache .ruff_cache
+
+# Installer: a PyInstaller folder bundle (packaging/hisho.spec), then a .deb around it; the bundle tests itself.
+package: install
+	$(PY) -m pip install --quiet pyinstaller
+	$(VENV)/bin/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/hisho.spec
+	dist/hisho/hisho self-test
+	bash packaging/linux/build-deb.sh

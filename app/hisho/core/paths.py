@@ -7,6 +7,7 @@ temporary directory, so a test can never touch a user's data). Accessors create 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -72,3 +73,17 @@ def log_file() -> Path:
 def engine_log_file() -> Path:
     """llama.cpp's own log (the engine process's stderr)."""
     return log_dir() / "engine.log"
+
+
+def resources_dir() -> Path:
+    """Icons, styles and the desktop entry, from a PyInstaller bundle, an installed wheel or a checkout."""
+    bundle = getattr(sys, "_MEIPASS", None)
+    candidates = [Path(bundle) / "resources"] if bundle else []
+    candidates += [
+        Path(sys.prefix) / "share" / "hisho" / "resources",     # wheel: [tool.setuptools.data-files]
+        Path(__file__).resolve().parents[3] / "resources",     # checkout / editable install
+    ]
+    for candidate in candidates:
+        if (candidate / "icons").is_dir():
+            return candidate
+    return candidates[-1]
