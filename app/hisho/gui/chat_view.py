@@ -1,0 +1,223 @@
+"""The chat view: the messages of one conversation branch, streamed replies, find, and the empty state.
+
+Rules of use:
+- ``show_branch`` replaces the content. Only the newest ``PAGE`` messages get widgets at first; older ones are
+  built a page at a time when the user scrolls near the top (a 1,000-message chat opens as fast as a short one).
+- Streaming: ``begin_stream(turn_id, buffer)`` adds a reply widget fed from a ``TextBuffer`` by a timer at
+  display rate (at most ~30 Hz, slower when rendering is expensive), never per token. ``append`` is matched on
+  the turn id; ``end_stream``/``show_branch`` detach the buffer, so late text from a cancelled or other turn is
+  dropped, never drawn into the wrong conversation.
+- Auto-scroll follows the reply while the user is at the bottom and stops as soon as they scroll up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QScrollArea, QVBoxLayout, QWidget
+
+from hisho.core.conversations import Message
+from hisho.gui.bridge import TextBuffer
+from hisho.gui.message_widget import MessageWidget
+
+log = logging.getLogger("hisho.gui")
+
+PAGE = 40
+COLUMN_WIDTH = 860
+MIN_FLUSH_MS, MAX_FLUSH_MS = 33, 250
+RENDER_BUDGET = 0.03   # share of wall time the streaming render may use; keeps decode unaffected
+
+
+class ChatView(QScrollArea):
+    action = Signal(str, int)      # (action name, message id) from a message's buttons
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ChatScroll")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        host = QWidget()
+        host.setObjectName("ChatColumnHost")
+        hl = QHBoxLayout(host)
+        hl.setContentsMargins(24, 16, 24, 24)
+        self.column = QWidget()
+        self.column.setMaximumWidth(COLUMN_WIDTH)
+        self.rows = QVBoxLayout(self.column)
+        self.rows.setContentsMargins(0, 0, 0, 0)
+        self.rows.setSpacing(6)
+        self.rows.addStretch(1)
+        hl.addStretch(1)
+        hl.addWidget(self.column, 100)
+        hl.addStretch(1)
+        self.setWidget(host)
+        self.conversation_id: int | None = None
+        self.messages: list[Message] = []
+        self.siblings: dict[int, list[int]] = {}
+        self.widgets: dict[int, MessageWidget] = {}
+        self.first_built = 0             # index into messages of the oldest built widget
+        self.stream_widget: MessageWidget | None = None
+        self.stream_turn: int | None = None
+        self._buffer: TextBuffer | None = None
+        self._stick = True
+        self.render_s = 0.0              # time spent rendering the stream (figures and tests read it)
+        self.flushes = 0
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._flush)
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._scrolled)
+        bar.rangeChanged.connect(self._range_changed)
+
+    # ----- content ---------------------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        self.detach_stream()
+        for w in self.widgets.values():
+            w.setParent(None)
+            w.deleteLater()
+        self.widgets.clear()
+        self.messages, self.siblings, self.first_built = [], {}, 0
+
+    def show_branch(self, conversation_id: int | None, messages: list[Message],
+                    siblings: dict[int, list[int]]) -> float:
+        """Show a branch; returns the seconds it took (figures)."""
+        start = time.perf_counter()
+        self.setUpdatesEnabled(False)
+        try:
+            self.clear()
+            self.conversation_id = conversation_id
+            self.messages, self.siblings = list(messages), siblings
+            self.first_built = max(0, len(messages) - PAGE)
+            for m in messages[self.first_built:]:
+                self._insert(m, self.rows.count())
+        finally:
+            self.setUpdatesEnabled(True)
+        self._stick = True
+        self.scroll_to_bottom()
+        return time.perf_counter() - start
+
+    def _insert(self, m: Message, index: int) -> MessageWidget:
+        w = MessageWidget(m, siblings=self.siblings.get(m.id))
+        w.action.connect(self.action)
+        self.widgets[m.id] = w
+        self.rows.insertWidget(index, w)
+        return w
+
+    def load_older(self) -> int:
+        """Build the next page of older messages above the current ones; returns how many."""
+        if self.first_built == 0:
+            return 0
+        bar = self.verticalScrollBar()
+        from_bottom = bar.maximum() - bar.value()
+        new_first = max(0, self.first_built - PAGE)
+        self.setUpdatesEnabled(False)
+        for i, m in enumerate(self.messages[new_first:self.first_built]):
+            self._insert(m, 1 + i)  # after the top stretch
+        count = self.first_built - new_first
+        self.first_built = new_first
+        self.setUpdatesEnabled(True)
+        self.column.adjustSize()
+        bar.setValue(bar.maximum() - from_bottom)  # keep what the user was reading in place
+        return count
+
+    def built_count(self) -> int:
+        return len(self.widgets)
+
+    # ----- streaming -------------------------------------------------------------------------------------
+
+    def begin_stream(self, turn_id: int, buffer: TextBuffer, initial: str = "") -> MessageWidget:
+        self.detach_stream()
+        self.stream_turn = turn_id
+        self._buffer = buffer
+        self.stream_widget = MessageWidget(None, role="assistant", streaming=True)
+        if initial:
+            self.stream_widget.set_text(initial)
+        self.rows.addWidget(self.stream_widget)
+        self._stick = True
+        self.render_s, self.flushes = 0.0, 0
+        self._timer.start(MIN_FLUSH_MS)
+        return self.stream_widget
+
+    def append(self, turn_id: int, text: str) -> bool:
+        """Add streamed text if it belongs to the reply on screen; False (and dropped) otherwise."""
+        if turn_id != self.stream_turn or self.stream_widget is None or not text:
+            return False
+        self.render_s += self.stream_widget.append(text)
+        self.flushes += 1
+        if self._stick:
+            self.scroll_to_bottom()
+        return True
+
+    def _flush(self) -> None:
+        buffer = self._buffer
+        if buffer is None or buffer.turn_id != self.stream_turn:
+            return
+        before = self.render_s
+        self.append(buffer.turn_id, buffer.take())
+        spent_ms = (self.render_s - before) * 1000
+        # Pace the next flush so rendering stays under RENDER_BUDGET of the time (2-core laptops share the
+        # CPU with decode): a 3 ms render allows ~10 Hz, a 0.5 ms one the full 30 Hz.
+        interval = min(MAX_FLUSH_MS, max(MIN_FLUSH_MS, int(spent_ms / RENDER_BUDGET)))
+        self._timer.start(interval)
+
+    def detach_stream(self) -> None:
+        """Stop drawing the current stream (its remaining text goes nowhere)."""
+        self._timer.stop()
+        self._buffer = None
+        self.stream_turn = None
+        if self.stream_widget is not None:
+            self.stream_widget.setParent(None)
+            self.stream_widget.deleteLater()
+            self.stream_widget = None
+
+    def end_stream(self, turn_id: int, final: Message, siblings: list[int]) -> None:
+        """Replace the streaming widget by the saved message."""
+        if turn_id != self.stream_turn:
+            return
+        self.detach_stream()
+        self.messages.append(final)
+        self.siblings[final.id] = siblings
+        self._insert(final, self.rows.count())
+        if self._stick:
+            self.scroll_to_bottom()
+
+    # ----- scrolling and find --------------------------------------------------------------------------------
+
+    def scroll_to_bottom(self) -> None:
+        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+    def _scrolled(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._stick = value >= bar.maximum() - 40
+        if value <= 80 and self.first_built > 0:
+            QTimer.singleShot(0, self.load_older)
+
+    def _range_changed(self, _min: int, maximum: int) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(maximum)
+
+    def find(self, text: str, after: int | None = None) -> int | None:
+        """Scroll to the next message (after message id ``after``) containing ``text``; returns its id."""
+        needle = text.lower().strip()
+        if not needle:
+            return None
+        start = 0
+        if after is not None:
+            ids = [m.id for m in self.messages]
+            start = ids.index(after) + 1 if after in ids else 0
+        order = self.messages[start:] + self.messages[:start]
+        hit = next((m for m in order if needle in m.content.lower()), None)
+        for w in self.widgets.values():
+            w.highlight(False)
+        if hit is None:
+            return None
+        while hit.id not in self.widgets and self.load_older():
+            pass
+        w = self.widgets[hit.id]
+        w.highlight(True)
+        self._stick = False
+        QTimer.singleShot(0, lambda: self.ensureWidgetVisible(w, 0, 80))
+        return hit.id

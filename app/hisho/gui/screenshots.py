@@ -1,0 +1,127 @@
+"""``python -m hisho.gui.screenshots OUT_DIR``: render the main screens to PNG (``make screenshots``).
+
+Runs offscreen in a throw-away HISHO_HOME with the real bundled model loaded (the status bar shows real
+figures). The sample conversation is written into the store by this script, so the pictures show the same
+content every time; it is marked "Sample" in its title.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+SAMPLE_USER = "How do I read a large CSV file in Python without running out of memory?"
+SAMPLE_REPLY = """Read it **in chunks** instead of all at once. Two good options:
+
+### 1. The standard library
+
+```python
+import csv
+
+def rows(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            yield row          # one row in memory at a time
+
+total = sum(float(r["amount"]) for r in rows("sales.csv"))
+```
+
+### 2. pandas with `chunksize`
+
+| approach | memory | speed |
+|---|---|---|
+| `csv` module | tiny | good |
+| `pandas` chunks | bounded | fast |
+| `pandas` whole file | the whole file | fastest, if it fits |
+
+- Pick a chunk size such as `100_000` rows.
+- Aggregate each chunk, then combine the partial results.
+
+> Tip: pass `usecols=[...]` so pandas only parses the columns you need."""
+SAMPLE_FOLLOWUP = "Thanks! And to filter rows by date?"
+SAMPLE_REPLY2 = ("Parse the column as dates while reading — `pd.read_csv(path, parse_dates=[\"date\"], "
+                 "chunksize=100_000)` — then keep `chunk[chunk.date >= \"2024-01-01\"]` from each chunk.")
+OTHER_TITLES = [("Trip ideas for a long weekend", 0), ("Explain attention in transformers", 1),
+                ("Regex for ISO dates", 3), ("Birthday message for Sam", 12), ("Rust lifetimes, simply", 40)]
+
+
+def _seed(store: object) -> int:
+    from hisho.core.conversations import ConversationStore
+
+    assert isinstance(store, ConversationStore)
+    now = time.time()
+    for title, days in OTHER_TITLES:
+        c = store.create(title)
+        u = store.add_message(c.id, "user", title, created_at=now - days * 86400)
+        store.add_message(c.id, "assistant", "…", parent_id=u.id)
+        store.db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", [now - days * 86400 - 60, c.id])
+    conv = store.create("Reading a large CSV in Python (sample)")
+    u = store.add_message(conv.id, "user", SAMPLE_USER)
+    a = store.add_message(conv.id, "assistant", SAMPLE_REPLY, parent_id=u.id, tokens=236, tokens_per_s=118.4)
+    u2 = store.add_message(conv.id, "user", SAMPLE_FOLLOWUP, parent_id=a.id)
+    store.add_message(conv.id, "assistant", SAMPLE_REPLY2, parent_id=u2.id, tokens=52, tokens_per_s=121.0)
+    store.update(conv.id, pinned=True)
+    return conv.id
+
+
+def _wait(app: object, until: Callable[[], bool], timeout: float = 30.0) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    assert isinstance(app, QApplication)
+    end = time.monotonic() + timeout
+    while not until() and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+    for _ in range(20):
+        app.processEvents()
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0] if argv else "screenshots").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
+    from hisho.gui import theme
+    from hisho.gui.app import application, open_window
+    from hisho.gui.settings_dialog import ConversationSettingsDialog
+
+    app = application()
+    window = open_window(None)
+    window.resize(1280, 900)
+    window.show()
+    c = window.controller
+    _wait(app, lambda: c.model_ready)
+    window.grab().save(str(out / "1-empty-state.png"))
+    cid = _seed(c.store)
+    c.refresh(cid)
+    c.select(cid)
+    window.composer.set_text("Can you show the pandas version as code too?")
+    _wait(app, lambda: c.current is not None and c.current.id == cid and window.view.built_count() == 4
+          and window.meter_label.text() != "")
+    window.grab().save(str(out / "2-conversation.png"))
+    theme.apply(app, theme.DARK)
+    c.reload()
+    _wait(app, lambda: False, timeout=0.5)
+    window.grab().save(str(out / "3-conversation-dark.png"))
+    theme.apply(app, theme.LIGHT)
+    assert c.current is not None
+    from hisho.core.models import ModelStore
+
+    models = [(e.name, f"{e.name}  ({e.size / 2**20:,.0f} MiB)") for e in ModelStore().list()]
+    dialog = ConversationSettingsDialog(c.current, models, window)
+    dialog.system.setPlainText("You are a concise assistant for Python questions.")
+    dialog.show()
+    _wait(app, lambda: False, timeout=0.3)
+    dialog.grab().save(str(out / "4-settings.png"))
+    dialog.close()
+    window.close()
+    sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,94 @@
+"""Per-conversation settings: model, system prompt and sampling. Values are checked by the widgets' bounds,
+so what comes back is always valid; Cancel changes nothing."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from hisho.core.conversations import ChatSettings, Conversation
+
+
+class ConversationSettingsDialog(QDialog):
+    def __init__(self, conv: Conversation, models: list[tuple[str, str]], parent: QWidget | None = None) -> None:
+        """``models``: (store name, label) pairs; the first is the default."""
+        super().__init__(parent)
+        self.setWindowTitle("Chat settings")
+        self.setMinimumWidth(520)
+        s = conv.settings
+        self.model = QComboBox()
+        for name, label in models:
+            self.model.addItem(label, name)
+        index = self.model.findData(conv.model) if conv.model else 0
+        self.model.setCurrentIndex(max(0, index))
+        self.system = QPlainTextEdit(conv.system_prompt)
+        self.system.setPlaceholderText("e.g. You are a concise assistant. Answer in English.")
+        self.system.setFixedHeight(110)
+        self.temperature = self._double(s.temperature, 0.0, 2.0, 0.05, "0 = always the most likely word")
+        self.top_p = self._double(s.top_p, 0.0, 1.0, 0.01, "Sample from the smallest set of words whose "
+                                                             "probabilities add up to this")
+        self.top_k = self._int(s.top_k, 0, 1000, "Only the k most likely words (0 = off)")
+        self.repeat = self._double(s.repeat_penalty, 0.5, 3.0, 0.05, "Above 1 discourages repeating words")
+        self.max_tokens = self._int(s.max_tokens, 1, 1 << 20, "Longest reply, in tokens")
+        self.seed = self._int(s.seed, -1, 2**31 - 1, "-1 = random; any other value repeats replies")
+        self.seed.setSpecialValueText("random")
+        form = QFormLayout()
+        form.setSpacing(10)
+        form.addRow("Model", self.model)
+        form.addRow("System prompt", self.system)
+        form.addRow("Temperature", self.temperature)
+        form.addRow("Top-p", self.top_p)
+        form.addRow("Top-k", self.top_k)
+        form.addRow("Repeat penalty", self.repeat)
+        form.addRow("Max reply tokens", self.max_tokens)
+        form.addRow("Seed", self.seed)
+        note = QLabel("These settings belong to this chat. New chats start from the defaults.")
+        note.setObjectName("Meta")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Save).setObjectName("Primary")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(20, 18, 20, 16)
+        lay.setSpacing(14)
+        heading = QLabel(f"Settings for “{conv.title}”")
+        heading.setObjectName("DialogTitle")
+        lay.addWidget(heading)
+        lay.addLayout(form)
+        lay.addWidget(note)
+        lay.addWidget(buttons)
+
+    @staticmethod
+    def _double(value: float, lo: float, hi: float, step: float, tip: str) -> QDoubleSpinBox:
+        w = QDoubleSpinBox()
+        w.setRange(lo, hi)
+        w.setSingleStep(step)
+        w.setDecimals(2)
+        w.setValue(value)
+        w.setToolTip(tip)
+        return w
+
+    @staticmethod
+    def _int(value: int, lo: int, hi: int, tip: str) -> QSpinBox:
+        w = QSpinBox()
+        w.setRange(lo, hi)
+        w.setValue(value)
+        w.setToolTip(tip)
+        return w
+
+    def values(self) -> tuple[str, str, ChatSettings]:
+        """(model store name, system prompt, sampling settings)."""
+        settings = ChatSettings(temperature=self.temperature.value(), top_p=self.top_p.value(),
+                                top_k=self.top_k.value(), repeat_penalty=self.repeat.value(),
+                                max_tokens=self.max_tokens.value(), seed=self.seed.value())
+        return str(self.model.currentData() or ""), self.system.toPlainText().strip(), settings

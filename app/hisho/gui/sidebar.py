@@ -1,0 +1,177 @@
+"""The conversation list: New chat, search, pinned first, then grouped by date; rename, pin, export, delete.
+
+Rules of use: the sidebar shows what it is given (``set_conversations`` / ``set_search_results``) and reports
+what the user asked for through signals; searching itself runs on the store worker in the window.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from hisho.core.conversations import Conversation, SearchHit
+
+ID_ROLE = Qt.ItemDataRole.UserRole
+SEARCH_DELAY_MS = 200
+
+
+def date_group(ts: float, now: float | None = None) -> str:
+    today = datetime.fromtimestamp(now or time.time()).date()
+    day = datetime.fromtimestamp(ts).date()
+    if day >= today:
+        return "Today"
+    if day == today - timedelta(days=1):
+        return "Yesterday"
+    if day > today - timedelta(days=7):
+        return "Previous 7 days"
+    if day > today - timedelta(days=30):
+        return "Previous 30 days"
+    return "Older"
+
+
+class Sidebar(QFrame):
+    selected = Signal(int)
+    new_requested = Signal()
+    rename_requested = Signal(int, str)
+    delete_requested = Signal(int)
+    pin_requested = Signal(int, bool)
+    export_requested = Signal(int)
+    search_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("Sidebar")
+        self.setMinimumWidth(220)
+        self.setMaximumWidth(360)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 14, 6, 10)
+        lay.setSpacing(10)
+        top = QHBoxLayout()
+        brand = QLabel("Hisho")
+        brand.setObjectName("Brand")
+        self.new_button = QPushButton("+  New chat")
+        self.new_button.setObjectName("Primary")
+        self.new_button.setToolTip("New chat (Ctrl+N)")
+        self.new_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.new_button.clicked.connect(self.new_requested)
+        top.addWidget(brand)
+        top.addStretch(1)
+        top.addWidget(self.new_button)
+        self.search = QLineEdit()
+        self.search.setObjectName("SidebarSearch")
+        self.search.setPlaceholderText("Search chats  (Ctrl+K)")
+        self.search.setClearButtonEnabled(True)
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(SEARCH_DELAY_MS)
+        self._debounce.timeout.connect(lambda: self.search_changed.emit(self.search.text()))
+        self.search.textChanged.connect(lambda _t: self._debounce.start())
+        self.list = QListWidget()
+        self.list.setObjectName("ConversationList")
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._menu)
+        self.list.currentItemChanged.connect(self._current_changed)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        lay.addLayout(top)
+        lay.addWidget(self.search)
+        lay.addWidget(self.list, 1)
+        self.current_id: int | None = None
+        self._quiet = False
+
+    # ----- content ---------------------------------------------------------------------------------------
+
+    def set_conversations(self, conversations: list[Conversation], current: int | None) -> None:
+        groups: list[tuple[str, list[Conversation]]] = []
+        for c in conversations:
+            name = "Pinned" if c.pinned else date_group(c.updated_at)
+            if not groups or groups[-1][0] != name:
+                groups.append((name, []))
+            groups[-1][1].append(c)
+        self._fill([(name, [(c.id, c.title or "Untitled", "") for c in items]) for name, items in groups], current)
+
+    def set_search_results(self, hits: list[SearchHit], current: int | None) -> None:
+        rows = [(h.conversation_id, h.title or "Untitled", h.snippet) for h in hits]
+        self._fill([(f"{len(hits)} result{'s' if len(hits) != 1 else ''}", rows)], current)
+
+    def _fill(self, groups: list[tuple[str, list[tuple[int, str, str]]]], current: int | None) -> None:
+        self._quiet = True
+        self.list.clear()
+        select: QListWidgetItem | None = None
+        for name, rows in groups:
+            head = QListWidgetItem(name.upper())
+            head.setFlags(Qt.ItemFlag.NoItemFlags)
+            font = QFont(self.list.font())
+            font.setPointSizeF(font.pointSizeF() * 0.78)
+            font.setBold(True)
+            head.setFont(font)
+            self.list.addItem(head)
+            for cid, title, snippet in rows:
+                item = QListWidgetItem(title + (f"\n{snippet}" if snippet else ""))
+                item.setData(ID_ROLE, cid)
+                item.setToolTip(title)
+                self.list.addItem(item)
+                if cid == current:
+                    select = item
+        if select is not None:
+            self.list.setCurrentItem(select)
+        self.current_id = current
+        self._quiet = False
+
+    def ids(self) -> list[int]:
+        return [int(self.list.item(i).data(ID_ROLE)) for i in range(self.list.count())
+                if self.list.item(i).data(ID_ROLE) is not None]
+
+    def select(self, cid: int) -> None:
+        for i in range(self.list.count()):
+            if self.list.item(i).data(ID_ROLE) == cid:
+                self.list.setCurrentRow(i)
+                return
+
+    def _current_changed(self, item: QListWidgetItem | None, _prev: QListWidgetItem | None) -> None:
+        if self._quiet or item is None or item.data(ID_ROLE) is None:
+            return
+        cid = int(item.data(ID_ROLE))
+        if cid != self.current_id:
+            self.current_id = cid
+            self.selected.emit(cid)
+
+    def _menu(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None or item.data(ID_ROLE) is None:
+            return
+        cid = int(item.data(ID_ROLE))
+        pinned = self.list.row(item) > 0 and self._group_of(item) == "PINNED"
+        menu = QMenu(self)
+        menu.addAction("Rename…", lambda: self.ask_rename(cid, item.toolTip()))
+        menu.addAction("Unpin" if pinned else "Pin", lambda: self.pin_requested.emit(cid, not pinned))
+        menu.addAction("Export…", lambda: self.export_requested.emit(cid))
+        menu.addSeparator()
+        menu.addAction("Delete", lambda: self.delete_requested.emit(cid))
+        menu.exec(self.list.viewport().mapToGlobal(pos))
+
+    def _group_of(self, item: QListWidgetItem) -> str:
+        row = self.list.row(item)
+        while row >= 0 and self.list.item(row).data(ID_ROLE) is not None:
+            row -= 1
+        return self.list.item(row).text() if row >= 0 else ""
+
+    def ask_rename(self, cid: int, current: str) -> None:
+        title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=current)
+        if ok and title.strip():
+            self.rename_requested.emit(cid, title.strip())
