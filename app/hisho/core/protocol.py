@@ -14,10 +14,11 @@ PROTOCOL_VERSION = 1
 
 # Request ops. Streaming ops answer with any number of "token" events and then one "done" event; the others
 # answer with exactly one "result". Any op may instead end with one "error" event.
-STREAMING_OPS = frozenset({"generate"})
+STREAMING_OPS = frozenset({"generate", "batch_generate"})
 OPS = frozenset({
     "hello", "load", "unload", "generate", "tokenize", "detokenize", "cancel", "shutdown",
     "seq_rm", "state_save", "state_load", "abort",
+    "batch_generate",
 })
 
 # Error kinds an "error" event may carry.

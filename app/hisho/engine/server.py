@@ -168,6 +168,21 @@ class Server:
             else:
                 emit({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
 
+    def op_batch_generate(self, req_id: int, req: dict[str, Any]) -> None:
+        """Several prompts as parallel sequences of one context (engine/batched.py). One "token" event per
+        finished item (its whole text, in finishing order), then "done" with the batch's timing figures."""
+        from hisho.engine.batched import Item, run_batched
+
+        rt = self.need_runtime()
+        sampling = Sampling.from_dict(req.get("sampling", {}))
+        items = [Item(i, rt.prompt_tokens(spec), int(spec.get("max_tokens", sampling.max_tokens)))
+                 for i, spec in enumerate(req.get("items", []))]
+        stats = run_batched(rt, items, sampling, int(req.get("n_parallel", rt.n_seq_max)),
+                            lambda: self.is_cancelled(req_id),
+                            lambda done: self.emit({"id": req_id, "ev": "token", **done}))
+        self.emit({"id": req_id, "ev": "done", "stop_reason": "cancelled" if stats.cancelled else "done",
+                   **stats.as_dict()})
+
     def op_abort(self, req_id: int, req: dict[str, Any]) -> None:
         """Test hook: die the way a failed GGML_ASSERT does (ggml_abort -> abort())."""
         if not self.test_hooks:

@@ -1,0 +1,129 @@
+"""PDF (pypdfium2) and DOCX (python-docx) readers.
+
+PDF pages are read one at a time and closed at once: a 500-page file holds one page's native objects at a time,
+and only its text is kept. A page without text that shows images is a scanned page: it is left out and listed
+in the notes; a PDF where every page is like that is refused with a hint to run OCR.
+"""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from pathlib import Path
+
+from hisho.core.documents.model import Document, DocumentError, Section, page_range
+
+log = logging.getLogger("hisho.documents")
+
+_PDFIUM_PASSWORD_ERROR = 4  # FPDF_ERR_PASSWORD
+_PDFIUM_IMAGE_OBJECT = 3    # FPDF_PAGEOBJ_IMAGE
+
+
+def read_pdf(path: Path, sha: str, *, password: str | None = None,
+             progress: object = None) -> Document:
+    import pypdfium2 as pdfium
+
+    try:
+        pdf = pdfium.PdfDocument(str(path), password=password)
+    except pdfium.PdfiumError as exc:
+        if getattr(exc, "err_code", None) == _PDFIUM_PASSWORD_ERROR:
+            if password:
+                raise DocumentError(f"{path.name}: wrong password for this encrypted PDF") from None
+            raise DocumentError(f"{path.name}: the PDF is encrypted; give its password (--password) or "
+                                "save an unencrypted copy") from None
+        raise DocumentError(f"{path.name}: the PDF is damaged and cannot be read ({exc})") from None
+    doc = Document(path=path, kind="pdf", sha256=sha)
+    image_pages: list[int] = []
+    try:
+        total = len(pdf)
+        doc.pages = total
+        for index in range(total):
+            text, has_images = _page_text(pdf, index)
+            if text.strip():
+                doc.sections.append(Section(text.strip(), f"p. {index + 1}", index + 1))
+            elif has_images:
+                image_pages.append(index + 1)
+            if callable(progress):
+                progress(index + 1, total)
+    except pdfium.PdfiumError as exc:
+        raise DocumentError(f"{path.name}: the PDF is damaged and cannot be read ({exc})") from None
+    finally:
+        pdf.close()
+    if not doc.sections:
+        if image_pages:
+            raise DocumentError(f"{path.name}: the PDF has no text layer ({len(image_pages)} pages of images, "
+                                "e.g. a scan); run OCR on it first (for example ocrmypdf) and summarize the result")
+        raise DocumentError(f"{path.name}: the PDF holds no text ({doc.pages} blank pages)")
+    if image_pages:
+        doc.notes.append(f"{path.name}: {page_range(image_pages)} have no text layer (images only, e.g. scanned); "
+                         "they are not in the summary (run OCR to include them)")
+    return doc
+
+
+def _page_text(pdf: object, index: int) -> tuple[str, bool]:
+    import pypdfium2.raw as raw
+
+    page = pdf[index]  # type: ignore[index]
+    try:
+        textpage = page.get_textpage()
+        try:
+            text = str(textpage.get_text_bounded())
+        finally:
+            textpage.close()
+        has_images = False
+        if not text.strip():
+            n = int(raw.FPDFPage_CountObjects(page.raw))
+            has_images = any(int(raw.FPDFPageObj_GetType(raw.FPDFPage_GetObject(page.raw, i)))
+                             == _PDFIUM_IMAGE_OBJECT for i in range(n))
+        return text.replace("\r\n", "\n").replace("\r", "\n"), has_images
+    finally:
+        page.close()
+
+
+def read_docx(path: Path, sha: str) -> Document:
+    import docx
+    from docx.opc.exceptions import PackageNotFoundError
+
+    try:
+        document = docx.Document(str(path))
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise DocumentError(f"{path.name}: the DOCX file is damaged or not a Word document ({exc})") from None
+    except Exception as exc:  # lxml errors on a broken XML part, among others
+        raise DocumentError(f"{path.name}: the DOCX file is damaged or not a Word document "
+                            f"({type(exc).__name__}: {exc})") from None
+    doc = Document(path=path, kind="docx", sha256=sha)
+    title, body = "", list[str]()
+    for block in _docx_blocks(document):
+        if block[0] == "heading":
+            _flush(doc, title, body)
+            title, body = block[1], [block[1]]
+        elif block[1].strip():
+            body.append(block[1])
+    _flush(doc, title, body)
+    images = len(document.inline_shapes)
+    if images:
+        doc.notes.append(f"{path.name}: {images} embedded pictures/charts were not read (only text is summarized)")
+    return doc
+
+
+def _docx_blocks(document: object) -> list[tuple[str, str]]:
+    """Paragraphs and tables in body order: ("heading"|"text", text). Tables become " | "-joined rows."""
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
+    out: list[tuple[str, str]] = []
+    for item in document.iter_inner_content():  # type: ignore[attr-defined]
+        if isinstance(item, Paragraph):
+            style = (item.style.name if item.style is not None else "") or ""
+            kind = "heading" if style.lower().startswith(("heading", "title")) and item.text.strip() else "text"
+            out.append((kind, item.text.strip()))
+        elif isinstance(item, Table):
+            rows = [" | ".join(c.text.strip() for c in row.cells) for row in item.rows]
+            out.append(("text", "\n".join(rows)))
+    return out
+
+
+def _flush(doc: Document, title: str, body: list[str]) -> None:
+    text = "\n".join(body).strip()
+    if text:
+        doc.sections.append(Section(text, f"§ {title}" if title else f"¶ {len(doc.sections) + 1}"))
