@@ -13,6 +13,7 @@ Rules:
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -120,6 +121,22 @@ def _refs(sections: list[Section]) -> str:
     if len(refs) > 3:
         return f"{refs[0]} … {refs[-1]}"
     return "; ".join(refs)
+
+
+def merge_refs(refs: list[str]) -> str:
+    """One reference for consecutive parts: "pp. 1–3" + "pp. 4–6" -> "pp. 1–6"; headings -> "first … last"."""
+    pages: list[int] = []
+    for ref in refs:
+        found = re.findall(r"(\d+)(?:–(\d+))?", ref) if ref.startswith("p") else []
+        if not found:
+            pages = []
+            break
+        for a, b in found:
+            pages.extend(range(int(a), int(b or a) + 1))
+    if pages:
+        return page_range(pages)
+    uniq = [r for i, r in enumerate(refs) if r and r not in refs[:i]]
+    return uniq[0] if len(uniq) == 1 else f"{uniq[0]} … {uniq[-1]}" if uniq else ""
 
 
 def pack_sections(sections: list[Section], count: Count, budget: int) -> list[Chunk]:

@@ -1,0 +1,326 @@
+"""A summary job: extract → plan → map (batched, cached) → reduce until one summary. No Qt, no llama_cpp.
+
+Rules of use:
+- The model must already be loaded in ``client``; the job reads its ``n_ctx`` and ``n_seq_max`` from the load
+  info. Load it with ``n_seq_max`` > 1 and ``kv_unified`` to get parallel chunk summaries.
+- ``run()`` blocks; call it on a worker thread in the GUI. ``cancel()`` may be called from any thread: the
+  engine stops at its next decode step and ``run()`` returns with ``cancelled`` set. Finished chunks are already
+  stored, so the next run of the same file resumes.
+- ``on_progress`` gets a ``JobProgress`` from the thread running the job; the GUI marshals it itself.
+- Nothing is left out silently: files that could not be read and content that was not read (image-only pages,
+  embedded pictures) are listed at the end of the summary.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from hisho.core.documents import plan as P
+from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
+from hisho.core.documents.extract import extract
+from hisho.core.documents.model import Document, DocumentError
+from hisho.core.errors import UserError
+from hisho.core.protocol import Sampling
+
+log = logging.getLogger("hisho.documents")
+
+
+class Client(Protocol):
+    """What the job needs from ``EngineClient``."""
+
+    @property
+    def load_info(self) -> dict[str, Any]: ...
+    @property
+    def load_params(self) -> Any: ...
+    def count_tokens(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None) -> int: ...
+    def stream(self, op: str, params: dict[str, Any]) -> Any: ...
+
+
+@dataclass
+class JobProgress:
+    stage: str            # extracting, planning, summarizing, combining, done, cancelled
+    done: int
+    total: int
+    eta_s: float
+    file: str = ""
+    message: str = ""
+
+
+@dataclass
+class DocResult:
+    file: str
+    summary: str
+    mode: str
+    chunks: int
+    chunks_cached: int
+    input_tokens: int
+    n_parallel: int
+    notes: list[str]
+
+
+@dataclass
+class JobResult:
+    summary: str
+    documents: list[DocResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    eta_s: float = 0.0
+    cancelled: bool = False
+    truncated: bool = False   # only a cut the user asked for sets this; none exists yet
+
+    def as_dict(self) -> dict[str, Any]:
+        chunks = sum(d.chunks for d in self.documents)
+        cached = sum(d.chunks_cached for d in self.documents)
+        return {
+            "summary": self.summary, "chunks": chunks, "chunks_cached": cached, "chunks_generated": chunks - cached,
+            "input_tokens": sum(d.input_tokens for d in self.documents), "seconds": round(self.seconds, 3),
+            "eta_s": round(self.eta_s, 1), "truncated": self.truncated, "cancelled": self.cancelled,
+            "skipped": self.skipped,
+            "documents": [d.__dict__ for d in self.documents],
+        }
+
+
+class Cancelled(Exception):
+    pass
+
+
+class SummaryJob:
+    def __init__(self, client: Client, files: Sequence[Path | str], *, cache: SummaryCache | None = None,
+                 password: str | None = None, max_parallel: int = P.MAX_PARALLEL,
+                 summary_tokens: int = P.SUMMARY_TOKENS, final_tokens: int = P.FINAL_TOKENS,
+                 on_progress: Callable[[JobProgress], None] | None = None) -> None:
+        self.client = client
+        self.files = [Path(f) for f in files]
+        self.cache = cache or SummaryCache()
+        self.password = password
+        self.summary_tokens = summary_tokens
+        self.final_tokens = final_tokens
+        self.on_progress = on_progress
+        info = client.load_info
+        self.n_ctx = int(info.get("n_ctx", 0))
+        self.max_parallel = max(1, min(max_parallel, int(info.get("n_seq_max", 1))))
+        self.model_fp = model_fingerprint(client.load_params.model_path)
+        self.prompt_version = f"{P.PROMPT_VERSION}/{summary_tokens}/{final_tokens}"
+        self._cancel = threading.Event()
+        self._stream: Any = None
+        self._lock = threading.Lock()
+        self._started = 0.0
+        self.eta_s = 0.0
+
+    # ----- control ----------------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        with self._lock:
+            if self._stream is not None:
+                self._stream.cancel()
+
+    def _report(self, stage: str, done: int, total: int, file: str = "", message: str = "",
+                eta: float | None = None) -> None:
+        if self.on_progress is not None:
+            self.on_progress(JobProgress(stage, done, total, self.eta_s if eta is None else eta, file, message))
+
+    def _page_progress(self, name: str) -> Callable[[int, int], None]:
+        def report(done: int, total: int) -> None:
+            if self._cancel.is_set():
+                raise Cancelled()
+            self._report("extracting", done, total, name, f"reading {name}: page {done} of {total}")
+        return report
+
+    # ----- the job ----------------------------------------------------------------------------------
+
+    def run(self) -> JobResult:
+        self._started = time.perf_counter()
+        result = JobResult(summary="")
+        try:
+            docs = self._extract_all(result)
+            if not docs:
+                raise UserError("; ".join(result.skipped) or "no files given")
+            for doc in docs:
+                result.documents.append(self._summarize(doc))
+        except Cancelled:
+            result.cancelled = True
+        result.seconds = time.perf_counter() - self._started
+        result.eta_s = self.eta_s
+        result.summary = self._compose(result)
+        self._report("cancelled" if result.cancelled else "done", 1, 1)
+        return result
+
+    def _extract_all(self, result: JobResult) -> list[Document]:
+        docs: list[Document] = []
+        for i, path in enumerate(self.files):
+            self._report("extracting", i, len(self.files), path.name, f"reading {path.name}")
+            try:
+                docs.append(extract(path, password=self.password, progress=self._page_progress(path.name)))
+            except DocumentError as exc:
+                result.skipped.append(str(exc))
+        return docs
+
+    def _compose(self, result: JobResult) -> str:
+        parts: list[str] = []
+        several = len(result.documents) > 1
+        for d in result.documents:
+            parts.append(f"## {d.file}\n\n{d.summary.strip()}" if several else d.summary.strip())
+        notes = [n for d in result.documents for n in d.notes] + [f"{s} — not summarized" for s in result.skipped]
+        if result.cancelled:
+            notes.append("the job was cancelled before it finished; run it again to resume")
+        if notes:
+            parts.append("Not included:\n" + "\n".join(f"- {n}" for n in notes))
+        return "\n\n".join(p for p in parts if p)
+
+    def _summarize(self, doc: Document) -> DocResult:
+        self._report("planning", 0, 1, doc.name, f"counting tokens of {doc.name}")
+        overhead = self.client.count_tokens(messages=P.map_messages(doc.name, "pp. 000–000", ""))
+        try:
+            plan = P.make_plan(doc, self._count, self.n_ctx, overhead_tokens=overhead,
+                               summary_tokens=self.summary_tokens, final_tokens=self.final_tokens,
+                               max_parallel=self.max_parallel)
+        except ValueError as exc:
+            raise UserError(f"{doc.name}: {exc}") from None
+        self.eta_s = self._estimate(plan)
+        log.info("plan for %s: %s, ETA %.0fs", doc.name, plan.as_dict(), self.eta_s)
+        res = DocResult(doc.name, "", plan.mode, len(plan.chunks), 0, plan.input_tokens, plan.n_parallel,
+                        list(doc.notes))
+        if plan.mode == "single":
+            chunk = plan.chunks[0]
+            msgs = P.single_messages(doc.name, chunk.text)
+            done = self._cached_or_run(doc, 0, [(chunk.key, chunk.index, chunk.refs, msgs)], self.final_tokens,
+                                       1, "summarizing")
+            res.chunks_cached = done.cached
+            res.summary = done.texts[0]
+            return res
+        items = [(c.key, c.index, c.refs, P.map_messages(doc.name, c.refs, c.text)) for c in plan.chunks]
+        mapped = self._cached_or_run(doc, 0, items, self.summary_tokens, plan.n_parallel, "summarizing")
+        res.chunks_cached = mapped.cached
+        parts = [(c.refs, t.strip()) for c, t in zip(plan.chunks, mapped.texts)]
+        final, by_part = self._reduce(doc, parts, overhead)
+        # The combined text of a small model may drop the references; the parts it was made from keep them, so
+        # the result always points to pages/sections.
+        res.summary = final + "\n\nBy part:\n" + "\n".join(f"- [{ref}] {_first_lines(t)}" for ref, t in by_part)
+        return res
+
+    def _reduce(self, doc: Document, parts: list[tuple[str, str]],
+                overhead: int) -> tuple[str, list[tuple[str, str]]]:
+        """Combine (refs, summary) parts in rounds until one remains; every round is cached like the map phase.
+        Returns the final text and the parts of the round before it (the most detailed list that is short)."""
+        budget = self.n_ctx - overhead - self.final_tokens
+        level = 1
+        previous = parts
+        while len(parts) > 1:
+            texts = [f"[{ref}] {t}" for ref, t in parts]
+            groups = P.reduce_groups(texts, self._count, budget)
+            final = len(groups) == 1
+            refs, start = [], 0
+            for g in groups:
+                refs.append(P.merge_refs([r for r, _ in parts[start:start + len(g)]]))
+                start += len(g)
+            items = [(P.text_key(*g), i, refs[i], P.reduce_messages(doc.name, g)) for i, g in enumerate(groups)]
+            per_seq = overhead + budget + self.final_tokens
+            n_par = max(1, min(self.max_parallel, self.n_ctx // per_seq, len(groups)))
+            out = self._cached_or_run(doc, level, items, self.final_tokens if final else self.summary_tokens,
+                                      n_par, "combining")
+            previous = parts
+            parts = [(r, t.strip()) for r, t in zip(refs, out.texts)]
+            level += 1
+        return parts[0][1], previous
+
+    def _count(self, text: str) -> int:
+        if self._cancel.is_set():
+            raise Cancelled()
+        return self.client.count_tokens(text)
+
+    # ----- running items ------------------------------------------------------------------------------
+
+    @dataclass
+    class _Done:
+        texts: list[str]
+        cached: int
+
+    def _cached_or_run(self, doc: Document, level: int, items: list[tuple[str, int, str, P.Messages]],
+                       max_tokens: int, n_parallel: int, stage: str) -> SummaryJob._Done:
+        """Summaries for ``items`` (key, index, refs, messages): from the cache where stored, else generated in
+        one batched request; each result is stored as soon as it arrives."""
+        texts: list[str | None] = []
+        todo: list[int] = []
+        for pos, (key, _index, _refs, _msgs) in enumerate(items):
+            hit = self.cache.get(self._key(doc, level, key))
+            texts.append(hit)
+            if hit is None:
+                todo.append(pos)
+        total, cached = len(items), len(items) - len(todo)
+        label = "chunk" if stage == "summarizing" else "combine step"
+        self._report(stage, cached, total, doc.name, f"{label} {cached} of {total}")
+        if todo:
+            self._generate(doc, level, items, todo, texts, max_tokens, n_parallel, stage, label)
+        return SummaryJob._Done([t or "" for t in texts], cached)
+
+    def _generate(self, doc: Document, level: int, items: list[tuple[str, int, str, P.Messages]],
+                  todo: list[int], texts: list[str | None], max_tokens: int, n_parallel: int, stage: str,
+                  label: str) -> None:
+        if self._cancel.is_set():
+            raise Cancelled()
+        sampling = Sampling(temperature=0.0, repeat_penalty=1.1, max_tokens=max_tokens)
+        request = {"items": [{"messages": items[p][3], "max_tokens": max_tokens} for p in todo],
+                   "sampling": sampling.to_dict(), "n_parallel": n_parallel}
+        started = time.perf_counter()
+        with self._lock:
+            self._stream = self.client.stream("batch_generate", request)
+        finished = len(items) - len(todo)
+        try:
+            for ev in self._stream:
+                pos = todo[int(ev["item"])]
+                key, index, refs, _ = items[pos]
+                texts[pos] = str(ev["text"])
+                self.cache.put(self._key(doc, level, key), index, refs, texts[pos] or "",
+                               int(ev.get("completion_tokens", 0)))
+                finished += 1
+                rate = (time.perf_counter() - started) / (finished - (len(items) - len(todo)))
+                eta = rate * (len(items) - finished)
+                self._report(stage, finished, len(items), doc.name, f"{label} {finished} of {len(items)}", eta)
+        finally:
+            with self._lock:
+                self._stream = None
+        if self._cancel.is_set() or any(t is None for t in texts):
+            raise Cancelled()
+
+    def _key(self, doc: Document, level: int, chunk_key: str) -> Key:
+        return Key(doc.sha256, level, chunk_key, self.model_fp, self.prompt_version)
+
+    # ----- ETA -----------------------------------------------------------------------------------------
+
+    def _estimate(self, plan: P.Plan) -> float:
+        speeds = self.cache.speeds(self.model_fp) or self._probe_speeds()
+        prefill, decode, gain = speeds
+        return P.estimate_seconds(plan, prefill, decode, gain if plan.n_parallel > 1 else 1.0,
+                                  self.summary_tokens)
+
+    def _probe_speeds(self) -> tuple[float, float, float]:
+        """Measure prefill and decode speed once per model (a 256-token prompt, 16 tokens), then remember it."""
+        prompt = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 26}
+        sampling = Sampling(temperature=0.0, max_tokens=16, ignore_eos=True, repeat_penalty=1.0)
+        stream = self.client.stream("batch_generate", {"items": [{"messages": [prompt]}],
+                                                       "sampling": sampling.to_dict(), "n_parallel": 1})
+        events = list(stream)
+        extra = stream.result.extra if stream.result is not None else {}
+        wall = float(extra.get("wall_s", 0.0))
+        decode_s = float(extra.get("pure_decode_s", 0.0))
+        prefill_tokens = int(extra.get("prefill_tokens", 0))
+        ttft = float(events[0].get("ttft_s", 0.0)) if events else 0.0
+        prefill = prefill_tokens / (ttft or max(1e-3, wall - decode_s))
+        decode = float(extra.get("decode_tokens_per_s", 0.0))
+        # Aggregate decode over 8 sequences is about 1.9x one on a 2-core CPU (DESIGN.md); a later bench run
+        # can store the real figure.
+        speeds = (prefill, decode, 1.9)
+        self.cache.put_speeds(self.model_fp, *speeds)
+        return speeds
+
+
+def _first_lines(text: str, limit: int = 400) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit].rsplit(" ", 1)[0] + " …"

@@ -1,0 +1,156 @@
+"""Extraction: every format keeps its references; every bad input gets the one line the user sees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hisho.core.documents.extract import extract, extract_many
+from hisho.core.documents.model import DocumentError, page_range
+from tests.fixtures.docs.make import make_docx, make_encrypted_pdf, make_image_pdf, make_pdf
+
+
+def test_pdf_pages_are_references(tmp_path: Path) -> None:
+    doc = extract(make_pdf(tmp_path / "a.pdf", ["Alpha on one", "Beta on two\nsecond line", "Gamma on three"]))
+    assert doc.kind == "pdf" and doc.pages == 3
+    assert [(s.ref, s.page) for s in doc.sections] == [("p. 1", 1), ("p. 2", 2), ("p. 3", 3)]
+    assert "Beta on two\nsecond line" == doc.sections[1].text
+    assert doc.notes == []
+
+
+def test_scanned_pages_are_named_in_notes(tmp_path: Path) -> None:
+    doc = extract(make_pdf(tmp_path / "mixed.pdf", ["text", "", "", "more"], image_pages=(2, 3)))
+    assert [s.page for s in doc.sections] == [1, 4]
+    assert doc.notes == ["mixed.pdf: pp. 2–3 have no text layer (images only, e.g. scanned); they are not in "
+                         "the summary (run OCR to include them)"]
+
+
+def test_image_only_pdf_suggests_ocr(tmp_path: Path) -> None:
+    with pytest.raises(DocumentError) as err:
+        extract(make_image_pdf(tmp_path / "scan.pdf", 3))
+    assert str(err.value) == ("scan.pdf: the PDF has no text layer (3 pages of images, e.g. a scan); run OCR on it "
+                              "first (for example ocrmypdf) and summarize the result")
+
+
+def test_encrypted_pdf_asks_for_password(tmp_path: Path) -> None:
+    path = make_encrypted_pdf(tmp_path / "locked.pdf", "s3cret")
+    with pytest.raises(DocumentError, match=r"^locked.pdf: the PDF is encrypted; give its password"):
+        extract(path)
+    with pytest.raises(DocumentError, match="wrong password"):
+        extract(path, password="nope")
+    doc = extract(path, password="s3cret")
+    assert doc.sections[0].text == "Secret quarterly figures"
+
+
+def test_corrupt_pdf_and_docx(tmp_path: Path) -> None:
+    good = make_pdf(tmp_path / "good.pdf", ["hello"]).read_bytes()
+    (tmp_path / "cut.pdf").write_bytes(good[: len(good) // 3])
+    (tmp_path / "junk.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 4)
+    for name in ("cut.pdf", "junk.pdf"):
+        with pytest.raises(DocumentError, match=rf"^{name}: the PDF is damaged and cannot be read"):
+            extract(tmp_path / name)
+    (tmp_path / "bad.docx").write_bytes(b"PK\x03\x04 this is not really a zip")
+    docx_bytes = make_docx(tmp_path / "ok.docx", [("H", ["p"])]).read_bytes()
+    (tmp_path / "trunc.docx").write_bytes(docx_bytes[:2000])
+    for name in ("bad.docx", "trunc.docx"):
+        with pytest.raises(DocumentError, match=rf"^{name}: the DOCX file is damaged or not a Word document"):
+            extract(tmp_path / name)
+
+
+def test_empty_missing_unsupported(tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_bytes(b"")
+    with pytest.raises(DocumentError, match=r"^empty.txt: the file is empty \(0 bytes\)$"):
+        extract(tmp_path / "empty.txt")
+    (tmp_path / "sheet.xlsx").write_bytes(b"x")
+    with pytest.raises(DocumentError, match=r"^sheet.xlsx: unsupported file type '.xlsx' \(Hisho reads PDF"):
+        extract(tmp_path / "sheet.xlsx")
+    with pytest.raises(DocumentError, match="no such file"):
+        extract(tmp_path / "gone.pdf")
+    (tmp_path / "blank.md").write_text("\n\n   \n")
+    with pytest.raises(DocumentError, match="holds no text"):
+        extract(tmp_path / "blank.md")
+
+
+def test_binary_renamed_txt(tmp_path: Path) -> None:
+    png = bytes.fromhex("89504E470D0A1A0A0000000D49484452") + bytes(range(256)) * 8
+    (tmp_path / "photo.txt").write_bytes(png)
+    with pytest.raises(DocumentError, match=r"^photo.txt: this looks like a binary file, not text"):
+        extract(tmp_path / "photo.txt")
+    (tmp_path / "prog.txt").write_bytes(b"\x7fELF\x02\x01\x01" + b"\x00" * 64 + b"some strings" + b"\x00\x01" * 50)
+    with pytest.raises(DocumentError, match="binary file"):
+        extract(tmp_path / "prog.txt")
+
+
+@pytest.mark.parametrize("encoding", ["cp1252", "latin-1", "utf-16", "shift_jis"])
+def test_non_utf8_text_is_decoded(tmp_path: Path, encoding: str) -> None:
+    text = ("東京の会議では予算が承認されました。図書館と道路の修理に使われます。\n" * 20 if encoding == "shift_jis"
+            else "Grüße aus Köln. Die Straße wird repariert, das Café bleibt geöffnet. Æble og øl.\n" * 20)
+    (tmp_path / "note.txt").write_bytes(text.encode(encoding))
+    doc = extract(tmp_path / "note.txt")
+    assert doc.text.strip() == text.strip()
+    assert doc.encoding and doc.encoding.replace("_", "").lower() != "utf8"
+
+
+def test_markdown_rst_html_headings(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("Intro text.\n\n# Methods\nWe measured.\n\n## Results\nIt worked.\n")
+    assert [(s.ref, s.text.splitlines()[-1]) for s in extract(tmp_path / "a.md").sections] == [
+        ("line 1", "Intro text."), ("§ Methods", "We measured."), ("§ Results", "It worked.")]
+    (tmp_path / "b.rst").write_text("Title\n=====\n\nBody one.\n\nPart two\n--------\nBody two.\n")
+    assert [s.ref for s in extract(tmp_path / "b.rst").sections] == ["§ Title", "§ Part two"]
+    (tmp_path / "c.html").write_text("<html><head><style>p{}</style><script>var x;</script></head><body>"
+                                     "<h1>Report</h1><p>First &amp; best.</p><img src=x.png><h2>End</h2>"
+                                     "<p>Bye.</p></body></html>")
+    doc = extract(tmp_path / "c.html")
+    assert [(s.ref, s.text) for s in doc.sections] == [("§ Report", "Report\n\nFirst & best."),
+                                                        ("§ End", "End\n\nBye.")]
+    assert doc.notes == ["c.html: 1 embedded images/objects were not read"]
+
+
+def test_docx_headings_tables_pictures(tmp_path: Path) -> None:
+    import docx
+
+    path = make_docx(tmp_path / "r.docx", [("Summary", ["Sales rose."]), ("Outlook", ["Calm."])], picture=True)
+    d = docx.Document(str(path))
+    table = d.add_table(rows=1, cols=2)
+    table.rows[0].cells[0].text, table.rows[0].cells[1].text = "Q1", "42"
+    d.save(str(path))
+    doc = extract(path)
+    assert [s.ref for s in doc.sections] == ["§ Summary", "§ Outlook"]
+    assert "Q1 | 42" in doc.sections[1].text
+    assert doc.notes == ["r.docx: 1 embedded pictures/charts were not read (only text is summarized)"]
+
+
+def test_several_files_one_bad(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("fine")
+    (tmp_path / "b.txt").write_bytes(b"")
+    (tmp_path / "c.md").write_text("# ok\nalso fine")
+    out = extract_many([tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "c.md"])
+    assert [d.name for d in out.documents] == ["a.txt", "c.md"]
+    assert [str(e) for e in out.errors] == ["b.txt: the file is empty (0 bytes)"]
+
+
+def test_500_page_pdf_streams_pages(tmp_path: Path) -> None:
+    pages = [f"Page {i} of the long report.\n" + f"Budget line item number {i}. " * 30 for i in range(1, 501)]
+    path = make_pdf(tmp_path / "long.pdf", pages)
+    proc = psutil.Process()
+    base = proc.memory_info().rss
+    seen: list[tuple[int, int]] = []
+    peak = [base]
+
+    def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+        if done % 25 == 0:
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    doc = extract(path, progress=progress)
+    assert len(doc.sections) == 500 and doc.sections[-1].ref == "p. 500"
+    assert seen == [(i, 500) for i in range(1, 501)]  # progress is per page and exact
+    assert peak[0] - base < 64 * 2**20, f"RSS grew {(peak[0] - base) / 2**20:.0f} MiB while reading"
+
+
+def test_page_range() -> None:
+    assert page_range([3]) == "p. 3"
+    assert page_range([5, 3, 4, 9]) == "pp. 3–5, 9"
+    assert page_range([]) == ""
