@@ -225,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[Any], None]]:
     """Feature modules add their sub-commands here (each exposes ``register(subparsers)``)."""
-    return []
+    from hisho.summarize_cli import register as register_summarize
+
+    return [register_summarize]
 
 
 def main(argv: list[str] | None = None) -> int:
