@@ -14,11 +14,12 @@ PROTOCOL_VERSION = 1
 
 # Request ops. Streaming ops answer with any number of "token" events and then one "done" event; the others
 # answer with exactly one "result". Any op may instead end with one "error" event.
-STREAMING_OPS = frozenset({"generate", "batch_generate"})
+STREAMING_OPS = frozenset({"generate", "batch_generate", "state_save"})
 OPS = frozenset({
     "hello", "load", "unload", "generate", "tokenize", "detokenize", "cancel", "shutdown",
     "seq_rm", "state_save", "state_load", "abort",
     "batch_generate",
+    "kv_info", "prefill", "kv_flush",
 })
 
 # Error kinds an "error" event may carry.

@@ -41,11 +41,15 @@ class Server:
         self.runtime: Runtime | None = None
         self._closing = False
         self.test_hooks = os.environ.get("HISHO_ENGINE_TEST_HOOKS") == "1"
+        self._emit_lock = threading.Lock()
+        self._kv: Any = None          # hisho.engine.kvstate.KVState of the current runtime, made on first use
+        self._kv_writer: Any = None
 
     # ----- output (engine thread only, except the final shutdown) ----------------------------------------
 
     def emit(self, message: dict[str, Any]) -> None:
-        self._out.write(encode(message))
+        with self._emit_lock:  # the KV writer thread also reports (hisho.engine.kvstate)
+            self._out.write(encode(message))
 
     def error(self, req_id: int, kind: str, message: str) -> None:
         self.emit({"id": req_id, "ev": "error", "kind": kind, "message": message})
@@ -182,6 +186,48 @@ class Server:
                             lambda done: self.emit({"id": req_id, "ev": "token", **done}))
         self.emit({"id": req_id, "ev": "done", "stop_reason": "cancelled" if stats.cancelled else "done",
                    **stats.as_dict()})
+
+    # ----- KV persistence (hisho.engine.kvstate; docs/kv-format.md) ----------------------------------------
+
+    def kvstate(self) -> Any:
+        from hisho.engine.kvstate import ChunkWriter, KVState
+
+        rt = self.need_runtime()
+        if self._kv is None or self._kv.rt is not rt:
+            self._kv_writer = self._kv_writer or ChunkWriter()
+            self._kv = KVState(rt, self._kv_writer)
+        return self._kv
+
+    def op_kv_info(self, req_id: int, req: dict[str, Any]) -> None:
+        kv = self.kvstate()
+        if req.get("prepare_bytes"):
+            kv.prepare(int(req["prepare_bytes"]))
+        self.result(req_id, kv.info())
+
+    def op_state_save(self, req_id: int, req: dict[str, Any]) -> None:
+        """Streaming: returns to the queue after the in-memory copy; "done" comes when the files are written."""
+        from pathlib import Path
+
+        hooks = req.get("test_hooks") if self.test_hooks else None
+        self.kvstate().save(int(req.get("seq", 0)), Path(req["dir"]), int(req.get("chunk_tokens", 0)),
+                            lambda report: self.emit({"id": req_id, "ev": "done", **report}), hooks)
+
+    def op_state_load(self, req_id: int, req: dict[str, Any]) -> None:
+        want = [int(t) for t in req["tokens"]] if "tokens" in req else None
+        self.result(req_id, self.kvstate().restore(int(req.get("seq", 0)), list(req.get("chunks", [])),
+                                                   int(req.get("keep", 0)), want))
+
+    def op_prefill(self, req_id: int, req: dict[str, Any]) -> None:
+        from hisho.engine.kvstate import prefill
+
+        rt = self.need_runtime()
+        self.result(req_id, prefill(rt, int(req.get("seq", 0)), rt.prompt_tokens(req),
+                                    lambda: self.is_cancelled(req_id)))
+
+    def op_kv_flush(self, req_id: int, req: dict[str, Any]) -> None:
+        """Wait until queued chunk files are written (tests, app exit)."""
+        idle = self._kv_writer.wait_idle(float(req.get("timeout", 30))) if self._kv_writer else True
+        self.result(req_id, {"idle": idle})
 
     def op_abort(self, req_id: int, req: dict[str, Any]) -> None:
         """Test hook: die the way a failed GGML_ASSERT does (ggml_abort -> abort())."""

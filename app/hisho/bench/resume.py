@@ -1,0 +1,219 @@
+"""``hisho bench resume --tokens N [--cold] [--kv-type q8_0] --json``: resume a saved conversation from SSD.
+
+One run, ratios against baselines from the same run (DESIGN.md "How we measure"):
+1. Engine A: a fresh send of an N-token conversation plus a fixed ~15-token question (``ttft_fresh_s``, greedy
+   reference continuation); the conversation alone prefilled (``prefill_s``) and saved through ``KVSession``.
+2. Engine B, a new process with the model already loaded (``load_s`` reported apart): restore to
+   ready-to-decode (``restore_s``, median of ``--repeat``), a send from an empty sequence (restore + question
+   prefill: ``ttft_restored_s``), the continuation compared token by token with A's (``identical_continuation``).
+3. The same question typed ahead character by character through ``KVSession.draft`` after a prefetch; the clock
+   starts at Send (``ttft_typeahead_s``).
+4. The chunk files read into a reused buffer (``raw_read_s``); a second conversation on the same document saved
+   next to the first (``shared_prefix_bytes_ratio``: disk bytes of two ÷ one).
+KV files and the index live in a temporary folder: the bench never touches the user's KV cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hisho.core.db import Database
+from hisho.core.engine_client import EngineClient
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv_session import KVSession, suffix_length
+from hisho.core.launch import load_params_for, open_model
+from hisho.core.protocol import LoadParams, Sampling
+
+QUESTION = "Which colour is the box in item 17, and how many apples does it hold?"
+REPLY = "I have read the whole list."
+CONTINUATION = 16
+TYPE_DELAY_S = 0.06  # a fast typist: ~16 characters a second
+
+
+def document(n_sentences: int) -> str:
+    colours = ("red", "green", "blue", "yellow", "white")
+    return " ".join(f"Item {i} is a {colours[i % 5]} box holding {i * 7 % 13} apples." for i in range(n_sentences))
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    n = max(256, int(args.tokens or 4096))
+    repeat = max(1, int(args.repeat))
+    model_path = open_model(args.model)
+    base = load_params_for(model_path, n_ctx=-(-(n + 512) // 256) * 256, n_seq_max=2)
+    kv = args.kv_type or base.type_k
+    params = dataclasses.replace(base, type_k=kv, type_v=kv, flash_attn=base.flash_attn or kv != "f16")
+    greedy = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=CONTINUATION, ignore_eos=True)
+    with tempfile.TemporaryDirectory(prefix="hisho-bench-kv-") as tmp:
+        index = KVIndex(Database(Path(tmp) / "index.sqlite3"), Path(tmp) / "kv")
+        out: dict[str, Any] = {"tokens": 0, "kv_type": kv, "cold": bool(args.cold), "n_ctx": params.n_ctx}
+        a = _phase_fresh(params, index, n, greedy, out)
+        _phase_restore(params, index, a, greedy, repeat, bool(args.cold), out)
+    return out
+
+
+def _send(client: EngineClient, tokens: list[int], sampling: Sampling, started: float) -> tuple[float, list[int]]:
+    """Generate from ``tokens``; seconds from ``started`` to the first token, and the tokens."""
+    first = 0.0
+    got: list[int] = []
+    for ev in client.generate(tokens=tokens, sampling=sampling):
+        if not first:
+            first = time.perf_counter() - started
+        got.append(int(ev["token"]))
+    return first, got
+
+
+def _conversation(client: EngineClient, n: int) -> tuple[list[dict[str, str]], list[int]]:
+    """Messages whose rendered conversation has about ``n`` tokens, and those tokens."""
+    per = len(client.tokenize(document(200))) / 200
+    sentences = max(1, int(n / per))
+    while True:
+        history = [{"role": "user", "content": document(sentences)}, {"role": "assistant", "content": REPLY}]
+        conv = client.tokenize(messages=history, add_generation_prompt=False)
+        if len(conv) <= n or sentences == 1:
+            return history, conv
+        sentences -= max(1, int((len(conv) - n) / per))
+
+
+def _phase_fresh(params: LoadParams, index: KVIndex, n: int, greedy: Sampling, out: dict[str, Any]) -> dict[str, Any]:
+    with EngineClient() as client:
+        client.load(params)
+        history, conv = _conversation(client, n)
+        full = client.tokenize(messages=[*history, {"role": "user", "content": QUESTION}])
+        out["tokens"], out["question_tokens"] = len(conv), len(full) - len(conv)
+        client.call("seq_rm", {"seq": 0, "start": 0})
+        out["ttft_fresh_s"], one_shot = _send(client, full, greedy, time.perf_counter())
+        client.call("seq_rm", {"seq": 0, "start": 0})
+        out["prefill_s"] = float(client.call("prefill", {"seq": 0, "tokens": conv})["seconds"])
+        session = KVSession(client, index, budget_bytes=1 << 50)
+        started = time.perf_counter()
+        session.save("bench:a")
+        out["save_return_s"] = time.perf_counter() - started  # what the next reply waits for
+        # The same question with the conversation still in memory: the reference continuation (same batch
+        # split as after a restore) and the best a restore could hope for.
+        out["ttft_in_memory_s"], reference = _send(client, full, greedy, time.perf_counter())
+        session.flush()
+        out["save_s"] = time.perf_counter() - started
+        session.close()
+    return {"history": history, "conv": conv, "full": full, "reference": reference, "one_shot": one_shot}
+
+
+def _phase_restore(params: LoadParams, index: KVIndex, a: dict[str, Any], greedy: Sampling, repeat: int,
+                   cold: bool, out: dict[str, Any]) -> None:
+    full = a["full"]
+    with EngineClient() as client:
+        started = time.perf_counter()
+        client.load(params)
+        out["load_s"] = time.perf_counter() - started
+        session = KVSession(client, index, budget_bytes=1 << 50)
+        match = index.lookup(session.fingerprint(), full)
+        files = [Path(c["path"]) for c in match.chunks]
+        out["state_bytes"] = sum(p.stat().st_size for p in files)
+        out["chunks"] = len(files)
+        started = time.perf_counter()
+        session.prepare(max(p.stat().st_size for p in files))
+        out["prepare_s"] = time.perf_counter() - started
+        restores, engine_s = [], []
+        for _ in range(repeat):
+            client.call("seq_rm", {"seq": 0, "start": 0})
+            _drop_cache(files, cold)
+            rep = session.restore("bench:a", full)
+            restores.append(rep.seconds)
+            engine_s.append(rep.engine_s)
+        out["restore_s"] = statistics.median(restores)
+        out["restore_engine_s"] = statistics.median(engine_s)
+        out["restored_tokens"] = rep.restored
+        # Send from an empty sequence: restore + question prefill + first token.
+        client.call("seq_rm", {"seq": 0, "start": 0})
+        _drop_cache(files, cold)
+        started = time.perf_counter()
+        session.restore("bench:a", full)
+        out["ttft_restored_s"], restored_tokens = _send(client, full, greedy, started)
+        out["identical_continuation"] = restored_tokens == a["reference"]
+        out["identical_to_one_shot_prefill"] = restored_tokens == a["one_shot"]
+        _typeahead(client, session, a, greedy, files, cold, out)
+        out["raw_read_s"] = statistics.median(_raw_read(files, cold) for _ in range(repeat))
+        _shared_prefix(client, session, a, out)
+        session.close()
+    _ratios(out)
+
+
+def _typeahead(client: EngineClient, session: KVSession, a: dict[str, Any], greedy: Sampling, files: list[Path],
+               cold: bool, out: dict[str, Any]) -> None:
+    history = a["history"]
+
+    def tokens_for(text: str) -> list[int]:
+        return client.tokenize(messages=[*history, {"role": "user", "content": text}])
+
+    suffix = suffix_length(tokens_for)
+    client.call("seq_rm", {"seq": 0, "start": 0})
+    _drop_cache(files, cold)
+    session.prefetch("bench:a", a["conv"])  # the conversation was selected in the sidebar
+    for i in range(1, len(QUESTION) + 1):
+        session.draft(tokens_for(QUESTION[:i]), suffix)
+        time.sleep(TYPE_DELAY_S)
+    session.wait_drafted()
+    started = time.perf_counter()  # Send
+    session.restore("bench:a", a["full"])
+    out["ttft_typeahead_s"], typed = _send(client, a["full"], greedy, started)
+    out["typeahead_identical"] = typed == a["reference"]
+
+
+def _shared_prefix(client: EngineClient, session: KVSession, a: dict[str, Any], out: dict[str, Any]) -> None:
+    """A second conversation on the same document: different reply, then saved next to the first."""
+    one = session.index.total_bytes()
+    history = [a["history"][0], {"role": "assistant", "content": "Noted: a long list of boxes and apples."}]
+    tokens = client.tokenize(messages=history, add_generation_prompt=False)
+    session.restore("bench:b", tokens)
+    client.call("prefill", {"seq": 0, "tokens": tokens})
+    session.save("bench:b")
+    session.flush()
+    out["shared_prefix_bytes_ratio"] = round(session.index.total_bytes() / one, 4) if one else None
+
+
+def _raw_read(files: list[Path], cold: bool) -> float:
+    buf = bytearray(max(p.stat().st_size for p in files))
+    view = memoryview(buf)
+    _drop_cache(files, cold)
+    started = time.perf_counter()
+    for path in files:
+        with open(path, "rb", buffering=0) as fh:
+            got = 0
+            while n := fh.readinto(view[got:]):
+                got += n
+    return time.perf_counter() - started
+
+
+def _drop_cache(files: list[Path], cold: bool) -> None:
+    """--cold: evict the files' pages so the next read comes from the disk (posix_fadvise, no root needed)."""
+    if not cold:
+        return
+    if not hasattr(os, "posix_fadvise"):
+        raise SystemExit("hisho: error: --cold needs posix_fadvise (Linux); this OS cannot drop the page cache")
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _ratios(out: dict[str, Any]) -> None:
+    def ratio(a: float, b: float) -> float | None:
+        return round(a / b, 2) if b > 0 else None
+
+    out["restore_speedup"] = ratio(out["prefill_s"], out["restore_s"])
+    out["speedup"] = ratio(out["ttft_fresh_s"], out["ttft_restored_s"])
+    out["typeahead_speedup"] = ratio(out["ttft_fresh_s"], out["ttft_typeahead_s"])
+    out["restore_vs_raw_read"] = ratio(out["raw_read_s"], out["restore_s"])
+    out["restore_vs_raw_read_engine"] = ratio(out["raw_read_s"], out["restore_engine_s"])
+    for key, value in list(out.items()):
+        if isinstance(value, float):
+            out[key] = round(value, 5)

@@ -1,0 +1,224 @@
+"""The KV chunk file: header, fingerprint, chained keys, checksum and the atomic write. No llama_cpp here.
+
+A chunk file holds the llama.cpp per-sequence state of one token range ``[start, start + n_tokens)`` of a
+prompt, exactly as ``llama_state_seq_get_data`` produced it. Layout (see docs/kv-format.md)::
+
+    PREFIX   8s magic | u32 format version | u32 header length | u64 xxh3-64 of the header bytes
+    HEADER   UTF-8 JSON: fingerprint, key, parent, start, n_tokens, tokens, payload_bytes, payload_xxh3
+    PADDING  zeros up to a 64-byte boundary
+    PAYLOAD  payload_bytes of llama.cpp state
+
+Rules of use:
+- ``chunk_key(parent, tokens)`` chains: the key of a chunk depends on every token before it and on the
+  fingerprint (the root parent is ``root_key(fingerprint)``). Equal keys mean equal prefixes, so shared prefixes
+  are stored once and a file can be named by its key.
+- ``read_header`` raises ``KVFormatError`` with a one-line reason for anything that is not a whole, valid file;
+  the payload checksum is checked by the reader of the payload (``payload_ok``) before llama.cpp sees it.
+- ``write_atomic`` never leaves a half-written file under the final name: temp file, fsync, rename, fsync dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import xxhash
+
+MAGIC = b"HISHOKV\x00"
+FORMAT_VERSION = 1
+PREFIX = struct.Struct("<8sIIQ")
+ALIGN = 64
+SUFFIX = ".hkv"
+TMP_MARK = ".tmp-"
+MAX_HEADER = 8 << 20  # a header holds at most a few thousand token ids; more is a damaged file
+
+
+class KVFormatError(Exception):
+    """A chunk file is not usable (truncated, damaged, from another model or KV type). Message: the reason."""
+
+
+def fingerprint(facts: dict[str, Any]) -> str:
+    """Hash of everything that decides whether a state can be loaded into a context (canonical JSON)."""
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def root_key(fp: str) -> str:
+    return hashlib.blake2b(b"hisho-kv-root\x00" + fp.encode("ascii"), digest_size=16).hexdigest()
+
+
+def tokens_bytes(tokens: Iterable[int]) -> bytes:
+    arr = array("i", tokens)
+    if arr.itemsize != 4:  # pragma: no cover - every platform we ship has a 4-byte int
+        raise RuntimeError("array('i') is not 32-bit here")
+    return arr.tobytes()
+
+
+def chunk_key(parent: str, tokens: Sequence[int]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(parent.encode("ascii"))
+    h.update(tokens_bytes(tokens))
+    return h.hexdigest()
+
+
+def chunk_bounds(n_tokens: int, chunk_tokens: int) -> list[tuple[int, int]]:
+    """Token ranges for ``n_tokens``: full chunks at multiples of ``chunk_tokens``, then the tail.
+    ``chunk_tokens`` <= 0 means one chunk for everything."""
+    if n_tokens <= 0:
+        return []
+    if chunk_tokens <= 0:
+        return [(0, n_tokens)]
+    return [(s, min(s + chunk_tokens, n_tokens)) for s in range(0, n_tokens, chunk_tokens)]
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """One chunk to save or restore: its range, key, parent key and file name."""
+
+    start: int
+    end: int
+    key: str
+    parent: str
+
+    @property
+    def n_tokens(self) -> int:
+        return self.end - self.start
+
+
+def plan_chunks(fp: str, tokens: Sequence[int], chunk_tokens: int) -> list[ChunkPlan]:
+    parent = root_key(fp)
+    plans = []
+    for start, end in chunk_bounds(len(tokens), chunk_tokens):
+        key = chunk_key(parent, tokens[start:end])
+        plans.append(ChunkPlan(start, end, key, parent))
+        parent = key
+    return plans
+
+
+def chunk_path(kv_dir: Path, fp: str, key: str) -> Path:
+    """Where a chunk lives: one folder per fingerprint, the file named by its key."""
+    return kv_dir / fp[:16] / f"{key}{SUFFIX}"
+
+
+def payload_checksum(data: Any) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+@dataclass(frozen=True)
+class ChunkHeader:
+    fingerprint: str
+    key: str
+    parent: str
+    start: int
+    tokens: tuple[int, ...]
+    payload_bytes: int
+    payload_xxh3: str
+    payload_offset: int
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+
+def encode_header(fp: str, plan: ChunkPlan, tokens: Sequence[int], payload: Any) -> bytes:
+    """The bytes before the payload (prefix, JSON header, padding). ``payload`` is any buffer."""
+    body = json.dumps({
+        "fingerprint": fp, "key": plan.key, "parent": plan.parent, "start": plan.start,
+        "n_tokens": plan.n_tokens, "tokens": list(tokens), "payload_bytes": len(memoryview(payload)),
+        "payload_xxh3": payload_checksum(payload),
+    }, separators=(",", ":")).encode("utf-8")
+    head = PREFIX.pack(MAGIC, FORMAT_VERSION, len(body), xxhash.xxh3_64_intdigest(body)) + body
+    return head + b"\0" * (-len(head) % ALIGN)
+
+
+def read_header(fh: BinaryIO, file_size: int) -> ChunkHeader:
+    """Parse and check a chunk file's header; the file position ends at the payload."""
+    raw = fh.read(PREFIX.size)
+    if len(raw) < PREFIX.size:
+        raise KVFormatError("truncated before the header")
+    magic, version, length, digest = PREFIX.unpack(raw)
+    if magic != MAGIC:
+        raise KVFormatError("not a Hisho KV file")
+    if version != FORMAT_VERSION:
+        raise KVFormatError(f"KV file format {version}, this Hisho reads {FORMAT_VERSION}")
+    if length > MAX_HEADER:
+        raise KVFormatError("header length is implausible")
+    body = fh.read(length)
+    if len(body) != length or xxhash.xxh3_64_intdigest(body) != digest:
+        raise KVFormatError("header damaged or truncated")
+    try:
+        meta = json.loads(body)
+        offset = PREFIX.size + length + (-(PREFIX.size + length) % ALIGN)
+        header = ChunkHeader(
+            fingerprint=str(meta["fingerprint"]), key=str(meta["key"]), parent=str(meta["parent"]),
+            start=int(meta["start"]), tokens=tuple(int(t) for t in meta["tokens"]),
+            payload_bytes=int(meta["payload_bytes"]), payload_xxh3=str(meta["payload_xxh3"]),
+            payload_offset=offset,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise KVFormatError(f"header fields invalid ({exc})") from None
+    if header.n_tokens != int(meta.get("n_tokens", -1)) or chunk_key(header.parent, header.tokens) != header.key:
+        raise KVFormatError("header tokens do not match its key")
+    if file_size != offset + header.payload_bytes:
+        raise KVFormatError(f"file is {file_size} bytes, header says {offset + header.payload_bytes}")
+    fh.seek(offset)
+    return header
+
+
+def payload_ok(header: ChunkHeader, payload: Any) -> bool:
+    return payload_checksum(payload) == header.payload_xxh3
+
+
+Writer = Callable[[BinaryIO, memoryview], None]
+
+
+def _write_all(fh: BinaryIO, data: memoryview) -> None:
+    step = 16 << 20
+    for i in range(0, len(data), step):
+        fh.write(data[i:i + step])
+
+
+def write_atomic(path: Path, header: bytes, payload: Any, *, writer: Writer = _write_all) -> int:
+    """Write header + payload to ``path`` atomically; return bytes written. On any error the temp file is
+    removed and the error re-raised (an ``OSError`` such as ENOSPC for a full disk). ``writer`` is a seam for
+    tests that simulate a failing disk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+    data = memoryview(payload).cast("B")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(header)
+            writer(fh, data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+    return len(header) + len(data)
+
+
+def _fsync_dir(folder: Path) -> None:
+    # The rename is durable only once the directory entry is; Windows cannot open a directory for this.
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_temp(path: Path) -> bool:
+    return TMP_MARK in path.name

@@ -1,0 +1,427 @@
+"""Per-sequence KV state to and from chunk files (format: hisho.core.kv.format; decisions: docs/kv-format.md).
+
+Rules of use:
+- ``KVState`` belongs to one ``Runtime`` and runs on the engine thread only. ``ChunkWriter`` is the one other
+  thread: it gets bytes already copied out of llama.cpp, so writing to disk never touches the context.
+- Bytes go through buffers allocated once and reused (``Arena``): first-touch page faults on a fresh buffer
+  cost more than reading the file (DESIGN.md "KV persistence"). ``prepare(n)`` touches them ahead of time.
+- A chunk ``[start, end)`` of a sequence is copied out through a scratch sequence (the last one, when
+  ``n_seq_max >= 2`` and the KV cache is unified): ``seq_cp`` tags the cells, ``state_seq_get_data`` copies them.
+  Restore loads chunk 0 straight into the sequence and later chunks through the scratch sequence, then
+  ``seq_cp`` (a metadata operation in a unified cache). Without a scratch sequence a save is one chunk.
+- Nothing unverified reaches llama.cpp: header, fingerprint, key, token range and payload checksum are checked
+  first. A failed chunk stops the restore at the previous one; its file is reported, never loaded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import mmap
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from hisho.core.kv import format as kvf
+from hisho.engine.runtime import RequestError, Runtime
+
+log = logging.getLogger("hisho.kv")
+
+ERR_STATE = "state"
+_ROUND = 4 << 20
+
+
+def gguf_identity(path: str) -> dict[str, Any]:
+    """Cheap identity of a GGUF file: size plus a hash of its first 8 MiB (header, tensor table) and last 1 MiB
+    (tensor data differs between fine-tunes that share a header)."""
+    size = os.path.getsize(path)
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        h.update(fh.read(8 << 20))
+        if size > 9 << 20:
+            fh.seek(size - (1 << 20))
+            h.update(fh.read())
+    return {"size": size, "head_tail_blake2b": h.hexdigest()}
+
+
+def state_facts(rt: Runtime) -> dict[str, Any]:
+    """Everything that decides whether a saved state may be loaded into this context. n_ctx is left out: a
+    state loads into any context with room for its cells."""
+    p = rt.params
+    return {
+        "kv_format": kvf.FORMAT_VERSION,
+        "gguf": gguf_identity(p.model_path),
+        "llama_cpp_python": llama_cpp.__version__,
+        "system": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+        "type_k": p.type_k, "type_v": p.type_v, "flash_attn": p.flash_attn, "swa_full": p.swa_full,
+        "kv_unified": p.kv_unified, "n_gpu_layers": p.n_gpu_layers,
+        "arch": rt.metadata.get("general.architecture", ""),
+        "n_layer": int(llama_cpp.llama_model_n_layer(rt.model)),
+        "n_embd": int(llama_cpp.llama_model_n_embd(rt.model)),
+        "n_head_kv": int(llama_cpp.llama_model_n_head_kv(rt.model)),
+        "n_swa": int(llama_cpp.llama_model_n_swa(rt.model)),
+        "chat_template": hashlib.blake2b(rt.template.text.encode("utf-8"), digest_size=16).hexdigest(),
+    }
+
+
+class Arena:
+    """A byte buffer allocated once, grown in 4 MiB steps, every page touched at allocation."""
+
+    def __init__(self) -> None:
+        self.buf: ctypes.Array[ctypes.c_uint8] = (ctypes.c_uint8 * 1)()
+        self.capacity = 0
+
+    def ensure(self, n: int) -> None:
+        if n <= self.capacity:
+            return
+        cap = -(-n // _ROUND) * _ROUND
+        buf = (ctypes.c_uint8 * cap)()
+        ctypes.memset(buf, 1, cap)  # touch every page now, not on the restore path
+        self.buf, self.capacity = buf, cap
+
+    def ptr(self, offset: int = 0) -> Any:
+        return ctypes.cast(ctypes.byref(self.buf, offset), ctypes.POINTER(ctypes.c_uint8))
+
+    def view(self, offset: int, n: int) -> memoryview:
+        return memoryview(self.buf).cast("B")[offset:offset + n]
+
+
+@dataclass
+class _Job:
+    arena: Arena
+    parts: list[tuple[dict[str, Any], bytes, int, int]]  # (record, header, offset, size)
+    done: Callable[[list[dict[str, Any]]], None]
+    test_delay_s: float = 0.0
+    test_fail_after: int = -1
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+class ChunkWriter:
+    """One background thread writing chunk files atomically; hands arenas back for reuse when done."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._free: list[Arena] = []
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pending = 0
+        self._thread = threading.Thread(target=self._loop, name="hisho-kv-writer", daemon=True)
+        self._thread.start()
+
+    def take_arena(self, n: int) -> Arena:
+        with self._lock:
+            arena = max(self._free, key=lambda a: a.capacity) if self._free else Arena()
+            if arena in self._free:
+                self._free.remove(arena)
+        arena.ensure(n)
+        return arena
+
+    def give_arena(self, arena: Arena) -> None:
+        with self._lock:
+            if len(self._free) < 2:  # keep two arenas warm; drop the rest
+                self._free.append(arena)
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            self._pending += 1
+            self._idle.clear()
+        self._jobs.put(job)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return self._idle.wait(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            records = []
+            for record, header, offset, size in job.parts:
+                records.append(self._write_one(job, record, header, offset, size))
+            self.give_arena(job.arena)
+            try:
+                job.done(records)
+            except Exception:
+                log.exception("reporting a finished KV save failed")
+            with self._lock:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.set()
+
+    def _write_one(self, job: _Job, record: dict[str, Any], header: bytes, offset: int,
+                   size: int) -> dict[str, Any]:
+        path = Path(record["path"])
+        writer = _test_writer(job) if job.test_delay_s or job.test_fail_after >= 0 else None
+        try:
+            if writer is None:
+                record["bytes"] = kvf.write_atomic(path, header, job.arena.view(offset, size))
+            else:
+                record["bytes"] = kvf.write_atomic(path, header, job.arena.view(offset, size), writer=writer)
+            record["written"] = True
+        except OSError as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            log.warning("KV chunk %s not saved: %s", path.name, exc)
+        return record
+
+
+def _test_writer(job: _Job) -> kvf.Writer:
+    """Test hooks: a writer that stalls halfway (for 'killed during a write') or fails like a full disk."""
+    def write(fh: Any, data: memoryview) -> None:
+        half = len(data) // 2
+        if 0 <= job.test_fail_after < len(data):
+            fh.write(data[:job.test_fail_after])
+            raise OSError(28, "No space left on device (test hook)")
+        fh.write(data[:half])
+        fh.flush()
+        time.sleep(job.test_delay_s)
+        fh.write(data[half:])
+    return write
+
+
+class KVState:
+    """Save and restore sequences of one runtime. Engine thread only."""
+
+    def __init__(self, rt: Runtime, writer: ChunkWriter) -> None:
+        self.rt = rt
+        self.writer = writer
+        self.facts = state_facts(rt)
+        self.fingerprint = kvf.fingerprint(self.facts)
+        unified = rt.params.kv_unified or rt.n_seq_max == 1
+        self.scratch = rt.n_seq_max - 1 if rt.n_seq_max >= 2 and unified else -1
+        self.staging = Arena()   # restore fallback where files cannot be mapped
+        self._mapped: tuple[mmap.mmap, Any] | None = None
+
+    def info(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint, "facts": self.facts, "scratch_seq": self.scratch}
+
+    def prepare(self, n_bytes: int) -> dict[str, Any]:
+        """Touch a save arena of ``n_bytes`` now, so the first save after a load copies at full speed."""
+        start = time.perf_counter()
+        self.writer.give_arena(self.writer.take_arena(n_bytes))
+        return {"seconds": time.perf_counter() - start}
+
+    # ----- save -------------------------------------------------------------------------------------
+
+    def save(self, seq: int, kv_dir: Path, chunk_tokens: int, done: Callable[[dict[str, Any]], None],
+             hooks: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Copy the new chunks of ``seq`` into an arena and queue them for writing. ``done`` gets the report
+        (on the writer thread, or at once when nothing is new). Returns the copy timings."""
+        rt = self.rt
+        tokens = list(rt.seqs.get(seq, []))
+        if self.scratch < 0 or seq == self.scratch:
+            chunk_tokens = 0
+        plans = kvf.plan_chunks(self.fingerprint, tokens, chunk_tokens)
+        records, todo = [], []
+        for plan in plans:
+            path = kvf.chunk_path(kv_dir, self.fingerprint, plan.key)
+            rec = {"key": plan.key, "parent": plan.parent, "start": plan.start, "n_tokens": plan.n_tokens,
+                   "path": str(path), "written": False, "tokens": tokens[plan.start:plan.end]}
+            if path.exists():
+                rec["bytes"] = path.stat().st_size
+            else:
+                todo.append((plan, rec))
+            records.append(rec)
+        start = time.perf_counter()
+        parts, arena = self._copy_out(seq, len(tokens), todo, tokens)
+        copy_s = time.perf_counter() - start
+        summary = {"fingerprint": self.fingerprint, "n_tokens": len(tokens), "copy_s": copy_s,
+                   "copied_bytes": sum(p[3] for p in parts)}
+
+        def finish(_: list[dict[str, Any]]) -> None:
+            done({**summary, "chunks": records})
+
+        if not parts:
+            finish([])
+            return summary
+        hooks = hooks or {}
+        self.writer.submit(_Job(arena, parts, finish, float(hooks.get("delay_s", 0.0)),
+                                int(hooks.get("fail_after", -1))))
+        return summary
+
+    def _copy_out(self, seq: int, n_held: int, todo: list[tuple[kvf.ChunkPlan, dict[str, Any]]],
+                  tokens: list[int]) -> tuple[list[tuple[dict[str, Any], bytes, int, int]], Arena]:
+        rt = self.rt
+        sizes = []
+        for plan, _ in todo:
+            src = self._isolate(seq, plan, n_held)
+            sizes.append((src, int(llama_cpp.llama_state_seq_get_size(rt.ctx, src))))
+        arena = self.writer.take_arena(sum(s for _, s in sizes)) if todo else Arena()
+        parts, offset = [], 0
+        for (plan, rec), (src, size) in zip(todo, sizes):
+            if src == self.scratch:
+                self._isolate(seq, plan, n_held)  # the scratch sequence holds one chunk at a time
+            got = int(llama_cpp.llama_state_seq_get_data(rt.ctx, arena.ptr(offset), size, src))
+            if got != size:
+                raise RequestError(ERR_STATE, f"llama.cpp wrote {got} of {size} state bytes")
+            header = kvf.encode_header(self.fingerprint, plan, tokens[plan.start:plan.end],
+                                       arena.view(offset, size))
+            parts.append((rec, header, offset, size))
+            offset += size
+        self._clear_scratch()
+        return parts, arena
+
+    def _isolate(self, seq: int, plan: kvf.ChunkPlan, n_held: int) -> int:
+        """The sequence whose state is exactly ``plan``'s range: ``seq`` itself or the scratch sequence."""
+        if plan.start == 0 and plan.end == n_held:
+            return seq
+        if self.scratch < 0:
+            raise RequestError(ERR_STATE, "a partial range needs a scratch sequence (n_seq_max >= 2)")
+        self._clear_scratch()
+        llama_cpp.llama_memory_seq_cp(self.rt.memory, seq, self.scratch, plan.start, plan.end)
+        return self.scratch
+
+    def _clear_scratch(self) -> None:
+        if self.scratch >= 0:
+            llama_cpp.llama_memory_seq_rm(self.rt.memory, self.scratch, -1, -1)
+            self.rt.seqs.pop(self.scratch, None)
+
+    # ----- restore ----------------------------------------------------------------------------------
+
+    def restore(self, seq: int, chunks: list[dict[str, Any]], keep: int,
+                want: list[int] | None = None) -> dict[str, Any]:
+        """Load ``chunks`` (in order, from position 0) into ``seq``, then keep its first ``keep`` tokens.
+        A chunk that fails verification or loading stops the restore; what loaded before it stays.
+        Nothing is loaded when ``seq`` already holds at least ``keep`` tokens of the prompt ``want``."""
+        rt = self.rt
+        if want is not None:
+            common = _common_prefix(rt.seqs.get(seq, []), want)
+            if common >= keep:
+                return {"restored": common, "loaded_tokens": 0, "bytes": 0, "failed": [], "skipped": True}
+        rt.seq_rm(seq, 0)
+        tokens: list[int] = []
+        failed: list[dict[str, str]] = []
+        t = {"read_s": 0.0, "verify_s": 0.0, "set_s": 0.0}
+        n_bytes = 0
+        for i, chunk in enumerate(chunks):
+            ptr = None
+            try:
+                header, ptr = self._read_verified(chunk, len(tokens), t)
+                self._load_payload(seq, header, ptr, first=(i == 0), timings=t)
+            except (kvf.KVFormatError, OSError) as exc:
+                reason = str(exc) if isinstance(exc, kvf.KVFormatError) else f"{type(exc).__name__}: {exc}"
+                log.warning("KV chunk %s not restored: %s", chunk.get("path"), reason)
+                failed.append({"path": str(chunk.get("path")), "key": str(chunk.get("key")), "reason": reason})
+                break
+            finally:
+                ptr = None  # drop the pointer into the mapping before unmapping it
+                self._unmap()
+            tokens.extend(header.tokens)
+            n_bytes += header.payload_bytes
+        keep = max(0, min(keep, len(tokens)))
+        if not self._consistent(seq, len(tokens)):
+            log.warning("KV restore left sequence %d inconsistent; clearing it", seq)
+            tokens, keep = [], 0
+        rt.seqs[seq] = tokens
+        rt.seq_rm(seq, keep)
+        return {"restored": keep, "loaded_tokens": len(tokens), "bytes": n_bytes, "failed": failed, **t}
+
+    def _read_verified(self, chunk: dict[str, Any], start: int, t: dict[str, float]) -> tuple[kvf.ChunkHeader, Any]:
+        """Open a chunk, check everything, and return its header and a pointer to the verified payload.
+        The payload is the file mapped copy-on-write (no copy: reading it into a buffer costs as much as the
+        restore itself); where mapping fails it is read into the reused staging buffer."""
+        path = Path(str(chunk["path"]))
+        t0 = time.perf_counter()
+        self._unmap()
+        with open(path, "rb", buffering=0) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            header = kvf.read_header(fh, size)  # type: ignore[arg-type]
+            if header.fingerprint != self.fingerprint:
+                raise kvf.KVFormatError("saved by another model, library or KV type (fingerprint differs)")
+            if header.key != chunk.get("key") or header.start != start:
+                raise kvf.KVFormatError("chunk does not continue the restored prefix")
+            view, ptr = self._map(fh, header) if header.payload_bytes else (None, None)
+            if view is None:
+                view, ptr = self._read_into_staging(fh, header)
+        t1 = time.perf_counter()
+        ok = kvf.payload_ok(header, view)
+        t["read_s"] += t1 - t0
+        t["verify_s"] += time.perf_counter() - t1
+        if not ok:
+            raise kvf.KVFormatError("payload checksum mismatch (damaged file)")
+        return header, ptr
+
+    def _map(self, fh: Any, header: kvf.ChunkHeader) -> tuple[Any, Any]:
+        # Files are only ever replaced by rename (a new inode), never rewritten in place, so the mapped bytes
+        # cannot change between the checksum and llama.cpp reading them.
+        try:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError):
+            return None, None
+        arr = (ctypes.c_uint8 * header.payload_bytes).from_buffer(mm, header.payload_offset)
+        self._mapped = (mm, arr)
+        return memoryview(arr).cast("B"), ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint8))
+
+    def _unmap(self) -> None:
+        if self._mapped is not None:
+            mm, arr = self._mapped
+            self._mapped = None
+            del arr
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a view is still alive (an exception's frame); the map closes when it is collected
+
+    def _read_into_staging(self, fh: Any, header: kvf.ChunkHeader) -> tuple[Any, Any]:
+        self.staging.ensure(header.payload_bytes)
+        view = self.staging.view(0, header.payload_bytes)
+        got = 0
+        while got < header.payload_bytes:
+            n = fh.readinto(view[got:])
+            if not n:
+                raise kvf.KVFormatError("truncated payload")
+            got += n
+        return view, self.staging.ptr(0)
+
+    def _load_payload(self, seq: int, header: kvf.ChunkHeader, ptr: Any, *, first: bool,
+                      timings: dict[str, float]) -> None:
+        rt = self.rt
+        target = seq if first else self.scratch
+        if target < 0:
+            raise kvf.KVFormatError("a multi-chunk restore needs a scratch sequence (n_seq_max >= 2)")
+        t0 = time.perf_counter()
+        n = int(llama_cpp.llama_state_seq_set_data(rt.ctx, ptr, header.payload_bytes, target))
+        if n == 0:
+            # llama.cpp clears the target sequence when it rejects a state.
+            raise kvf.KVFormatError("llama.cpp rejected the state (layout or type mismatch)")
+        if not first:
+            llama_cpp.llama_memory_seq_cp(rt.memory, self.scratch, seq, -1, -1)
+            self._clear_scratch()
+        timings["set_s"] += time.perf_counter() - t0
+
+    def _consistent(self, seq: int, n_tokens: int) -> bool:
+        pos_max = int(llama_cpp.llama_memory_seq_pos_max(self.rt.memory, seq))
+        return pos_max + 1 == n_tokens
+
+
+def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], bool]) -> dict[str, Any]:
+    """Type-ahead: make ``seq`` hold ``tokens``, rolling back (``llama_memory_seq_rm``) from the first token
+    that differs and decoding only the rest, without logits (``generate`` re-evaluates its last prompt token)."""
+    if len(tokens) >= rt.n_ctx:
+        raise RequestError("context_full", f"{len(tokens)} tokens do not fit the context of {rt.n_ctx}")
+    held = rt.seqs.get(seq, [])
+    common = _common_prefix(held, tokens)
+    rolled_back = len(held) - common
+    if rolled_back:
+        rt.seq_rm(seq, common)
+    start = time.perf_counter()
+    complete = rt.decode_tokens(seq, tokens[common:], want_logits=False, should_stop=should_stop)
+    return {"held": len(rt.seqs.get(seq, [])), "decoded": len(tokens) - common, "rolled_back": rolled_back,
+            "complete": complete, "seconds": time.perf_counter() - start}
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,129 @@
+"""The KV index on a real SQLite file and real chunk files: lookup, sharing, deletion, budget, repair."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hisho.core.db import Database
+from hisho.core.kv import format as kvf
+from hisho.core.kv.index import KVIndex
+
+FP = kvf.fingerprint({"model": "test"})
+BYTES_PER_TOKEN = 100
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> KVIndex:
+    return KVIndex(Database(tmp_path / "db.sqlite3"), tmp_path / "kv")
+
+
+def save(index: KVIndex, owner: str, tokens: list[int], chunk: int = 4) -> list[dict[str, Any]]:
+    """Write chunk files the way the engine does (payload: fake state bytes) and record them."""
+    records = []
+    for plan in kvf.plan_chunks(FP, tokens, chunk):
+        path = kvf.chunk_path(index.kv_dir, FP, plan.key)
+        part = tokens[plan.start:plan.end]
+        rec = {"key": plan.key, "parent": plan.parent, "start": plan.start, "n_tokens": plan.n_tokens,
+               "path": str(path), "tokens": part}
+        if path.exists():
+            rec["bytes"] = path.stat().st_size
+        else:
+            payload = bytes(BYTES_PER_TOKEN * len(part))
+            rec["bytes"] = kvf.write_atomic(path, kvf.encode_header(FP, plan, part, payload), payload)
+        records.append(rec)
+    index.record_save(owner, FP, records)
+    return records
+
+
+def files(index: KVIndex) -> set[Path]:
+    return {p for p in index.kv_dir.rglob("*") if p.is_file()}
+
+
+def test_lookup_finds_the_longest_saved_prefix(index: KVIndex) -> None:
+    save(index, "conv:1", list(range(10)))
+    m = index.lookup(FP, list(range(10)) + [50, 51])
+    assert [c["start"] for c in m.chunks] == [0, 4, 8] and m.keep == 10
+    m = index.lookup(FP, list(range(6)) + [99, 98, 97])  # diverges inside the second chunk: load it, trim
+    assert [c["start"] for c in m.chunks] == [0, 4] and m.keep == 6
+    m = index.lookup(FP, list(range(10)))  # the whole prompt is saved: keep one token back for logits
+    assert m.keep == 9
+    assert index.lookup(FP, [7, 7, 7]).chunks == []
+    assert index.lookup(kvf.fingerprint({"model": "other"}), list(range(12))).chunks == []
+
+
+def test_shared_prefix_is_stored_once_and_survives_deleting_one_owner(index: KVIndex) -> None:
+    doc = list(range(100, 116))
+    save(index, "conv:1", doc + [1, 2, 3])
+    one = index.total_bytes()
+    save(index, "conv:2", doc + [7, 8])
+    assert index.total_bytes() < 1.2 * one
+    both = files(index)
+    u1, u2 = index.usage("conv:1"), index.usage("conv:2")
+    assert u1.n_tokens == 19 and u1.bytes > u1.own_bytes > 0 and u2.own_bytes > 0
+    freed = index.delete_owner("conv:1")
+    assert freed == u1.own_bytes
+    assert len(files(index)) == len(both) - 1  # only conv 1's tail went
+    m = index.lookup(FP, doc + [7, 8, 9])
+    assert m.keep == 18
+    index.delete_owner("conv:2")
+    assert files(index) == set() and index.total_bytes() == 0
+
+
+def test_growing_conversation_drops_its_old_tail(index: KVIndex) -> None:
+    save(index, "conv:1", list(range(6)))
+    save(index, "conv:1", list(range(10)))
+    index.gc()
+    assert sorted(r["start"] for r in index.db.query("SELECT start FROM kv_chunks")) == [0, 4, 8]
+    assert len(files(index)) == 3
+
+
+def test_budget_evicts_least_recently_used_and_keeps_pinned_longest(index: KVIndex) -> None:
+    save(index, "conv:1", [1] * 8)
+    save(index, "conv:2", [2] * 8)
+    save(index, "doc:3", [3] * 8)
+    index.set_pinned("conv:1", True)
+    index.touch("conv:2")
+    time.sleep(0.01)
+    index.touch("doc:3")
+    each = index.usage("conv:2").bytes
+    assert index.evict(2 * each) == ["conv:2"]
+    assert index.evict(each) == ["doc:3"]
+    assert index.lookup(FP, [1] * 9).keep == 8  # the pinned one stays
+    assert index.evict(0) == ["conv:1"] and files(index) == set()
+
+
+def test_reconcile_repairs_rows_without_files_and_files_without_rows(index: KVIndex) -> None:
+    recs = save(index, "conv:1", list(range(8)))
+    Path(recs[1]["path"]).unlink()  # index row without file
+    stray = index.kv_dir / FP[:16] / ("f" * 32 + kvf.SUFFIX)  # file without index row
+    stray.write_bytes(b"x" * 10)
+    old = time.time() - 3600
+    os.utime(stray, (old, old))
+    fresh = index.kv_dir / FP[:16] / ("e" * 32 + kvf.SUFFIX)  # maybe a save in flight: left alone
+    fresh.write_bytes(b"y")
+    dead_tmp = index.kv_dir / FP[:16] / f"{'d' * 32}{kvf.SUFFIX}{kvf.TMP_MARK}999999999"  # writer died
+    dead_tmp.write_bytes(b"z")
+    report = index.reconcile()
+    assert report["rows_without_file"] == 1 and report["files_removed"] == 2
+    assert not stray.exists() and not dead_tmp.exists() and fresh.exists()
+    assert index.lookup(FP, list(range(8)) + [1]).keep == 4  # what is left still restores
+
+
+def test_seconds_saved_uses_measured_prefill_speed(index: KVIndex) -> None:
+    save(index, "conv:1", list(range(1000)), chunk=256)
+    index.record_speed(FP, prefill_tok_s=100.0, restore_bytes_s=1e9)
+    assert index.usage("conv:1").seconds_saved == pytest.approx(10.0, rel=0.01)
+    index.record_speed(FP, prefill_tok_s=200.0)
+    assert index.usage("conv:1").seconds_saved == pytest.approx(1000 / 130.0, rel=0.01)
+
+
+def test_remove_chunk_deletes_the_file(index: KVIndex) -> None:
+    recs = save(index, "conv:1", list(range(8)))
+    index.remove_chunk(recs[0]["key"], "test")
+    assert not Path(recs[0]["path"]).exists()
+    assert index.lookup(FP, list(range(9))).chunks == []
