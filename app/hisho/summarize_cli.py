@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import Any
 
-from hisho.core.documents.plan import FINAL_TOKENS, MAX_PARALLEL, SUMMARY_TOKENS
+from hisho.core.documents.plan import CHUNK_TARGET, FINAL_TOKENS, MAX_PARALLEL, SUMMARY_TOKENS
 
 
 def register(sub: Any) -> None:
@@ -25,6 +25,7 @@ def register(sub: Any) -> None:
     p.add_argument("--parallel", type=int, default=MAX_PARALLEL, help="chunk summaries decoded at once")
     p.add_argument("--summary-tokens", type=int, default=SUMMARY_TOKENS, help="reply budget per chunk")
     p.add_argument("--final-tokens", type=int, default=FINAL_TOKENS, help="reply budget of the final summary")
+    p.add_argument("--chunk-tokens", type=int, default=CHUNK_TARGET, help="largest chunk (tokens)")
     p.add_argument("--password", help="password of an encrypted PDF")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_summarize)
@@ -48,7 +49,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     with EngineClient() as client:
         load_model(client, params)
         job = SummaryJob(client, args.files, password=args.password, max_parallel=parallel,
-                         summary_tokens=args.summary_tokens, final_tokens=args.final_tokens, on_progress=progress)
+                         summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
+                         chunk_target=args.chunk_tokens, on_progress=progress)
         previous = signal.signal(signal.SIGINT, lambda *_: job.cancel())
         try:
             result = job.run()

@@ -67,7 +67,7 @@ def _page_text(pdf: object, index: int) -> tuple[str, bool]:
     try:
         textpage = page.get_textpage()
         try:
-            text = str(textpage.get_text_bounded())
+            text = str(textpage.get_text_range())
         finally:
             textpage.close()
         has_images = False

@@ -36,7 +36,13 @@ def _v1(db: sqlite_utils.Database) -> None:
         batch_gain REAL NOT NULL, updated REAL NOT NULL)""")
 
 
-STEPS = [_v1]
+def _v2(db: sqlite_utils.Database) -> None:
+    from hisho.core.documents.ask import migrate_v2
+
+    migrate_v2(db)
+
+
+STEPS = [_v1, _v2]
 
 
 def model_fingerprint(model_path: str | Path) -> str:

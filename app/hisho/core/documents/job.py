@@ -94,6 +94,7 @@ class SummaryJob:
     def __init__(self, client: Client, files: Sequence[Path | str], *, cache: SummaryCache | None = None,
                  password: str | None = None, max_parallel: int = P.MAX_PARALLEL,
                  summary_tokens: int = P.SUMMARY_TOKENS, final_tokens: int = P.FINAL_TOKENS,
+                 chunk_target: int = P.CHUNK_TARGET,
                  on_progress: Callable[[JobProgress], None] | None = None) -> None:
         self.client = client
         self.files = [Path(f) for f in files]
@@ -101,6 +102,7 @@ class SummaryJob:
         self.password = password
         self.summary_tokens = summary_tokens
         self.final_tokens = final_tokens
+        self.chunk_target = chunk_target
         self.on_progress = on_progress
         info = client.load_info
         self.n_ctx = int(info.get("n_ctx", 0))
@@ -180,7 +182,7 @@ class SummaryJob:
         try:
             plan = P.make_plan(doc, self._count, self.n_ctx, overhead_tokens=overhead,
                                summary_tokens=self.summary_tokens, final_tokens=self.final_tokens,
-                               max_parallel=self.max_parallel)
+                               max_parallel=self.max_parallel, chunk_target=self.chunk_target)
         except ValueError as exc:
             raise UserError(f"{doc.name}: {exc}") from None
         self.eta_s = self._estimate(plan)

@@ -92,14 +92,14 @@ class Plan:
 
 def make_plan(doc: Document, count: Count, n_ctx: int, *, overhead_tokens: int,
               summary_tokens: int = SUMMARY_TOKENS, final_tokens: int = FINAL_TOKENS,
-              max_parallel: int = MAX_PARALLEL) -> Plan:
+              max_parallel: int = MAX_PARALLEL, chunk_target: int = CHUNK_TARGET) -> Plan:
     """Decide one pass vs map-reduce for ``doc`` in a context of ``n_ctx`` tokens."""
     whole = doc.text
     total = count(whole)
     if overhead_tokens + total + final_tokens <= n_ctx:
         chunk = Chunk(0, whole, _refs(doc.sections), total)
         return Plan("single", n_ctx, total, total, 1, overhead_tokens, [chunk])
-    chunk_tokens = min(CHUNK_TARGET, n_ctx - overhead_tokens - summary_tokens)
+    chunk_tokens = min(chunk_target, n_ctx - overhead_tokens - summary_tokens)
     if chunk_tokens < MIN_CHUNK:
         raise ValueError(f"a context of {n_ctx} tokens is too small to summarize in chunks (needs "
                          f"{overhead_tokens + summary_tokens + MIN_CHUNK})")

@@ -1,0 +1,179 @@
+""""Ask about it": a summary opens as a conversation with its documents attached. No Qt, no llama_cpp.
+
+Two approaches, chosen once per conversation and shown to the user (``Attachment.note``):
+- ``whole``: every document fits the context with room for questions. The documents go in the conversation's
+  system prompt, so prompts are laid out [system + documents][summary turn][questions]. That prefix is the
+  same for every question: ``precompute_kv`` prefills it once and saves it with the KV store
+  (``document_owner``), so the first question prefills only the question.
+- ``chunks``: too long for the context. The system prompt holds the summary; before each question the
+  ``before_prompt`` hook (``DocumentContext``) appends the most relevant chunks (BM25 over words) to the
+  question, in document order, each with its page/section reference.
+Attachments live in SQLite (component "documents", table doc_attachments), keyed by conversation id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlite_utils
+
+from hisho.core.documents.model import Document
+
+log = logging.getLogger("hisho.documents")
+
+ASK_WHOLE = ("You answer questions about the documents below. Cite page or section references in brackets "
+             "where you can. If the documents do not say, say so.")
+ASK_CHUNKS = ("You answer questions about a long document. Each question comes with the parts of the document "
+              "most relevant to it, with their references; answer from those parts and cite them in brackets. "
+              "If they do not say, say so. Summary of the whole document:")
+QUESTION_ROOM = 1024   # tokens kept free for questions and answers in the whole-document approach
+
+Count = Callable[[str], int]
+
+
+@dataclass
+class Attachment:
+    approach: str                                   # "whole" or "chunks"
+    system_prompt: str
+    note: str                                       # what the UI shows about how questions are answered
+    parts: list[tuple[str, str]] = field(default_factory=list)   # (refs, text) for retrieval
+
+
+def attach(docs: Sequence[Document], summary: str, count: Count, n_ctx: int,
+           parts: list[tuple[str, str]] | None = None) -> Attachment:
+    """Decide how questions about ``docs`` are answered. ``parts`` are the job's chunks (refs, text); without
+    them each section is a part."""
+    whole = ASK_WHOLE + "".join(f"\n\n# {d.name}\n\n{d.text}" for d in docs)
+    if count(whole) + count(summary) + QUESTION_ROOM <= n_ctx:
+        return Attachment("whole", whole, "Whole document in context; its KV is computed once and reused, so a "
+                                          "question costs only its own tokens.")
+    chunks = parts or [(s.ref, s.text) for d in docs for s in d.sections]
+    return Attachment("chunks", f"{ASK_CHUNKS}\n\n{summary}",
+                      f"The document is longer than the context ({n_ctx} tokens): each question is answered from "
+                      "its most relevant parts, which the answer cites.", chunks)
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _terms(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text) if len(w) > 2]
+
+
+def relevant_parts(parts: list[tuple[str, str]], question: str, count: Count, budget: int) -> list[int]:
+    """Indices of the parts to show with ``question``: best BM25 score first until ``budget`` tokens are used,
+    returned in document order. Parts that share no word with the question are never picked."""
+    docs = [Counter(_terms(t)) for _, t in parts]
+    n = len(docs)
+    avg = sum(sum(d.values()) for d in docs) / max(1, n)
+    query = set(_terms(question))
+    df = {q: sum(1 for d in docs if q in d) for q in query}
+    scores = []
+    for i, d in enumerate(docs):
+        length = sum(d.values())
+        s = 0.0
+        for q in query:
+            tf = d.get(q, 0)
+            if tf:
+                idf = math.log(1 + (n - df[q] + 0.5) / (df[q] + 0.5))
+                s += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / max(avg, 1)))
+        scores.append((s, i))
+    picked, used = [], 0
+    for s, i in sorted(scores, key=lambda x: (-x[0], x[1])):
+        if s <= 0:
+            break
+        cost = count(parts[i][1]) + 8
+        if used + cost > budget:
+            continue
+        picked.append(i)
+        used += cost
+    return sorted(picked)
+
+
+def question_with_parts(att: Attachment, question: str, count: Count, budget: int) -> str:
+    chosen = relevant_parts(att.parts, question, count, budget)
+    if not chosen:
+        return question
+    shown = "\n\n".join(f"[{att.parts[i][0]}]\n{att.parts[i][1]}" for i in chosen)
+    return f"Relevant parts of the document:\n\n{shown}\n\nQuestion: {question}"
+
+
+# ----- storage and the chat hook ---------------------------------------------------------------------------
+
+
+def migrate_v2(db: sqlite_utils.Database) -> None:
+    db.execute("""CREATE TABLE doc_attachments (
+        conversation_id INTEGER PRIMARY KEY, approach TEXT NOT NULL, note TEXT NOT NULL, parts TEXT NOT NULL,
+        doc_shas TEXT NOT NULL)""")
+
+
+def save_attachment(db: Any, conversation_id: int, att: Attachment, doc_shas: list[str]) -> None:
+    with db.transaction():
+        db.execute("INSERT OR REPLACE INTO doc_attachments VALUES (?,?,?,?,?)",
+                   [conversation_id, att.approach, att.note, json.dumps(att.parts), json.dumps(doc_shas)])
+
+
+def load_attachment(db: Any, conversation_id: int) -> Attachment | None:
+    row = db.query_one("SELECT approach, note, parts FROM doc_attachments WHERE conversation_id=?",
+                       [conversation_id])
+    if row is None:
+        return None
+    return Attachment(str(row[0]), "", str(row[1]), [(str(a), str(b)) for a, b in json.loads(row[2])])
+
+
+class DocumentContext:
+    """A ``ChatService.before_prompt`` hook: for a conversation with a long document attached, replace the
+    last user message of the outgoing prompt (not the stored one) by the question with its relevant parts."""
+
+    def __init__(self, db: Any, count: Count, n_ctx: Callable[[], int]) -> None:
+        self.db = db
+        self.count = count
+        self.n_ctx = n_ctx
+
+    def __call__(self, turn: Any, messages: list[dict[str, str]]) -> None:
+        att = load_attachment(self.db, int(turn.conversation_id))
+        if att is None or att.approach != "chunks" or not messages or messages[-1].get("role") != "user":
+            return
+        used = sum(self.count(m["content"]) for m in messages)
+        budget = max(0, self.n_ctx() // 2 - used)
+        messages[-1] = {"role": "user", "content": question_with_parts(att, messages[-1]["content"], self.count,
+                                                                          budget)}
+
+
+def open_conversation(store: Any, db: Any, docs: Sequence[Document], summary: str, count: Count, n_ctx: int,
+                      parts: list[tuple[str, str]] | None = None) -> tuple[int, Attachment]:
+    """Create the conversation a summary opens as: system prompt per the approach, then the request and the
+    summary as its first turn. Returns (conversation id, attachment)."""
+    att = attach(docs, summary, count, n_ctx, parts)
+    names = ", ".join(d.name for d in docs)
+    conv = store.create(f"Summary: {names}"[:120], system_prompt=att.system_prompt)
+    ask = store.add_message(conv.id, "user", f"Summarize {names}.")
+    store.add_message(conv.id, "assistant", summary, parent_id=ask.id)
+    save_attachment(db, conv.id, att, [d.sha256 for d in docs])
+    log.info("conversation %s opened for %s (%s)", conv.id, names, att.approach)
+    return int(conv.id), att
+
+
+def precompute_kv(client: Any, messages: list[dict[str, str]], kv: Any = None, owner: str = "",
+                  seq: int = 0) -> int:
+    """Prefill the conversation prefix (documents + summary turn) into ``seq`` once; with a KV session, save it
+    under ``owner`` so it survives a restart. Returns the prefix length in tokens."""
+    tokens = client.tokenize(messages=messages, add_generation_prompt=False)
+    try:
+        client.call("prefill", {"seq": seq, "tokens": tokens})
+    except Exception as exc:  # an engine without the KV persistence ops: a one-token generate prefills too
+        log.info("prefill op unavailable (%s); prefilling with generate", exc)
+        from hisho.core.protocol import Sampling
+
+        client.call("seq_rm", {"seq": seq, "start": 0})
+        client.generate(tokens=tokens, seq=seq, sampling=Sampling(temperature=0.0, max_tokens=1)).collect()
+    if kv is not None and owner:
+        kv.save(owner)
+    return len(tokens)

@@ -1,0 +1,97 @@
+"""The batched map phase (engine/batched.py through the batch_generate op) on the real model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hisho.core.engine_client import EngineClient
+from hisho.core.errors import EngineError
+from hisho.core.protocol import LoadParams, Sampling
+
+GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def batched(engine_home: Path, default_model_path: Path) -> Iterator[EngineClient]:
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HISHO_HOME", str(engine_home))
+    client = EngineClient()
+    # n_batch 64: long prompts take several steps, so decode tokens of other sequences must ride along.
+    client.load(LoadParams(model_path=str(default_model_path), n_ctx=2048, n_batch=64, n_ubatch=64,
+                           n_seq_max=4, kv_unified=True))
+    yield client
+    client.close()
+    mp.undo()
+
+
+def ask(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Name one fact about the number {i}."}]
+
+
+def run(client: EngineClient, items: list[dict[str, object]], n_parallel: int,
+        sampling: Sampling = GREEDY) -> tuple[dict[int, dict[str, object]], dict[str, object]]:
+    stream = client.stream("batch_generate", {"items": items, "sampling": sampling.to_dict(),
+                                              "n_parallel": n_parallel})
+    out: dict[int, dict[str, object]] = {}
+    for ev in stream:
+        assert int(ev["item"]) not in out, "an item was reported twice"
+        out[int(ev["item"])] = ev
+    assert stream.result is not None
+    return out, stream.result.extra
+
+
+def test_one_sequence_equals_plain_generate(batched: EngineClient) -> None:
+    reference = []
+    for i in range(3):
+        batched.call("seq_rm", {"seq": 0, "start": 0})
+        reference.append(batched.generate(messages=ask(i), sampling=GREEDY).collect().text)
+    out, stats = run(batched, [{"messages": ask(i)} for i in range(3)], n_parallel=1)
+    assert [out[i]["text"] for i in range(3)] == reference
+    assert stats["n_parallel"] == 1 and stats["items"] == 3
+
+
+def test_continuous_batching_serves_more_items_than_sequences(batched: EngineClient) -> None:
+    items = [{"messages": ask(i), "max_tokens": 6 + 3 * i} for i in range(7)]
+    out, stats = run(batched, items, n_parallel=3)
+    assert sorted(out) == list(range(7))
+    for i in range(7):
+        assert out[i]["completion_tokens"] == 6 + 3 * i or out[i]["stop_reason"] == "eos"
+        assert str(out[i]["text"]).strip()
+    assert stats["n_parallel"] == 3
+    # Several sequences shared each decode step: far fewer llama_decode calls than tokens generated.
+    assert int(stats["steps"]) < int(stats["decode_tokens"])
+    used = {int(ev["seq"]) for ev in out.values()}
+    assert used == {0, 1, 2}
+
+
+def test_decode_tokens_ride_along_with_prefill(batched: EngineClient) -> None:
+    long_text = "Summarize: " + "the river runs past the old mill and the bakery. " * 40  # ~450 tokens
+    items = [{"messages": ask(1), "max_tokens": 30}, {"prompt": long_text, "max_tokens": 4}]
+    out, stats = run(batched, items, n_parallel=2)
+    assert sorted(out) == [0, 1]
+    # The short prompt finished prefill first; its decode tokens went into the long prompt's prefill batches.
+    assert int(stats["pure_decode_tokens"]) < int(stats["decode_tokens"])
+    assert int(stats["prefill_tokens"]) == int(out[0]["prompt_tokens"]) + int(out[1]["prompt_tokens"])
+
+
+def test_cancel_stops_and_frees_the_sequences(batched: EngineClient) -> None:
+    sampling = Sampling(temperature=0.0, max_tokens=400, ignore_eos=True)
+    stream = batched.stream("batch_generate", {"items": [{"messages": ask(i)} for i in range(6)],
+                                               "sampling": sampling.to_dict(), "n_parallel": 2})
+    stream.cancel()
+    got = list(stream)
+    assert stream.result is not None and stream.result.stop_reason == "cancelled"
+    assert len(got) < 6
+    for seq in range(4):  # every sequence was wiped: a plain generate starts from nothing
+        assert batched.call("seq_rm", {"seq": seq, "start": 0})["held"] == 0
+    again = batched.generate(messages=ask(5), sampling=GREEDY, seq=1).collect()
+    assert again.cached_tokens == 0 and again.completion_tokens > 0
+
+
+def test_too_long_item_is_refused(batched: EngineClient) -> None:
+    with pytest.raises(EngineError) as err:
+        run(batched, [{"messages": ask(1), "max_tokens": 4000}], n_parallel=1)
+    assert err.value.kind == "context_full"

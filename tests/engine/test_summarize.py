@@ -1,0 +1,166 @@
+"""``hisho summarize`` end to end on the real model: map-reduce with page references, resume after a kill,
+cancel and resume in-process, several files with one bad, never silent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hisho.core import paths
+from hisho.core.documents.job import JobProgress, SummaryJob
+from hisho.core.engine_client import EngineClient
+from hisho.core.protocol import LoadParams
+from tests.fixtures.docs.make import make_pdf
+
+# Small budgets keep the tiny model fast; the planner still has to cut the document into ~10 chunks.
+SMALL = ["--n-ctx", "1024", "--chunk-tokens", "160", "--summary-tokens", "20", "--final-tokens", "40"]
+TOWNS = ["Riverton", "Lakeside", "Hillcrest", "Brookfield", "Oakdale", "Pinewood", "Fairview", "Maple Grove",
+         "Stonebridge", "Ashford"]
+
+
+def report_pdf(path: Path, pages: int = 10) -> Path:
+    texts = []
+    for i in range(pages):
+        town = TOWNS[i % len(TOWNS)]
+        lines = [f"Page {i + 1}: the council of {town} met on day {i + 3}.",
+                 f"They approved {1000 + 37 * i} dollars for road repair in {town}.",
+                 f"The library of {town} gets {200 + 11 * i} new books this year.",
+                 f"Mayor {town[:3]}son said the budget of {town} is balanced.",
+                 f"Rainfall in {town} was {40 + i} millimetres, so farmers are happy.",
+                 f"The bridge over the {town} river will be painted green in spring."]
+        texts.append("\n".join(lines))
+    return make_pdf(path, texts)
+
+
+def hisho(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hisho.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def stored_rows() -> list[tuple[Any, ...]]:
+    db = paths.database_path()
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT chunk_key, created, summary FROM doc_summaries WHERE level = 0").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def test_map_reduce_cites_pages_and_second_run_is_all_cached(tmp_path: Path) -> None:
+    pdf = report_pdf(tmp_path / "council.pdf")
+    first = hisho("summarize", str(pdf), "--json", *SMALL)
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert out["truncated"] is False and out["cancelled"] is False
+    assert out["chunks"] >= 5 and out["chunks_cached"] == 0 and out["chunks_generated"] == out["chunks"]
+    assert out["input_tokens"] > 900 and out["seconds"] > 0
+    doc = out["documents"][0]
+    assert doc["mode"] == "map_reduce" and doc["n_parallel"] >= 2
+    assert "By part:\n- [p" in out["summary"]
+    assert "Not included" not in out["summary"]
+    again = json.loads(hisho("summarize", str(pdf), "--json", *SMALL).stdout)
+    assert again["chunks_cached"] == out["chunks"] and again["chunks_generated"] == 0
+    assert again["summary"] == out["summary"]  # the combine steps came from the cache too
+
+
+def test_resume_after_kill_redoes_no_finished_chunk(tmp_path: Path) -> None:
+    pdf = report_pdf(tmp_path / "resume.pdf", pages=12)
+    # One sequence at a time, so chunks finish one by one and the kill lands between them.
+    proc = subprocess.Popen([sys.executable, "-m", "hisho.cli", "summarize", str(pdf), "--json", "--parallel", "1",
+                             *SMALL], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+    deadline = time.monotonic() + 400
+    while len(stored_rows()) < 4:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited early"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {key: (created, text) for key, created, text in stored_rows()}
+    done = hisho("summarize", str(pdf), "--json", "--parallel", "1", *SMALL)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert 4 <= len(before) < out["chunks"], "the kill should land halfway"
+    assert out["chunks_cached"] == len(before)
+    assert out["chunks_generated"] == out["chunks"] - len(before)
+    after = {key: (created, text) for key, created, text in stored_rows()}
+    for key, row in before.items():
+        assert after[key] == row, "a finished chunk was generated again"
+    assert len(after) == out["chunks"]
+
+
+def test_cancel_mid_job_then_resume(tmp_path: Path, default_model_path: Path) -> None:
+    pdf = report_pdf(tmp_path / "cancel.pdf")
+    params = LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, kv_unified=True)
+    stages: list[JobProgress] = []
+    with EngineClient() as client:
+        client.load(params)
+        kw: dict[str, Any] = {"summary_tokens": 20, "final_tokens": 40, "chunk_target": 160}
+
+        def progress(p: JobProgress) -> None:
+            stages.append(p)
+            if p.stage == "summarizing" and p.done >= 2:
+                job.cancel()
+
+        job = SummaryJob(client, [pdf], on_progress=progress, **kw)
+        result = job.run()
+        assert result.cancelled and "cancelled before it finished" in result.summary
+        assert stages[0].stage == "extracting" and any(p.message.startswith("chunk ") for p in stages)
+        assert all(p.eta_s >= 0 for p in stages) and job.eta_s > 0
+        cached_rows = len(stored_rows())
+        assert 2 <= cached_rows
+        resumed = SummaryJob(client, [pdf], **kw).run().as_dict()
+    assert not resumed["cancelled"] and resumed["chunks_cached"] == cached_rows
+    assert resumed["chunks_generated"] == resumed["chunks"] - cached_rows
+
+
+def test_several_files_one_bad_and_notes(tmp_path: Path) -> None:
+    good = tmp_path / "notes.md"
+    good.write_text("# Plan\nThe team ships the app in May.\n\n# Risks\nThe printer is broken.\n")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    scanned = make_pdf(tmp_path / "scan.pdf", ["The harbour opens at six.", ""], image_pages=(2,))
+    res = hisho("summarize", str(good), str(tmp_path / "empty.txt"), str(scanned), "--json")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip() == "hisho: error: empty.txt: the file is empty (0 bytes)"
+    out = json.loads(res.stdout)
+    assert [d["file"] for d in out["documents"]] == ["notes.md", "scan.pdf"]
+    assert all(d["mode"] == "single" for d in out["documents"])
+    assert out["summary"].startswith("## notes.md\n")
+    assert "## scan.pdf" in out["summary"]
+    tail = out["summary"].split("Not included:\n", 1)[1]
+    assert "- scan.pdf: p. 2 have no text layer" in tail
+    assert "- empty.txt: the file is empty (0 bytes) — not summarized" in tail
+    assert out["truncated"] is False
+
+
+def test_only_bad_files_exit_2_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "x.bin.txt").write_bytes(bytes(range(256)) * 16)
+    res = hisho("summarize", str(tmp_path / "x.bin.txt"))
+    assert res.returncode == 2
+    assert [ln.split(" (")[0] for ln in res.stderr.strip().splitlines()] == [
+        "hisho: error: x.bin.txt: this looks like a binary file, not text"]
+
+
+@pytest.mark.parametrize("name", ["locked.pdf"])
+def test_encrypted_pdf_message_from_cli(tmp_path: Path, name: str) -> None:
+    from tests.fixtures.docs.make import make_encrypted_pdf
+
+    path = make_encrypted_pdf(tmp_path / name, "pw")
+    res = hisho("summarize", str(path))
+    assert res.returncode == 2
+    assert "locked.pdf: the PDF is encrypted; give its password (--password)" in res.stderr
+    ok = hisho("summarize", str(path), "--password", "pw", "--json", "--final-tokens", "16")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["documents"][0]["input_tokens"] > 0
