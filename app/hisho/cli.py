@@ -143,7 +143,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume")
+BENCHES = ("decode", "resume", "summarize")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
