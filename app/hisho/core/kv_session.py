@@ -80,6 +80,7 @@ class KVSession:
         self.chunk_tokens = chunk_tokens
         self.budget_bytes = budget_bytes if budget_bytes is not None else _budget_setting()
         self._fp: str | None = None
+        self._fp_params: Any = None
         self._saves: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
@@ -94,9 +95,11 @@ class KVSession:
     # ----- engine facts ---------------------------------------------------------------------------------
 
     def fingerprint(self) -> str:
-        """The engine's state fingerprint (asked once per load; ``reset()`` after loading another model)."""
-        if self._fp is None:
+        """The engine's state fingerprint, asked again whenever the engine's load parameters change."""
+        params = getattr(self.engine, "load_params", None)
+        if self._fp is None or params != self._fp_params:
             self._fp = str(self.engine.call("kv_info", {})["fingerprint"])
+            self._fp_params = params
         return self._fp
 
     def reset(self) -> None:
@@ -105,6 +108,7 @@ class KVSession:
     def prepare(self, n_bytes: int) -> None:
         """Allocate and touch the engine's restore buffer now (after a load), not on the first restore."""
         self._fp = str(self.engine.call("kv_info", {"prepare_bytes": int(n_bytes)})["fingerprint"])
+        self._fp_params = getattr(self.engine, "load_params", None)
 
     # ----- restore ----------------------------------------------------------------------------------------
 
@@ -131,7 +135,17 @@ class KVSession:
     def prefetch(self, owner: str, tokens: Sequence[int]) -> None:
         """Restore in the background (a conversation was selected); the next send finds it in memory."""
         toks = list(tokens)
-        self._jobs.put(lambda: self._quietly(self.restore, owner, toks))
+        self.submit(lambda: self.restore(owner, toks))
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until the background jobs queued so far have run (tests, benchmarks)."""
+        done = threading.Event()
+        self._jobs.put(done.set)
+        return done.wait(timeout)
+
+    def submit(self, job: Callable[[], Any]) -> None:
+        """Run ``job`` on the session's background worker (errors are logged, never raised)."""
+        self._jobs.put(lambda: self._quietly(job))
 
     # ----- save -------------------------------------------------------------------------------------------
 

@@ -1,0 +1,105 @@
+"""KV persistence wired to the chat service: restore on send, save after a turn, prefetch, type-ahead. No Qt.
+
+``KVChat.install(service)`` adds the ``before_prompt`` / ``after_turn`` hooks of ``hisho.core.chat.ChatService``.
+The window calls ``selected(cid)``, ``draft(cid, text)`` and ``deleted(cid)`` from its signals; those only
+queue work on the session's background worker and return at once (safe on the GUI thread).
+
+Why it is always safe: chunks are keyed by the exact tokens they hold, and the engine compares tokens before
+reusing anything, so whatever order prefetch, type-ahead, sends and saves reach the engine in, the worst case is
+a slower reply, never a wrong one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from hisho.core.errors import EngineError
+from hisho.core.kv.index import Usage
+from hisho.core.kv_session import KVSession, RestoreReport, conversation_owner, suffix_length
+
+log = logging.getLogger("hisho.kv")
+
+
+class KVChat:
+    """Glue between one ``ChatService`` and one ``KVSession`` (which must wrap the service's engine)."""
+
+    def __init__(self, service: Any, session: KVSession) -> None:
+        self.service = service
+        self.session = session
+        self._busy: set[int] = set()  # conversations with a turn in flight: no type-ahead there
+        self._lock = threading.Lock()
+        self._suffix: dict[str, int] = {}
+        self.last_restore: RestoreReport | None = None  # what the last send found (for the status bar)
+
+    def install(self) -> KVChat:
+        self.service.before_prompt.append(self.before_prompt)
+        self.service.after_turn.append(self.after_turn)
+        return self
+
+    # ----- chat service hooks (the turn's worker thread) -------------------------------------------------
+
+    def before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
+        with self._lock:
+            self._busy.add(turn.conversation_id)
+        try:
+            tokens = self.session.engine.tokenize(messages=messages)  # type: ignore[attr-defined]
+            report = self.session.restore(conversation_owner(turn.conversation_id), tokens)
+            self.last_restore = report
+            if report.restored:
+                log.info("conversation %s: %d tokens from %s (%.3fs)", turn.conversation_id, report.restored,
+                         "memory" if report.skipped else "disk", report.seconds)
+        except EngineError as exc:
+            log.info("KV restore skipped: %s", exc)  # the send itself reports engine trouble
+
+    def after_turn(self, result: Any) -> None:
+        cid = result.turn.conversation_id
+        with self._lock:
+            self._busy.discard(cid)
+        if result.error:
+            return
+        try:
+            self.session.save(conversation_owner(cid))
+        except EngineError as exc:
+            log.info("KV save skipped: %s", exc)
+
+    # ----- window events (any thread; work goes to the session's worker) ---------------------------------
+
+    def selected(self, cid: int) -> None:
+        """A conversation was opened: restore its saved prefix now, before the user has finished typing."""
+        self.session.submit(lambda: self._prefetch(cid))
+
+    def draft(self, cid: int, text: str) -> None:
+        """The unsent text changed: prefill it (type-ahead)."""
+        if text.strip():
+            self.session.submit(lambda: self._draft(cid, text))
+
+    def deleted(self, cid: int) -> None:
+        self.session.submit(lambda: self.session.delete(conversation_owner(cid)))
+
+    def usage(self, cid: int) -> Usage:
+        return self.session.usage(conversation_owner(cid))
+
+    # ----- worker side -----------------------------------------------------------------------------------
+
+    def _prefetch(self, cid: int) -> None:
+        messages = self.service.prompt_messages(cid)
+        if not messages:
+            return
+        engine: Any = self.session.engine
+        tokens = engine.tokenize(messages=messages, add_generation_prompt=False)
+        self.session.restore(conversation_owner(cid), tokens)
+
+    def _draft(self, cid: int, text: str) -> None:
+        with self._lock:
+            if cid in self._busy:
+                return
+        engine: Any = self.session.engine
+        messages = self.service.prompt_messages(cid, extra_user=text)
+        fp = self.session.fingerprint()
+        if fp not in self._suffix:
+            history = messages[:-1]
+            self._suffix[fp] = suffix_length(
+                lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}])))
+        self.session.draft(engine.tokenize(messages=messages), self._suffix[fp])

@@ -1,0 +1,65 @@
+"""KV persistence through the real chat service: a reopened conversation resumes from disk, selecting a chat
+prefetches it, typing ahead makes Send one decode step, deleting a chat deletes its KV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hisho.core.chat import ChatService
+from hisho.core.conversations import ConversationStore
+from hisho.core.db import Database
+from hisho.core.engine_client import EngineClient
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv_chat import KVChat
+from hisho.core.kv_session import KVSession
+from hisho.core.protocol import LoadParams
+
+LONG = " ".join(f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(25))
+
+
+def app(model: Path, tmp: Path) -> tuple[EngineClient, ChatService, KVChat]:
+    """What the window builds at start-up, on one database and one KV folder."""
+    engine = EngineClient()
+    engine.load(LoadParams(model_path=str(model), n_ctx=1024, n_seq_max=2))
+    db = Database(tmp / "hisho.sqlite3")
+    service = ChatService(ConversationStore(db), engine)
+    session = KVSession(engine, KVIndex(db, tmp / "kv"), chunk_tokens=64, budget_bytes=1 << 40)
+    return engine, service, KVChat(service, session).install()
+
+
+def test_reopened_conversation_resumes_from_disk(default_model_path: Path, tmp_path: Path) -> None:
+    engine, service, kv = app(default_model_path, tmp_path)
+    conv = service.store.create()
+    first = service.run(service.send(conv.id, LONG + "\nWhich animal is on line 4?"))
+    assert not first.error
+    assert kv.session.flush(60)
+    saved = kv.usage(conv.id)
+    assert saved.n_tokens > 300 and saved.bytes > 0
+    kv.session.close()
+    engine.close()
+
+    engine, service, kv = app(default_model_path, tmp_path)  # the app was closed and opened again
+    try:
+        second = service.run(service.send(conv.id, "And on line 5?"))
+        assert not second.error and second.message.content
+        assert kv.last_restore is not None and not kv.last_restore.skipped
+        assert kv.last_restore.restored >= 300  # the first turn came from disk, not from a prefill
+
+        # Selecting the chat prefetches; typing ahead leaves only one token for Send.
+        engine.call("seq_rm", {"seq": 0, "start": 0})
+        kv.selected(conv.id)
+        assert kv.session.wait_idle(60)
+        kv.draft(conv.id, "What about line 6?")
+        assert kv.session.wait_idle(60) and kv.session.wait_drafted(60)
+        third = service.run(service.send(conv.id, "What about line 6?"))
+        assert not third.error
+        assert kv.last_restore is not None and kv.last_restore.skipped
+        assert kv.session.flush(60)
+
+        kv.deleted(conv.id)
+        assert kv.session.wait_idle(60)
+        assert kv.usage(conv.id).bytes == 0 and not list((tmp_path / "kv").rglob("*.hkv"))
+        assert [m.content for m in service.store.branch(conv.id)][0].startswith("Line 0")  # text untouched
+    finally:
+        kv.session.close()
+        engine.close()
