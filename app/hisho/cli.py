@@ -227,9 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[Any], None]]:
     """Feature modules add their sub-commands here (each exposes ``register(subparsers)``)."""
+    from hisho.chat_cli import register as register_chat
     from hisho.summarize_cli import register as register_summarize
 
-    return [register_summarize]
+    return [register_summarize, register_chat]
 
 
 def main(argv: list[str] | None = None) -> int:

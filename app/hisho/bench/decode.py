@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     eng_tps: list[float] = []
     raw_tokens: list[int] = []
     eng_tokens: list[int] = []
+    gui_runs: list[dict[str, float]] = []
+    gui = _gui_decoder()
     with EngineClient() as client:
         client.load(params)
         prompt = client.tokenize(messages=[{"role": "user", "content": PROMPT}])
@@ -42,6 +44,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 e = _engine_decode(client, prompt, sampling)
                 eng_tps.append(e["tokens_per_s"])
                 eng_tokens = e["tokens"]
+                if gui is not None:  # the same engine run while the chat view renders the stream
+                    gui_runs.append(gui(client, prompt, sampling))
         finally:
             raw.close()
     raw_med, eng_med = statistics.median(raw_tps), statistics.median(eng_tps)
@@ -59,7 +63,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "raw_runs": [round(x, 2) for x in raw_tps],
         "engine_runs": [round(x, 2) for x in eng_tps],
         "identical_prefix_tokens": same,
+        **_gui_figures(gui_runs, raw_med),
     }
+
+
+def _gui_decoder() -> Any:
+    try:
+        from hisho.gui.stream_bench import gui_decode
+    except ImportError:  # no PySide6: the figure is left out
+        return None
+    return gui_decode
+
+
+def _gui_figures(runs: list[dict[str, float]], raw_med: float) -> dict[str, Any]:
+    if not runs:
+        return {}
+    tps = statistics.median(r["tokens_per_s"] for r in runs)
+    return {"gui_tokens_per_s": round(tps, 2), "gui_vs_raw": round(tps / raw_med, 4) if raw_med else None,
+            "gui_runs": [round(r["tokens_per_s"], 2) for r in runs],
+            "gui_render_share": round(statistics.median(r["render_share"] for r in runs), 4),
+            "gui_flushes": [int(r["flushes"]) for r in runs]}
 
 
 def _engine_decode(client: EngineClient, prompt: list[int], sampling: Sampling) -> dict[str, Any]:

@@ -60,10 +60,15 @@ class Workers:
         self._pools = {lane: ThreadPoolExecutor(1, thread_name_prefix=f"hisho-{lane}") for lane in LANES}
         self._busy = {lane: 0 for lane in LANES}
         self._lock = threading.Lock()
+        self.closed = False
 
     def submit(self, lane: str, fn: Callable[[], T], *, done: Callable[[T], Any] | None = None,
                failed: Callable[[BaseException], Any] | None = None) -> Future[T]:
         with self._lock:
+            if self.closed:  # the window is closing: late timers and clicks start nothing
+                dropped: Future[T] = Future()
+                dropped.cancel()
+                return dropped
             self._busy[lane] += 1
         future = self._pools[lane].submit(fn)
 
@@ -93,6 +98,8 @@ class Workers:
     def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop taking work and wait up to ``timeout`` s for running jobs. Returns False if one is still running."""
         done = True
+        with self._lock:
+            self.closed = True
         for lane, pool in self._pools.items():
             pool.shutdown(wait=False, cancel_futures=True)
             # ThreadPoolExecutor has no timed shutdown; join its threads ourselves.

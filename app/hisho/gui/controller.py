@@ -160,19 +160,21 @@ class ChatController(QObject):
 
     def _show_chat(self, data: tuple[Conversation, list[Message], dict[int, list[int]]]) -> None:
         conv, branch, siblings = data
+        switched = self.current is None or self.current.id != conv.id
         self.current = conv
         self._find_after = None
         self.w.title.setText(conv.title)
+        self.w.sidebar.current_id = conv.id  # first, so selecting the row does not re-enter select()
         self.w.sidebar.select(conv.id)
-        self.w.sidebar.current_id = conv.id
         self.w.view.show_branch(conv.id, branch, siblings)
         if self.active is not None and self.active[0].conversation_id == conv.id:
             turn, buffer = self.active
             self.w.view.begin_stream(turn.id, buffer, turn.text)
         self.w.show_empty(not branch and not (self.active and self.active[0].conversation_id == conv.id))
-        if self.w.composer.text() != conv.draft:
+        if switched:  # a reload of the same chat must not overwrite what is being typed
+            self.w.composer.end_edit()
             self.w.composer.set_text(conv.draft)
-        self.w.conversation_selected.emit(conv.id)
+            self.w.conversation_selected.emit(conv.id)
         self.update_meter()
 
     def reload(self) -> None:

@@ -1,0 +1,165 @@
+"""``hisho chat [--conversation ID]``: a terminal chat on the same conversation store as the window.
+
+Lines are sent as messages; ``/help`` lists the commands. Ctrl+C during a reply stops it (the partial reply is
+saved and marked, as in the window); Ctrl+C or Ctrl+D at the prompt leaves. Uses the same ``ChatService``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import IO, Any
+
+from hisho.core.chat import ChatService, Turn
+from hisho.core.conversations import ConversationStore
+from hisho.core.errors import UserError
+
+HELP = """commands:
+  /new            start a new conversation
+  /list           list conversations (id, title)
+  /open ID        switch to conversation ID
+  /regen          write a new reply to the last message (the old one is kept)
+  /history        show this conversation
+  /quit           leave (Ctrl+D works too)"""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("chat", help="terminal chat on a saved conversation")
+    p.add_argument("--conversation", type=int, default=None, help="conversation id (default: a new one)")
+    p.add_argument("--model", help="model store name or GGUF path (default: the bundled model)")
+    p.set_defaults(func=cmd_chat)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from hisho.cli import load_model
+    from hisho.core.engine_client import EngineClient
+    from hisho.core.launch import load_params_for, open_model
+
+    store = ConversationStore()
+    if args.conversation is not None:
+        try:
+            store.get(args.conversation)
+        except KeyError:
+            raise UserError(f"no conversation {args.conversation} (see /list inside 'hisho chat')") from None
+    model_path = open_model(args.model)
+    with EngineClient() as engine:
+        load_model(engine, load_params_for(model_path))
+        service = ChatService(store, engine, model_name=model_path.stem)
+        session = TerminalChat(service, args.conversation, sys.stdin, sys.stdout)
+        return session.loop()
+
+
+class TerminalChat:
+    def __init__(self, service: ChatService, conversation_id: int | None, inp: IO[str], out: IO[str]) -> None:
+        self.service = service
+        self.store = service.store
+        self.cid = conversation_id
+        self.inp, self.out = inp, out
+
+    def say(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def loop(self) -> int:
+        if self.cid is not None:
+            self.history()
+        else:
+            self.say("new conversation — /help for commands\n")
+        while True:
+            self.say("\n> ")
+            try:
+                line = self.inp.readline()
+            except KeyboardInterrupt:
+                self.say("\n")
+                return 0
+            if not line:
+                self.say("\n")
+                return 0
+            text = line.rstrip("\n")
+            if not text.strip():
+                continue  # an empty message is never sent
+            try:
+                if text.startswith("/"):
+                    if self.command(text.strip()) == "quit":
+                        return 0
+                else:
+                    self.send(text)
+            except UserError as exc:
+                self.say(f"hisho: {exc}\n")
+
+    def command(self, text: str) -> str:
+        name, _, arg = text.partition(" ")
+        if name in ("/quit", "/exit"):
+            return "quit"
+        if name == "/help":
+            self.say(HELP + "\n")
+        elif name == "/new":
+            self.cid = None
+            self.say("new conversation\n")
+        elif name == "/list":
+            for c in self.store.conversations():
+                self.say(f"{c.id:6d}  {'*' if c.pinned else ' '} {c.title}\n")
+        elif name == "/open":
+            try:
+                self.cid = self.store.get(int(arg)).id
+            except (ValueError, KeyError):
+                raise UserError(f"no conversation {arg!r}") from None
+            self.history()
+        elif name == "/regen":
+            last = next((m for m in reversed(self.store.branch(self.cid)) if m.role == "assistant"), None) \
+                if self.cid is not None else None
+            if last is None:
+                raise UserError("no reply to regenerate yet")
+            self.run(self.service.regenerate(last.id))
+        elif name == "/history":
+            self.history()
+        else:
+            raise UserError(f"unknown command {name}; /help lists them")
+        return ""
+
+    def history(self) -> None:
+        if self.cid is None:
+            return
+        conv = self.store.get(self.cid)
+        self.say(f"# {conv.title} (conversation {conv.id})\n")
+        for m in self.store.branch(self.cid):
+            who = "you" if m.role == "user" else m.role
+            mark = f"  [{m.status}]" if m.partial else ""
+            self.say(f"\n{who}:{mark}\n{m.content}\n")
+
+    def send(self, text: str) -> None:
+        if self.cid is None:
+            self.cid = self.store.create().id
+            self.say(f"(conversation {self.cid})\n")
+        fit = self.service.check_fit(self.cid, text)
+        drop = False
+        if not fit.fits:
+            self.say(f"this conversation ({fit.prompt_tokens} tokens) no longer fits the context ({fit.n_ctx}).\n"
+                     "send anyway leaving out the oldest turns? [y/N] ")
+            if self.inp.readline().strip().lower() not in ("y", "yes"):
+                self.say("not sent\n")
+                return
+            drop = True
+        self.run(self.service.send(self.cid, text, drop_oldest=drop))
+
+    def run(self, turn: Turn) -> None:
+        # Ctrl+C while a reply streams stops the engine; run() then saves the partial reply as "stopped".
+        previous = signal.signal(signal.SIGINT, lambda *_: turn.cancel()) if _main_thread() else None
+        try:
+            result = self.service.run(turn, self.say)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        m = result.message
+        if result.error:
+            self.say(f"\n[{result.error}]\n")
+        elif m.partial:
+            self.say(f"\n[{m.status}]\n")
+        elif m.tokens_per_s:
+            self.say(f"\n[{m.tokens} tokens, {m.tokens_per_s:.1f} tok/s]\n")
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

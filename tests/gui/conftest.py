@@ -1,0 +1,58 @@
+"""GUI fixtures: the real window, offscreen, on the real bundled model, in the test's own HISHO_HOME.
+
+Every GUI test fails on Qt warnings (qutebrowser's ``qt_log_level_fail``), except the offscreen platform's
+notice that it cannot resize native windows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from hisho.gui.app import open_window
+from hisho.gui.main_window import MainWindow
+
+QT_NOISE = [r"This plugin does not support propagateSizeHints\(\)", r"QFont::setPointSizeF"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/gui" in str(item.fspath):
+            item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
+            item.add_marker(pytest.mark.qt_log_ignore(*QT_NOISE))
+
+
+def make_window(qtbot: QtBot) -> MainWindow:
+    window = open_window(None)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: window.controller.model_ready, timeout=30_000)
+    return window
+
+
+@pytest.fixture
+def window(qtbot: QtBot, default_model_path: Path) -> Iterator[MainWindow]:
+    w = make_window(qtbot)
+    yield w
+    w.close()
+
+
+def wait_idle(qtbot: QtBot, w: MainWindow, timeout: int = 120_000) -> None:
+    """Until no reply streams and both worker lanes are empty."""
+    qtbot.waitUntil(lambda: w.controller.active is None and not w.ctx.workers.busy("engine")
+                    and not w.ctx.workers.busy("store"), timeout=timeout)
+    qtbot.wait(30)
+
+
+def wait_for(qtbot: QtBot, cond: Callable[[], bool], timeout: int = 90_000) -> None:
+    qtbot.waitUntil(cond, timeout=timeout)
+
+
+def settle(qtbot: QtBot, seconds: float = 0.2) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        qtbot.wait(20)
