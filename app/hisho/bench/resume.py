@@ -31,7 +31,7 @@ from hisho.core.kv_session import KVSession, suffix_length
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.protocol import LoadParams, Sampling
 
-QUESTION = "Which colour is the box in item 17, and how many apples does it hold?"
+QUESTION = "What colour is item 17?"  # 17 tokens with the chat template around it
 REPLY = "I have read the whole list."
 CONTINUATION = 16
 TYPE_DELAY_S = 0.06  # a fast typist: ~16 characters a second

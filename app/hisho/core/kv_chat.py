@@ -15,11 +15,26 @@ import logging
 import threading
 from typing import Any
 
+from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import EngineError
-from hisho.core.kv.index import Usage
+from hisho.core.kv.index import KVIndex, Usage
 from hisho.core.kv_session import KVSession, RestoreReport, conversation_owner, suffix_length
 
 log = logging.getLogger("hisho.kv")
+
+
+def attach(service: Any, db: Database) -> KVChat | None:
+    """The app's KV persistence on the conversations database, hooked into ``service`` (whose engine it uses).
+    Returns None, with a log line, when the database cannot hold the index (read-only, too new): chats then
+    work as before, only without resuming from disk. The index is repaired in the background."""
+    try:
+        index = KVIndex(db)
+    except DatabaseUnavailable as exc:
+        log.warning("KV persistence off: %s", exc)
+        return None
+    session = KVSession(service.engine, index)
+    session.submit(index.reconcile)
+    return KVChat(service, session).install()
 
 
 class KVChat:
@@ -52,6 +67,8 @@ class KVChat:
                          "memory" if report.skipped else "disk", report.seconds)
         except EngineError as exc:
             log.info("KV restore skipped: %s", exc)  # the send itself reports engine trouble
+        except Exception:
+            log.exception("KV restore failed; the prompt is prefilled instead")  # a cache never fails a send
 
     def after_turn(self, result: Any) -> None:
         cid = result.turn.conversation_id
@@ -63,6 +80,8 @@ class KVChat:
             self.session.save(conversation_owner(cid))
         except EngineError as exc:
             log.info("KV save skipped: %s", exc)
+        except Exception:
+            log.exception("KV save failed")
 
     # ----- window events (any thread; work goes to the session's worker) ---------------------------------
 
@@ -80,6 +99,10 @@ class KVChat:
 
     def usage(self, cid: int) -> Usage:
         return self.session.usage(conversation_owner(cid))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """App exit: wait for saves in flight to be written and indexed."""
+        self.session.close(timeout)
 
     # ----- worker side -----------------------------------------------------------------------------------
 

@@ -144,8 +144,10 @@ class KVSession:
         return done.wait(timeout)
 
     def submit(self, job: Callable[[], Any]) -> None:
-        """Run ``job`` on the session's background worker (errors are logged, never raised)."""
-        self._jobs.put(lambda: self._quietly(job))
+        """Run ``job`` on the session's background worker (errors are logged, never raised). Nothing runs
+        after ``close()``: a late job would restart an engine the app just shut down."""
+        if not self._closed:
+            self._jobs.put(lambda: self._quietly(job) if not self._closed else None)
 
     # ----- save -------------------------------------------------------------------------------------------
 
@@ -250,6 +252,9 @@ class KVSession:
             self.index.record_speed(self.fingerprint(), prefill_tok_s=new_tokens / seconds)
 
     def close(self, timeout: float = 60.0) -> None:
+        """Wait for saves in flight, then stop the background threads. Safe to call twice."""
+        if self._closed:
+            return
         self.flush(timeout)
         with self._draft_cv:
             self._closed = True

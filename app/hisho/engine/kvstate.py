@@ -287,7 +287,7 @@ class KVState:
     # ----- restore ----------------------------------------------------------------------------------
 
     def restore(self, seq: int, chunks: list[dict[str, Any]], keep: int,
-                want: list[int] | None = None) -> dict[str, Any]:
+                want: list[int] | None = None, *, use_map: bool = True) -> dict[str, Any]:
         """Load ``chunks`` (in order, from position 0) into ``seq``, then keep its first ``keep`` tokens.
         A chunk that fails verification or loading stops the restore; what loaded before it stays.
         Nothing is loaded when ``seq`` already holds at least ``keep`` tokens of the prompt ``want``."""
@@ -304,7 +304,7 @@ class KVState:
         for i, chunk in enumerate(chunks):
             ptr = None
             try:
-                header, ptr = self._read_verified(chunk, len(tokens), t)
+                header, ptr = self._read_verified(chunk, len(tokens), t, use_map)
                 self._load_payload(seq, header, ptr, first=(i == 0), timings=t)
             except (kvf.KVFormatError, OSError) as exc:
                 reason = str(exc) if isinstance(exc, kvf.KVFormatError) else f"{type(exc).__name__}: {exc}"
@@ -324,7 +324,8 @@ class KVState:
         rt.seq_rm(seq, keep)
         return {"restored": keep, "loaded_tokens": len(tokens), "bytes": n_bytes, "failed": failed, **t}
 
-    def _read_verified(self, chunk: dict[str, Any], start: int, t: dict[str, float]) -> tuple[kvf.ChunkHeader, Any]:
+    def _read_verified(self, chunk: dict[str, Any], start: int, t: dict[str, float],
+                       use_map: bool) -> tuple[kvf.ChunkHeader, Any]:
         """Open a chunk, check everything, and return its header and a pointer to the verified payload.
         The payload is the file mapped copy-on-write (no copy: reading it into a buffer costs as much as the
         restore itself); where mapping fails it is read into the reused staging buffer."""
@@ -338,7 +339,7 @@ class KVState:
                 raise kvf.KVFormatError("saved by another model, library or KV type (fingerprint differs)")
             if header.key != chunk.get("key") or header.start != start:
                 raise kvf.KVFormatError("chunk does not continue the restored prefix")
-            view, ptr = self._map(fh, header) if header.payload_bytes else (None, None)
+            view, ptr = self._map(fh, header) if header.payload_bytes and use_map else (None, None)
             if view is None:
                 view, ptr = self._read_into_staging(fh, header)
         t1 = time.perf_counter()

@@ -97,6 +97,8 @@ class Server:
             finally:
                 with self._cancel_lock:
                     self._cancelled.discard(req_id)
+        if self._kv_writer is not None:
+            self._kv_writer.wait_idle(10.0)  # KV files in flight land before the process exits
         if self.runtime is not None:
             self.runtime.close()
 
@@ -215,7 +217,8 @@ class Server:
     def op_state_load(self, req_id: int, req: dict[str, Any]) -> None:
         want = [int(t) for t in req["tokens"]] if "tokens" in req else None
         self.result(req_id, self.kvstate().restore(int(req.get("seq", 0)), list(req.get("chunks", [])),
-                                                   int(req.get("keep", 0)), want))
+                                                   int(req.get("keep", 0)), want,
+                                                   use_map=bool(req.get("map", True))))
 
     def op_prefill(self, req_id: int, req: dict[str, Any]) -> None:
         from hisho.engine.kvstate import prefill

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
@@ -44,7 +45,13 @@ def open_window(model: str | None = None, *, bridge: Bridge | None = None) -> Ma
         hints = QGuiApplication.styleHints()
         if hasattr(hints, "colorSchemeChanged"):
             hints.colorSchemeChanged.connect(lambda _s: theme.apply(app, theme.choose("system")))
-    return MainWindow(ctx)
+    window = MainWindow(ctx)
+    kv: Any = ctx.extras.get("kv")
+    if kv is not None:  # KV persistence: prefetch on select, type-ahead while typing, size in the status bar
+        from hisho.gui.kv_status import wire
+
+        wire(window, kv)
+    return window
 
 
 def run_app(model: str | None = None) -> int:
@@ -54,5 +61,8 @@ def run_app(model: str | None = None) -> int:
     window.show()
     code = int(app.exec())
     window.controller.shutdown()
+    kv: Any = window.ctx.extras.get("kv")
+    if kv is not None:
+        kv.close()  # saves in flight are written and indexed before the database closes
     window.ctx.store.close()
     return code

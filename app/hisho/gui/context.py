@@ -17,6 +17,7 @@ from hisho.core.conversations import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
 from hisho.core.engine_client import EngineClient
 from hisho.core.errors import UserError
+from hisho.core.kv_chat import attach as attach_kv
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.protocol import LoadParams
 from hisho.gui.bridge import Bridge, Workers
@@ -64,11 +65,14 @@ def build(model: str | None, *, bridge: Bridge, db_path: Path | None = None) -> 
     params: LoadParams | None = None
     try:
         model_path = open_model(model or settings["default_model"] or None)
-        params = load_params_for(model_path, settings=settings)
+        params = load_params_for(model_path, settings=settings, n_seq_max=2)  # KV saves use the 2nd as scratch
     except UserError as exc:
         model_problem = str(exc)
     engine = EngineClient()
     service = ChatService(store, engine, model_name=model_path.stem if model_path else "")
     workers = Workers(bridge)
-    return AppContext(store, engine, service, bridge, workers, model_path, params, settings, problem,
-                      model_problem)
+    ctx = AppContext(store, engine, service, bridge, workers, model_path, params, settings, problem, model_problem)
+    kv = None if store.read_only else attach_kv(service, store.db)  # KV persistence: docs/kv-format.md
+    if kv is not None:
+        ctx.extras.update(kv=kv, kv_session=kv.session)
+    return ctx
