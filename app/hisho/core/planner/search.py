@@ -1,0 +1,234 @@
+"""The search: quant x n_ctx x type_k/type_v x flash attention x n_gpu_layers, best quality that fits.
+
+Order of preference (lexicographic, so more memory can never give a worse plan: the feasible set only grows):
+1. quality: lowest ``quality.score(quant, type_k, type_v)`` (KL ladder; dominated quants rank below the type
+   that dominates them; q8_0 KV costs about what q8_0 weights cost);
+2. context: the largest n_ctx up to ``target_ctx`` (never below ``min_ctx``; a plan under min_ctx does not fit);
+3. more layers on the GPU; 4. flash attention on; 5. less memory.
+
+Every configuration is priced by ``memory.estimate``; for each (quant, layout, n_gpu_layers) the largest
+fitting context is found by bisection over multiples of 256 (memory never shrinks with context). The plan
+explains itself: why not the next better quant, the context q8_0 KV would allow, what more memory would buy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hisho.core.gguf_facts import ModelFacts
+from hisho.core.machine import Budget
+from hisho.core.planner import quality
+from hisho.core.planner.calibrate import LAYOUTS
+from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
+
+GIB = 1024**3
+
+
+@dataclass
+class Plan:
+    model: str
+    quant: str
+    config: Config
+    fits: bool
+    budget: Budget
+    breakdown: Breakdown
+    reason: str
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    facts: ModelFacts | None = None
+
+    @property
+    def need(self) -> int:
+        return self.breakdown.committed if self.budget.metric == "committed" else self.breakdown.resident
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.config
+        b = self.breakdown
+        return {
+            "model": self.model, "quant": self.quant, "n_ctx": c.n_ctx, "type_k": c.type_k, "type_v": c.type_v,
+            "flash_attn": c.flash_attn, "n_gpu_layers": c.n_gpu_layers, "n_batch": c.n_batch,
+            "n_ubatch": c.n_ubatch, "fits": self.fits, "budget_bytes": self.budget.ram,
+            "gpu_budget_bytes": self.budget.gpu, "unified_memory": self.budget.unified,
+            "headroom_bytes": self.budget.headroom, "fit_metric": self.budget.metric,
+            "breakdown": {"weights": b.weights, "kv": b.kv, "compute": b.compute, "output": b.output,
+                          "runtime": b.runtime, "total": b.total},
+            "committed": b.committed, "resident": b.resident, "gpu_bytes": b.gpu, "estimate": b.estimate,
+            "notes": list(b.notes), "budget": self.budget.explain, "reason": self.reason,
+            "alternatives": self.alternatives,
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    facts: ModelFacts
+    calib: Calibration | None
+
+
+def fits(b: Breakdown, budget: Budget) -> bool:
+    need = b.committed_bound if budget.metric == "committed" else b.resident
+    if budget.unified:
+        return need <= budget.ram and b.gpu <= budget.gpu
+    # A discrete GPU holds its share itself; the rest must fit RAM.
+    return need - b.gpu <= budget.ram and b.gpu <= budget.gpu
+
+
+class Search:
+    def __init__(self, budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
+                 n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 1) -> None:
+        if min_ctx < 1:
+            raise ValueError("min_ctx must be positive")
+        self.budget = budget
+        self.min_ctx = min_ctx
+        self.target_ctx = max(target_ctx or min_ctx, min_ctx)
+        self.base = Config(n_ctx=min_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max)
+
+    # ----- pricing --------------------------------------------------------------------------------------
+
+    def _cfg(self, fa: bool, tk: str, tv: str, ngl: int, n_ctx: int) -> Config:
+        b = self.base
+        return Config(n_ctx=n_ctx, type_k=tk, type_v=tv, flash_attn=fa, n_gpu_layers=ngl, n_batch=b.n_batch,
+                      n_ubatch=b.n_ubatch, n_seq_max=b.n_seq_max)
+
+    def ctx_range(self, facts: ModelFacts, cap: int | None = None) -> tuple[int, int]:
+        """(smallest acceptable, largest wanted) n_ctx for this model."""
+        train = facts.context_length or self.target_ctx
+        hi = min(cap or self.target_ctx, train)
+        lo = min(self.min_ctx, train)
+        return lo, max(lo, hi)
+
+    def max_ctx(self, cand: Candidate, fa: bool, tk: str, tv: str, ngl: int, cap: int | None = None) -> int:
+        """Largest fitting n_ctx in the wanted range (multiples of 256, or exactly the top), 0 if none."""
+        lo, hi = self.ctx_range(cand.facts, cap)
+
+        def ok(n: int) -> bool:
+            return fits(estimate(cand.facts, self._cfg(fa, tk, tv, ngl, n), cand.calib), self.budget)
+
+        if not ok(lo):
+            return 0
+        if ok(hi):
+            return hi
+        a, z = lo // CELL_PAD, hi // CELL_PAD  # lo fits; find the largest multiple of 256 below hi that fits
+        while a < z:
+            mid = (a + z + 1) // 2
+            if ok(max(lo, mid * CELL_PAD)):
+                a = mid
+            else:
+                z = mid - 1
+        return max(lo, a * CELL_PAD)
+
+    def gpu_options(self, facts: ModelFacts) -> range:
+        if self.budget.gpu <= 0:
+            return range(0, 1)
+        return range(facts.n_layer + 1, -1, -1)
+
+    # ----- the search -----------------------------------------------------------------------------------
+
+    def best(self, candidates: Sequence[Candidate]) -> Plan:
+        if not candidates:
+            raise ValueError("no candidate model files")
+        best_key: tuple[float, int, int, int] | None = None
+        best: tuple[Candidate, Config] | None = None
+        for cand in candidates:
+            for fa, tk, tv in LAYOUTS:
+                score = quality.score(cand.facts.quant, tk, tv)
+                if best_key is not None and score > best_key[0]:
+                    continue  # cannot win on quality, and quality comes first
+                for ngl in self.gpu_options(cand.facts):
+                    cfg0 = self._cfg(fa, tk, tv, ngl, self.min_ctx)
+                    if cfg0.valid_for(cand.facts):
+                        continue
+                    n = self.max_ctx(cand, fa, tk, tv, ngl)
+                    if not n:
+                        continue
+                    key = (score, -n, -ngl, 0 if fa else 1)
+                    if best_key is None or key < best_key:
+                        best_key, best = key, (cand, self._cfg(fa, tk, tv, ngl, n))
+        if best is None:
+            return self._nothing_fits(candidates)
+        cand, cfg = best
+        return self._explain(cand, cfg, candidates)
+
+    def _cheapest(self, cand: Candidate) -> tuple[Config, Breakdown]:
+        lo, _ = self.ctx_range(cand.facts)
+        options = []
+        for fa, tk, tv in LAYOUTS:
+            for ngl in self.gpu_options(cand.facts):
+                cfg = self._cfg(fa, tk, tv, ngl, lo)
+                if cfg.valid_for(cand.facts) is None:
+                    b = estimate(cand.facts, cfg, cand.calib)
+                    options.append((_need(b, self.budget), cfg, b))
+        if not options:
+            cfg = self._cfg(True, "f16", "f16", 0, lo)
+            return cfg, estimate(cand.facts, cfg, cand.calib)
+        _, cfg, b = min(options, key=lambda o: o[0])
+        return cfg, b
+
+    def _nothing_fits(self, candidates: Sequence[Candidate]) -> Plan:
+        priced = [(c, *self._cheapest(c)) for c in candidates]
+        cand, cfg, b = min(priced, key=lambda p: _need(p[2], self.budget))
+        need = _need(b, self.budget)
+        reason = (f"nothing fits: the smallest option ({cand.facts.quant}, {cfg.n_ctx} tokens, "
+                  f"{cfg.type_k} KV) needs {_gib(need)} of {self.budget.metric} memory; the budget is "
+                  f"{_gib(self.budget.ram)}")
+        return Plan(model=cand.facts.source, quant=cand.facts.quant, config=cfg, fits=False, budget=self.budget,
+                    breakdown=b, reason=reason, alternatives=[{"what": "more memory", "needs_bytes": need}],
+                    facts=cand.facts)
+
+    def _explain(self, cand: Candidate, cfg: Config, candidates: Sequence[Candidate]) -> Plan:
+        b = estimate(cand.facts, cfg, cand.calib)
+        my_kl = quality.weights_kl(cand.facts.quant)
+        better = sorted((c for c in candidates if quality.weights_kl(c.facts.quant) < my_kl),
+                        key=lambda c: quality.weights_kl(c.facts.quant), reverse=True)
+        parts = [f"{cand.facts.quant} weights, {cfg.type_k} KV, {cfg.n_ctx} tokens: best quality that fits "
+                 f"{_gib(self.budget.ram)} ({self.budget.metric} {_gib(_need(b, self.budget))})"]
+        alternatives: list[dict[str, Any]] = []
+        if better:
+            nxt = better[0]
+            ncfg, nb = self._cheapest(nxt)
+            parts.append(f"the next better quant {nxt.facts.quant} needs {_gib(_need(nb, self.budget))} even at "
+                         f"{ncfg.n_ctx} tokens with {ncfg.type_k} KV")
+            alternatives.append({"what": "next better quant", "quant": nxt.facts.quant, "model": nxt.facts.source,
+                                 "n_ctx": ncfg.n_ctx, "type_k": ncfg.type_k, "needs_bytes": _need(nb, self.budget)})
+        elif len(candidates) == 1:
+            parts.append("only one file to choose from")
+        _fa, lo = cfg.flash_attn, self.ctx_range(cand.facts)[0]
+        if cfg.type_k != "f16":
+            parts.append(f"f16 KV would not reach {lo} tokens")
+        top = cand.facts.context_length or cfg.n_ctx
+        for tk in ("q8_0", "f16"):
+            n = self.max_ctx(cand, True, tk, tk, cfg.n_gpu_layers, cap=top)
+            alternatives.append({"what": f"max context with {tk} KV", "type_k": tk, "type_v": tk, "n_ctx": n})
+        full = estimate(cand.facts, self._cfg(cfg.flash_attn, cfg.type_k, cfg.type_v, cfg.n_gpu_layers, top),
+                        cand.calib)
+        if cfg.n_ctx < top:
+            alternatives.append({"what": f"the full trained context ({top} tokens)",
+                                 "needs_bytes": _need(full, self.budget)})
+        return Plan(model=cand.facts.source, quant=cand.facts.quant, config=cfg, fits=True, budget=self.budget,
+                    breakdown=b, reason="; ".join(parts), alternatives=alternatives, facts=cand.facts)
+
+
+def _need(b: Breakdown, budget: Budget) -> int:
+    return b.committed_bound if budget.metric == "committed" else b.resident
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def plan(candidates: Sequence[ModelFacts], budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
+         calibration: Callable[[ModelFacts], Calibration | None] | None = None, **kw: int) -> Plan:
+    """Best plan for ``candidates`` (e.g. the quants of one model) within ``budget``."""
+    cands = [Candidate(f, calibration(f) if calibration else None) for f in candidates]
+    return Search(budget, min_ctx=min_ctx, target_ctx=target_ctx, **kw).best(cands)
+
+
+def price(facts: ModelFacts, cfg: Config, budget: Budget, calib: Calibration | None = None) -> Plan:
+    """The plan for one fixed configuration (the panel's slider, a user override): does it fit, and why."""
+    b = estimate(facts, cfg, calib)
+    ok = fits(b, budget)
+    verdict = "fits" if ok else "does NOT fit"
+    reason = (f"{facts.quant}, {cfg.type_k} KV, {cfg.n_ctx} tokens {verdict}: {budget.metric} "
+              f"{_gib(_need(b, budget))} of {_gib(budget.ram)}")
+    return Plan(model=facts.source, quant=facts.quant, config=cfg, fits=ok, budget=budget, breakdown=b,
+                reason=reason, facts=facts)
