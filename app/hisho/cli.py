@@ -143,7 +143,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume", "summarize")
+BENCHES = ("decode", "resume", "summarize", "plan")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -228,9 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[Any], None]]:
     """Feature modules add their sub-commands here (each exposes ``register(subparsers)``)."""
     from hisho.chat_cli import register as register_chat
+    from hisho.plan_cli import register as register_plan
     from hisho.summarize_cli import register as register_summarize
 
-    return [register_summarize, register_chat]
+    return [register_summarize, register_plan, register_chat]
 
 
 def main(argv: list[str] | None = None) -> int:
