@@ -204,6 +204,9 @@ class MainWindow(QMainWindow):
         self.view_menu: QMenu = bar.addMenu("&View")
         self._action(self.view_menu, "Show sidebar", lambda: self.sidebar.setVisible(not self.sidebar.isVisible()),
                      QKeySequence("Ctrl+B"))
+        from hisho.gui.planner_panel import open_planner
+
+        self._action(self.view_menu, "Memory planner", lambda: open_planner(self))
         theme_menu = self.view_menu.addMenu("Theme")
         for name in ("system", "light", "dark"):
             self._action(theme_menu, name.capitalize(), lambda n=name: c.set_theme(n))

@@ -1,0 +1,132 @@
+"""llama.cpp as the oracle: the no_alloc dry run agrees with our KV formulas exactly (default model, a sparse
+Llama-3.1-8B-shaped file, a sparse Gemma-3-shaped file with sliding-window layers), the device list, one real
+measured load, and ``hisho plan`` end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hisho.core.gguf_facts import read_facts
+from hisho.core.planner.calibrate import calibrate, run_probe
+from hisho.core.planner.memory import Config, estimate, kv_bytes
+from hisho.core.protocol import LoadParams
+from tests.fixtures.gguf_shapes import GEMMA3_4B, LLAMA_31_8B, write_shape
+
+MIB = 1024**2
+CONFIGS = [(512, "f16"), (2048, "q8_0"), (8192, "q4_0")]
+
+
+def dry_run(path: Path, configs: list[tuple[int, str]]) -> list[dict]:
+    req = {"model_path": str(path), "touched": False,
+           "contexts": [{"n_ctx": n, "type_k": t, "type_v": t, "flash_attn": True} for n, t in configs]}
+    return run_probe("dry-run", req)["contexts"]
+
+
+def probed_kv(entry: dict) -> int:
+    return sum(c["bytes"] for c in entry["kv_caches"])
+
+
+def close_to_log(ours: int, logged: int) -> bool:
+    # llama.cpp prints MiB with two decimals ("%.2f"): ours, printed the same way, must read the same.
+    return f"{ours / MIB:.2f}" == f"{logged / MIB:.2f}"
+
+
+def test_default_model_kv_matches_dry_run(default_model_path: Path) -> None:
+    facts = read_facts(default_model_path)
+    for (n, t), entry in zip(CONFIGS, dry_run(default_model_path, CONFIGS)):
+        assert entry["ok"]
+        assert close_to_log(kv_bytes(facts, Config(n_ctx=n, type_k=t, type_v=t)), probed_kv(entry)), (n, t)
+
+
+def test_llama_31_8b_shape_kv_matches_dry_run(tmp_path: Path) -> None:
+    path = write_shape(tmp_path / "l8b.gguf", LLAMA_31_8B)  # sparse: a few KiB on disk
+    entries = dry_run(path, [(8192, "f16"), (8192, "q8_0")])
+    assert [probed_kv(e) for e in entries] == [1024 * MIB, 544 * MIB]
+    facts = read_facts(path)
+    assert kv_bytes(facts, Config(n_ctx=8192)) == 1024 * MIB
+
+
+def test_gemma3_shape_sliding_window_matches_dry_run(tmp_path: Path) -> None:
+    path = write_shape(tmp_path / "g3.gguf", GEMMA3_4B)
+    facts = read_facts(path)
+    configs = [(8192, "f16"), (8192, "q8_0"), (1024, "f16"), (32768, "q4_0")]
+    for (n, t), entry in zip(configs, dry_run(path, configs)):
+        assert entry["ok"], entry
+        caches = entry["kv_caches"]
+        if n > 1024:
+            # Two caches: 5 global layers with every cell, 29 sliding layers with window + ubatch cells.
+            assert [(c["layers"], c["cells"]) for c in caches] == [(5, n), (29, 1536)]
+        assert close_to_log(kv_bytes(facts, Config(n_ctx=n, type_k=t, type_v=t)), probed_kv(entry)), (n, t)
+
+
+def test_devices_lists_the_cpu() -> None:
+    answer = run_probe("devices", {})
+    cpu = [d for d in answer["devices"] if d["type"] == "cpu"]
+    assert cpu and cpu[0]["total"] > 0 and cpu[0]["free"] <= cpu[0]["total"]
+    assert isinstance(answer["supports_gpu_offload"], bool)
+
+
+def test_probe_refuses_a_broken_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    proc = subprocess.run([sys.executable, "-m", "hisho.engine.probe", "dry-run"],
+                          input=json.dumps({"model_path": str(bad), "contexts": []}), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0
+    assert not proc.stdout.strip() or not json.loads(proc.stdout.strip().splitlines()[-1])["ok"]
+
+
+@pytest.mark.slow
+def test_real_load_matches_prediction(default_model_path: Path) -> None:
+    """One bench cell: committed within 1 %, resident within 5 % and never more than 2 % under."""
+    facts = read_facts(default_model_path)
+    calib = calibrate(facts)
+    cfg = Config(n_ctx=512)
+    predicted = estimate(facts, cfg, calib)
+    params = LoadParams(model_path=str(default_model_path), n_ctx=512, n_threads=2)
+    m = run_probe("measure", {"params": params.to_dict()}, timeout=600)
+    assert m["filled"] == 512
+    committed = sum(sum(m["buffers"][k].values()) for k in ("model", "KV", "compute", "output")) + m["our_arrays"]
+    assert abs(predicted.committed - committed) / committed < 0.01
+    err = (predicted.resident - m["peak_growth"]) / m["peak_growth"]
+    assert -0.02 <= err <= 0.05, err
+
+
+def test_hisho_plan_json_then_cached(default_model_path: Path, hisho_home: Path) -> None:
+    cmd = [sys.executable, "-m", "hisho.cli", "plan", "--json", "--min-ctx", "1024"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    plan = json.loads(first.stdout)
+    assert plan["fits"] and not plan["estimate"] and plan["n_ctx"] >= 1024
+    cached = list((hisho_home / "cache" / "calibration").glob("*.json"))
+    assert len(cached) == 1
+    stamp = cached[0].stat().st_mtime_ns
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert json.loads(second.stdout) == plan
+    assert cached[0].stat().st_mtime_ns == stamp  # answered from the cache, no second dry run
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ram-gib", "0"], "positive"),
+    (["--ram-gib", "-3"], "positive"),
+    (["--ram-gib", "100000"], "more than this machine"),
+    (["--min-ctx", "10"], "at least 256"),
+])
+def test_hisho_plan_bad_budgets_exit_2(args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "hisho.cli", "plan", *args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_hisho_plan_not_a_gguf(tmp_path: Path) -> None:
+    bad = tmp_path / "x.gguf"
+    bad.write_text("nope")
+    proc = subprocess.run([sys.executable, "-m", "hisho.cli", "plan", str(bad)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "not a GGUF" in proc.stderr

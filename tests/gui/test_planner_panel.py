@@ -1,0 +1,61 @@
+"""The planner panel: the bar shows the plan against the budget, the context slider re-prices it live, and
+View → Memory planner in the real window plans the loaded model."""
+
+from __future__ import annotations
+
+from pytestqt.qtbot import QtBot
+
+from hisho.core.machine import Budget
+from hisho.core.planner import plan
+from hisho.gui.main_window import MainWindow
+from hisho.gui.planner_panel import PlannerPanel, segments_of
+from tests.core.test_planner import smollm
+
+GIB = 1024**3
+
+
+def make_plan(ram_gib: float = 0.3) -> tuple[object, object]:
+    facts, calib = smollm()
+    budget = Budget(ram=int(ram_gib * GIB), gpu=0, unified=False, headroom=0, metric="resident", explain="test")
+    return plan([facts], budget, min_ctx=1024, target_ctx=2048, calibration=lambda f: calib), calib
+
+
+def test_bar_matches_plan_and_slider_reprices(qtbot: QtBot) -> None:
+    p, calib = make_plan()
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.show_plan(p, calib)  # type: ignore[arg-type]
+    assert "2048 tokens" in panel.choice.text() and "Q4_1" in panel.choice.text()
+    assert sum(panel.bar.parts.values()) == p.need  # type: ignore[attr-defined]
+    assert panel.bar.budget == int(0.3 * GIB)
+    before = sum(panel.bar.parts.values())
+    panel.set_context(8192)
+    assert panel.current is not None and panel.current.config.n_ctx == 8192
+    assert sum(panel.bar.parts.values()) > before  # more context, more KV
+    assert panel.bar.parts["kv"] == 4 * segments_of(p)["kv"]  # type: ignore[arg-type]
+    assert "8192 tokens" in panel.ctx_label.text()
+    panel.grab()  # paints without error
+
+
+def test_slider_shows_when_it_stops_fitting(qtbot: QtBot) -> None:
+    p, calib = make_plan(ram_gib=0.2)
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.show_plan(p, calib)  # type: ignore[arg-type]
+    assert "fits" in panel.ctx_label.text() and "NOT" not in panel.ctx_label.text()
+    panel.set_context(8192)
+    assert "does NOT fit" in panel.ctx_label.text()
+    assert panel.bar.scale() > panel.bar.budget
+
+
+def test_view_menu_opens_the_planner(qtbot: QtBot, window: MainWindow) -> None:
+    actions = [a for a in window.view_menu.actions() if a.text() == "Memory planner"]
+    assert len(actions) == 1
+    actions[0].trigger()
+    panels = window.findChildren(PlannerPanel)
+    assert len(panels) == 1
+    panel = panels[0]
+    qtbot.waitUntil(lambda: panel.plan is not None, timeout=180_000)
+    assert panel.plan is not None and panel.plan.fits
+    assert panel.slider.isEnabled()
+    panel.close()
