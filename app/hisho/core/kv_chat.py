@@ -77,7 +77,11 @@ class KVChat:
         if result.error:
             return
         try:
-            self.session.save(conversation_owner(cid))
+            pinned = bool(self.service.store.get(cid).pinned)
+            self.session.save(conversation_owner(cid), pinned=pinned)
+            msg, restored = result.message, self.last_restore.restored if self.last_restore else 0
+            if msg.prompt_tokens and msg.ttft_s:  # measured prefill speed, for "seconds saved" estimates
+                self.session.record_prefill(int(msg.prompt_tokens) - restored, float(msg.ttft_s))
         except EngineError as exc:
             log.info("KV save skipped: %s", exc)
         except Exception:
@@ -93,6 +97,10 @@ class KVChat:
         """The unsent text changed: prefill it (type-ahead)."""
         if text.strip():
             self.session.submit(lambda: self._draft(cid, text))
+
+    def pinned(self, cid: int, pinned: bool) -> None:
+        """Pinned conversations are evicted last when the KV disk budget is exceeded."""
+        self.session.submit(lambda: self.session.index.set_pinned(conversation_owner(cid), pinned))
 
     def deleted(self, cid: int) -> None:
         self.session.submit(lambda: self.session.delete(conversation_owner(cid)))

@@ -152,25 +152,29 @@ class KVSession:
     # ----- save -------------------------------------------------------------------------------------------
 
     def save(self, owner: str, on_done: Callable[[int], None] | None = None,
-             test_hooks: dict[str, Any] | None = None) -> None:
+             test_hooks: dict[str, Any] | None = None, *, pinned: bool | None = None) -> None:
         """Save what the engine's sequence holds now for ``owner``. Returns once the engine copied the state;
-        ``on_done(saved_tokens)`` runs on a background thread after the files are written and indexed."""
+        ``on_done(saved_tokens)`` runs on a background thread after the files are written and indexed.
+        ``pinned`` (if given) marks the owner as evicted last when the disk budget is exceeded."""
         params: dict[str, Any] = {"seq": self.seq, "dir": str(self.kv_dir), "chunk_tokens": self.chunk_tokens}
         if test_hooks:
             params["test_hooks"] = test_hooks
         stream = self.engine.stream("state_save", params)
-        thread = threading.Thread(target=self._finish_save, args=(owner, stream, on_done),
+        thread = threading.Thread(target=self._finish_save, args=(owner, stream, on_done, pinned),
                                   name="hisho-kv-save", daemon=True)
         with self._lock:
             self._saves = [t for t in self._saves if t.is_alive()] + [thread]
         thread.start()
 
-    def _finish_save(self, owner: str, stream: Any, on_done: Callable[[int], None] | None) -> None:
+    def _finish_save(self, owner: str, stream: Any, on_done: Callable[[int], None] | None,
+                     pinned: bool | None) -> None:
         saved = 0
         try:
             report = stream.collect().extra
             fp = str(report["fingerprint"])
             saved = self.index.record_save(owner, fp, report.get("chunks", []))
+            if pinned is not None:
+                self.index.set_pinned(owner, pinned)
             for c in report.get("chunks", []):
                 if c.get("error"):
                     log.warning("KV save for %s incomplete: %s", owner, c["error"])

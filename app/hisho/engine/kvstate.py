@@ -16,7 +16,6 @@ Rules of use:
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import mmap
 import os
@@ -31,45 +30,13 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.kv import format as kvf
+from hisho.engine.kvfacts import state_facts
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.kv")
 
 ERR_STATE = "state"
 _ROUND = 4 << 20
-
-
-def gguf_identity(path: str) -> dict[str, Any]:
-    """Cheap identity of a GGUF file: size plus a hash of its first 8 MiB (header, tensor table) and last 1 MiB
-    (tensor data differs between fine-tunes that share a header)."""
-    size = os.path.getsize(path)
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        h.update(fh.read(8 << 20))
-        if size > 9 << 20:
-            fh.seek(size - (1 << 20))
-            h.update(fh.read())
-    return {"size": size, "head_tail_blake2b": h.hexdigest()}
-
-
-def state_facts(rt: Runtime) -> dict[str, Any]:
-    """Everything that decides whether a saved state may be loaded into this context. n_ctx is left out: a
-    state loads into any context with room for its cells."""
-    p = rt.params
-    return {
-        "kv_format": kvf.FORMAT_VERSION,
-        "gguf": gguf_identity(p.model_path),
-        "llama_cpp_python": llama_cpp.__version__,
-        "system": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
-        "type_k": p.type_k, "type_v": p.type_v, "flash_attn": p.flash_attn, "swa_full": p.swa_full,
-        "kv_unified": p.kv_unified, "n_gpu_layers": p.n_gpu_layers,
-        "arch": rt.metadata.get("general.architecture", ""),
-        "n_layer": int(llama_cpp.llama_model_n_layer(rt.model)),
-        "n_embd": int(llama_cpp.llama_model_n_embd(rt.model)),
-        "n_head_kv": int(llama_cpp.llama_model_n_head_kv(rt.model)),
-        "n_swa": int(llama_cpp.llama_model_n_swa(rt.model)),
-        "chat_template": hashlib.blake2b(rt.template.text.encode("utf-8"), digest_size=16).hexdigest(),
-    }
 
 
 class Arena:

@@ -60,6 +60,7 @@ def wire(window: Any, kv: KVChat) -> QLabel:
     window.conversation_selected.connect(show)
     window.draft_changed.connect(kv.draft)
     window.sidebar.delete_requested.connect(kv.deleted)
+    window.sidebar.pin_requested.connect(kv.pinned)
     window.turn_finished.connect(turn_done)
     window.installEventFilter(_CloseWatcher(window, kv))
     return label

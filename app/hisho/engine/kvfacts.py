@@ -1,0 +1,48 @@
+"""What a saved KV state depends on: the facts hashed into its fingerprint (docs/kv-format.md "Fingerprint").
+
+Engine thread only (reads the runtime's model). ``state_facts`` is computed once per loaded runtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+import llama_cpp
+
+from hisho.core.kv import format as kvf
+from hisho.engine.runtime import Runtime
+
+
+def gguf_identity(path: str) -> dict[str, Any]:
+    """Cheap identity of a GGUF file: size plus a hash of its first 8 MiB (header, tensor table) and last 1 MiB
+    (tensor data differs between fine-tunes that share a header)."""
+    size = os.path.getsize(path)
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        h.update(fh.read(8 << 20))
+        if size > 9 << 20:
+            fh.seek(size - (1 << 20))
+            h.update(fh.read())
+    return {"size": size, "head_tail_blake2b": h.hexdigest()}
+
+
+def state_facts(rt: Runtime) -> dict[str, Any]:
+    """Everything that decides whether a saved state may be loaded into this context. n_ctx is left out: a
+    state loads into any context with room for its cells."""
+    p = rt.params
+    return {
+        "kv_format": kvf.FORMAT_VERSION,
+        "gguf": gguf_identity(p.model_path),
+        "llama_cpp_python": llama_cpp.__version__,
+        "system": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
+        "type_k": p.type_k, "type_v": p.type_v, "flash_attn": p.flash_attn, "swa_full": p.swa_full,
+        "kv_unified": p.kv_unified, "n_gpu_layers": p.n_gpu_layers,
+        "arch": rt.metadata.get("general.architecture", ""),
+        "n_layer": int(llama_cpp.llama_model_n_layer(rt.model)),
+        "n_embd": int(llama_cpp.llama_model_n_embd(rt.model)),
+        "n_head_kv": int(llama_cpp.llama_model_n_head_kv(rt.model)),
+        "n_swa": int(llama_cpp.llama_model_n_swa(rt.model)),
+        "chat_template": hashlib.blake2b(rt.template.text.encode("utf-8"), digest_size=16).hexdigest(),
+    }
