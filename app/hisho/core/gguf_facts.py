@@ -80,6 +80,7 @@ class ModelFacts:
 
 
 FACTS_VERSION = 1
+_MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
 def read_facts(path: str | Path, *, use_cache: bool = True) -> ModelFacts:
@@ -95,6 +96,10 @@ def read_facts(path: str | Path, *, use_cache: bool = True) -> ModelFacts:
         magic = fh.read(4)
     if magic != b"GGUF":
         raise ModelFileError(f"not a GGUF model file (wrong magic bytes): {p}")
+    st = p.stat()
+    memo_key = (str(p), st.st_size, st.st_mtime_ns)
+    if use_cache and memo_key in _MEMO:
+        return _MEMO[memo_key]
     cache = _facts_cache(p) if use_cache else None
     if cache is not None and cache.is_file():
         try:
@@ -110,6 +115,7 @@ def read_facts(path: str | Path, *, use_cache: bool = True) -> ModelFacts:
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(facts.to_dict()), encoding="utf-8")
+        _MEMO[memo_key] = facts
     return facts
 
 

@@ -1,6 +1,7 @@
 """From "the user wants model X" to the ``LoadParams`` the engine gets. One place, used by CLI and GUI.
 
-The memory planner (hisho.core.planner) refines these parameters; until it is asked, settings decide.
+Settings decide n_ctx and the KV type; the memory planner (hisho.core.planner.gate) picks GPU layers when the
+setting says so and refuses a load it says will not fit.
 """
 
 from __future__ import annotations
@@ -18,11 +19,16 @@ def open_model(name_or_path: str | None) -> Path:
 
 
 def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int = 1,
-                    settings: settings_mod.Settings | None = None) -> LoadParams:
+                    settings: settings_mod.Settings | None = None, override: bool = False) -> LoadParams:
+    """Settings' parameters, checked by the memory planner (which also picks GPU layers when the setting is
+    -1). Raises planner.gate.PlanRefused (a UserError) if the plan says the load will not fit, unless
+    ``override``: then it only logs a warning."""
+    from hisho.core.planner.gate import apply_plan
+
     s = settings or settings_mod.load()
     kv = str(s["kv_type"])
     flash = bool(s["flash_attn"]) or kv != "f16"  # quantized V needs flash attention
-    return LoadParams(
+    params = LoadParams(
         model_path=str(model_path),
         n_ctx=int(n_ctx or s["n_ctx"]),
         n_batch=int(s["n_batch"]),
@@ -34,3 +40,4 @@ def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: in
         type_v=kv,
         n_seq_max=n_seq_max,
     )
+    return apply_plan(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override)

@@ -1,0 +1,109 @@
+"""The planner at load time: ``launch.load_params_for`` passes every LoadParams through ``apply_plan``.
+
+- ``n_gpu_layers`` from settings is -1 ("what the plan says"): the plan picks the most layers that fit; on a
+  build without a GPU backend that is 0 (no device probe needed).
+- The configuration is priced for this machine. If it will not fit, ``PlanRefused`` (a UserError: one clear
+  line, with what would fit instead) is raised, unless ``override`` is set: then the load goes ahead with a
+  warning in the log. Callers that let the user insist (a "Load anyway" button, ``--force``) pass override.
+
+Cheap by design: header facts come from the facts cache, the calibration only if it is already cached (the
+first plan of a model runs the dry run through ``hisho plan`` or the planner panel, never here; until then
+the formulas price the load and the message says "estimate").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+from pathlib import Path
+
+from hisho.core import machine as machine_mod
+from hisho.core.errors import UserError
+from hisho.core.gguf_facts import read_facts
+from hisho.core.planner.calibrate import cached
+from hisho.core.planner.memory import Config
+from hisho.core.planner.search import Plan, Search, price
+from hisho.core.protocol import LoadParams
+
+log = logging.getLogger("hisho.planner")
+GIB = 1024**3
+_GPU_LIBS = ("cuda", "vulkan", "metal", "hip", "sycl", "opencl", "musa", "cann")
+
+
+class PlanRefused(UserError):
+    """The plan says this load will not fit. ``plan`` holds the priced configuration."""
+
+    def __init__(self, message: str, plan: Plan) -> None:
+        super().__init__(message)
+        self.plan = plan
+
+
+def gpu_backend_present() -> bool:
+    """Whether llama-cpp-python ships a GPU backend library (found without importing llama_cpp)."""
+    try:
+        spec = importlib.util.find_spec("llama_cpp")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for location in spec.submodule_search_locations:
+        lib = Path(location) / "lib"
+        if lib.is_dir() and any(k in p.name.lower() for p in lib.iterdir() for k in _GPU_LIBS):
+            return True
+    return False
+
+
+def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = False,
+               machine: machine_mod.Machine | None = None) -> LoadParams:
+    """``params`` with the plan's GPU layers (when ``want_gpu_layers`` < 0), checked against the budget."""
+    try:
+        facts = read_facts(params.model_path)
+    except UserError:
+        return params  # the engine's own load reports a bad file; the plan has nothing to add
+    m = machine or machine_mod.detect(probe_devices=gpu_backend_present())
+    budget = m.budget()
+    calib = cached(facts, params.n_ubatch)
+    cfg = Config(n_ctx=params.n_ctx, type_k=params.type_k, type_v=params.type_v, flash_attn=params.flash_attn,
+                 n_gpu_layers=max(0, want_gpu_layers), n_batch=params.n_batch, n_ubatch=params.n_ubatch,
+                 n_seq_max=params.n_seq_max, swa_full=params.swa_full)
+    if want_gpu_layers < 0:
+        cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
+        params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
+    plan = price(facts, cfg, budget, calib)
+    if plan.fits:
+        log.info("plan: %s", plan.reason)
+        return params
+    message = _refusal(plan, facts, budget, calib)
+    if override:
+        log.warning("loading anyway (override): %s", message)
+        return params
+    raise PlanRefused(message, plan)
+
+
+def _best_gpu_layers(facts: object, cfg: Config, budget: machine_mod.Budget, calib: object) -> int:
+    if budget.gpu <= 0:
+        return 0
+    from hisho.core.gguf_facts import ModelFacts
+
+    assert isinstance(facts, ModelFacts)
+    for ngl in range(facts.n_layer + 1, -1, -1):
+        if price(facts, dataclasses.replace(cfg, n_gpu_layers=ngl), budget, calib).fits:  # type: ignore[arg-type]
+            return ngl
+    return 0
+
+
+def _refusal(plan: Plan, facts: object, budget: machine_mod.Budget, calib: object) -> str:
+    from hisho.core.gguf_facts import ModelFacts
+    from hisho.core.planner.search import Candidate
+
+    assert isinstance(facts, ModelFacts)
+    c = plan.config
+    est = " (estimate)" if plan.breakdown.estimate else ""
+    msg = (f"{Path(facts.source).name} with {c.n_ctx} tokens of {c.type_k} KV needs {plan.need / GIB:.2f} GiB "
+           f"of {budget.metric} memory{est}; this machine can give it {budget.ram / GIB:.2f} GiB")
+    alt = Search(budget, min_ctx=256, target_ctx=c.n_ctx, n_batch=c.n_batch, n_ubatch=c.n_ubatch,
+                 n_seq_max=c.n_seq_max).best([Candidate(facts, calib)])  # type: ignore[arg-type]
+    if alt.fits:
+        msg += f"; {alt.config.n_ctx} tokens with {alt.config.type_k} KV would fit"
+    return msg

@@ -1,0 +1,65 @@
+"""The planner at load time: GPU layers from the plan, refusal of a load that will not fit, override."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from hisho.core.launch import load_params_for
+from hisho.core.machine import from_fixture
+from hisho.core.planner.gate import PlanRefused, apply_plan, gpu_backend_present
+from hisho.core.protocol import LoadParams
+from tests.fixtures.gguf_shapes import LLAMA_31_8B, write_shape
+
+DEVICES = Path(__file__).resolve().parents[1] / "fixtures" / "devices"
+
+
+@pytest.fixture(scope="module")
+def l8b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_shape(tmp_path_factory.mktemp("gate") / "Llama-8B-Q4_K_M.gguf", LLAMA_31_8B)
+
+
+def test_default_model_loads_as_settings_say(default_model_path: Path) -> None:
+    params = load_params_for(default_model_path, n_ctx=2048)
+    assert params.n_ctx == 2048 and params.n_gpu_layers == 0 and params.type_k == "f16"
+
+
+def test_refuses_what_will_not_fit(l8b: Path) -> None:
+    laptop = from_fixture(DEVICES / "cpu_only_8g.json")
+    params = LoadParams(model_path=str(l8b), n_ctx=65536)
+    with pytest.raises(PlanRefused) as info:
+        apply_plan(params, want_gpu_layers=0, machine=laptop)
+    message = str(info.value)
+    assert "65536 tokens" in message and "would fit" in message and "GiB" in message
+    assert not info.value.plan.fits
+
+
+def test_override_loads_anyway_with_a_warning(l8b: Path, caplog: pytest.LogCaptureFixture) -> None:
+    laptop = from_fixture(DEVICES / "cpu_only_8g.json")
+    params = LoadParams(model_path=str(l8b), n_ctx=65536)
+    with caplog.at_level(logging.WARNING, logger="hisho.planner"):
+        out = apply_plan(params, want_gpu_layers=0, override=True, machine=laptop)
+    assert out == params
+    assert any("override" in r.getMessage() for r in caplog.records)
+
+
+def test_plan_picks_gpu_layers(l8b: Path) -> None:
+    gpu = from_fixture(DEVICES / "discrete_rtx4060_laptop.json")
+    out = apply_plan(LoadParams(model_path=str(l8b), n_ctx=4096), want_gpu_layers=-1, machine=gpu)
+    assert out.n_gpu_layers == 33
+    # A long context no longer fits the card whole: fewer layers go to the GPU.
+    out = apply_plan(LoadParams(model_path=str(l8b), n_ctx=32768), want_gpu_layers=-1, machine=gpu)
+    assert 0 < out.n_gpu_layers < 33
+
+
+def test_fits_on_the_small_laptop(l8b: Path) -> None:
+    laptop = from_fixture(DEVICES / "cpu_only_8g.json")
+    params = LoadParams(model_path=str(l8b), n_ctx=4096)
+    assert apply_plan(params, want_gpu_layers=-1, machine=laptop) == params
+
+
+def test_no_gpu_backend_in_core_tests() -> None:
+    # Core tests run with llama_cpp unimportable; a CPU build has no GPU backend library either.
+    assert gpu_backend_present() is False
