@@ -142,7 +142,7 @@ def test_ranges_grow_until_header_complete(tmp_path: Path) -> None:
     old = gf.HEADER_FIRST_FETCH
     gf.HEADER_FIRST_FETCH = 64
     try:
-        f = facts_from_ranges(fetch, len(data), source="x", scratch=tmp_path / "scratch.gguf")
+        f = facts_from_ranges(fetch, len(data), source="x")
     finally:
         gf.HEADER_FIRST_FETCH = old
     assert f.n_layer == 2 and len(calls) >= 2 and calls == sorted(calls)
@@ -150,4 +150,30 @@ def test_ranges_grow_until_header_complete(tmp_path: Path) -> None:
 
 def test_ranges_not_gguf(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="not a GGUF"):
-        facts_from_ranges(lambda s, e: b"<html>" + b"\0" * 100, 4096, source="x", scratch=tmp_path / "s.gguf")
+        facts_from_ranges(lambda s, e: b"<html>" + b"\0" * 100, 4096, source="x")
+
+
+def test_fast_header_walk_matches_gguf_reader(default_model_path: Path, tmp_path: Path) -> None:
+    """The fast walk (long vocabulary arrays skipped) gives exactly what gguf.GGUFReader gives."""
+    import gguf
+
+    from hisho.core import gguf_header
+    from hisho.core.gguf_facts import facts_from_reader
+
+    for path in (default_model_path, write_shape(tmp_path / "g3.gguf", GEMMA3_4B)):
+        fast = gguf_header.read(path)
+        slow = gguf.GGUFReader(str(path))
+        assert fast.data_offset == slow.data_offset
+        assert [(t.name, t.n_bytes, t.data_offset) for t in fast.tensors] == \
+            [(t.name, int(t.n_bytes), int(t.data_offset)) for t in slow.tensors]
+        size = path.stat().st_size
+        assert facts_from_reader(fast, source="x", file_size=size) == \
+            facts_from_reader(slow, source="x", file_size=size)
+
+
+def test_fast_header_walk_refuses_cut_short(tmp_path: Path) -> None:
+    from hisho.core import gguf_header
+
+    data = write_shape(tmp_path / "m.gguf", TINY_LLAMA).read_bytes()
+    with pytest.raises(gguf_header.HeaderError):
+        gguf_header.parse(data[:300])

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hisho.core import gguf_header
 from hisho.core.errors import ModelFileError
 
 log = logging.getLogger("hisho.planner")
@@ -128,8 +129,14 @@ def _facts_cache(p: Path) -> Path:
 
 
 def _open_reader(p: Path) -> Any:
+    """The fast header walk (gguf_header); on anything it does not understand, the ``gguf`` package's reader,
+    whose failure becomes the user's message."""
     from gguf import GGUFReader
 
+    try:
+        return gguf_header.read(p)
+    except (gguf_header.HeaderError, OSError, ValueError) as exc:
+        log.debug("fast header walk failed for %s (%s); using gguf.GGUFReader", p, exc)
     try:
         return GGUFReader(str(p))
     except Exception as exc:  # the reader raises many types on a damaged or cut-short header
@@ -216,7 +223,7 @@ def _group_tensors(reader: Any) -> dict[str, int]:
 
 
 def quant_label(reader: Any, source: str = "") -> str:
-    """"Q4_K_M"-style label: general.file_type, else the file name, else the most common tensor type."""
+    """"Q4_K_M"-style label: general.file_type, else the file name, else the type holding the most bytes."""
     from gguf import GGMLQuantizationType, LlamaFileType
 
     file_type = _value(reader.fields, "general.file_type", None)
@@ -241,34 +248,23 @@ HEADER_FIRST_FETCH = 1 << 20
 HEADER_MAX_FETCH = 256 << 20  # a 256k-token vocabulary with merges stays well under this
 
 
-def facts_from_ranges(fetch: Any, size: int, *, source: str, scratch: Path) -> ModelFacts:
+def facts_from_ranges(fetch: Any, size: int, *, source: str) -> ModelFacts:
     """Facts of a GGUF file of ``size`` bytes that can only be read by ranges: ``fetch(start, end)`` returns
-    bytes ``[start, end)``. Fetches 1 MiB, then 4x more until the whole header is in hand; the weights are never
-    read. ``scratch`` is a local file the header is written into (extended, sparse, to the full size so the
-    ``gguf`` reader's tensor table checks hold)."""
-    from gguf import GGUFReader
-
+    bytes ``[start, end)``. Fetches 1 MiB, then 4x more until the whole header is in hand (the header walk
+    stops with "cut short" otherwise); the weights are never read."""
     want = min(HEADER_FIRST_FETCH, size)
     while True:
         data = fetch(0, want)
         if data[:4] != b"GGUF":
             raise ModelFileError(f"not a GGUF model file (wrong magic bytes): {source}")
-        scratch.parent.mkdir(parents=True, exist_ok=True)
-        with scratch.open("wb") as fh:
-            fh.write(data)
-            fh.truncate(size)
         try:
-            reader = GGUFReader(str(scratch))
-            # Everything the parser read lies before data_offset: if that is inside what we fetched, no byte
-            # of the header came from the zero padding.
-            complete = int(reader.data_offset) <= len(data)
-        except Exception:  # parsing ran into the zero padding, or the header is damaged
-            reader, complete = None, False
-        if complete and reader is not None:
-            return facts_from_reader(reader, source=source, file_size=size)
-        if want >= size or want >= HEADER_MAX_FETCH:
-            raise ModelFileError(f"GGUF header is damaged or truncated: {source}")
-        want = min(size, want * 4)
+            header = gguf_header.parse(data)
+        except gguf_header.HeaderError as exc:
+            if want >= size or want >= HEADER_MAX_FETCH:
+                raise ModelFileError(f"GGUF header is damaged or truncated ({exc}): {source}") from None
+            want = min(size, want * 4)
+            continue
+        return facts_from_reader(header, source=source, file_size=size)
 
 
 def read_hub_facts(repo: str, filename: str, *, revision: str | None = None, fs: Any = None) -> ModelFacts:
@@ -299,10 +295,8 @@ def read_hub_facts(repo: str, filename: str, *, revision: str | None = None, fs:
     def fetch(start: int, end: int) -> bytes:
         return bytes(fs.cat_file(path, start=start, end=end))
 
-    try:
-        facts = facts_from_ranges(fetch, size, source=f"hf:{repo}/{filename}", scratch=cache.with_suffix(".gguf"))
-    finally:
-        cache.with_suffix(".gguf").unlink(missing_ok=True)
+    facts = facts_from_ranges(fetch, size, source=f"hf:{repo}/{filename}")
+    facts_file.parent.mkdir(parents=True, exist_ok=True)
     facts_file.write_text(json.dumps(facts.to_dict()), encoding="utf-8")
     return facts
 
