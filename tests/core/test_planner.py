@@ -176,3 +176,31 @@ def test_quality_ladder_orders() -> None:
     assert score("Q8_0", "f16", "f16") < score("Q6_K", "f16", "f16") < score("Q4_K_M", "f16", "f16")
     assert score("Q5_K_M", "q8_0", "q8_0") < score("Q4_K_M", "f16", "f16")
     assert weights_kl("IQ4_XS") < weights_kl("Q4_0")
+
+
+def test_unknown_architecture_plans_as_estimate(tmp_path: Path) -> None:
+    from tests.fixtures.gguf_shapes import Shape
+
+    shape = Shape(arch="mamba9", n_layer=8, n_embd=512, n_ff=1024, n_head=8, n_head_kv=8, head_dim=64, vocab=1000)
+    f = read_facts(write_shape(tmp_path / "odd.gguf", shape))
+    d = plan([f], budget(4), min_ctx=1024).to_dict()
+    assert d["fits"] and d["estimate"]
+    assert any("estimate only" in n for n in d["notes"])
+
+
+def test_hisho_plan_cli_estimate_only_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hisho.cli import main
+    from tests.fixtures.gguf_shapes import Shape
+
+    shape = Shape(arch="mamba9", n_layer=4, n_embd=256, n_ff=512, n_head=4, n_head_kv=4, head_dim=64, vocab=500)
+    odd = write_shape(tmp_path / "odd.gguf", shape)
+    assert main(["plan", str(odd), "--json", "--min-ctx", "1024", "--no-calibrate"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["estimate"] is True and out["quant"] == "Q4_K_M"
+    assert main(["plan", str(odd), "--ram-gib", "-1"]) == 2
+    assert "positive" in capsys.readouterr().err
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(odd.read_bytes()[:100])
+    assert main(["plan", str(cut)]) == 2
+    err = capsys.readouterr().err
+    assert "truncated" in err and "Traceback" not in err
