@@ -73,6 +73,9 @@ class JobResult:
     eta_s: float = 0.0
     cancelled: bool = False
     truncated: bool = False   # only a cut the user asked for sets this; none exists yet
+    # For "ask about it" (not in the JSON): the extracted documents and their chunks as (refs, text).
+    extracted: list[Document] = field(default_factory=list)
+    parts: list[tuple[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         chunks = sum(d.chunks for d in self.documents)
@@ -144,8 +147,9 @@ class SummaryJob:
             docs = self._extract_all(result)
             if not docs:
                 raise UserError("; ".join(result.skipped) or "no files given")
+            result.extracted = docs
             for doc in docs:
-                result.documents.append(self._summarize(doc))
+                result.documents.append(self._summarize(doc, result.parts))
         except Cancelled:
             result.cancelled = True
         result.seconds = time.perf_counter() - self._started
@@ -176,7 +180,7 @@ class SummaryJob:
             parts.append("Not included:\n" + "\n".join(f"- {n}" for n in notes))
         return "\n\n".join(p for p in parts if p)
 
-    def _summarize(self, doc: Document) -> DocResult:
+    def _summarize(self, doc: Document, parts_out: list[tuple[str, str]]) -> DocResult:
         self._report("planning", 0, 1, doc.name, f"counting tokens of {doc.name}")
         overhead = self.client.count_tokens(messages=P.map_messages(doc.name, "pp. 000–000", ""))
         try:
@@ -189,6 +193,7 @@ class SummaryJob:
         log.info("plan for %s: %s, ETA %.0fs", doc.name, plan.as_dict(), self.eta_s)
         res = DocResult(doc.name, "", plan.mode, len(plan.chunks), 0, plan.input_tokens, plan.n_parallel,
                         list(doc.notes))
+        parts_out.extend((f"{doc.name}, {c.refs}", c.text) for c in plan.chunks)
         if plan.mode == "single":
             chunk = plan.chunks[0]
             msgs = P.single_messages(doc.name, chunk.text)

@@ -1,0 +1,214 @@
+"""Documents in the window: drop zone, File → Summarize…, progress with stage/ETA/cancel, result as a conversation.
+
+Rules of use: ``DocumentsController(window)`` once, after the window's menus exist. The job runs on the
+``engine`` lane of the window's one worker mechanism (``hisho.gui.bridge.Workers``); progress comes back
+through the ``Bridge``. The widgets here start no threads. When the job ends the result opens as a
+conversation with the documents attached (``hisho.core.documents.ask``) and the status bar says how questions
+about it are answered (whole document with precomputed KV, or most relevant parts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+
+from hisho.core.documents.ask import DocumentContext, open_conversation, precompute_kv
+from hisho.core.documents.cache import SummaryCache
+from hisho.core.documents.extract import SUPPORTED
+from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
+
+if TYPE_CHECKING:
+    from hisho.gui.main_window import MainWindow
+
+log = logging.getLogger("hisho.gui")
+
+FILTER = "Documents (" + " ".join(f"*{s}" for s in SUPPORTED) + ")"
+
+
+class DropOverlay(QLabel):
+    """The highlight over the window while files are dragged over it."""
+
+    def __init__(self, parent: QWidget) -> None:
+        super().__init__("Drop files to summarize\nPDF · DOCX · TXT · MD · RST · HTML", parent)
+        self.setObjectName("dropOverlay")
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.setStyleSheet("#dropOverlay { background: rgba(40, 110, 220, 60); border: 3px dashed #2a6edc;"
+                           " border-radius: 12px; font-size: 20px; color: #1d4f9e; }")
+        self.hide()
+
+    def cover(self) -> None:
+        self.setGeometry(self.parentWidget().rect().adjusted(12, 12, -12, -12))
+        self.raise_()
+        self.show()
+
+
+class ProgressPanel(QWidget):
+    """Stage text, a progress bar, the ETA and Cancel; lives in the status bar while a job runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage = QLabel()
+        self.bar = QProgressBar()
+        self.bar.setFixedWidth(180)
+        self.eta = QLabel()
+        self.cancel = QPushButton("Cancel")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for w in (self.stage, self.bar, self.eta, self.cancel):
+            row.addWidget(w)
+        self.hide()
+
+    def show_progress(self, p: JobProgress) -> None:
+        label = {"extracting": "Extracting", "planning": "Planning", "summarizing": "Summarizing",
+                 "combining": "Combining"}.get(p.stage, p.stage.capitalize())
+        self.stage.setText(f"{label}: {p.message}" if p.message else label)
+        self.bar.setRange(0, max(1, p.total))
+        self.bar.setValue(min(p.done, p.total))
+        self.eta.setText(f"about {_duration(p.eta_s)} left" if p.eta_s > 0 else "")
+        self.show()
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+class DocumentsController(QObject):
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.ctx = window.ctx
+        self.job: SummaryJob | None = None
+        self.running = False
+        self.last_result: JobResult | None = None
+        self.last_conversation: int | None = None
+        self.overlay = DropOverlay(window)
+        self.panel = ProgressPanel()
+        self.panel.cancel.clicked.connect(self.cancel)
+        window.statusBar().addPermanentWidget(self.panel)
+        window.setAcceptDrops(True)
+        window.installEventFilter(self)
+        self.action = window.file_menu.addAction("Summarize…")
+        self.action.setShortcut("Ctrl+Shift+O")
+        self.action.triggered.connect(self.choose_files)
+        # Move the action up, next to the other file actions (before the separator above Quit).
+        actions = window.file_menu.actions()
+        window.file_menu.insertAction(actions[1] if len(actions) > 2 else actions[-1], self.action)
+        self._cache: SummaryCache | None = None
+        self.ctx.service.before_prompt.append(self._before_prompt)
+
+    # ----- entry points --------------------------------------------------------------------------------
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
+        kind = event.type()
+        if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove):
+            drag: QDragEnterEvent = event  # type: ignore[assignment]
+            if drag.mimeData().hasUrls():
+                drag.acceptProposedAction()
+                self.overlay.cover()
+                return True
+        elif kind == QEvent.Type.DragLeave:
+            self.overlay.hide()
+        elif kind == QEvent.Type.Drop:
+            drop: QDropEvent = event  # type: ignore[assignment]
+            self.overlay.hide()
+            files = [Path(u.toLocalFile()) for u in drop.mimeData().urls() if u.isLocalFile()]
+            if files:
+                drop.acceptProposedAction()
+                self.summarize(files)
+                return True
+        return False
+
+    def choose_files(self) -> None:
+        names, _ = QFileDialog.getOpenFileNames(self.window, "Summarize documents", "", FILTER)
+        if names:
+            self.summarize([Path(n) for n in names])
+
+    # ----- the job ---------------------------------------------------------------------------------------
+
+    def summarize(self, files: list[Path]) -> None:
+        if self.running:
+            self.window.controller.toast("A summary is already running; cancel it first.")
+            return
+        self.panel.show_progress(JobProgress("extracting", 0, len(files), 0.0, message=files[0].name))
+        self.action.setEnabled(False)
+        self.running = True
+        self.ctx.workers.submit("engine", lambda: self._run(files), done=self._done, failed=self._failed)
+        log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
+
+    def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
+        """Engine lane: load for batching if needed, run the job, open the result as a conversation."""
+        engine = self.ctx.engine
+        params = engine.load_params or self.ctx.load_params
+        if params is not None and (engine.load_params is None or params.n_seq_max < 2):
+            # Parallel chunk summaries need several sequences in one (unified) context.
+            engine.load(dataclasses.replace(params, n_seq_max=8, kv_unified=True))
+        cache = self._summary_cache()
+        job = SummaryJob(engine, files, cache=cache, on_progress=self._progress_from_worker)
+        self.job = job
+        result = job.run()
+        if result.cancelled or not result.documents:
+            return result, None, ""
+        n_ctx = int(engine.load_info.get("n_ctx", 0))
+        cid, att = open_conversation(self.ctx.store, cache.db, result.extracted, result.summary,
+                                     engine.count_tokens, n_ctx, result.parts)
+        if att.approach == "whole":
+            conv = self.ctx.store.get(cid)
+            prefix = [{"role": "system", "content": conv.system_prompt}]
+            prefix += [{"role": m.role, "content": m.content} for m in self.ctx.store.branch(cid)]
+            kv = self.ctx.extras.get("kv_session")
+            owner = f"doc:{result.extracted[0].sha256}"
+            precompute_kv(engine, prefix, kv, owner)
+        return result, cid, att.note
+
+    def _progress_from_worker(self, p: JobProgress) -> None:
+        self.ctx.bridge.post(lambda: self.panel.show_progress(p))
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.panel.stage.setText("Cancelling… finished chunks are kept")
+
+    def _done(self, out: tuple[JobResult, int | None, str]) -> None:
+        result, cid, note = out
+        self.job, self.running = None, False
+        self.last_result = result
+        self.panel.hide()
+        self.action.setEnabled(True)
+        if result.cancelled:
+            self.window.controller.toast("Summary cancelled. Finished chunks are kept: summarize the same file "
+                                         "again to resume.")
+            return
+        skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
+        self.last_conversation = cid
+        if cid is not None:
+            self.window.controller.refresh(select=cid)
+            self.window.controller.select(cid)
+        self.window.controller.toast(f"Summary ready ({_duration(result.seconds)}). {note}{skipped}")
+
+    def _failed(self, exc: BaseException) -> None:
+        self.job, self.running = None, False
+        self.panel.hide()
+        self.action.setEnabled(True)
+        self.window.controller.report(exc)
+
+    # ----- questions about an attached document ------------------------------------------------------------
+
+    def _summary_cache(self) -> SummaryCache:
+        if self._cache is None:
+            self._cache = SummaryCache(self.ctx.store.db)
+        return self._cache
+
+    def _before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
+        """ChatService hook (worker thread): long documents get their relevant parts added to the question."""
+        engine = self.ctx.engine
+        hook = DocumentContext(self._summary_cache().db, engine.count_tokens,
+                               lambda: int(engine.load_info.get("n_ctx", 0)))
+        hook(turn, messages)
