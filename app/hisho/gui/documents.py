@@ -22,6 +22,7 @@ from hisho.core.documents.ask import DocumentContext, open_conversation, precomp
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
+from hisho.core.kv_session import document_owner
 
 if TYPE_CHECKING:
     from hisho.gui.main_window import MainWindow
@@ -163,9 +164,10 @@ class DocumentsController(QObject):
             conv = self.ctx.store.get(cid)
             prefix = [{"role": "system", "content": conv.system_prompt}]
             prefix += [{"role": m.role, "content": m.content} for m in self.ctx.store.branch(cid)]
-            kv = self.ctx.extras.get("kv_session")
-            owner = f"doc:{result.extracted[0].sha256}"
-            precompute_kv(engine, prefix, kv, owner)
+            # KV persistence (hisho.core.kv_chat): save the prefix under the document, so the first question
+            # restores it even after a restart; the index finds saved prefixes by their tokens.
+            session = getattr(self.ctx.extras.get("kv"), "session", None)
+            precompute_kv(engine, prefix, session, document_owner(result.extracted[0].sha256))
         return result, cid, att.note
 
     def _progress_from_worker(self, p: JobProgress) -> None:

@@ -93,12 +93,26 @@ class Plan:
 def make_plan(doc: Document, count: Count, n_ctx: int, *, overhead_tokens: int,
               summary_tokens: int = SUMMARY_TOKENS, final_tokens: int = FINAL_TOKENS,
               max_parallel: int = MAX_PARALLEL, chunk_target: int = CHUNK_TARGET) -> Plan:
-    """Decide one pass vs map-reduce for ``doc`` in a context of ``n_ctx`` tokens."""
-    whole = doc.text
-    total = count(whole)
-    if overhead_tokens + total + final_tokens <= n_ctx:
-        chunk = Chunk(0, whole, _refs(doc.sections), total)
-        return Plan("single", n_ctx, total, total, 1, overhead_tokens, [chunk])
+    """Decide one pass vs map-reduce for ``doc`` in a context of ``n_ctx`` tokens.
+
+    Sections are counted once (memoized); the whole text is counted only when the sum of its sections says it
+    may fit, so a 500-page document is never sent to the tokenizer in one piece."""
+    memo: dict[str, int] = {}
+    tokenizer = count
+
+    def counted(text: str) -> int:
+        if text not in memo:
+            memo[text] = tokenizer(text)
+        return memo[text]
+
+    count = counted
+    room = n_ctx - overhead_tokens - final_tokens
+    if sum(count(s.text) for s in doc.sections) <= room * 1.1:
+        whole = doc.text
+        total = count(whole)
+        if total <= room:
+            return Plan("single", n_ctx, total, total, 1, overhead_tokens,
+                        [Chunk(0, whole, _refs(doc.sections), total)])
     chunk_tokens = min(chunk_target, n_ctx - overhead_tokens - summary_tokens)
     if chunk_tokens < MIN_CHUNK:
         raise ValueError(f"a context of {n_ctx} tokens is too small to summarize in chunks (needs "
