@@ -90,6 +90,7 @@ def test_engine_crash_mid_reply_keeps_partial_and_next_turn_works(store: Convers
         m = service.run(turn, on_text).message
         assert m.status == FAILED and m.content.strip() and "engine stopped" in m.error
         assert store.message(m.id).content == m.content
+        store.update(cid, settings=SHORT)
         retry = service.run(service.regenerate(m.id)).message  # the client restarts and reloads the engine
         assert retry.status == DONE and engine.restarts == 1
 
@@ -142,7 +143,7 @@ def test_hooks_run_before_prompt_and_after_turn(service: ChatService, store: Con
 
 def test_terminal_chat_session(service: ChatService, store: ConversationStore) -> None:
     store_conv = store.create("old", settings=SHORT)
-    inp = io.StringIO("\n/open %d\nHello there\n/regen\n/list\n/bogus\n/quit\n" % store_conv.id)
+    inp = io.StringIO(f"\n/open {store_conv.id}\nHello there\n/regen\n/list\n/bogus\n/quit\n")
     out = io.StringIO()
     assert TerminalChat(service, None, inp, out).loop() == 0
     text = out.getvalue()

@@ -78,7 +78,7 @@ def test_stop_mid_reply_keeps_partial_text_marked(qtbot: QtBot, window: MainWind
     w = window
     cid = open_chat(qtbot, w, LONG)
     type_and_enter(qtbot, w, STORY)
-    wait_for(qtbot, lambda: streaming_text(w).strip())
+    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
     qtbot.keyClick(w.composer.edit, Qt.Key.Key_Escape)
     wait_idle(qtbot, w)
     reply = w.ctx.store.branch(cid)[-1]
@@ -204,7 +204,7 @@ def test_closing_mid_generation_stops_engine_and_keeps_text(qtbot: QtBot, window
     w = window
     cid = open_chat(qtbot, w, LONG)
     type_and_enter(qtbot, w, STORY)
-    wait_for(qtbot, lambda: streaming_text(w).strip())
+    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
     w.composer.set_text("next question, typed while it was answering")
     engine = w.ctx.engine
     start = time.perf_counter()
@@ -220,7 +220,7 @@ def test_engine_crash_mid_reply_keeps_partial_and_retry_works(qtbot: QtBot, wind
     w = window
     cid = open_chat(qtbot, w, LONG)
     type_and_enter(qtbot, w, STORY)
-    wait_for(qtbot, lambda: streaming_text(w).strip())
+    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
     w.ctx.engine.kill()  # what a native abort in llama.cpp looks like from here
     wait_idle(qtbot, w)
     reply = w.ctx.store.branch(cid)[-1]
@@ -240,9 +240,9 @@ def test_late_tokens_never_land_in_another_chat(qtbot: QtBot, window: MainWindow
     w = window
     other = open_chat(qtbot, w, title="quiet chat")
     w.ctx.store.add_message(other, "user", "untouched")
-    cid = open_chat(qtbot, w, ChatSettings(temperature=0.0, max_tokens=200))
+    cid = open_chat(qtbot, w, ChatSettings(temperature=0.0, max_tokens=60, repeat_penalty=1.0))
     type_and_enter(qtbot, w, STORY)
-    wait_for(qtbot, lambda: streaming_text(w).strip())
+    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
     w.controller.select(other)
     wait_for(qtbot, lambda: w.view.conversation_id == other)
     texts = set()

@@ -41,11 +41,11 @@ def open_window(model: str | None = None, *, bridge: Bridge | None = None) -> Ma
     ctx: AppContext = build(model, bridge=bridge or Bridge())
     wanted = str(ctx.settings["theme"])
     theme.apply(app, theme.choose(wanted))
+    window = MainWindow(ctx)
     if wanted == "system":
         hints = QGuiApplication.styleHints()
-        if hasattr(hints, "colorSchemeChanged"):
-            hints.colorSchemeChanged.connect(lambda _s: theme.apply(app, theme.choose("system")))
-    window = MainWindow(ctx)
+        if hasattr(hints, "colorSchemeChanged"):  # Qt >= 6.5; re-render so code colours follow too
+            hints.colorSchemeChanged.connect(window.controller.follow_system_theme)
     kv: Any = ctx.extras.get("kv")
     if kv is not None:  # KV persistence: prefetch on select, type-ahead while typing, size in the status bar
         from hisho.gui.kv_status import wire

@@ -50,7 +50,8 @@ class ChatController(QObject):
         self.workers = self.ctx.workers
         self.workers.on_error = self.report
         self.current: Conversation | None = None
-        self.active: tuple[Turn, TextBuffer] | None = None
+        self.active: tuple[Turn, TextBuffer] | None = None   # the streaming turn, as the GUI knows it
+        self.running: Turn | None = None                     # set by the engine lane while a turn runs
         self.model_ready = False
         self.last_fit: FitReport | None = None
         self._count_seq = 0
@@ -105,7 +106,7 @@ class ChatController(QObject):
                 button.deleteLater()
 
             button.clicked.connect(clicked)
-            bar.messageChanged.connect(lambda msg: button.deleteLater() if not msg else None)
+            bar.messageChanged.connect(button.deleteLater)  # a slot of the button: gone with it
 
     # ----- start-up --------------------------------------------------------------------------------------
 
@@ -296,11 +297,15 @@ class ChatController(QObject):
 
         def job() -> TurnResult:
             turn = make()
+            self.running = turn  # visible to stop()/shutdown() before the GUI hears of the turn
             buffer = TextBuffer(turn.id)
             branch = self.store.branch(turn.conversation_id, turn.parent_id)
             siblings = {m.id: self.store.siblings(m.id) for m in branch}
             self.ctx.bridge.post(lambda: self._began(turn, buffer, branch, siblings, clear))
-            return self.service.run(turn, buffer.append)
+            try:
+                return self.service.run(turn, buffer.append)
+            finally:
+                self.running = None
 
         self._engine(job, self._finished, self._turn_failed)
 
@@ -338,8 +343,9 @@ class ChatController(QObject):
         self.reload()
 
     def stop(self) -> None:
-        if self.active is not None:
-            self.active[0].cancel()
+        turn = self.running
+        if turn is not None:
+            turn.cancel()
 
     # ----- per-message actions ---------------------------------------------------------------------------
 
@@ -451,6 +457,9 @@ class ChatController(QObject):
             theme.apply(app, theme.choose(name))
             self.reload()
 
+    def follow_system_theme(self, *_: object) -> None:
+        self.set_theme("system")
+
     def copy_diagnostics(self) -> None:
         e = self.ctx.engine
         lines = [f"engine: {e.engine_info}", f"load: {e.load_info}", f"params: {e.load_params}",
@@ -471,8 +480,7 @@ class ChatController(QObject):
                 self.store.update(self.current.id, draft=self.w.composer.text())
             except UserError as exc:
                 log.error("could not save the draft: %s", exc)
-        if self.active is not None:
-            self.active[0].cancel()
+        self.stop()
         self.w.view.detach_stream()
         if not self.workers.shutdown(CLOSE_WAIT_S):
             self.ctx.engine.kill()  # a reply did not stop in time; its text so far is saved already

@@ -230,7 +230,7 @@ class MainWindow(QMainWindow):
         self.find_edit.returnPressed.connect(self.controller.find_next)
 
     def escape(self) -> None:
-        if self.controller.active is not None:
+        if self.controller.active is not None or self.controller.running is not None:
             self.controller.stop()
         elif self.find_bar.isVisible():
             self.hide_find()
