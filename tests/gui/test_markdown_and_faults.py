@@ -6,6 +6,7 @@ import sqlite3
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QAbstractSlider
 from pytestqt.qtbot import QtBot
 
 from hisho.core import paths
@@ -111,3 +112,36 @@ def test_read_only_view_of_a_locked_database(qtbot: QtBot, default_model_path: o
     finally:
         locker.rollback()
         locker.close()
+
+
+def test_auto_scroll_follows_until_the_user_scrolls_up(qtbot: QtBot) -> None:
+    from hisho.core.conversations import Message
+    from hisho.gui.bridge import TextBuffer
+    from hisho.gui.chat_view import ChatView
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.show()
+    msgs = [Message(i + 1, 1, i or None, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + "text " * 80)
+            for i in range(30)]
+    view.show_branch(1, msgs, {})
+    buffer = TextBuffer(7)
+    view.begin_stream(7, buffer)
+    bar = view.verticalScrollBar()
+    buffer.append("Streaming line one.\n\n" * 5)
+    qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum(), timeout=5000)
+    assert view.append(99, "text from another turn") is False  # wrong turn id: dropped
+    for _ in range(3):  # the user pages up to read (wheel, keys and drags all arrive as slider actions)
+        bar.triggerAction(QAbstractSlider.SliderAction.SliderPageStepSub)
+    held = bar.value()
+    assert held < bar.maximum() - 40
+    buffer.append("More streamed text.\n\n" * 20)
+    qtbot.waitUntil(lambda: "More streamed" in (view.stream_widget.text if view.stream_widget else ""), timeout=5000)
+    qtbot.wait(100)
+    assert bar.value() == held and bar.maximum() > held
+    bar.triggerAction(QAbstractSlider.SliderAction.SliderToMaximum)  # back at the bottom: following again
+    buffer.append("Last words.\n\n" * 20)
+    qtbot.waitUntil(lambda: "Last words" in (view.stream_widget.text if view.stream_widget else ""), timeout=5000)
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5000)
+    view.detach_stream()

@@ -69,6 +69,7 @@ class ChatView(QScrollArea):
         self._timer.timeout.connect(self._flush)
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._scrolled)
+        bar.actionTriggered.connect(self._user_scrolled)
         bar.rangeChanged.connect(self._range_changed)
 
     # ----- content ---------------------------------------------------------------------------------------
@@ -187,11 +188,21 @@ class ChatView(QScrollArea):
     # ----- scrolling and find --------------------------------------------------------------------------------
 
     def scroll_to_bottom(self) -> None:
-        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+        """After the layout settles, go to the bottom, unless the user has scrolled away in the meantime."""
+        QTimer.singleShot(0, self._to_bottom_if_following)
+
+    def _to_bottom_if_following(self) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
+
+    def _user_scrolled(self, _action: int) -> None:
+        # Only the user's scrolling (wheel, keys, drag, scrollbar clicks all arrive as slider actions) decides
+        # whether we follow the reply; layout changes move the value too, and must not. sliderPosition() is
+        # already the new position when the action is reported.
+        bar = self.verticalScrollBar()
+        self._stick = bar.sliderPosition() >= bar.maximum() - 40
 
     def _scrolled(self, value: int) -> None:
-        bar = self.verticalScrollBar()
-        self._stick = value >= bar.maximum() - 40
         if value <= 80 and self.first_built > 0:
             QTimer.singleShot(0, self.load_older)
 

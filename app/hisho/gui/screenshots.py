@@ -97,9 +97,9 @@ def main(argv: list[str]) -> int:
     _wait(app, lambda: c.model_ready)
     window.grab().save(str(out / "1-empty-state.png"))
     cid = _seed(c.store)
+    c.store.update(cid, draft="Can you show the pandas version as code too?")
     c.refresh(cid)
     c.select(cid)
-    window.composer.set_text("Can you show the pandas version as code too?")
     _wait(app, lambda: c.current is not None and c.current.id == cid and window.view.built_count() == 4
           and window.meter_label.text() != "")
     window.grab().save(str(out / "2-conversation.png"))
