@@ -164,3 +164,32 @@ def test_encrypted_pdf_message_from_cli(tmp_path: Path, name: str) -> None:
     ok = hisho("summarize", str(path), "--password", "pw", "--json", "--final-tokens", "16")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["documents"][0]["input_tokens"] > 0
+
+
+def test_followup_question_prefills_only_the_question(tmp_path: Path, default_model_path: Path) -> None:
+    from hisho.core.conversations import ConversationStore
+    from hisho.core.db import Database
+    from hisho.core.documents.ask import open_conversation, precompute_kv
+    from hisho.core.documents.cache import SummaryCache
+    from hisho.core.documents.extract import extract
+    from hisho.core.protocol import Sampling
+
+    note = tmp_path / "minutes.md"
+    note.write_text("# Budget\nThe council approved 4,000 dollars for the bridge.\n\n# Library\n"
+                    "The library opens at nine on Saturdays from June.\n" * 3)
+    db = Database(tmp_path / "h.sqlite3")
+    store, cache = ConversationStore(db), SummaryCache(db)
+    with EngineClient() as client:
+        client.load(LoadParams(model_path=str(default_model_path), n_ctx=2048, n_seq_max=2))
+        cid, att = open_conversation(store, cache.db, [extract(note)], "The council funds the bridge [§ Budget].",
+                                     client.count_tokens, 2048)
+        assert att.approach == "whole"
+        prefix = [{"role": "system", "content": store.get(cid).system_prompt}]
+        prefix += [{"role": m.role, "content": m.content} for m in store.branch(cid)]
+        n_prefix = precompute_kv(client, prefix)
+        assert n_prefix > 100
+        question = prefix + [{"role": "user", "content": "When does the library open?"}]
+        n_question = client.count_tokens(messages=question) - n_prefix
+        reply = client.generate(messages=question, sampling=Sampling(temperature=0.0, max_tokens=8)).collect()
+    assert reply.cached_tokens == n_prefix  # the document and the summary turn were not read again
+    assert reply.prompt_tokens - reply.cached_tokens == n_question
