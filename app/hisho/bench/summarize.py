@@ -87,9 +87,14 @@ def _decode_gain(client: EngineClient, n_tokens: int, repeat: int) -> dict[str, 
 
 
 def _map_phase(client: EngineClient, doc_tokens: int, n_ctx: int, repeat: int) -> dict[str, Any]:
-    doc = synthetic_document(int(doc_tokens / 1.6))
+    doc = synthetic_document(int(doc_tokens / 1.75))
     overhead = client.count_tokens(messages=P.map_messages(doc.name, "pp. 000–000", ""))
-    plan = P.make_plan(doc, client.count_tokens, n_ctx, overhead_tokens=overhead)
+    # The planner's chunking and parallelism (make_plan would choose one pass: the document fits this context).
+    chunk_tokens = min(P.CHUNK_TARGET, n_ctx - overhead - P.SUMMARY_TOKENS)
+    chunks = P.pack_sections(doc.sections, client.count_tokens, chunk_tokens)
+    per_seq = overhead + max(c.tokens for c in chunks) + P.SUMMARY_TOKENS
+    plan = P.Plan("map_reduce", n_ctx, sum(c.tokens for c in chunks), chunk_tokens,
+                  max(1, min(P.MAX_PARALLEL, n_ctx // per_seq, len(chunks))), overhead, chunks)
     items = [{"messages": P.map_messages(doc.name, c.refs, c.text)} for c in plan.chunks]
     sampling = Sampling(temperature=0.0, repeat_penalty=1.1, max_tokens=P.SUMMARY_TOKENS, ignore_eos=True)
     seq, bat = [], []
@@ -105,7 +110,7 @@ def _map_phase(client: EngineClient, doc_tokens: int, n_ctx: int, repeat: int) -
 
 
 def _followup(client: EngineClient, n_ctx: int, repeat: int) -> dict[str, Any]:
-    doc = synthetic_document(2400)
+    doc = synthetic_document(1500)
     system = {"role": "system", "content": "Answer questions about this document.\n\n" + doc.text}
     doc_tokens = client.tokenize(messages=[system], add_generation_prompt=False)
     full = client.tokenize(messages=[system, {"role": "user", "content": QUESTION}])

@@ -22,6 +22,7 @@ from hisho.core.documents.ask import DocumentContext, open_conversation, precomp
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
+from hisho.core.documents.plan import MAX_PARALLEL
 from hisho.core.kv_session import document_owner
 
 if TYPE_CHECKING:
@@ -148,9 +149,14 @@ class DocumentsController(QObject):
         """Engine lane: load for batching if needed, run the job, open the result as a conversation."""
         engine = self.ctx.engine
         params = engine.load_params or self.ctx.load_params
-        if params is not None and (engine.load_params is None or params.n_seq_max < 2):
-            # Parallel chunk summaries need several sequences in one (unified) context.
-            engine.load(dataclasses.replace(params, n_seq_max=8, kv_unified=True))
+        if params is not None and (engine.load_params is None or params.n_seq_max < MAX_PARALLEL
+                                   or not params.kv_unified):
+            # Parallel chunk summaries need several sequences in one unified context. Unified KV: the cells
+            # are shared, so this costs no memory; chats keep working on sequence 0 afterwards.
+            engine.load(dataclasses.replace(params, n_seq_max=MAX_PARALLEL, kv_unified=True))
+            session = getattr(self.ctx.extras.get("kv"), "session", None)
+            if session is not None:
+                session.reset()  # the KV fingerprint is asked again for the new load
         cache = self._summary_cache()
         job = SummaryJob(engine, files, cache=cache, on_progress=self._progress_from_worker)
         self.job = job
