@@ -87,6 +87,7 @@ class KVSession:
         self._draft: tuple[list[int], int, float] | None = None
         self._draft_cv = threading.Condition()
         self._closed = False
+        self._working = False  # the worker runs a job (a prefetch): type-ahead waits for it
         self._worker = threading.Thread(target=self._work, name="hisho-kv-session", daemon=True)
         self._worker.start()
         self._drafter = threading.Thread(target=self._draft_loop, name="hisho-kv-typeahead", daemon=True)
@@ -230,6 +231,8 @@ class KVSession:
                 tokens, suffix, at = self._draft
                 paused = time.monotonic() - at >= PAUSE_S
                 target = tokens if paused or not suffix else tokens[:-suffix]
+            while (self._working or not self._jobs.empty()) and not self._closed:
+                time.sleep(0.005)  # a prefetch first: prefilling the draft before it would redo everything
             if len(target) != done_len or paused:
                 self._quietly(self.engine.call, "prefill", {"seq": self.seq, "tokens": target})
                 done_len = len(target)
@@ -272,7 +275,11 @@ class KVSession:
             job = self._jobs.get()
             if job is None:
                 return
-            job()
+            self._working = True
+            try:
+                job()
+            finally:
+                self._working = False
 
     def _quietly(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
