@@ -10,11 +10,12 @@ import argparse
 import signal
 import sys
 import threading
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from hisho.core.chat import ChatService, Turn
-from hisho.core.conversations import ConversationStore
 from hisho.core.errors import UserError
+
+if TYPE_CHECKING:  # imported in cmd_chat: every `hisho` start builds this parser, few run chat
+    from hisho.core.chat import ChatService, Turn
 
 HELP = """commands:
   /new            start a new conversation
@@ -34,6 +35,8 @@ def register(subparsers: Any) -> None:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from hisho.cli import load_model
+    from hisho.core.chat import ChatService
+    from hisho.core.conversations import ConversationStore
     from hisho.core.engine_client import EngineClient
     from hisho.core.launch import load_params_for, open_model
 
