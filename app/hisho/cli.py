@@ -45,7 +45,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from hisho.core.protocol import Sampling
 
     model_path = open_model(args.model)
-    params = load_params_for(model_path, n_ctx=args.n_ctx)
+    params = load_params_for(model_path, n_ctx=args.n_ctx, override=args.force)
     sampling = Sampling(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
     messages = [{"role": "user", "content": args.prompt}]
     with EngineClient() as client:
@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--seed", type=int, default=-1)
     p.add_argument("--n-ctx", type=int, default=None, help="context length (default: settings)")
+    p.add_argument("--force", action="store_true", help="load even if the memory plan says it will not fit")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generate)
 
