@@ -73,23 +73,37 @@ class Workers:
         future = self._pools[lane].submit(fn)
 
         def finished(f: Future[T]) -> None:
-            with self._lock:
-                self._busy[lane] -= 1
             if f.cancelled():
+                self._done(lane)
                 return
             exc = f.exception()
             if exc is not None:
                 handler = failed or self.on_error
                 if handler is None:
                     log.error("%s job failed: %s", lane, exc, exc_info=exc)
+                    self._done(lane)
                 else:
-                    self.bridge.post(lambda: handler(exc))
+                    self.bridge.post(lambda: self._follow_up(lane, handler, exc))
             elif done is not None:
                 result = f.result()
-                self.bridge.post(lambda: done(result))
+                self.bridge.post(lambda: self._follow_up(lane, done, result))
+            else:
+                self._done(lane)
 
         future.add_done_callback(finished)
         return future
+
+    def _follow_up(self, lane: str, fn: Callable[[Any], Any], value: Any) -> None:
+        # The lane counts as busy until its GUI follow-up has run, so "idle" means nothing is left in flight
+        # (a follow-up usually submits the next step before this returns).
+        try:
+            fn(value)
+        finally:
+            self._done(lane)
+
+    def _done(self, lane: str) -> None:
+        with self._lock:
+            self._busy[lane] -= 1
 
     def busy(self, lane: str) -> bool:
         with self._lock:

@@ -118,6 +118,8 @@ class ChatController(QObject):
             self.w.status.set_model(Path(ctx.load_params.model_path).stem)
             self.w.status.model.setText(f"Loading {Path(ctx.load_params.model_path).stem}…")
             self._engine(lambda: self.ctx.engine.load(ctx.load_params), self._loaded, self._load_failed)
+        if not self.store.read_only:  # chats deleted in an earlier session are past their Undo: remove them
+            self._store(lambda: self.store.purge_deleted())
         self._store(lambda: self.store.conversations(), self._listed_first)
 
     def _loaded(self, info: dict[str, Any]) -> None:
