@@ -81,6 +81,7 @@ class KVSession:
         self.budget_bytes = budget_bytes if budget_bytes is not None else _budget_setting()
         self._fp: str | None = None
         self._fp_params: Any = None
+        self.last_save: dict[str, Any] = {}  # the last save's engine report: copy_s (what the reply waited), bytes
         self._saves: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
@@ -172,6 +173,7 @@ class KVSession:
         saved = 0
         try:
             report = stream.collect().extra
+            self.last_save = {k: v for k, v in report.items() if k != "chunks"}
             fp = str(report["fingerprint"])
             saved = self.index.record_save(owner, fp, report.get("chunks", []))
             if pinned is not None:
