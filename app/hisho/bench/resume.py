@@ -4,8 +4,9 @@ One run, ratios against baselines from the same run (DESIGN.md "How we measure")
 1. Engine A: a fresh send of an N-token conversation plus a fixed ~15-token question (``ttft_fresh_s``, greedy
    reference continuation); the conversation alone prefilled (``prefill_s``) and saved through ``KVSession``.
 2. Engine B, a new process with the model already loaded (``load_s`` and a one-reply ``warmup_s`` reported
-   apart): restore to ready-to-decode (``restore_s``, median of ``--repeat``), a send from an empty sequence (restore + question
-   prefill: ``ttft_restored_s``), the continuation compared token by token with A's (``identical_continuation``).
+   apart): restore to ready-to-decode (``restore_s``, median of ``--repeat``), a send from an empty sequence
+   (restore + question prefill: ``ttft_restored_s``), the continuation compared token by token with the same
+   conversation kept in memory in A (``identical_continuation``).
 3. The same question typed ahead character by character through ``KVSession.draft`` after a prefetch; the clock
    starts at Send (``ttft_typeahead_s``).
 4. The chunk files read into a reused buffer (``raw_read_s``); a second conversation on the same document saved
