@@ -18,6 +18,7 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 
+from hisho.core.db import DatabaseUnavailable
 from hisho.core.documents.ask import DocumentContext, open_conversation, precompute_kv
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import SUPPORTED
@@ -215,8 +216,12 @@ class DocumentsController(QObject):
         return self._cache
 
     def _before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
-        """ChatService hook (worker thread): long documents get their relevant parts added to the question."""
+        """ChatService hook (worker thread): long documents get their relevant parts added to the question.
+        A store that cannot hold the documents tables (read-only, too new) has no attachments: chats go on."""
+        try:
+            db = self._summary_cache().db
+        except DatabaseUnavailable as exc:
+            log.info("no document attachments: %s", exc)
+            return
         engine = self.ctx.engine
-        hook = DocumentContext(self._summary_cache().db, engine.count_tokens,
-                               lambda: int(engine.load_info.get("n_ctx", 0)))
-        hook(turn, messages)
+        DocumentContext(db, engine.count_tokens, lambda: int(engine.load_info.get("n_ctx", 0)))(turn, messages)

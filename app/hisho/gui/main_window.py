@@ -32,6 +32,7 @@ from hisho.gui.chat_view import ChatView
 from hisho.gui.composer import Composer
 from hisho.gui.context import AppContext
 from hisho.gui.controller import ChatController
+from hisho.gui.documents import DocumentsController
 from hisho.gui.sidebar import Sidebar
 from hisho.gui.status_bar import StatusBar
 
@@ -60,6 +61,7 @@ class MainWindow(QMainWindow):
         self.controller = ChatController(self)
         self._build_menus()
         self._build_shortcuts()
+        self.documents = DocumentsController(self)  # drop zone, File → Summarize…, summary progress
         if ctx.problem:
             self.show_banner(ctx.problem)
 
