@@ -306,3 +306,23 @@ def test_engine_killed_during_a_write(default_model_path: Path, tmp_path: Path, 
     assert answer(client, prompts["full"])[0] == expected(client, prompts, 0)
     session.close()
     client.close()
+
+
+def test_q8_0_kv_round_trip_takes_about_half_the_disk(default_model_path: Path, kv_engine: EngineClient,
+                                                      session: KVSession, prompts: dict[str, list[int]],
+                                                      tmp_path: Path) -> None:
+    save_conversation(kv_engine, session, prompts["conv"])
+    f16_bytes = session.index.total_bytes()
+    with EngineClient() as q8:
+        q8.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, type_k="q8_0",
+                           type_v="q8_0", flash_attn=True))
+        index = KVIndex(Database(tmp_path / "q8.sqlite3"), tmp_path / "kv-q8")
+        other = KVSession(q8, index, chunk_tokens=CHUNK, budget_bytes=1 << 40)
+        q8.call("prefill", {"seq": 0, "tokens": prompts["conv"]})
+        in_memory = answer(q8, prompts["full"])[0]
+        save_conversation(q8, other, prompts["conv"])
+        assert 0.45 < index.total_bytes() / f16_bytes < 0.6  # q8_0: 34 bytes per 32 values, f16: 64
+        cleared(q8)
+        assert other.restore("conv:1", prompts["full"]).restored == len(prompts["conv"])
+        assert answer(q8, prompts["full"])[0] == in_memory
+        other.close()
