@@ -19,6 +19,7 @@ from hisho.core.engine_client import EngineClient
 from hisho.core.errors import UserError
 from hisho.core.kv_chat import attach as attach_kv
 from hisho.core.launch import load_params_for, open_model
+from hisho.core.planner.gate import PlanRefused
 from hisho.core.protocol import LoadParams
 from hisho.gui.bridge import Bridge, Workers
 
@@ -37,6 +38,7 @@ class AppContext:
     settings: settings_mod.Settings
     problem: str = ""                       # shown in a banner: why conversations are read-only / not saved
     model_problem: str = ""
+    plan_refused: bool = False
     extras: dict[str, object] = field(default_factory=dict)
 
 
@@ -61,6 +63,7 @@ def build(model: str | None, *, bridge: Bridge, db_path: Path | None = None) -> 
     settings = settings_mod.load()
     store, problem = open_store(db_path)
     model_problem = ""
+    plan_refused = False
     model_path: Path | None = None
     params: LoadParams | None = None
     try:
@@ -68,10 +71,12 @@ def build(model: str | None, *, bridge: Bridge, db_path: Path | None = None) -> 
         params = load_params_for(model_path, settings=settings, n_seq_max=2)  # KV saves use the 2nd as scratch
     except UserError as exc:
         model_problem = str(exc)
+        plan_refused = isinstance(exc, PlanRefused)
     engine = EngineClient()
     service = ChatService(store, engine, model_name=model_path.stem if model_path else "")
     workers = Workers(bridge)
-    ctx = AppContext(store, engine, service, bridge, workers, model_path, params, settings, problem, model_problem)
+    ctx = AppContext(store, engine, service, bridge, workers, model_path, params, settings, problem, model_problem,
+                     plan_refused=plan_refused)
     kv = None if store.read_only else attach_kv(service, store.db)  # KV persistence: docs/kv-format.md
     if kv is not None:
         ctx.extras.update(kv=kv, kv_session=kv.session)

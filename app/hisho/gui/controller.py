@@ -27,6 +27,7 @@ from hisho.core.conversations import Conversation, Message
 from hisho.core.errors import EngineError, UserError
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.models import ModelStore
+from hisho.core.planner.gate import PlanRefused
 from hisho.gui import theme
 from hisho.gui.bridge import TextBuffer
 from hisho.gui.settings_dialog import ConversationSettingsDialog
@@ -53,6 +54,7 @@ class ChatController(QObject):
         self.active: tuple[Turn, TextBuffer] | None = None   # the streaming turn, as the GUI knows it
         self.running: Turn | None = None                     # set by the engine lane while a turn runs
         self.model_ready = False
+        self._loading_name = str(self.ctx.model_path or "")  # what a "Load anyway" retries
         self.last_fit: FitReport | None = None
         self._count_seq = 0
         self._find_after: int | None = None
@@ -92,11 +94,11 @@ class ChatController(QObject):
             log.error("background operation failed", exc_info=exc)
             self.toast(f"Something went wrong: {type(exc).__name__}: {exc} (details in the log)")
 
-    def toast(self, text: str, undo: Callable[[], None] | None = None) -> None:
+    def toast(self, text: str, undo: Callable[[], None] | None = None, label: str = "Undo") -> None:
         bar = self.w.status
         bar.showMessage(text, UNDO_MS)
         if undo is not None:
-            button = QPushButton("Undo")
+            button = QPushButton(label)
             button.setObjectName("Flat")
             bar.addWidget(button)
 
@@ -114,6 +116,8 @@ class ChatController(QObject):
         ctx = self.ctx
         if ctx.model_problem or ctx.load_params is None:
             self.w.show_banner(ctx.model_problem or "no model to load")
+            if ctx.plan_refused and ctx.model_path is not None:
+                self.offer_load_anyway(str(ctx.model_path))
         else:
             self.w.status.set_model(Path(ctx.load_params.model_path).stem)
             self.w.status.model.setText(f"Loading {Path(ctx.load_params.model_path).stem}…")
@@ -136,6 +140,13 @@ class ChatController(QObject):
     def _load_failed(self, exc: BaseException) -> None:
         self.w.status.model.setText("No model loaded")
         self.w.show_banner(f"The model could not be loaded: {exc}")
+        if isinstance(exc, PlanRefused):
+            self.offer_load_anyway(self._loading_name)
+
+    def offer_load_anyway(self, name: str) -> None:
+        """The memory plan refused the load; the user may still try it (it may swap or fail)."""
+        self.toast("The memory plan says this model will not fit.",
+                   lambda: self.switch_model(name, override=True), label="Load anyway")
 
     def _listed_first(self, convs: list[Conversation]) -> None:
         self.w.sidebar.set_conversations(convs, None)
@@ -426,13 +437,15 @@ class ChatController(QObject):
             self.switch_model(conv.model)
         self.update_meter()
 
-    def switch_model(self, name: str) -> None:
+    def switch_model(self, name: str, override: bool = False) -> None:
         self.model_ready = False
+        self._loading_name = name
         self.w.status.model.setText(f"Loading {name}…")
 
         def job() -> dict[str, Any]:
             path = open_model(name or None)
-            params = load_params_for(path, settings=self.ctx.settings)
+            # n_seq_max=2 as at start-up: KV saves use the second sequence as scratch (context.build)
+            params = load_params_for(path, settings=self.ctx.settings, n_seq_max=2, override=override)
             self.service.model_name = path.stem
             return self.ctx.engine.load(params)
 
