@@ -50,7 +50,47 @@ def _generate(ctx: dict[str, Any]) -> dict[str, Any]:
     return {"completion_tokens": result.completion_tokens, "tokens_per_s": round(result.tokens_per_s, 1)}
 
 
-STEPS: list[tuple[str, Step]] = [("model", _model), ("engine", _engine), ("load", _load), ("generate", _generate)]
+def _kv(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Save the sequence's KV to disk, drop it, restore it, and check the reply after restore is the same."""
+    from hisho.core.kv_session import KVSession
+
+    client: EngineClient = ctx["client"]
+    messages = [{"role": "user", "content": "Name three colours."}]
+    greedy = Sampling(temperature=0.0, max_tokens=16)
+    client.call("seq_rm", {"seq": 0, "start": 0})
+    fresh = client.generate(messages=messages, sampling=greedy).collect()
+    session = KVSession(client)
+    try:
+        session.save("selftest:kv")
+        if not session.flush(60):
+            raise RuntimeError("the KV save did not finish")
+        client.call("seq_rm", {"seq": 0, "start": 0})
+        report = session.restore("selftest:kv", client.tokenize(messages=messages))
+        again = client.generate(messages=messages, sampling=greedy).collect()
+        session.delete("selftest:kv")
+    finally:
+        session.close()
+    if report.restored == 0 or again.cached_tokens == 0:
+        raise RuntimeError("nothing was restored from the saved KV state")
+    if again.text != fresh.text:
+        raise RuntimeError("the reply after restoring the KV state differs from the fresh one")
+    return {"restored_tokens": report.restored, "bytes": report.loaded_bytes, "restore_s": round(report.seconds, 4)}
+
+
+def _plan(ctx: dict[str, Any]) -> dict[str, Any]:
+    from hisho.core import machine as machine_mod
+    from hisho.core.planner import check_budget, make_plan
+
+    machine = machine_mod.detect()
+    plan = make_plan([str(ctx["model_path"])], machine, check_budget(machine, None, None, False),
+                     min_ctx=1024, target_ctx=4096).to_dict()
+    if not plan.get("fits"):
+        raise RuntimeError(f"the planner says the default model does not fit: {plan.get('reason')}")
+    return {"n_ctx": plan["n_ctx"], "resident_mib": round(plan["resident"] / 2**20, 1), "quant": plan["quant"]}
+
+
+STEPS: list[tuple[str, Step]] = [("model", _model), ("engine", _engine), ("load", _load), ("generate", _generate),
+                                 ("kv", _kv), ("plan", _plan)]
 
 
 def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
