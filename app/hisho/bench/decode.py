@@ -13,7 +13,7 @@ from typing import Any
 
 from hisho.core.engine_client import EngineClient
 from hisho.core.launch import load_params_for, open_model
-from hisho.core.protocol import Sampling
+from hisho.core.protocol import Sampling, common_prefix
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             raw.close()
     raw_med, eng_med = statistics.median(raw_tps), statistics.median(eng_tps)
-    same = _common_prefix(raw_tokens, eng_tokens)
+    same = common_prefix(raw_tokens, eng_tokens)
     return {
         "model": str(model_path),
         "tokens": n_tokens,
@@ -98,11 +98,3 @@ def _engine_decode(client: EngineClient, prompt: list[int], sampling: Sampling) 
         tokens.append(int(ev["token"]))
     return {"tokens_per_s": (len(tokens) - 1) / (last - first) if len(tokens) > 1 else 0.0, "tokens": tokens}
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

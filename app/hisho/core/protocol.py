@@ -7,6 +7,7 @@ See docs/engine-protocol.md for the full contract. Nothing here imports llama_cp
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -81,6 +82,16 @@ class Sampling:
     def from_dict(cls, data: dict[str, Any]) -> Sampling:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences (what a KV cache can keep)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -30,6 +30,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.kv import format as kvf
+from hisho.core.protocol import common_prefix
 from hisho.engine.kvfacts import state_facts
 from hisho.engine.runtime import RequestError, Runtime
 
@@ -260,7 +261,7 @@ class KVState:
         Nothing is loaded when ``seq`` already holds at least ``keep`` tokens of the prompt ``want``."""
         rt = self.rt
         if want is not None:
-            common = _common_prefix(rt.seqs.get(seq, []), want)
+            common = common_prefix(rt.seqs.get(seq, []), want)
             if common >= keep:
                 return {"restored": common, "loaded_tokens": 0, "bytes": 0, "failed": [], "skipped": True}
         rt.seq_rm(seq, 0)
@@ -376,7 +377,7 @@ def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], 
     if len(tokens) >= rt.n_ctx:
         raise RequestError("context_full", f"{len(tokens)} tokens do not fit the context of {rt.n_ctx}")
     held = rt.seqs.get(seq, [])
-    common = _common_prefix(held, tokens)
+    common = common_prefix(held, tokens)
     rolled_back = len(held) - common
     if rolled_back:
         rt.seq_rm(seq, common)
@@ -385,11 +386,3 @@ def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], 
     return {"held": len(rt.seqs.get(seq, [])), "decoded": len(tokens) - common, "rolled_back": rolled_back,
             "complete": complete, "seconds": time.perf_counter() - start}
 
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

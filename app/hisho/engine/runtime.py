@@ -20,7 +20,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.protocol import LoadParams, Sampling, common_prefix
 from hisho.engine.chat import ChatTemplate
 
 log = logging.getLogger("hisho.engine")
@@ -225,12 +225,7 @@ class Runtime:
         """Keep the longest prefix of ``tokens`` already in ``seq``'s cache, minus one token so the last one is
         evaluated again (a KV cell holds no logits). Returns how many tokens are kept."""
         held = self.seqs.get(seq, [])
-        common = 0
-        for a, b in zip(held, tokens):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(tokens) - 1)
+        common = min(common_prefix(held, tokens), len(tokens) - 1)
         if common < len(held):
             self.seq_rm(seq, common)
         return common
