@@ -82,19 +82,77 @@ def test_growing_conversation_drops_its_old_tail(index: KVIndex) -> None:
     assert len(files(index)) == 3
 
 
-def test_budget_evicts_least_recently_used_and_keeps_pinned_longest(index: KVIndex) -> None:
+def test_budget_evicts_least_recently_used_and_keeps_pinned_and_documents_longest(index: KVIndex) -> None:
     save(index, "conv:1", [1] * 8)
-    save(index, "conv:2", [2] * 8)
     save(index, "doc:3", [3] * 8)
+    save(index, "conv:2", [2] * 8)
+    save(index, "conv:4", [4] * 8)
     index.set_pinned("conv:1", True)
-    index.touch("conv:2")
-    time.sleep(0.01)
-    index.touch("doc:3")
+    for owner in ("conv:2", "doc:3", "conv:1", "conv:4"):  # least recently used first
+        index.touch(owner)
+        time.sleep(0.01)
     each = index.usage("conv:2").bytes
-    assert index.evict(2 * each) == ["conv:2"]
-    assert index.evict(each) == ["doc:3"]
-    assert index.lookup(FP, [1] * 9).keep == 8  # the pinned one stays
+    assert index.evict(3 * each) == ["conv:2"]  # the oldest unprotected chat, though the document is older
+    assert index.evict(2 * each) == ["conv:4"]  # then the other unprotected one, however recent
+    assert index.evict(each) == ["doc:3"]       # then protected owners, least recently used first
+    assert index.lookup(FP, [1] * 9).keep == 8 and index.usage("doc:3").bytes == 0
     assert index.evict(0) == ["conv:1"] and files(index) == set()
+    assert index.evict(0) == []
+
+
+def test_chunks_shared_with_a_protected_owner_count_as_protected(index: KVIndex) -> None:
+    doc = list(range(100, 116))  # 4 chunks of 4 tokens
+    save(index, "doc:d", doc)
+    save(index, "conv:1", doc + [1, 2, 3, 4])  # the document's chunks + one of its own
+    save(index, "conv:2", [9] * 8)
+    for owner in ("conv:1", "conv:2", "doc:d"):
+        index.touch(owner)
+        time.sleep(0.01)
+    total, chunk = index.total_bytes(), index.usage("conv:2").bytes // 2
+    # conv:1 is the least recently used chat that holds a chunk of its own: dropping it frees only that chunk.
+    assert index.evict(total - 1) == ["conv:1"]
+    assert index.total_bytes() == total - chunk
+    assert index.usage("doc:d").bytes == 4 * chunk  # the shared prefix stayed with the document
+    # A chat entirely inside a document's prefix frees nothing: it is kept until the document goes.
+    save(index, "conv:3", doc[:8])
+    index.touch("conv:3")
+    assert index.evict(index.total_bytes() - 1) == ["conv:2"]
+    assert index.usage("conv:3").bytes == 2 * chunk
+    assert index.evict(chunk) == ["doc:d", "conv:3"] and index.total_bytes() == 0
+
+
+def test_usage_of_all_owners_in_one_query_matches_one_by_one(index: KVIndex) -> None:
+    doc = list(range(100, 116))
+    save(index, "doc:d", doc)
+    for i in range(1, 30):
+        save(index, f"conv:{i}", doc[: 4 * (i % 4 + 1)] + [i] * (i % 7 + 1))
+    index.set_pinned("conv:5", True)
+    index.record_speed(FP, prefill_tok_s=100.0, restore_bytes_s=1e6)
+    every = index.usage_all()
+    assert len(every) == 30
+    for owner, u in every.items():
+        one = index.usage(owner)
+        assert (one.bytes, one.own_bytes, one.n_tokens, one.pinned) == (u.bytes, u.own_bytes, u.n_tokens, u.pinned)
+        assert one.seconds_saved == pytest.approx(u.seconds_saved)
+    assert every["conv:5"].pinned and not every["conv:6"].pinned
+    # Attribution: each owner counts every chunk it needs; the disk total counts each chunk once.
+    assert sum(u.bytes for u in every.values()) > index.total_bytes()
+    assert sum(u.own_bytes for u in every.values()) < index.total_bytes()
+    assert index.usage("conv:404") == index.usage("conv:404") and index.usage("conv:404").bytes == 0
+
+
+def test_clear_deletes_every_file_and_row(index: KVIndex) -> None:
+    save(index, "conv:1", list(range(10)))
+    save(index, "doc:2", list(range(50, 60)))
+    index.record_speed(FP, prefill_tok_s=123.0)
+    stray = index.kv_dir / FP[:16] / f"{'d' * 32}{kvf.SUFFIX}{kvf.TMP_MARK}999999999"
+    stray.write_bytes(b"z")
+    before = sum(p.stat().st_size for p in files(index))
+    assert index.clear() == before
+    assert files(index) == set() and index.total_bytes() == 0 and index.usage_all() == {}
+    assert index.db.query_one("SELECT prefill_tok_s FROM kv_speed")[0] == pytest.approx(123.0)
+    save(index, "conv:1", list(range(10)))  # still usable afterwards
+    assert index.lookup(FP, list(range(11))).keep == 10
 
 
 def test_reconcile_repairs_rows_without_files_and_files_without_rows(index: KVIndex) -> None:

@@ -33,6 +33,29 @@ log = logging.getLogger("hisho.kv")
 COMPONENT = "kv"
 RECENT_S = 120.0  # files younger than this may belong to a save in flight: reconcile leaves them alone
 DEFAULT_PREFILL_TOK_S = 250.0  # until measured (DESIGN.md: ~250-300 tok/s on a 2-core box, default model)
+DEFAULT_RESTORE_BYTES_S = 2e9
+DOCUMENT_PREFIX = "doc:"  # hisho.core.kv_session.document_owner
+
+# One query for every owner's usage (a sidebar of 1,000 chats must not ask 1,000 times): walk each entry's
+# chain tip -> root, then sum its chunks' bytes, and the bytes of chunks no other owner reaches.
+_USAGE_SQL = """
+WITH RECURSIVE chain(owner, fingerprint, key) AS (
+    SELECT owner, fingerprint, tip FROM kv_entries
+    UNION
+    SELECT ch.owner, ch.fingerprint, c.parent FROM chain ch JOIN kv_chunks c ON c.key = ch.key
+),
+reach AS (SELECT ch.owner, ch.fingerprint, c.key, c.bytes FROM chain ch JOIN kv_chunks c ON c.key = ch.key),
+users AS (SELECT key, COUNT(DISTINCT owner) AS n FROM reach GROUP BY key)
+SELECT e.owner, e.fingerprint, e.n_tokens, e.pinned, e.last_used,
+       COALESCE(SUM(r.bytes), 0), COALESCE(SUM(CASE WHEN u.n <= 1 THEN r.bytes ELSE 0 END), 0),
+       s.prefill_tok_s, s.restore_bytes_s
+FROM kv_entries e
+LEFT JOIN reach r ON r.owner = e.owner AND r.fingerprint = e.fingerprint
+LEFT JOIN users u ON u.key = r.key
+LEFT JOIN kv_speed s ON s.fingerprint = e.fingerprint
+{where}
+GROUP BY e.owner, e.fingerprint
+"""
 
 
 def _v1(db: sqlite_utils.Database) -> None:
@@ -72,11 +95,23 @@ class Match:
 
 @dataclass
 class Usage:
+    """What one owner's saved KV costs and saves. Shared chunks (a document prefix two chats start with) count
+    in full for every owner that needs them (``bytes``); ``own_bytes`` is what deleting the owner frees. The
+    disk total (``KVIndex.total_bytes``) counts each chunk once, so owners' ``bytes`` may add up to more."""
+
     owner: str
     n_tokens: int
     bytes: int            # all chunks its prefix needs
     own_bytes: int        # chunks no other owner needs (what deleting it frees)
     seconds_saved: float  # estimated prefill avoided minus the restore
+    pinned: bool = False  # evicted last (a pinned conversation; documents are always kept like pinned ones)
+    last_used: float = 0.0
+
+
+def protected(owner: str, pinned: bool) -> bool:
+    """Owners eviction keeps longest: pinned conversations and documents (a document's prefix is what every
+    question about it restores)."""
+    return pinned or owner.startswith(DOCUMENT_PREFIX)
 
 
 class KVIndex:
@@ -187,18 +222,75 @@ class KVIndex:
         return int(row[0]) if row else 0
 
     def evict(self, budget_bytes: int) -> list[str]:
-        """Drop least-recently-used owners until the files fit ``budget_bytes``; pinned owners go last."""
-        dropped: list[str] = []
-        while self.total_bytes() > budget_bytes:
-            row = self.db.query("SELECT owner FROM kv_entries ORDER BY pinned ASC, last_used ASC LIMIT 1")
-            if not row:
-                self.gc()
-                break
-            owner = str(row[0]["owner"])
-            self.delete_owner(owner)
-            dropped.append(owner)
-            log.info("KV budget: evicted %s", owner)
+        """Drop saved prefixes until the files fit ``budget_bytes``; returns the owners dropped, in order.
+
+        Order (docs/kv-format.md): least recently used first among unprotected owners that hold at least one
+        chunk no protected owner needs (a chunk shared with a pinned chat or a document counts as protected:
+        dropping such an owner would free nothing); only when those are gone, protected owners (pinned
+        conversations and documents), least recently used first."""
+        self.gc()
+        victims = self._plan_eviction(budget_bytes)
+        if not victims:
+            return []
+        with self.db.transaction():
+            for owner, fp in victims:
+                self.db.execute("DELETE FROM kv_entries WHERE owner = ? AND fingerprint = ?", [owner, fp])
+        freed = self.gc()
+        dropped = list(dict.fromkeys(owner for owner, _fp in victims))
+        log.info("KV budget %d bytes: evicted %s (%d bytes freed)", budget_bytes, ", ".join(dropped), freed)
         return dropped
+
+    def _plan_eviction(self, budget: int) -> list[tuple[str, str]]:
+        """Simulate the eviction order on reference counts in memory; the database is changed once, after."""
+        rows = {r["key"]: r for r in self.db.query("SELECT key, parent, bytes FROM kv_chunks")}
+        total = sum(int(r["bytes"]) for r in rows.values())
+        if total <= budget:
+            return []
+        entries = [(str(e["owner"]), str(e["fingerprint"]), protected(str(e["owner"]), bool(e["pinned"])),
+                    _chain(rows, e["tip"]))
+                   for e in self.db.query("SELECT * FROM kv_entries ORDER BY last_used ASC")]
+        refs: dict[str, int] = {}
+        kept: dict[str, int] = {}  # references from protected entries
+        for _o, _f, prot, chain in entries:
+            for k in chain:
+                refs[k] = refs.get(k, 0) + 1
+                kept[k] = kept.get(k, 0) + prot
+        alive = list(range(len(entries)))
+        victims: list[tuple[str, str]] = []
+        while total > budget and alive:
+            pick = next((i for i in alive if not entries[i][2] and any(kept[k] == 0 for k in entries[i][3])),
+                        None)
+            if pick is None:  # what is left is protected, or only reachable through protected owners
+                pick = next((i for i in alive if entries[i][2]), alive[0])
+            alive.remove(pick)
+            owner, fp, prot, chain = entries[pick]
+            for k in chain:
+                refs[k] -= 1
+                kept[k] -= prot
+                if refs[k] == 0:
+                    total -= int(rows[k]["bytes"])
+            victims.append((owner, fp))
+        return victims
+
+    def clear(self) -> int:
+        """Forget every saved prefix and delete every file under ``kv_dir`` (the user's "Clear all"). Measured
+        speeds are kept. Conversation text lives elsewhere and is not touched. Returns bytes deleted."""
+        with self.db.transaction():
+            self.db.execute("DELETE FROM kv_entries")
+            self.db.execute("DELETE FROM kv_chunks")
+        freed = 0
+        for path in sorted(self.kv_dir.glob("*/*")):
+            if path.is_file():
+                size = path.stat().st_size
+                self._unlink(path, "clear all")
+                freed += size
+        for folder in self.kv_dir.glob("*"):
+            if folder.is_dir():
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass  # a save in flight put a file there since
+        return freed
 
     def reconcile(self) -> dict[str, int]:
         """Repair after a crash or a user's hand: rows without files, files without rows, stale temp files."""
@@ -264,28 +356,26 @@ class KVIndex:
                          time.time()])
 
     def usage(self, owner: str) -> Usage:
-        entries = self.db.query("SELECT * FROM kv_entries WHERE owner = ?", [owner])
-        rows = {r["key"]: r for r in self.db.query("SELECT key, parent, bytes FROM kv_chunks")}
-        users: dict[str, int] = {}
-        for (tip,) in self.db.conn.execute("SELECT tip FROM kv_entries").fetchall():
-            for key in _chain(rows, tip):
-                users[key] = users.get(key, 0) + 1
-        total = own = n_tokens = 0
-        saved = 0.0
-        for e in entries:
-            chain = _chain(rows, e["tip"])
-            size = sum(int(rows[k]["bytes"]) for k in chain)
-            total += size
-            own += sum(int(rows[k]["bytes"]) for k in chain if users.get(k, 0) <= 1)
-            n_tokens = max(n_tokens, int(e["n_tokens"]))
-            saved = max(saved, self._seconds_saved(e["fingerprint"], int(e["n_tokens"]), size))
-        return Usage(owner, n_tokens, total, own, saved)
+        return self.usage_all(owner).get(owner, Usage(owner, 0, 0, 0, 0.0))
 
-    def _seconds_saved(self, fp: str, n_tokens: int, size: int) -> float:
-        row = self.db.query("SELECT * FROM kv_speed WHERE fingerprint = ?", [fp])
-        prefill = (row[0]["prefill_tok_s"] if row else None) or DEFAULT_PREFILL_TOK_S
-        restore = (row[0]["restore_bytes_s"] if row else None) or 2e9
-        return max(0.0, n_tokens / float(prefill) - size / float(restore))
+    def usage_all(self, owner: str | None = None) -> dict[str, Usage]:
+        """Every owner's usage in one SQL query (or just ``owner``'s; shared-chunk counts still see everyone).
+        An owner saved under several fingerprints (another model, another KV type) adds up its bytes; tokens
+        and seconds saved are those of its best entry."""
+        where, args = ("WHERE e.owner = ?", [owner]) if owner is not None else ("", [])
+        out: dict[str, Usage] = {}
+        for row in self.db.conn.execute(_USAGE_SQL.format(where=where), args).fetchall():
+            name, _fp, n_tokens, pinned, last_used, size, own, prefill, restore = row
+            saved = max(0.0, int(n_tokens) / float(prefill or DEFAULT_PREFILL_TOK_S)
+                        - int(size) / float(restore or DEFAULT_RESTORE_BYTES_S))
+            u = out.get(name)
+            if u is None:
+                out[name] = Usage(name, int(n_tokens), int(size), int(own), saved, bool(pinned), float(last_used))
+            else:
+                u.n_tokens, u.seconds_saved = max(u.n_tokens, int(n_tokens)), max(u.seconds_saved, saved)
+                u.bytes, u.own_bytes = u.bytes + int(size), u.own_bytes + int(own)
+                u.pinned, u.last_used = u.pinned or bool(pinned), max(u.last_used, float(last_used))
+        return out
 
     # ----- helpers -----------------------------------------------------------------------------------
 
