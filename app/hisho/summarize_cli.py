@@ -1,7 +1,9 @@
 """``hisho summarize FILE… [--json]``: summaries of documents (DESIGN.md command contract).
 
-JSON: summary, chunks, input_tokens, seconds, truncated (false: nothing is ever cut without being asked), plus
-chunks_cached / chunks_generated (a rerun after a kill resumes), skipped files and per-document details.
+JSON: summary, chunks, input_tokens, seconds, truncated, plus chunks_cached / chunks_generated (a rerun after a
+kill resumes), skipped files and per-document details. ``truncated`` is false unless the user asked for a cut
+(``--pages 1-20`` of a PDF); then it is true and ``cut`` lists what was not read ("report.pdf: pp. 21–500"),
+which the summary's "Not included" list repeats.
 A file that cannot be read is reported on stderr and in the summary; the others are still summarized. Exit 2
 when no file could be read.
 """
@@ -12,8 +14,12 @@ import argparse
 import dataclasses
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
+from hisho.core.documents.extract import extract
+from hisho.core.documents.job import JobResult, SummaryJob
+from hisho.core.documents.model import Document, DocumentError, PageSpan
 from hisho.core.documents.plan import CHUNK_TARGET, FINAL_TOKENS, MAX_PARALLEL, SUMMARY_TOKENS
 
 
@@ -27,13 +33,51 @@ def register(sub: Any) -> None:
     p.add_argument("--final-tokens", type=int, default=FINAL_TOKENS, help="reply budget of the final summary")
     p.add_argument("--chunk-tokens", type=int, default=CHUNK_TARGET, help="largest chunk (tokens)")
     p.add_argument("--password", help="password of an encrypted PDF")
+    p.add_argument("--pages", type=_span, metavar="A-B",
+                   help="read only these pages of each PDF (1-20, 5, 30-); the JSON then says truncated and what "
+                        "was cut")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_summarize)
 
 
+def _span(spec: str) -> PageSpan:
+    from hisho.core.errors import UserError
+
+    try:
+        return PageSpan.parse(spec)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class RangeJob(SummaryJob):
+    """A ``SummaryJob`` that reads only ``pages`` of each PDF: a cut the user asked for, so the result says
+    ``truncated`` and what was cut. Without ``pages`` it is exactly a ``SummaryJob``."""
+
+    def __init__(self, *args: Any, pages: PageSpan | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.pages = pages
+
+    def _extract_all(self, result: JobResult) -> list[Document]:
+        docs: list[Document] = []
+        for i, path in enumerate(self.files):
+            self._report("extracting", i, len(self.files), path.name, f"reading {path.name}")
+            try:
+                docs.append(extract(path, password=self.password, progress=self._page_progress(path.name),
+                                    pages=self.pages))
+            except DocumentError as exc:
+                result.skipped.append(str(exc))
+        result.truncated = any(d.cut for d in docs)
+        return docs
+
+
+def cut_of(result: JobResult) -> list[str]:
+    """What a user-requested cut left out, per document ("report.pdf: pp. 21–500")."""
+    return [f"{d.name}: {d.cut}" for d in result.extracted if d.cut]
+
+
 def cmd_summarize(args: argparse.Namespace) -> int:
     from hisho.cli import emit_json, load_model
-    from hisho.core.documents.job import JobProgress, SummaryJob
+    from hisho.core.documents.job import JobProgress
     from hisho.core.engine_client import EngineClient
     from hisho.core.launch import load_params_for, open_model
 
@@ -48,9 +92,9 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
     with EngineClient() as client:
         load_model(client, params)
-        job = SummaryJob(client, args.files, password=args.password, max_parallel=parallel,
-                         summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
-                         chunk_target=args.chunk_tokens, on_progress=progress)
+        job = RangeJob(client, args.files, password=args.password, max_parallel=parallel,
+                       summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
+                       chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages)
         previous = signal.signal(signal.SIGINT, lambda *_: job.cancel())
         try:
             result = job.run()
@@ -58,8 +102,12 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, previous)
     for line in result.skipped:
         sys.stderr.write(f"hisho: error: {line}\n")
+    if args.pages is not None:
+        whole = [Path(f).name for f in args.files if Path(f).suffix.lower() != ".pdf"]
+        if whole:
+            sys.stderr.write(f"hisho: note: --pages applies to PDFs; read whole: {', '.join(whole)}\n")
     if args.json:
-        emit_json(result.as_dict())
+        emit_json({**result.as_dict(), "cut": cut_of(result)})
     else:
         if sys.stderr.isatty():
             sys.stderr.write("\n")

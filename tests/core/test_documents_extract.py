@@ -8,7 +8,8 @@ import psutil
 import pytest
 
 from hisho.core.documents.extract import extract, extract_many
-from hisho.core.documents.model import DocumentError, page_range
+from hisho.core.documents.model import DocumentError, PageSpan, page_range
+from hisho.core.errors import UserError
 from tests.fixtures.docs.make import make_docx, make_encrypted_pdf, make_image_pdf, make_pdf
 
 
@@ -154,3 +155,34 @@ def test_page_range() -> None:
     assert page_range([3]) == "p. 3"
     assert page_range([5, 3, 4, 9]) == "pp. 3–5, 9"
     assert page_range([]) == ""
+
+
+def test_page_cut_reads_only_the_asked_pages_and_says_what_was_cut(tmp_path: Path) -> None:
+    path = make_pdf(tmp_path / "long.pdf", [f"Page {i} text." for i in range(1, 31)])
+    seen: list[tuple[int, int]] = []
+    doc = extract(path, pages=PageSpan.parse("1-20"), progress=lambda d, t: seen.append((d, t)))
+    assert [s.page for s in doc.sections] == list(range(1, 21)) and doc.pages == 30
+    assert seen[-1] == (20, 20) and len(seen) == 20  # progress counts the pages asked for
+    assert doc.cut == "pp. 21–30"
+    assert doc.notes == ["long.pdf: pp. 21–30 not read, as asked (--pages 1-20)"]
+    middle = extract(path, pages=PageSpan.parse("5-6"))
+    assert [s.page for s in middle.sections] == [5, 6] and middle.cut == "pp. 1–4, 7–30"
+    assert extract(path, pages=PageSpan.parse("1-")).cut == ""  # the whole file: nothing was cut
+    assert extract(path).cut == "" and extract(path).notes == []
+    with pytest.raises(DocumentError, match=r"^long.pdf: --pages 40-50 is past the end \(the PDF has 30 pages\)$"):
+        extract(path, pages=PageSpan.parse("40-50"))
+    (tmp_path / "n.md").write_text("# A\nno pages here\n")
+    assert extract(tmp_path / "n.md", pages=PageSpan.parse("2")).cut == ""  # other formats are read whole
+
+
+@pytest.mark.parametrize("spec,expected", [("1-20", (1, 20)), ("5", (5, 5)), ("30-", (30, None)),
+                                           (" 2–4 ", (2, 4))])
+def test_page_span_parse(spec: str, expected: tuple[int, int | None]) -> None:
+    span = PageSpan.parse(spec)
+    assert (span.first, span.last) == expected
+
+
+@pytest.mark.parametrize("spec", ["", "a-b", "0-3", "5-2", "-4", "1-2-3"])
+def test_page_span_refuses_with_the_accepted_forms(spec: str) -> None:
+    with pytest.raises(UserError, match=r"^--pages "):
+        PageSpan.parse(spec)

@@ -143,7 +143,23 @@ def test_several_files_one_bad_and_notes(tmp_path: Path) -> None:
     tail = out["summary"].split("Not included:\n", 1)[1]
     assert "- scan.pdf: p. 2 have no text layer" in tail
     assert "- empty.txt: the file is empty (0 bytes) — not summarized" in tail
-    assert out["truncated"] is False
+    assert out["truncated"] is False and out["cut"] == []  # skipped files and scanned pages are not a cut
+
+
+def test_pages_cut_is_reported_as_truncated_with_what_was_cut(tmp_path: Path) -> None:
+    pdf = report_pdf(tmp_path / "cut.pdf", pages=10)
+    res = hisho("summarize", str(pdf), "--pages", "1-3", "--json", *SMALL)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["truncated"] is True and out["cut"] == ["cut.pdf: pp. 4–10"]
+    assert out["documents"][0]["mode"] == "single" and out["chunks"] == 1
+    assert out["summary"].endswith("Not included:\n- cut.pdf: pp. 4–10 not read, as asked (--pages 1-3)")
+    bad = hisho("summarize", str(pdf), "--pages", "7-2")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith(
+        "argument --pages: --pages '7-2': pages start at 1 and the range must not run backwards")
+    past = hisho("summarize", str(pdf), "--pages", "40-")
+    assert past.returncode == 2
+    assert past.stderr.strip() == "hisho: error: cut.pdf: --pages 40- is past the end (the PDF has 10 pages)"
 
 
 def test_only_bad_files_exit_2_with_one_line(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import logging
 import zipfile
 from pathlib import Path
 
-from hisho.core.documents.model import Document, DocumentError, Section, page_range
+from hisho.core.documents.model import Document, DocumentError, PageSpan, Section, page_range
 
 log = logging.getLogger("hisho.documents")
 
@@ -20,7 +20,8 @@ _PDFIUM_IMAGE_OBJECT = 3    # FPDF_PAGEOBJ_IMAGE
 
 
 def read_pdf(path: Path, sha: str, *, password: str | None = None,
-             progress: object = None) -> Document:
+             progress: object = None, span: PageSpan | None = None) -> Document:
+    """``span``: only those pages are opened (the rest are named in ``cut`` and the notes)."""
     import pypdfium2 as pdfium
 
     try:
@@ -37,14 +38,17 @@ def read_pdf(path: Path, sha: str, *, password: str | None = None,
     try:
         total = len(pdf)
         doc.pages = total
-        for index in range(total):
+        wanted = span.clamp(total) if span is not None else range(total)
+        if span is not None:
+            _note_cut(doc, span, wanted)
+        for done, index in enumerate(wanted, start=1):
             text, has_images = _page_text(pdf, index)
             if text.strip():
                 doc.sections.append(Section(text.strip(), f"p. {index + 1}", index + 1))
             elif has_images:
                 image_pages.append(index + 1)
             if callable(progress):
-                progress(index + 1, total)
+                progress(done, len(wanted))
     except pdfium.PdfiumError as exc:
         raise DocumentError(f"{path.name}: the PDF is damaged and cannot be read ({exc})") from None
     finally:
@@ -58,6 +62,16 @@ def read_pdf(path: Path, sha: str, *, password: str | None = None,
         doc.notes.append(f"{path.name}: {page_range(image_pages)} have no text layer (images only, e.g. scanned); "
                          "they are not in the summary (run OCR to include them)")
     return doc
+
+
+def _note_cut(doc: Document, span: PageSpan, wanted: range) -> None:
+    name = doc.path.name
+    if not wanted:
+        raise DocumentError(f"{name}: --pages {span} is past the end (the PDF has {doc.pages} pages)")
+    skipped = [p for p in range(1, doc.pages + 1) if p - 1 not in wanted]
+    if skipped:
+        doc.cut = page_range(skipped)
+        doc.notes.append(f"{name}: {doc.cut} not read, as asked (--pages {span})")
 
 
 def _page_text(pdf: object, index: int) -> tuple[str, bool]:

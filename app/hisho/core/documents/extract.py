@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hisho.core.documents.model import Document, DocumentError, Section, file_sha256
+from hisho.core.documents.model import Document, DocumentError, PageSpan, Section, file_sha256
 
 log = logging.getLogger("hisho.documents")
 
@@ -35,7 +35,10 @@ class Extraction:
     errors: list[DocumentError]
 
 
-def extract(path: Path | str, *, password: str | None = None, progress: Progress | None = None) -> Document:
+def extract(path: Path | str, *, password: str | None = None, progress: Progress | None = None,
+            pages: PageSpan | None = None) -> Document:
+    """``pages``: read only those pages of a PDF (a cut the user asked for: ``Document.cut`` says what was left
+    out); other formats have no pages and are read whole."""
     path = Path(path)
     suffix = path.suffix.lower()
     if not path.is_file():
@@ -49,7 +52,7 @@ def extract(path: Path | str, *, password: str | None = None, progress: Progress
     if suffix == ".pdf":
         from hisho.core.documents.binary import read_pdf
 
-        doc = read_pdf(path, sha, password=password, progress=progress)
+        doc = read_pdf(path, sha, password=password, progress=progress, span=pages)
     elif suffix == ".docx":
         from hisho.core.documents.binary import read_docx
 

@@ -2,7 +2,8 @@
 
 A ``Section`` is the smallest unit chunking keeps whole where it can: a PDF page (ref "p. 12"), or the text
 under a heading (ref "§ Results"), or a run of paragraphs in plain text (ref "line 40"). ``notes`` lists what
-was left out (image-only pages, embedded pictures): the summary repeats them, so nothing is dropped silently.
+was left out (image-only pages, embedded pictures, pages the user asked to skip): the summary repeats them, so
+nothing is dropped silently. ``cut`` is set only by a cut the user asked for (``PageSpan``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Document:
     notes: list[str] = field(default_factory=list)
     encoding: str = ""                # text formats: the charset that was used to read the bytes
     pages: int = 0                    # PDF: page count
+    cut: str = ""                     # what the user asked to leave out ("pp. 21–500"), "" when read whole
 
     @property
     def name(self) -> str:
@@ -46,6 +48,35 @@ class Document:
     @property
     def chars(self) -> int:
         return sum(len(s.text) for s in self.sections)
+
+
+@dataclass(frozen=True)
+class PageSpan:
+    """Pages the user asked to read, 1-based and inclusive (``hisho summarize --pages 1-20``)."""
+
+    first: int
+    last: int | None = None           # None: to the end
+
+    @classmethod
+    def parse(cls, spec: str) -> PageSpan:
+        """"1-20", "5", "30-" (to the end); anything else is a ``UserError`` with the accepted forms."""
+        text = spec.strip().replace("–", "-")
+        head, dash, tail = text.partition("-")
+        try:
+            first = int(head)
+            last = None if dash and not tail.strip() else int(tail if dash else head)
+        except ValueError:
+            raise UserError(f"--pages {spec!r}: give pages as 1-20, 5 or 30- (to the end)") from None
+        if first < 1 or (last is not None and last < first):
+            raise UserError(f"--pages {spec!r}: pages start at 1 and the range must not run backwards")
+        return cls(first, last)
+
+    def clamp(self, total: int) -> range:
+        """The 0-based page indices to read of a ``total``-page file."""
+        return range(self.first - 1, min(total, self.last or total))
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last if self.last is not None else ''}"
 
 
 def file_sha256(path: Path) -> str:
