@@ -185,3 +185,32 @@ def test_remove_chunk_deletes_the_file(index: KVIndex) -> None:
     index.remove_chunk(recs[0]["key"], "test")
     assert not Path(recs[0]["path"]).exists()
     assert index.lookup(FP, list(range(9))).chunks == []
+
+
+def test_stored_items_are_named_after_their_chats_and_documents(tmp_path: Path) -> None:
+    from hisho.core.conversations import ConversationStore
+    from hisho.core.documents.ask import Attachment, save_attachment
+    from hisho.core.documents.cache import SummaryCache
+    from hisho.core.kv.stored import conversation_usage, list_stored
+
+    db = Database(tmp_path / "db.sqlite3")
+    index = KVIndex(db, tmp_path / "kv")
+    assert list_stored(index, 100).items == []  # no tables for documents yet: plain, no error
+    store = ConversationStore(db)
+    chat = store.create("Trip ideas")
+    summary = store.create("Summary: report.pdf")
+    save_attachment(SummaryCache(db).db, summary.id, Attachment("whole", "", "note"), ["ab" * 32])
+    gone = store.create("Old")
+    store.delete(gone.id)
+    save(index, f"conv:{chat.id}", list(range(10)))
+    save(index, "doc:" + "ab" * 32, list(range(20, 36)))
+    save(index, f"conv:{gone.id}", list(range(40, 44)))
+    index.touch(f"conv:{chat.id}")
+    report = list_stored(index, 10**9)
+    names = [(i.kind, i.name, i.conversation_id, i.kept) for i in report.items]
+    assert names[0] == ("chat", "Trip ideas", chat.id, False)  # most recently used first
+    assert ("document", "report.pdf", summary.id, True) in names
+    assert ("chat", f"Deleted chat #{gone.id}", gone.id, False) in names
+    assert report.total_bytes == index.total_bytes() and report.budget_bytes == 10**9
+    by_chat = conversation_usage(index)
+    assert set(by_chat) == {chat.id, gone.id} and by_chat[chat.id].n_tokens == 10

@@ -100,7 +100,10 @@ class KVChat:
 
     def pinned(self, cid: int, pinned: bool) -> None:
         """Pinned conversations are evicted last when the KV disk budget is exceeded."""
-        self.session.submit(lambda: self.session.index.set_pinned(conversation_owner(cid), pinned))
+        def pin() -> None:
+            self.session.index.set_pinned(conversation_owner(cid), pinned)
+            self.session.changed()
+        self.session.submit(pin)
 
     def deleted(self, cid: int) -> None:
         self.session.submit(lambda: self.session.delete(conversation_owner(cid)))

@@ -89,6 +89,7 @@ class KVSession:
         self._draft_cv = threading.Condition()
         self._closed = False
         self._working = False  # the worker runs a job (a prefetch): type-ahead waits for it
+        self.on_change: list[Callable[[], None]] = []  # after a save, delete, eviction or clear (any thread)
         self._worker = threading.Thread(target=self._work, name="hisho-kv-session", daemon=True)
         self._worker.start()
         self._drafter = threading.Thread(target=self._draft_loop, name="hisho-kv-typeahead", daemon=True)
@@ -181,13 +182,12 @@ class KVSession:
             for c in report.get("chunks", []):
                 if c.get("error"):
                     log.warning("KV save for %s incomplete: %s", owner, c["error"])
-            dropped = self.index.evict(self.budget_bytes)
-            if dropped:
-                log.info("KV budget %d bytes: evicted %s", self.budget_bytes, ", ".join(dropped))
+            self.index.evict(self.budget_bytes)
         except EngineError as exc:
             log.warning("KV save for %s failed: %s", owner, exc)
         except Exception:
             log.exception("KV save for %s failed", owner)
+        self.changed()
         if on_done is not None:
             on_done(saved)
 
@@ -250,7 +250,31 @@ class KVSession:
 
     def delete(self, owner: str) -> int:
         """Delete ``owner``'s KV files (a conversation or document was deleted). Returns bytes freed."""
-        return self.index.delete_owner(owner)
+        freed = self.index.delete_owner(owner)
+        self.changed()
+        return freed
+
+    def set_budget(self, budget_bytes: int) -> list[str]:
+        """A new disk budget: evict down to it now (call on the worker: ``submit``). Returns owners dropped."""
+        self.budget_bytes = int(budget_bytes)
+        dropped = self.index.evict(self.budget_bytes)
+        self.changed()
+        return dropped
+
+    def clear(self) -> int:
+        """Delete every KV file once saves in flight have landed (the user's "Clear all"). Returns bytes."""
+        self.flush()
+        freed = self.index.clear()
+        self.changed()
+        return freed
+
+    def changed(self) -> None:
+        """Tell ``on_change`` listeners that what is stored changed (they must only hand work to their thread)."""
+        for fn in list(self.on_change):
+            try:
+                fn()
+            except Exception:
+                log.exception("KV change listener failed")
 
     def usage(self, owner: str) -> Usage:
         return self.index.usage(owner)

@@ -47,8 +47,8 @@ WITH RECURSIVE chain(owner, fingerprint, key) AS (
 reach AS (SELECT ch.owner, ch.fingerprint, c.key, c.bytes FROM chain ch JOIN kv_chunks c ON c.key = ch.key),
 users AS (SELECT key, COUNT(DISTINCT owner) AS n FROM reach GROUP BY key)
 SELECT e.owner, e.fingerprint, e.n_tokens, e.pinned, e.last_used,
-       COALESCE(SUM(r.bytes), 0), COALESCE(SUM(CASE WHEN u.n <= 1 THEN r.bytes ELSE 0 END), 0),
-       s.prefill_tok_s, s.restore_bytes_s
+       COALESCE(SUM(r.bytes), 0) AS size, COALESCE(SUM(CASE WHEN u.n <= 1 THEN r.bytes ELSE 0 END), 0) AS own,
+       s.prefill_tok_s AS prefill, s.restore_bytes_s AS restore
 FROM kv_entries e
 LEFT JOIN reach r ON r.owner = e.owner AND r.fingerprint = e.fingerprint
 LEFT JOIN users u ON u.key = r.key
@@ -204,8 +204,8 @@ class KVIndex:
         rows = self.db.query("SELECT key, parent, path, bytes FROM kv_chunks")
         parents = {r["key"]: r["parent"] for r in rows}
         live: set[str] = set()
-        for (tip,) in self.db.conn.execute("SELECT tip FROM kv_entries").fetchall():
-            key = tip
+        for e in self.db.query("SELECT tip FROM kv_entries"):
+            key = e["tip"]
             while key in parents and key not in live:
                 live.add(key)
                 key = parents[key]
@@ -364,8 +364,9 @@ class KVIndex:
         and seconds saved are those of its best entry."""
         where, args = ("WHERE e.owner = ?", [owner]) if owner is not None else ("", [])
         out: dict[str, Usage] = {}
-        for row in self.db.conn.execute(_USAGE_SQL.format(where=where), args).fetchall():
-            name, _fp, n_tokens, pinned, last_used, size, own, prefill, restore = row
+        for row in self.db.query(_USAGE_SQL.format(where=where), args):
+            name, n_tokens, pinned, last_used = row["owner"], row["n_tokens"], row["pinned"], row["last_used"]
+            size, own, prefill, restore = row["size"], row["own"], row["prefill"], row["restore"]
             saved = max(0.0, int(n_tokens) / float(prefill or DEFAULT_PREFILL_TOK_S)
                         - int(size) / float(restore or DEFAULT_RESTORE_BYTES_S))
             u = out.get(name)
