@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from hisho.gui.documents import DocumentsController
 from hisho.gui.main_window import MainWindow
-from tests.gui.conftest import wait_for
+from tests.gui.conftest import make_window, wait_for, wait_idle
 
 
 def controller(window: MainWindow) -> DocumentsController:
@@ -32,7 +32,9 @@ def test_drop_highlights_then_summary_opens_as_conversation(qtbot: QtBot, window
     docs = controller(window)
     note = tmp_path / "plan.md"
     note.write_text("# Plan\nThe team ships the app in May.\n\n# Risks\nThe printer in room 4 is broken.\n")
-    data = mime(note, tmp_path / "missing.pdf")
+    photo = tmp_path / "photo.txt"  # several files at once, one bad: a binary file renamed .txt
+    photo.write_bytes(bytes.fromhex("89504E470D0A1A0A0000000D49484452") + bytes(range(256)) * 8)
+    data = mime(note, photo)
     enter = QDragEnterEvent(window.rect().center(), Qt.DropAction.CopyAction, data, Qt.MouseButton.LeftButton,
                             Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(window, enter)
@@ -44,15 +46,17 @@ def test_drop_highlights_then_summary_opens_as_conversation(qtbot: QtBot, window
     assert docs.panel.isVisible() and docs.running
     wait_for(qtbot, lambda: not docs.running, timeout=300_000)
     assert docs.last_result is not None and not docs.last_result.cancelled
-    assert docs.last_result.skipped == ["missing.pdf: no such file (" + str(tmp_path / "missing.pdf") + ")"]
+    bad = "photo.txt: this looks like a binary file, not text (no character set decodes it)"
+    assert docs.last_result.skipped == [bad]
     cid = docs.last_conversation
     assert cid is not None and not docs.panel.isVisible()
     conv = window.ctx.store.get(cid)
     assert conv.title == "Summary: plan.md" and "printer in room 4" in conv.system_prompt
     branch = window.ctx.store.branch(cid)
     assert [m.role for m in branch] == ["user", "assistant"] and branch[1].content == docs.last_result.summary
-    assert "Not included:\n- missing.pdf: no such file" in branch[1].content
-    assert "Summary ready" in window.statusBar().currentMessage()
+    assert f"Not included:\n- {bad} — not summarized" in branch[1].content  # the good file is summarized
+    toast = window.statusBar().currentMessage()
+    assert toast.startswith("Summary ready") and f"Skipped: {bad}" in toast  # the bad one is reported
 
 
 def test_cancel_stops_the_job_and_keeps_the_window_usable(qtbot: QtBot, window: MainWindow,
@@ -68,3 +72,64 @@ def test_cancel_stops_the_job_and_keeps_the_window_usable(qtbot: QtBot, window: 
     assert docs.last_result is not None and docs.last_result.cancelled
     assert "Summary cancelled" in window.statusBar().currentMessage()
     assert docs.action.isEnabled() and not docs.panel.isVisible()
+
+
+def test_document_kv_survives_a_restart_so_a_question_prefills_only_itself(qtbot: QtBot, window: MainWindow,
+                                                                           tmp_path: Path) -> None:
+    """Issue 4 "ask about it": a document that fits is prefilled once; after closing the app and opening it
+    again, the first question restores that KV from disk and the engine reads only the question."""
+    from hisho.core.conversations import ChatSettings
+    from hisho.core.documents.ask import load_attachment
+
+    docs = controller(window)
+    note = tmp_path / "minutes.md"
+    note.write_text("# Budget\nThe council approved 4,000 dollars for the bridge.\n\n# Library\n"
+                    "The library opens at nine on Saturdays from June.\n")
+    docs.summarize([note])
+    wait_for(qtbot, lambda: not docs.running, timeout=300_000)
+    cid = docs.last_conversation
+    assert cid is not None
+    att = load_attachment(window.ctx.store.db, cid)
+    assert att is not None and att.approach == "whole"
+    assert "Whole document in context" in window.statusBar().currentMessage()  # the UI says which approach
+    window.ctx.store.update(cid, settings=ChatSettings(temperature=0.0, max_tokens=8))
+    window.close()  # closes the KV session first: the document's saved prefix is on disk and indexed
+
+    w2 = make_window(qtbot)
+    try:
+        wait_for(qtbot, lambda: w2.controller.current is not None and w2.controller.current.id == cid)
+        kv = w2.ctx.extras["kv"]
+        engine = w2.ctx.engine
+        prefix = w2.ctx.service.prompt_messages(cid)
+        n_prefix = len(engine.tokenize(messages=prefix, add_generation_prompt=False))
+        question = "When does the library open?"
+        n_prompt = w2.ctx.service.count([*prefix, {"role": "user", "content": question}])
+        w2.controller.send(question)
+        wait_idle(qtbot, w2)
+        reply = w2.ctx.store.branch(cid)[-1]
+        assert reply.role == "assistant" and reply.status == "done" and reply.prompt_tokens == n_prompt
+        report = kv.last_restore
+        assert report is not None and report.failed == 0
+        # The engine process is new: all it holds of the prompt was restored from the saved document KV ...
+        assert report.restored == n_prefix > 100
+        # ... so what it had to read for this question is the question (and its chat-template wrapping) alone.
+        assert reply.prompt_tokens - report.restored == n_prompt - n_prefix < 30
+    finally:
+        w2.close()
+
+
+def test_only_bad_files_dropped_each_get_their_message(qtbot: QtBot, window: MainWindow, tmp_path: Path) -> None:
+    from tests.fixtures.docs.make import make_encrypted_pdf, make_image_pdf
+
+    docs = controller(window)
+    files = [make_encrypted_pdf(tmp_path / "locked.pdf", "pw"), make_image_pdf(tmp_path / "scan.pdf", 2),
+             tmp_path / "empty.txt", tmp_path / "sheet.xlsx"]
+    files[2].write_bytes(b"")
+    files[3].write_bytes(b"PK")
+    docs.summarize(files)
+    wait_for(qtbot, lambda: not docs.running, timeout=120_000)
+    toast = window.statusBar().currentMessage()
+    assert "locked.pdf: the PDF is encrypted" in toast
+    assert "scan.pdf: the PDF has no text layer (2 pages of images, e.g. a scan); run OCR on it first" in toast
+    assert "empty.txt: the file is empty (0 bytes)" in toast and "sheet.xlsx: unsupported file type" in toast
+    assert docs.action.isEnabled() and not docs.panel.isVisible() and docs.last_conversation is None
