@@ -199,6 +199,10 @@ class MainWindow(QMainWindow):
         self._action(self.file_menu, "Import chat…", c.import_chat)
         self._action(self.file_menu, "Export chat…", lambda: c.export_chat(None))
         self.file_menu.addSeparator()
+        from hisho.gui.preferences import open_preferences  # app settings: KV cache budget, type, what is stored
+
+        self._action(self.file_menu, "Settings…", lambda: open_preferences(self), QKeySequence("Ctrl+Alt+S"))
+        self.file_menu.addSeparator()
         self._action(self.file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
         edit = bar.addMenu("&Edit")
         self._action(edit, "Find in chat", self.show_find, QKeySequence.StandardKey.Find)

@@ -1,7 +1,8 @@
 """The conversation list: New chat, search, pinned first, then grouped by date; rename, pin, export, delete.
 
-Rules of use: the sidebar shows what it is given (``set_conversations`` / ``set_search_results``) and reports
-what the user asked for through signals; searching itself runs on the store worker in the window.
+Rules of use: the sidebar shows what it is given (``set_conversations`` / ``set_search_results``, and each chat's
+saved-KV badge with ``set_kv``) and reports what the user asked for through signals; searching itself runs on
+the store worker in the window, KV figures on the KV session's worker (``hisho.gui.kv_status``).
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
-from PySide6.QtCore import QPoint, Qt, QTimer, Signal
-from PySide6.QtGui import QFont
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPoint, QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QHBoxLayout,
     QInputDialog,
@@ -21,6 +23,9 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPushButton,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QVBoxLayout,
     QWidget,
 )
@@ -28,6 +33,9 @@ from PySide6.QtWidgets import (
 from hisho.core.conversations import Conversation, SearchHit
 
 ID_ROLE = Qt.ItemDataRole.UserRole
+TITLE_ROLE = Qt.ItemDataRole.UserRole + 1
+KV_ROLE = Qt.ItemDataRole.UserRole + 2      # the saved-KV badge text ("12 MB · 9 s"), "" when none
+BADGE_SCALE = 0.82
 SEARCH_DELAY_MS = 200
 
 
@@ -43,6 +51,37 @@ def date_group(ts: float, now: float | None = None) -> str:
     if day > today - timedelta(days=30):
         return "Previous 30 days"
     return "Older"
+
+
+class BadgeDelegate(QStyledItemDelegate):
+    """Draws a row as usual, its first line elided to leave room for a small grey right-aligned badge."""
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
+        text = index.data(KV_ROLE)
+        if not text:
+            super().paint(painter, option, index)
+            return
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        widget = opt.widget  # type: ignore[attr-defined]
+        style = widget.style() if widget is not None else QApplication.style()
+        small = QFont(opt.font)  # type: ignore[attr-defined]
+        small.setPointSizeF(small.pointSizeF() * BADGE_SCALE)
+        width = QFontMetrics(small).horizontalAdvance(text) + 12
+        area = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, widget)
+        fm = opt.fontMetrics  # type: ignore[attr-defined]
+        lines = str(opt.text).split("\n")  # type: ignore[attr-defined]
+        lines[0] = fm.elidedText(lines[0], Qt.TextElideMode.ElideRight, max(20, area.width() - width))
+        opt.text = "\n".join(lines)  # type: ignore[attr-defined]
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)
+        top = area.center().y() - len(lines) * fm.lineSpacing() // 2
+        painter.save()
+        painter.setFont(small)
+        painter.setPen(opt.palette.color(QPalette.ColorRole.PlaceholderText))  # type: ignore[attr-defined]
+        painter.drawText(QRect(area.right() - width, top, width, fm.lineSpacing()),
+                         int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), text)
+        painter.restore()
 
 
 class Sidebar(QFrame):
@@ -88,11 +127,14 @@ class Sidebar(QFrame):
         self.list.customContextMenuRequested.connect(self._menu)
         self.list.currentItemChanged.connect(self._current_changed)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setItemDelegate(BadgeDelegate(self.list))
         lay.addLayout(top)
         lay.addWidget(self.search)
         lay.addWidget(self.list, 1)
         self.current_id: int | None = None
         self._quiet = False
+        self._kv: dict[int, tuple[str, str]] | None = None  # per chat: (badge, tooltip); None: KV off
+        self._kv_none = ("", "")
 
     # ----- content ---------------------------------------------------------------------------------------
 
@@ -124,7 +166,8 @@ class Sidebar(QFrame):
             for cid, title, snippet in rows:
                 item = QListWidgetItem(title + (f"\n{snippet}" if snippet else ""))
                 item.setData(ID_ROLE, cid)
-                item.setToolTip(title)
+                item.setData(TITLE_ROLE, title)
+                self._show_kv(item)
                 self.list.addItem(item)
                 if cid == current:
                     select = item
@@ -132,6 +175,31 @@ class Sidebar(QFrame):
             self.list.setCurrentItem(select)
         self.current_id = current
         self._quiet = False
+
+    def set_kv(self, badges: dict[int, tuple[str, str]], none: tuple[str, str]) -> None:
+        """Each chat's saved-KV (badge, tooltip); chats not in ``badges`` get ``none`` (nothing saved)."""
+        self._kv, self._kv_none = dict(badges), none
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            if item.data(ID_ROLE) is not None:
+                self._show_kv(item)
+
+    def kv_badge(self, cid: int) -> tuple[str, str] | None:
+        """(badge, tooltip) the row of ``cid`` shows, None if the chat is not listed."""
+        for i in range(self.list.count()):
+            item = self.list.item(i)
+            if item.data(ID_ROLE) == cid:
+                return str(item.data(KV_ROLE) or ""), item.toolTip()
+        return None
+
+    def _show_kv(self, item: QListWidgetItem) -> None:
+        title = str(item.data(TITLE_ROLE))
+        if self._kv is None:
+            item.setToolTip(title)
+            return
+        text, tip = self._kv.get(int(item.data(ID_ROLE)), self._kv_none)
+        item.setData(KV_ROLE, text)
+        item.setToolTip(f"{title}\n\n{tip}")
 
     def ids(self) -> list[int]:
         return [int(self.list.item(i).data(ID_ROLE)) for i in range(self.list.count())
@@ -158,7 +226,7 @@ class Sidebar(QFrame):
         cid = int(item.data(ID_ROLE))
         pinned = self.list.row(item) > 0 and self._group_of(item) == "PINNED"
         menu = QMenu(self)
-        menu.addAction("Rename…", lambda: self.ask_rename(cid, item.toolTip()))
+        menu.addAction("Rename…", lambda: self.ask_rename(cid, str(item.data(TITLE_ROLE))))
         menu.addAction("Unpin" if pinned else "Pin", lambda: self.pin_requested.emit(cid, not pinned))
         menu.addAction("Export…", lambda: self.export_requested.emit(cid))
         menu.addSeparator()
