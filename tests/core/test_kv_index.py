@@ -214,3 +214,22 @@ def test_stored_items_are_named_after_their_chats_and_documents(tmp_path: Path) 
     assert report.total_bytes == index.total_bytes() and report.budget_bytes == 10**9
     by_chat = conversation_usage(index)
     assert set(by_chat) == {chat.id, gone.id} and by_chat[chat.id].n_tokens == 10
+
+
+def test_usage_of_a_thousand_owners_is_one_statement(index: KVIndex) -> None:
+    doc = list(range(100, 108))
+    save(index, "doc:d", doc)
+    for i in range(1000):
+        plans = kvf.plan_chunks(FP, doc + [i], 4)
+        index.record_save(f"conv:{i}", FP, [  # rows only: the statement count does not depend on files
+            {"key": p.key, "parent": p.parent, "start": p.start, "n_tokens": p.n_tokens,
+             "path": str(kvf.chunk_path(index.kv_dir, FP, p.key)), "tokens": (doc + [i])[p.start:p.end],
+             "bytes": 10 * p.n_tokens} for p in plans])
+    statements: list[str] = []
+    index.db.conn.set_trace_callback(statements.append)
+    try:
+        every = index.usage_all()
+    finally:
+        index.db.conn.set_trace_callback(None)
+    assert len(statements) == 1 and len(every) == 1001
+    assert every["conv:7"].bytes == 90 and every["conv:7"].own_bytes == 10
