@@ -199,8 +199,9 @@ class MainWindow(QMainWindow):
         self._action(self.file_menu, "Import chat…", c.import_chat)
         self._action(self.file_menu, "Export chat…", lambda: c.export_chat(None))
         self.file_menu.addSeparator()
-        from hisho.gui.preferences import open_preferences  # app settings: KV cache budget, type, what is stored
+        from hisho.gui.preferences import open_preferences
 
+        # App settings (KV cache budget and type, what is stored); Ctrl+, is the chat's own settings.
         self._action(self.file_menu, "Settings…", lambda: open_preferences(self), QKeySequence("Ctrl+Alt+S"))
         self.file_menu.addSeparator()
         self._action(self.file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
@@ -219,6 +220,7 @@ class MainWindow(QMainWindow):
         chat = bar.addMenu("&Chat")
         self._action(chat, "Stop", c.stop)
         self._action(chat, "Regenerate last reply", c.regenerate_last, QKeySequence("Ctrl+R"))
+        self._action(chat, "Rename chat", c.start_rename, QKeySequence(Qt.Key.Key_F2))
         self._action(chat, "Chat settings…", c.open_settings, QKeySequence("Ctrl+,"))
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "Copy diagnostics", c.copy_diagnostics)
@@ -241,8 +243,7 @@ class MainWindow(QMainWindow):
         elif self.find_bar.isVisible():
             self.hide_find()
         elif self.composer.editing_id is not None:
-            self.composer.end_edit()
-            self.composer.edit.clear()
+            self.composer.cancel_edit()  # the draft typed before the edit comes back
 
     def show_find(self) -> None:
         self.find_bar.show()

@@ -121,6 +121,7 @@ class KVCachePage(QWidget):
         type_note.setObjectName("Meta")
         type_note.setWordWrap(True)
         self.usage_bar = QProgressBar()
+        self.usage_bar.setObjectName("ContextMeter")  # the thin bar of the header's context meter
         self.usage_bar.setRange(0, 1000)
         self.usage_bar.setTextVisible(False)
         self.usage_label = QLabel("…")
@@ -133,11 +134,11 @@ class KVCachePage(QWidget):
         open_button.clicked.connect(self.open_folder)
         folder.addWidget(self.folder_label, 1)
         folder.addWidget(open_button)
+        self.budget.setFixedWidth(140)
+        self.kv_type.setMinimumWidth(380)
         form.addRow("Disk budget", self.budget)
-        form.addRow("KV cache type", self.kv_type)
-        form.addRow("", type_note)
-        form.addRow("Disk used", self.usage_bar)
-        form.addRow("", self.usage_label)
+        form.addRow("KV cache type", _stack(self.kv_type, type_note))
+        form.addRow("Disk used", _stack(self.usage_bar, self.usage_label))
         form.addRow("Folder", folder)
         return form
 
@@ -311,6 +312,17 @@ class KVCachePage(QWidget):
         folder = self._kv_dir()
         folder.mkdir(parents=True, exist_ok=True)
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+
+def _stack(*widgets: QWidget) -> QWidget:
+    """Widgets one above the other, tight, as one form field (a control and its note)."""
+    box = QWidget()
+    lay = QVBoxLayout(box)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.setSpacing(4)
+    for w in widgets:
+        lay.addWidget(w, 0, Qt.AlignmentFlag.AlignLeft if isinstance(w, QComboBox) else Qt.AlignmentFlag(0))
+    return box
 
 
 class PreferencesDialog(QDialog):

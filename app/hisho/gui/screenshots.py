@@ -80,6 +80,28 @@ def _wait(app: object, until: Callable[[], bool], timeout: float = 30.0) -> None
         app.processEvents()
 
 
+def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
+    """A short real reply in each chat saves its KV: the sidebar shows the badges, Settings → KV cache the list."""
+    from hisho.core.conversations import ChatSettings
+    from hisho.gui.main_window import MainWindow
+    from hisho.gui.preferences import open_preferences
+
+    assert isinstance(window, MainWindow)
+    c = window.controller
+    for cid in cids:
+        c.store.update(cid, settings=ChatSettings(max_tokens=24, temperature=0.0))
+        c.select(cid)
+        _wait(app, lambda cid=cid: c.current is not None and c.current.id == cid)
+        c.send("One more tip, briefly?")
+        _wait(app, lambda cid=cid: c.active is None and bool((window.sidebar.kv_badge(cid) or ("", ""))[0]),
+              timeout=120)
+    window.grab().save(str(out / "5-kv-sidebar.png"))
+    dialog = open_preferences(window)
+    _wait(app, lambda: dialog.kv_page.refreshes > 0)
+    dialog.grab().save(str(out / "6-settings-kv-cache.png"))
+    dialog.close()
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "screenshots").resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -118,6 +140,7 @@ def main(argv: list[str]) -> int:
     _wait(app, lambda: False, timeout=0.3)
     dialog.grab().save(str(out / "4-settings.png"))
     dialog.close()
+    _kv_shots(app, window, out, [c.store.conversations()[1].id, cid])
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
     return 0
