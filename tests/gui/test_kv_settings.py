@@ -139,3 +139,30 @@ def test_kv_type_setting_is_saved_for_the_next_load(qtbot: QtBot, window: MainWi
     wait_for(qtbot, lambda: settings_mod.load()["kv_type"] == "q8_0")
     assert "next model load" in page.status.text()
     assert window.ctx.engine.load_params is not None and window.ctx.engine.load_params.type_k == "f16"
+
+
+def test_documents_are_listed_and_kept_when_the_budget_evicts(qtbot: QtBot, window: MainWindow) -> None:
+    from hisho.core.documents.ask import precompute_kv
+    from hisho.core.kv_session import document_owner
+
+    w = window
+    session = w.ctx.extras["kv"].session
+    a = chat_turn(qtbot, w, "Colours", "Name three colours.")
+    doc = document_owner("ab" * 32)
+    text = "Quarterly report. Revenue grew in every region; costs stayed flat. " * 12
+    w.ctx.workers.submit("engine", lambda: precompute_kv(w.ctx.engine, [{"role": "system", "content": text}],
+                                                         session, doc))
+    wait_idle(qtbot, w)
+    page = open_settings(qtbot, w)
+    wait_for(qtbot, lambda: set(page.owners()) == {f"conv:{a}", doc})
+    row = page.owners().index(doc)
+    assert page.table.item(row, 0).text() == "Document " + "ab" * 6  # type: ignore[union-attr]
+    assert page.table.item(row, 4).text() == "document"  # type: ignore[union-attr]
+    assert "1 chat, 1 document" in page.usage_label.text()
+    # The chat was used before the document, and after it too: the chat still goes first.
+    session.submit(lambda: session.index.touch(f"conv:{a}"))
+    doc_bytes = session.usage(doc).bytes
+    session.submit(lambda: session.set_budget(doc_bytes))
+    wait_for(qtbot, lambda: page.owners() == [doc])
+    assert session.usage(doc).bytes == doc_bytes and session.usage(f"conv:{a}").bytes == 0
+    wait_for(qtbot, lambda: (w.sidebar.kv_badge(a) or ("x", ""))[0] == "")
