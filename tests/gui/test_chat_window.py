@@ -112,17 +112,83 @@ def test_edit_and_resend_keeps_the_old_branch(qtbot: QtBot, window: MainWindow) 
     type_and_enter(qtbot, w, "What is the capital of France?")
     wait_idle(qtbot, w)
     old_user, old_reply = w.ctx.store.branch(cid)
+    w.composer.set_text("a half-typed next question")
     qtbot.mouseClick(w.view.widgets[old_user.id].buttons["edit"], Qt.MouseButton.LeftButton)
     wait_for(qtbot, lambda: w.composer.editing_id == old_user.id)
-    assert w.composer.text() == old_user.content
+    # Clearly marked: a banner in the composer, the button says what it does, the message is highlighted.
+    assert w.composer.text() == old_user.content and w.composer.mode.isVisible()
+    assert w.composer.mode_label.text().startswith("✎  Editing your message") and "Esc to cancel" in \
+        w.composer.mode_label.text() and "version 2 of 2" in w.composer.mode_label.text()
+    assert w.composer.button.text() == "Send edit" and w.controller._edited == old_user.id
+    assert "border" in w.view.widgets[old_user.id].card.styleSheet()
     type_and_enter(qtbot, w, "What is the capital of Italy?")
     wait_idle(qtbot, w)
     new_user, new_reply = w.ctx.store.branch(cid)
     assert new_user.content == "What is the capital of Italy?" and new_reply.id != old_reply.id
     assert w.ctx.store.siblings(new_user.id) == [old_user.id, new_user.id]
-    assert w.composer.editing_id is None
-    w.ctx.store.switch_branch(old_user.id)
+    assert w.composer.editing_id is None and not w.composer.mode.isVisible()
+    assert w.composer.text() == "a half-typed next question"  # the draft set aside for the edit is back
+    # The old branch is one click away: the edited message shows "‹ 2 / 2 ›".
+    wait_for(qtbot, lambda: new_user.id in w.view.widgets and w.view.widgets[new_user.id].switcher is not None)
+    switcher = w.view.widgets[new_user.id].switcher
+    assert switcher is not None and switcher[1].text() == "2 / 2" and not switcher[2].isEnabled()
+    qtbot.mouseClick(switcher[0], Qt.MouseButton.LeftButton)
+    wait_for(qtbot, lambda: [m.id for m in w.view.messages] == [old_user.id, old_reply.id])
     assert [m.id for m in w.ctx.store.branch(cid)] == [old_user.id, old_reply.id]
+    back = w.view.widgets[old_user.id].switcher
+    assert back is not None and back[1].text() == "1 / 2" and not back[0].isEnabled()
+    qtbot.mouseClick(back[2], Qt.MouseButton.LeftButton)
+    wait_for(qtbot, lambda: [m.id for m in w.view.messages] == [new_user.id, new_reply.id])
+
+
+def test_esc_cancels_an_edit_and_brings_the_draft_back(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w)
+    user = w.ctx.store.add_message(cid, "user", "an old question")
+    w.ctx.store.add_message(cid, "assistant", "an old answer", parent_id=user.id)
+    w.controller.select(cid)
+    wait_for(qtbot, lambda: user.id in w.view.widgets)
+    w.composer.set_text("my draft")
+    w.controller.message_action("edit", user.id)
+    wait_for(qtbot, lambda: w.composer.editing_id == user.id)
+    w.composer.set_text("an old question, changed")
+    qtbot.wait(600)  # past the draft debounce: the saved draft must stay the set-aside one
+    wait_idle(qtbot, w)
+    assert w.ctx.store.get(cid).draft == "my draft"
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_Escape)
+    assert w.composer.editing_id is None and not w.composer.mode.isVisible()
+    assert w.composer.text() == "my draft" and w.composer.button.text() == "Send"
+    assert w.view.widgets[user.id].card.styleSheet() == ""  # no longer highlighted
+    assert [m.content for m in w.ctx.store.branch(cid)] == ["an old question", "an old answer"]
+    w.controller.message_action("edit", user.id)  # the banner's "Cancel edit" does the same
+    wait_for(qtbot, lambda: w.composer.editing_id == user.id)
+    qtbot.mouseClick(w.composer.cancel_button, Qt.MouseButton.LeftButton)
+    assert w.composer.editing_id is None and w.composer.text() == "my draft"
+
+
+def test_rename_in_the_header_by_double_click_or_f2(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w, title="old title")
+    editor = w.controller.title_editor
+    qtbot.mouseDClick(w.title, Qt.MouseButton.LeftButton)
+    assert editor.editing and editor.field.text() == "old title" and not w.title.isVisible()
+    editor.field.selectAll()
+    qtbot.keyClicks(editor.field, "Trip plans")
+    qtbot.keyClick(editor.field, Qt.Key.Key_Return)
+    assert not editor.editing and w.title.text() == "Trip plans"
+    wait_for(qtbot, lambda: w.ctx.store.get(cid).title == "Trip plans")
+    wait_for(qtbot, lambda: "Trip plans" in w.sidebar.list.currentItem().text())
+    w.composer.edit.setFocus()
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_F2)
+    assert editor.editing and editor.field.hasFocus()
+    qtbot.keyClicks(editor.field, "never saved")
+    qtbot.keyClick(editor.field, Qt.Key.Key_Escape)  # Esc cancels the rename (and does not stop anything)
+    assert not editor.editing and w.title.text() == "Trip plans"
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_F2)
+    editor.field.setText("   ")
+    qtbot.keyClick(editor.field, Qt.Key.Key_Return)  # a blank title is refused: the old one stays
+    wait_idle(qtbot, w)
+    assert w.title.text() == "Trip plans" and w.ctx.store.get(cid).title == "Trip plans"
 
 
 def test_search_finds_a_message(qtbot: QtBot, window: MainWindow) -> None:
@@ -301,3 +367,89 @@ def test_long_conversation_opens_lazily(qtbot: QtBot, window: MainWindow) -> Non
     assert loaded == 40 and w.view.built_count() == 80
     print(f"\n1000-message chat: open {opened * 1000:.0f} ms, next page of 40: {page_s * 1000:.0f} ms")
     assert opened < 5 and page_s < 5  # generous: a shared 2-core box; the figures go in the report
+
+
+FACTS = ("The lighthouse on the northern cape was built in 1887 from granite cut in the valley quarry. Its lamp "
+         "burned whale oil until 1910, then kerosene, and since 1953 it has been electric. Keepers rowed supplies "
+         "across the bay each Tuesday, and the logbook records every storm, ship and visitor in careful ink. ")
+
+
+def fill_chat(w: MainWindow, cid: int, tokens: int) -> int:
+    """Add question/answer turns straight to the store until the chat's prompt passes ``tokens``."""
+    parent, i = None, 0
+    while w.ctx.service.count(w.ctx.service.prompt_messages(cid)) < tokens:
+        q = w.ctx.store.add_message(cid, "user", f"Question {i}: tell me more about the lighthouse.",
+                                    parent_id=parent)
+        parent = w.ctx.store.add_message(cid, "assistant", f"Answer {i}. " + FACTS * 2, parent_id=q.id).id
+        i += 1
+    return len(w.ctx.store.branch(cid))
+
+
+def answer_box(button: str, seen: list[str]) -> None:
+    """When the modal question appears, note its text and press ``button``."""
+    def poll() -> None:
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox):
+            seen.append(box.text() + "\n" + box.informativeText())
+            next(b for b in box.buttons() if b.text() == button).click()
+        else:
+            QTimer.singleShot(50, poll)
+    QTimer.singleShot(50, poll)
+
+
+def test_context_meter_warns_before_the_context_is_full(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w)
+    w.controller.update_meter()
+    wait_idle(qtbot, w)
+    assert w.meter.property("warn") == "false" and w.meter_label.text().endswith(" tokens")
+    fill_chat(w, cid, 3500)  # ~85 % of 4,096: still fits, with room for the reply
+    w.controller.select(cid)
+    wait_for(qtbot, lambda: w.meter.property("warn") == "true")
+    assert w.meter_label.text().endswith("/ 4,096 tokens · almost full")
+    assert w.meter.value() > 800 and "Nothing is cut silently" in w.meter.toolTip()
+
+
+def test_no_longer_fits_drop_oldest_turns_keeps_them_stored(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w)
+    before = fill_chat(w, cid, 4150)
+    w.controller.select(cid)
+    wait_for(qtbot, lambda: len(w.view.messages) == before and "· full" in w.meter_label.text())
+    results: list[object] = []
+    w.turn_finished.connect(results.append)
+    seen: list[str] = []
+    answer_box("Drop the oldest turns", seen)
+    w.controller.send("How old is the lighthouse?")
+    wait_for(qtbot, lambda: bool(seen))
+    assert "holds 4,096" in seen[0] and "Nothing has been cut" in seen[0]
+    wait_for(qtbot, lambda: bool(results), timeout=300_000)
+    wait_idle(qtbot, w)
+    sent = results[0].prompt_messages  # type: ignore[attr-defined]
+    branch = w.ctx.store.branch(cid)
+    assert len(branch) == before + 2 and branch[-1].status == DONE  # every old turn is still stored
+    assert sent[-1] == {"role": "user", "content": "How old is the lighthouse?"}
+    assert 1 < len(sent) < before + 1 and sent[0]["content"] != branch[0].content  # the model saw fewer turns
+    assert sent == [{"role": m.role, "content": m.content} for m in branch[before + 1 - len(sent):before + 1]]
+
+
+def test_no_longer_fits_new_chat_with_a_summary(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w, title="Lighthouse")
+    before = fill_chat(w, cid, 4150)
+    w.controller.select(cid)
+    wait_for(qtbot, lambda: len(w.view.messages) == before)
+    seen: list[str] = []
+    answer_box("New chat with a summary", seen)
+    question = "How old is the lighthouse?"
+    w.composer.set_text(question)
+    w.controller.send(question)
+    wait_for(qtbot, lambda: w.controller.current is not None and w.controller.current.id != cid, timeout=600_000)
+    wait_idle(qtbot, w)
+    new = w.controller.current
+    assert new is not None and new.title == "Lighthouse (continued)"
+    assert "Summary of an earlier conversation (Lighthouse):" in new.system_prompt
+    assert len(new.system_prompt.split("):", 1)[1].strip()) > 20  # the model wrote a summary
+    assert w.composer.text() == question and w.ctx.store.branch(new.id) == []  # ready to send, not sent
+    assert len(w.ctx.store.branch(cid)) == before and w.ctx.store.get(cid).draft == ""  # old chat untouched
+    assert "Started a new chat from a summary" in w.statusBar().currentMessage()

@@ -1,8 +1,11 @@
 """The message box: Enter sends, Shift+Enter adds a line, Esc stops (or leaves edit mode). It grows with its
 text up to a limit, shows the draft's token count, and turns its Send button into Stop while a reply streams.
 
-Rules of use: it only emits signals (``send_requested``, ``stop_requested``, ``draft_changed``); the window
-decides what happens. A refused send (empty text) does nothing and keeps the text.
+Rules of use: it only emits signals (``send_requested``, ``stop_requested``, ``draft_changed``,
+``edit_cancelled``); the window decides what happens. A refused send (empty text) does nothing and keeps the text.
+Edit mode (``begin_edit``) shows a banner ("Editing your message … Esc to cancel") and puts what was being typed
+aside; ``cancel_edit`` and ``end_edit(restore=True)`` bring it back, so editing an old message never loses a draft.
+While editing, ``draft_text()`` is that set-aside draft (what the window saves as the chat's draft).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+EDIT_BANNER = "✎  Editing your message — it will be sent as version {n} of {n}; the original stays · Esc to cancel"
 
 MAX_LINES_SHOWN = 10
 COUNT_DELAY_MS = 400
@@ -31,8 +36,19 @@ class Composer(QFrame):
         self.edit.installEventFilter(self)
         self.edit.textChanged.connect(self._changed)
         self.edit.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        self.mode = QLabel("")
-        self.mode.setObjectName("Marker")
+        self.mode = QFrame()
+        self.mode.setObjectName("EditBanner")
+        banner = QHBoxLayout(self.mode)
+        banner.setContentsMargins(10, 4, 4, 4)
+        self.mode_label = QLabel("")
+        self.mode_label.setObjectName("Marker")
+        self.cancel_button = QPushButton("Cancel edit")
+        self.cancel_button.setObjectName("Flat")
+        self.cancel_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.cancel_button.setToolTip("Leave the message as it was (Esc)")
+        self.cancel_button.clicked.connect(self.cancel_edit)
+        banner.addWidget(self.mode_label, 1)
+        banner.addWidget(self.cancel_button)
         self.mode.hide()
         self.tokens = QLabel("")
         self.tokens.setObjectName("TokenCount")
@@ -56,6 +72,7 @@ class Composer(QFrame):
         lay.addLayout(row)
         self.generating = False
         self.editing_id: int | None = None
+        self._set_aside = ""               # what was typed before an edit began
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(COUNT_DELAY_MS)
@@ -84,22 +101,45 @@ class Composer(QFrame):
         self.tokens.style().unpolish(self.tokens)
         self.tokens.style().polish(self.tokens)
 
-    def begin_edit(self, message_id: int, text: str) -> None:
+    def draft_text(self) -> str:
+        """The chat's unsent draft: the box's text, or while editing, what was typed before the edit began."""
+        return self._set_aside if self.editing_id is not None else self.text()
+
+    def begin_edit(self, message_id: int, text: str, versions: int = 2) -> None:
+        """Load a sent message for editing; what was being typed is set aside (not lost). ``versions``: how many
+        versions the message will have once the edit is sent (the banner says so)."""
+        if self.editing_id is None:
+            self._set_aside = self.text()
         self.editing_id = message_id
-        self.mode.setText("Editing a message: sending keeps the original as another version · Esc cancels")
+        self.mode_label.setText(EDIT_BANNER.format(n=versions))
         self.mode.show()
+        self._update_button()
         self.set_text(text)
         self.edit.setFocus()
+        self.edit.selectAll()
 
-    def end_edit(self) -> None:
+    def end_edit(self, restore: bool = False) -> None:
+        """Leave edit mode; ``restore`` puts the set-aside draft back in the box (else the caller sets it)."""
+        if self.editing_id is None:
+            return
         self.editing_id = None
         self.mode.hide()
+        aside, self._set_aside = self._set_aside, ""
+        if restore:
+            self.set_text(aside)
+        self._update_button()
+
+    def cancel_edit(self) -> None:
+        """Esc or "Cancel edit": the message stays as it was and the earlier draft comes back."""
+        if self.editing_id is not None:
+            self.end_edit(restore=True)
+            self.edit_cancelled.emit()
 
     # ----- events ----------------------------------------------------------------------------------------
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
-        if obj is self.edit and event.type() == QEvent.Type.KeyPress:
-            key = QKeyEvent(event) if not isinstance(event, QKeyEvent) else event
+        if obj is self.edit and event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent):
+            key = event
             if key.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
                     key.modifiers() & Qt.KeyboardModifier.ShiftModifier):
                 self.submit()
@@ -107,10 +147,8 @@ class Composer(QFrame):
             if key.key() == Qt.Key.Key_Escape:
                 if self.generating:
                     self.stop_requested.emit()
-                elif self.editing_id is not None:
-                    self.end_edit()
-                    self.edit.clear()
-                    self.edit_cancelled.emit()
+                else:
+                    self.cancel_edit()
                 return True
         return super().eventFilter(obj, event)
 
@@ -131,7 +169,7 @@ class Composer(QFrame):
         self._debounce.start()
 
     def _update_button(self) -> None:
-        self.button.setText("Stop" if self.generating else "Send")
+        self.button.setText("Stop" if self.generating else "Send edit" if self.editing_id is not None else "Send")
         self.button.setObjectName("StopButton" if self.generating else "SendButton")
         self.button.setEnabled(self.generating or bool(self.text().strip()))
         self.button.style().unpolish(self.button)

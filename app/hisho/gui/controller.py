@@ -31,6 +31,7 @@ from hisho.core.planner.gate import PlanRefused
 from hisho.gui import theme
 from hisho.gui.bridge import TextBuffer
 from hisho.gui.settings_dialog import ConversationSettingsDialog
+from hisho.gui.title_edit import InlineTitle
 
 if TYPE_CHECKING:
     from hisho.gui.main_window import MainWindow
@@ -72,6 +73,10 @@ class ChatController(QObject):
         w.composer.send_requested.connect(self.send)
         w.composer.stop_requested.connect(self.stop)
         w.composer.draft_changed.connect(self.draft_changed)
+        w.composer.edit_cancelled.connect(self._edit_ended)
+        self.title_editor = InlineTitle(w.title)
+        self.title_editor.renamed.connect(self.rename_current)
+        self._edited: int | None = None      # the message shown highlighted while the composer edits it
         w.view.action.connect(self.message_action)
         w.settings_button.clicked.connect(self.open_settings)
 
@@ -119,9 +124,10 @@ class ChatController(QObject):
             if ctx.plan_refused and ctx.model_path is not None:
                 self.offer_load_anyway(str(ctx.model_path))
         else:
-            self.w.status.set_model(Path(ctx.load_params.model_path).stem)
-            self.w.status.model.setText(f"Loading {Path(ctx.load_params.model_path).stem}…")
-            self._engine(lambda: self.ctx.engine.load(ctx.load_params), self._loaded, self._load_failed)
+            params = ctx.load_params
+            self.w.status.set_model(Path(params.model_path).stem)
+            self.w.status.model.setText(f"Loading {Path(params.model_path).stem}…")
+            self._engine(lambda: self.ctx.engine.load(params), self._loaded, self._load_failed)
         if not self.store.read_only:  # chats deleted in an earlier session are past their Undo: remove them
             self._store(lambda: self.store.purge_deleted())
         self._store(lambda: self.store.conversations(), self._listed_first)
@@ -177,7 +183,9 @@ class ChatController(QObject):
         switched = self.current is None or self.current.id != conv.id
         self.current = conv
         self._find_after = None
-        self.w.title.setText(conv.title)
+        if switched or not self.title_editor.editing:
+            self.title_editor.cancel()
+            self.w.title.setText(conv.title)
         self.w.sidebar.current_id = conv.id  # first, so selecting the row does not re-enter select()
         self.w.sidebar.select(conv.id)
         self.w.view.show_branch(conv.id, branch, siblings)
@@ -209,6 +217,21 @@ class ChatController(QObject):
         self.select(cid)
         self.w.composer.edit.setFocus()
 
+    def rename_current(self, title: str) -> None:
+        """The header title was edited in place (double-click or F2)."""
+        if self.current is None or not title.strip():
+            return
+        cid, title = self.current.id, title.strip()
+        self.current.title = title
+        self._store(lambda: self.store.update(cid, title=title), lambda _c: self.refresh(cid))
+
+    def start_rename(self) -> None:
+        """F2 / Chat → Rename: edit the title where it is shown."""
+        if self.current is None:
+            self.toast("Start a chat first.")
+            return
+        self.title_editor.start()
+
     def delete_chat(self, cid: int) -> None:
         def done(_: object) -> None:
             if self.current is not None and self.current.id == cid:
@@ -236,7 +259,7 @@ class ChatController(QObject):
         self.w.find_status.setText("" if hit is not None else "No match")
 
     def draft_changed(self, text: str) -> None:
-        if self.current is not None:
+        if self.current is not None and self.w.composer.editing_id is None:  # type-ahead: new messages only
             self.w.draft_changed.emit(self.current.id, text)
         self._save_draft()
         self.update_meter(text)
@@ -244,7 +267,7 @@ class ChatController(QObject):
     def _save_draft(self) -> None:
         if self.current is None or self.store.read_only:
             return
-        cid, text = self.current.id, self.w.composer.text()
+        cid, text = self.current.id, self.w.composer.draft_text()
         if text != self.current.draft:
             self.current.draft = text
             self._store(lambda: self.store.update(cid, draft=text))
@@ -292,14 +315,21 @@ class ChatController(QObject):
         if box.clickedButton() is drop:
             self._start_turn(lambda: self.service.send(cid, text, drop_oldest=True), clear=True)
         elif box.clickedButton() is summary:
-            self.toast("Writing a summary of this chat…")
+            # No timeout: the summary can take a while, and the next message (done or failed) replaces this one.
+            self.w.status.showMessage("Writing a summary of this chat for a new one… your message is kept.")
             self._engine(lambda: self.service.summarize_into_new(cid), lambda new_id: self._summarized(new_id, text))
 
     def _summarized(self, new_id: int, text: str) -> None:
-        self.refresh(new_id)
-        self.select(new_id)
-        self.w.composer.set_text(text)
-        self.toast("Started a new chat from a summary; your message is ready to send.")
+        """The message moves with the user: it becomes the new chat's draft (and leaves the old chat's)."""
+        if self.current is not None and self.current.id != new_id and self.w.composer.text() == text:
+            self.w.composer.edit.clear()
+
+        def opened(_: object) -> None:
+            self.refresh(new_id)
+            self.select(new_id)
+            self.toast("Started a new chat from a summary; your message is ready to send.")
+
+        self._store(lambda: self.store.update(new_id, draft=text), opened)
 
     def _start_turn(self, make: Callable[[], Turn], *, clear: bool = False) -> None:
         """Record the user's side, then stream the reply, all on the engine lane."""
@@ -326,8 +356,11 @@ class ChatController(QObject):
                clear: bool) -> None:
         self.active = (turn, buffer)
         if clear:
-            self.w.composer.end_edit()
-            self.w.composer.edit.clear()
+            if self.w.composer.editing_id is not None:
+                self.w.composer.end_edit(restore=True)  # the edit is sent; what was typed before comes back
+            else:
+                self.w.composer.edit.clear()
+            self._edited = None
         if self.current is not None and self.current.id == turn.conversation_id:
             self.w.show_empty(False)
             self.w.view.show_branch(turn.conversation_id, branch, siblings)
@@ -368,11 +401,27 @@ class ChatController(QObject):
         elif name in ("regenerate", "retry"):
             self._start_turn(lambda: self.service.regenerate(mid))
         elif name == "edit":
-            self._store(lambda: self.store.message(mid), lambda m: self.w.composer.begin_edit(mid, m.content))
+            self._store(lambda: (self.store.message(mid), len(self.store.siblings(mid))),
+                        lambda r: self._begin_edit(mid, r[0].content, r[1] + 1))
         elif name == "delete":
             self._store(lambda: self.store.delete_message(mid), lambda _c: self.reload())
         elif name == "branch":
             self._store(lambda: self.store.switch_branch(mid), lambda _c: self.reload())
+
+    def _begin_edit(self, mid: int, text: str, versions: int) -> None:
+        """Edit mode: the composer holds the message (banner, Esc cancels) and the message is highlighted."""
+        self._edit_ended()
+        self.w.composer.begin_edit(mid, text, versions)
+        widget = self.w.view.widgets.get(mid)
+        if widget is not None:
+            widget.highlight(True)
+            self._edited = mid
+
+    def _edit_ended(self) -> None:
+        widget = self.w.view.widgets.get(self._edited) if self._edited is not None else None
+        if widget is not None:
+            widget.highlight(False)
+        self._edited = None
 
     def regenerate_last(self) -> None:
         last = next((m for m in reversed(self.w.view.messages) if m.role == "assistant"), None)
@@ -407,7 +456,12 @@ class ChatController(QObject):
         w.meter.setProperty("warn", "true" if fit.warn else "false")
         w.meter.style().unpolish(w.meter)
         w.meter.style().polish(w.meter)
-        w.meter_label.setText(f"{fit.prompt_tokens:,} / {fit.n_ctx:,} tokens")
+        state = "" if not fit.warn else " · almost full" if fit.fits else " · full"
+        w.meter_label.setText(f"{fit.prompt_tokens:,} / {fit.n_ctx:,} tokens{state}")
+        w.meter.setToolTip(
+            "Context used by this chat (and your draft)." + (
+                "" if not fit.warn else " Nearly full: when it no longer fits you choose what happens — a new "
+                "chat from a summary, or dropping the oldest turns. Nothing is cut silently."))
         if not draft_tokens:
             w.composer.set_token_info("")
         elif not fit.fits:
@@ -492,7 +546,7 @@ class ChatController(QObject):
         start = time.perf_counter()
         if self.current is not None and not self.store.read_only:
             try:  # direct call: the store lane is about to shut down and this must not be lost
-                self.store.update(self.current.id, draft=self.w.composer.text())
+                self.store.update(self.current.id, draft=self.w.composer.draft_text())
             except UserError as exc:
                 log.error("could not save the draft: %s", exc)
         self.stop()

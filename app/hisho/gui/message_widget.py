@@ -167,6 +167,7 @@ class MessageWidget(QWidget):
 
     def _build_footer(self, siblings: list[int]) -> None:
         m = self.message
+        self.switcher: tuple[QPushButton, QLabel, QPushButton] | None = None  # ‹ k / n › between versions
         if self.streaming or m is None:
             self.meta = _label("generating…", "Meta", rich=False)
             self.meta.setWordWrap(False)
@@ -187,6 +188,9 @@ class MessageWidget(QWidget):
             prev_b.clicked.connect(lambda: self.action.emit("branch", siblings[i - 1]))
             next_b.clicked.connect(lambda: self.action.emit("branch", siblings[i + 1]))
             pos = _label(f"{i + 1} / {len(siblings)}", "Meta", rich=False)
+            pos.setToolTip(f"Version {i + 1} of {len(siblings)} of this {'message' if self.role == 'user' else 'reply'}"
+                           "; the arrows switch the conversation to another version")
+            self.switcher = (prev_b, pos, next_b)
             for w in (prev_b, pos, next_b):
                 self.footer.addWidget(w)
         names = ["copy", "edit", "delete"] if self.role == "user" else ["copy", "regenerate", "delete"]

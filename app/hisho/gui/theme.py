@@ -108,6 +108,7 @@ QLineEdit:focus, #ComposerFrame[focused="true"] {{ border: 1px solid {t.accent};
 #Meta, #Hint, #TokenCount {{ color: {t.muted}; font-size: 8.5pt; }}
 #Marker {{ color: {t.warn}; font-size: 8.5pt; font-weight: 600; }}
 #ErrorMarker {{ color: {t.error}; font-size: 8.5pt; font-weight: 600; }}
+#EditBanner {{ background: {t.selected}; border-radius: 8px; }}
 #CodeBlock {{ background: {t.code_bg}; border: 1px solid {t.border}; border-radius: 8px; }}
 #CodeHeader {{ color: {t.muted}; font-size: 8.5pt; border-bottom: 1px solid {t.border}; }}
 QPushButton {{ background: {t.surface}; border: 1px solid {t.border}; border-radius: 7px; padding: 5px 12px; }}
