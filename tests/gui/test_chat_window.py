@@ -415,7 +415,10 @@ def test_no_longer_fits_drop_oldest_turns_keeps_them_stored(qtbot: QtBot, window
     cid = open_chat(qtbot, w)
     before = fill_chat(w, cid, 4150)
     w.controller.select(cid)
-    wait_for(qtbot, lambda: len(w.view.messages) == before and "· full" in w.meter_label.text())
+    wait_for(qtbot, lambda: len(w.view.messages) == before and "· no longer fits" in w.meter_label.text())
+    w.composer.set_text("How old is the lighthouse?")
+    wait_for(qtbot, lambda: "with it the chat no longer fits the context (4,096)" in w.composer.tokens.text())
+    w.composer.edit.clear()
     results: list[object] = []
     w.turn_finished.connect(results.append)
     seen: list[str] = []

@@ -456,7 +456,7 @@ class ChatController(QObject):
         w.meter.setProperty("warn", "true" if fit.warn else "false")
         w.meter.style().unpolish(w.meter)
         w.meter.style().polish(w.meter)
-        state = "" if not fit.warn else " · almost full" if fit.fits else " · full"
+        state = "" if not fit.warn else " · almost full" if fit.fits else " · no longer fits"
         w.meter_label.setText(f"{fit.prompt_tokens:,} / {fit.n_ctx:,} tokens{state}")
         w.meter.setToolTip(
             "Context used by this chat (and your draft)." + (
@@ -465,8 +465,10 @@ class ChatController(QObject):
         if not draft_tokens:
             w.composer.set_token_info("")
         elif not fit.fits:
-            w.composer.set_token_info(f"{draft_tokens:,} tokens — too long for the context ({fit.n_ctx:,}); "
-                                      f"you will be asked what to do", warn=True)
+            what = "too long for the context" if draft_tokens >= fit.n_ctx else "with it the chat no longer fits " \
+                "the context"
+            w.composer.set_token_info(f"{draft_tokens:,} tokens — {what} ({fit.n_ctx:,}); you will be asked what "
+                                      "to do", warn=True)
         else:
             w.composer.set_token_info(f"{draft_tokens:,} tokens", warn=fit.warn)
 
