@@ -133,3 +133,41 @@ def test_only_bad_files_dropped_each_get_their_message(qtbot: QtBot, window: Mai
     assert "scan.pdf: the PDF has no text layer (2 pages of images, e.g. a scan); run OCR on it first" in toast
     assert "empty.txt: the file is empty (0 bytes)" in toast and "sheet.xlsx: unsupported file type" in toast
     assert docs.action.isEnabled() and not docs.panel.isVisible() and docs.last_conversation is None
+
+
+def test_500_page_pdf_shows_page_progress_and_the_window_stays_responsive(qtbot: QtBot, window: MainWindow,
+                                                                          tmp_path: Path) -> None:
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    from tests.fixtures.docs.make import make_pdf
+
+    docs = controller(window)
+    pdf = make_pdf(tmp_path / "long.pdf", [f"Page {i}: budget line {i} for the harbour works." for i in range(500)])
+    stages: list[tuple[str, int, int]] = []
+    gaps: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick() -> None:  # the GUI thread's heartbeat: a long gap would be a frozen window
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+        stages.append((docs.panel.stage.text(), docs.panel.bar.value(), docs.panel.bar.maximum()))
+
+    timer = QTimer()
+    timer.timeout.connect(tick)
+    timer.start(20)
+    docs.summarize([pdf])
+    wait_for(qtbot, lambda: docs.panel.stage.text().startswith(("Planning", "Summarizing")) or not docs.running,
+             timeout=300_000)
+    timer.stop()
+    docs.cancel()
+    wait_for(qtbot, lambda: not docs.running, timeout=120_000)
+    pages = [(v, m) for text, v, m in stages if "reading long.pdf: page" in text]
+    assert pages, "page progress was never shown"
+    assert all(m == 500 and 0 < v <= 500 for v, m in pages)
+    assert [v for v, _ in pages] == sorted(v for v, _ in pages)  # it only moves forward
+    assert any(text.endswith("page 500 of 500") for text, _, _ in stages) or pages[-1][0] > 400
+    print(f"\n500-page PDF: {len(pages)} page-progress frames seen, longest GUI gap {max(gaps) * 1000:.0f} ms")
+    assert max(gaps) < 1.0, f"the window froze for {max(gaps):.2f}s"
