@@ -66,6 +66,7 @@ def test_unbroken_text_is_cut_by_characters() -> None:
     assert all(c.tokens <= 1000 for c in chunks) and "".join(c.text for c in chunks) == "x" * 50_000
 
 
+@settings(deadline=None)  # a shared, loaded CPU must not turn a slow example into a failure
 @given(st.lists(st.integers(1, 300), min_size=2, max_size=40), st.integers(600, 3000))
 def test_reduce_groups_shrink_and_keep_order(sizes: list[int], budget: int) -> None:
     parts = [" ".join(["w"] * n) + f" #{i}" for i, n in enumerate(sizes)]
