@@ -11,7 +11,6 @@ when no file could be read.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import signal
 import sys
 from pathlib import Path
@@ -83,8 +82,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
     model_path = open_model(args.model)
     parallel = max(1, args.parallel)
-    params = dataclasses.replace(load_params_for(model_path, n_ctx=args.n_ctx, n_seq_max=parallel),
-                                 kv_unified=True)
+    # Batches run in job contexts the engine swaps in (one KV stream per sequence): a plain load is enough.
+    params = load_params_for(model_path, n_ctx=args.n_ctx)
 
     def progress(p: JobProgress) -> None:
         if not args.json and sys.stderr.isatty():

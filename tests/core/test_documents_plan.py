@@ -13,6 +13,7 @@ from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.model import Document, Section
 from hisho.core.documents.plan import (
     CHUNK_TARGET,
+    STRETCH,
     estimate_seconds,
     make_plan,
     merge_refs,
@@ -44,9 +45,25 @@ def test_map_reduce_chunks_from_context() -> None:
     assert plan.chunks[0].refs == "pp. 1–3"  # 3 pages of 300 words (+ seams) fit 1024
     assert plan.n_parallel == 1  # one 1,300-token sequence fills a 2K context
     big = make_plan(doc_of(pages * 2), words, 16384, overhead_tokens=100, summary_tokens=200, final_tokens=400)
-    assert big.n_parallel == 8 and big.chunk_tokens == CHUNK_TARGET
+    # 27 chunks at the target would leave a last round of 3: 24 slightly bigger ones fill 3 rounds of 8.
+    assert big.n_parallel == 8 and len(big.chunks) == 24
+    assert CHUNK_TARGET < big.chunk_tokens <= CHUNK_TARGET * STRETCH
     small = make_plan(doc_of(pages), words, 700, overhead_tokens=100, summary_tokens=200)
     assert small.chunk_tokens == 400 and all(c.tokens <= 400 for c in small.chunks)
+
+
+def test_chunks_grow_a_little_to_fill_the_last_round() -> None:
+    # 40 pages of 430 words: 20 chunks of 2 pages at a 1,024 target; 8 sequences of 1,536 cells fit. 20 chunks
+    # leave a third round of 4; 16 slightly bigger ones (cut inside pages) fill two rounds.
+    pages = [" ".join(f"p{p}w{i}" for i in range(430)) for p in range(40)]
+    plan = make_plan(doc_of(pages), words, 8 * 1536, overhead_tokens=128, summary_tokens=200)
+    assert plan.mode == "map_reduce" and plan.n_parallel == 8 and len(plan.chunks) == 16
+    assert max(c.tokens for c in plan.chunks) <= 1536 - 128 - 200
+    assert " ".join(c.text for c in plan.chunks).split() == " ".join(pages).split()  # nothing lost, in order
+    assert plan.chunks[0].refs.startswith("pp. 1–") and plan.chunks[-1].refs.endswith("40")
+    # Without room to grow (cells just enough for a 1,024 chunk), the 20 chunks stay.
+    tight = make_plan(doc_of(pages), words, 8 * 1280, overhead_tokens=56, summary_tokens=200)
+    assert len(tight.chunks) == 20 and max(c.tokens for c in tight.chunks) <= CHUNK_TARGET
 
 
 @settings(max_examples=60, deadline=None)

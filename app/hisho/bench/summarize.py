@@ -2,6 +2,9 @@
 
 - ``decode_batch_gain``: aggregate decode tokens/s of 8 sequences in one batch ÷ one sequence (pure decode
   steps only, same prompt length, ``ignore_eos`` so every sequence makes ``--tokens`` tokens).
+Every batch runs the way the app runs it: in a job context the engine swaps in (one KV stream per sequence of
+``seq_cells`` cells; ``Runtime.job_context``), the one-at-a-time baseline in a job context of one sequence of the
+same size, so both do the same attention work per token.
 - ``batched_vs_sequential``: wall time of a whole map phase (the real planner's chunks and map prompts of a
   synthetic document of ``--doc-tokens``) run one chunk at a time ÷ the same items run batched (continuous
   batching, 8 sequences). Every chunk summary is ``SUMMARY_TOKENS`` long in both runs (``ignore_eos``) so the
@@ -14,7 +17,6 @@ Repetitions are interleaved (sequential, batched, sequential, …); medians are 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import random
 import statistics
 import time
@@ -51,11 +53,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     doc_tokens = max(2048, getattr(args, "doc_tokens", None) or 8192)
     repeat = max(1, args.repeat)
     model_path = open_model(args.model)
-    per_seq = P.CHUNK_TARGET + 128 + P.SUMMARY_TOKENS
-    n_ctx = max(8 * per_seq, 2 * n_tokens * 8, 4096)
-    params = dataclasses.replace(load_params_for(model_path, n_ctx=n_ctx, n_seq_max=8), kv_unified=True)
-    out: dict[str, Any] = {"model": str(model_path), "n_ctx": n_ctx, "n_seq_max": 8, "repeat": repeat,
-                           "decode_tokens": n_tokens}
+    per_seq = P.seq_cells(P.CHUNK_TARGET + 128 + P.SUMMARY_TOKENS)
+    n_ctx = max(8 * per_seq, 8 * P.seq_cells(64 + n_tokens), 4096)
+    params = load_params_for(model_path, n_ctx=n_ctx, n_seq_max=2)  # as the window loads it
+    out: dict[str, Any] = {"model": str(model_path), "n_ctx": n_ctx, "n_seq_max": params.n_seq_max,
+                           "kv_unified": params.kv_unified, "job_context": "one KV stream per sequence",
+                           "repeat": repeat, "decode_tokens": n_tokens}
     with EngineClient() as client:
         client.load(params)
         out.update(_decode_gain(client, n_tokens, repeat))
@@ -64,9 +67,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _batch(client: EngineClient, items: list[dict[str, Any]], sampling: Sampling, n_parallel: int) -> dict[str, Any]:
+def _batch(client: EngineClient, items: list[dict[str, Any]], sampling: Sampling, n_parallel: int,
+           cells: int) -> dict[str, Any]:
     stream = client.stream("batch_generate", {"items": items, "sampling": sampling.to_dict(),
-                                              "n_parallel": n_parallel})
+                                              "n_parallel": n_parallel, "n_ctx_per_seq": cells})
     start = time.perf_counter()
     finished = list(stream)
     assert stream.result is not None and len(finished) == len(items)
@@ -78,8 +82,9 @@ def _decode_gain(client: EngineClient, n_tokens: int, repeat: int) -> dict[str, 
     items = [{"messages": [{"role": "user", "content": f"Write a story about a town, part {i}."}]} for i in range(8)]
     one, eight = [], []
     for _ in range(repeat):
-        one.append(float(_batch(client, items[:1], sampling, 1)["decode_tokens_per_s"]))
-        eight.append(float(_batch(client, items, sampling, 8)["decode_tokens_per_s"]))
+        cells = P.seq_cells(64 + n_tokens)
+        one.append(float(_batch(client, items[:1], sampling, 1, cells)["decode_tokens_per_s"]))
+        eight.append(float(_batch(client, items, sampling, 8, cells)["decode_tokens_per_s"]))
     a, b = statistics.median(one), statistics.median(eight)
     return {"decode_tps_1": round(a, 2), "decode_tps_8": round(b, 2),
             "decode_batch_gain": round(b / a, 3) if a else None,
@@ -89,18 +94,15 @@ def _decode_gain(client: EngineClient, n_tokens: int, repeat: int) -> dict[str, 
 def _map_phase(client: EngineClient, doc_tokens: int, n_ctx: int, repeat: int) -> dict[str, Any]:
     doc = synthetic_document(int(doc_tokens / 1.75))
     overhead = client.count_tokens(messages=P.map_messages(doc.name, "pp. 000–000", ""))
-    # The planner's chunking and parallelism (make_plan would choose one pass: the document fits this context).
-    chunk_tokens = min(P.CHUNK_TARGET, n_ctx - overhead - P.SUMMARY_TOKENS)
-    chunks = P.pack_sections(doc.sections, client.count_tokens, chunk_tokens)
-    per_seq = overhead + max(c.tokens for c in chunks) + P.SUMMARY_TOKENS
-    plan = P.Plan("map_reduce", n_ctx, sum(c.tokens for c in chunks), chunk_tokens,
-                  max(1, min(P.MAX_PARALLEL, n_ctx // per_seq, len(chunks))), overhead, chunks)
+    # The planner's map phase (make_plan would choose one pass: the document fits this context).
+    plan = P.map_plan(doc, client.count_tokens, n_ctx, overhead_tokens=overhead)
+    per_seq = overhead + max(c.tokens for c in plan.chunks) + P.SUMMARY_TOKENS
     items = [{"messages": P.map_messages(doc.name, c.refs, c.text)} for c in plan.chunks]
     sampling = Sampling(temperature=0.0, repeat_penalty=1.1, max_tokens=P.SUMMARY_TOKENS, ignore_eos=True)
     seq, bat = [], []
     for _ in range(repeat):
-        seq.append(float(_batch(client, items, sampling, 1)["client_wall_s"]))
-        bat.append(float(_batch(client, items, sampling, plan.n_parallel)["client_wall_s"]))
+        seq.append(float(_batch(client, items, sampling, 1, per_seq)["client_wall_s"]))
+        bat.append(float(_batch(client, items, sampling, plan.n_parallel, per_seq)["client_wall_s"]))
     s, b = statistics.median(seq), statistics.median(bat)
     return {"map_chunks": len(plan.chunks), "map_input_tokens": plan.input_tokens, "chunk_tokens": plan.chunk_tokens,
             "map_parallel": plan.n_parallel, "summary_tokens": P.SUMMARY_TOKENS,

@@ -1,8 +1,8 @@
 """Continuous batching: many prompts decoded as parallel sequences of ONE llama.cpp context.
 
-Runs on the engine thread only. The context must have ``n_seq_max`` >= the parallelism asked for and a unified
-KV cache (``kv_unified``), so all sequences share the ``n_ctx`` cells: the caller sizes prompts so that
-``n_parallel × (prompt + max_tokens)`` fits.
+Runs on the engine thread only. The context must have ``n_seq_max`` >= the parallelism asked for; every item
+must fit the cells one sequence can use (``n_ctx_seq``). The app runs batches in a job context with one KV stream
+per sequence (``Runtime.job_context``: in a unified cache each token would attend over every sequence's cells).
 
 Each ``llama_decode`` call carries, in this order:
 1. one token for every sequence that is generating (its last sampled token, logits on), then
@@ -91,9 +91,9 @@ def run_batched(rt: Runtime, items: list[Item], sampling: Sampling, n_parallel: 
     for item in items:
         if not item.prompt:
             raise RequestError("bad_request", f"item {item.index} has an empty prompt")
-        if len(item.prompt) + item.max_tokens > rt.n_ctx:
+        if len(item.prompt) + item.max_tokens > rt.n_ctx_seq:
             raise RequestError("context_full", f"item {item.index}: {len(item.prompt)} prompt tokens + "
-                                               f"{item.max_tokens} to generate do not fit n_ctx {rt.n_ctx}")
+                                               f"{item.max_tokens} to generate do not fit the {rt.n_ctx_seq} cells of a sequence")
     stats = BatchStats(items=len(items), n_parallel=n_par)
     pending = deque(items)
     slots = [_Slot(seq=s) for s in range(n_par)]
@@ -199,7 +199,7 @@ def _sample(rt: Runtime, slot: _Slot, stats: BatchStats, on_done: Done, pending:
         slot.last = token
         if len(slot.out) >= item.max_tokens:
             reason = "length"
-        elif slot.pos + 1 >= rt.n_ctx:
+        elif slot.pos + 1 >= rt.n_ctx_seq:
             reason = "context_full"
     if reason:
         slot.text.append(slot.utf8.decode(b"", final=True))

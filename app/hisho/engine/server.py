@@ -124,6 +124,10 @@ class Server:
     def need_runtime(self) -> Runtime:
         if self.runtime is None:
             raise RequestError(ERR_NOT_LOADED, "no model is loaded")
+        if self.runtime.ctx is None:  # a batch job's context swap could not make the chat context again
+            self.runtime.close()
+            self.runtime = None
+            raise RequestError(ERR_NOT_LOADED, "the model's context was lost (out of memory?); load it again")
         return self.runtime
 
     def op_hello(self, req_id: int, req: dict[str, Any]) -> None:
@@ -177,15 +181,25 @@ class Server:
     def op_batch_generate(self, req_id: int, req: dict[str, Any]) -> None:
         """Several prompts as parallel sequences of one context (engine/batched.py). One "token" event per
         finished item (its whole text, in finishing order), then "done" with the batch's timing figures."""
-        from hisho.engine.batched import Item, run_batched
+        from hisho.engine.batched import BatchStats, Item, run_batched
 
         rt = self.need_runtime()
         sampling = Sampling.from_dict(req.get("sampling", {}))
         items = [Item(i, rt.prompt_tokens(spec), int(spec.get("max_tokens", sampling.max_tokens)))
                  for i, spec in enumerate(req.get("items", []))]
-        stats = run_batched(rt, items, sampling, int(req.get("n_parallel", rt.n_seq_max)),
-                            lambda: self.is_cancelled(req_id),
-                            lambda done: self.emit({"id": req_id, "ev": "token", **done}))
+        n_parallel = int(req.get("n_parallel", rt.n_seq_max))
+        per_seq = int(req.get("n_ctx_per_seq", 0))
+
+        def run(target: Runtime) -> BatchStats:
+            return run_batched(target, items, sampling, n_parallel, lambda: self.is_cancelled(req_id),
+                               lambda done: self.emit({"id": req_id, "ev": "token", **done}))
+
+        if per_seq > 0:  # a job context: one KV stream per sequence (Runtime.job_context says why)
+            n_parallel = max(1, min(n_parallel, len(items)))
+            with rt.job_context(n_parallel, per_seq) as job_rt:
+                stats = run(job_rt)
+        else:
+            stats = run(rt)
         self.emit({"id": req_id, "ev": "done", "stop_reason": "cancelled" if stats.cancelled else "done",
                    **stats.as_dict()})
 

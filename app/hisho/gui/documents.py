@@ -9,7 +9,6 @@ about it are answered (whole document with precomputed KV, or most relevant part
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,6 @@ from hisho.core.documents.ask import DocumentContext, open_conversation, precomp
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
-from hisho.core.documents.plan import MAX_PARALLEL
 from hisho.core.kv_session import document_owner
 
 if TYPE_CHECKING:
@@ -149,15 +147,10 @@ class DocumentsController(QObject):
     def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
         """Engine lane: load for batching if needed, run the job, open the result as a conversation."""
         engine = self.ctx.engine
-        params = engine.load_params or self.ctx.load_params
-        if params is not None and (engine.load_params is None or params.n_seq_max < MAX_PARALLEL
-                                   or not params.kv_unified):
-            # Parallel chunk summaries need several sequences in one unified context. Unified KV: the cells
-            # are shared, so this costs no memory; chats keep working on sequence 0 afterwards.
-            engine.load(dataclasses.replace(params, n_seq_max=MAX_PARALLEL, kv_unified=True))
-            session = getattr(self.ctx.extras.get("kv"), "session", None)
-            if session is not None:
-                session.reset()  # the KV fingerprint is asked again for the new load
+        if engine.load_params is None and self.ctx.load_params is not None:
+            engine.load(self.ctx.load_params)
+        # No reload for batching: the engine swaps in a job context per batch (one KV stream per sequence) in
+        # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
         cache = self._summary_cache()
         job = SummaryJob(engine, files, cache=cache, on_progress=self._progress_from_worker)
         self.job = job

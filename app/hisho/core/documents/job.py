@@ -1,8 +1,10 @@
 """A summary job: extract → plan → map (batched, cached) → reduce until one summary. No Qt, no llama_cpp.
 
 Rules of use:
-- The model must already be loaded in ``client``; the job reads its ``n_ctx`` and ``n_seq_max`` from the load
-  info. Load it with ``n_seq_max`` > 1 and ``kv_unified`` to get parallel chunk summaries.
+- The model must already be loaded in ``client``; the job reads its ``n_ctx`` from the load info. Every batch runs
+  in a job context the engine swaps in for it (one KV stream per sequence, ``Runtime.job_context``) whose
+  ``n_parallel × cells`` never exceeds that ``n_ctx``: the job uses the memory the plan gave the chat context, and
+  what the chat context held in RAM is dropped (KV persistence restores it from disk).
 - ``run()`` blocks; call it on a worker thread in the GUI. ``cancel()`` may be called from any thread: the
   engine stops at its next decode step and ``run()`` returns with ``cancelled`` set. Finished chunks are already
   stored, so the next run of the same file resumes.
@@ -109,7 +111,7 @@ class SummaryJob:
         self.on_progress = on_progress
         info = client.load_info
         self.n_ctx = int(info.get("n_ctx", 0))
-        self.max_parallel = max(1, min(max_parallel, int(info.get("n_seq_max", 1))))
+        self.max_parallel = max(1, max_parallel)
         self.model_fp = model_fingerprint(client.load_params.model_path)
         self.prompt_version = f"{P.PROMPT_VERSION}/{summary_tokens}/{final_tokens}"
         self._cancel = threading.Event()
@@ -198,12 +200,13 @@ class SummaryJob:
             chunk = plan.chunks[0]
             msgs = P.single_messages(doc.name, chunk.text)
             done = self._cached_or_run(doc, 0, [(chunk.key, chunk.index, chunk.refs, msgs)], self.final_tokens,
-                                       1, "summarizing")
+                                       1, "summarizing", overhead + chunk.tokens + self.final_tokens)
             res.chunks_cached = done.cached
             res.summary = done.texts[0]
             return res
         items = [(c.key, c.index, c.refs, P.map_messages(doc.name, c.refs, c.text)) for c in plan.chunks]
-        mapped = self._cached_or_run(doc, 0, items, self.summary_tokens, plan.n_parallel, "summarizing")
+        mapped = self._cached_or_run(doc, 0, items, self.summary_tokens, plan.n_parallel, "summarizing",
+                                     overhead + max(c.tokens for c in plan.chunks) + self.summary_tokens)
         res.chunks_cached = mapped.cached
         parts = [(c.refs, t.strip()) for c, t in zip(plan.chunks, mapped.texts)]
         final, by_part = self._reduce(doc, parts, overhead)
@@ -229,9 +232,9 @@ class SummaryJob:
                 start += len(g)
             items = [(P.text_key(*g), i, refs[i], P.reduce_messages(doc.name, g)) for i, g in enumerate(groups)]
             per_seq = overhead + budget + self.final_tokens
-            n_par = max(1, min(self.max_parallel, self.n_ctx // per_seq, len(groups)))
+            n_par = max(1, min(self.max_parallel, self.n_ctx // P.seq_cells(per_seq), len(groups)))
             out = self._cached_or_run(doc, level, items, self.final_tokens if final else self.summary_tokens,
-                                      n_par, "combining")
+                                      n_par, "combining", per_seq)
             previous = parts
             parts = [(r, t.strip()) for r, t in zip(refs, out.texts)]
             level += 1
@@ -250,7 +253,7 @@ class SummaryJob:
         cached: int
 
     def _cached_or_run(self, doc: Document, level: int, items: list[tuple[str, int, str, P.Messages]],
-                       max_tokens: int, n_parallel: int, stage: str) -> SummaryJob._Done:
+                       max_tokens: int, n_parallel: int, stage: str, cells: int) -> SummaryJob._Done:
         """Summaries for ``items`` (key, index, refs, messages): from the cache where stored, else generated in
         one batched request; each result is stored as soon as it arrives."""
         texts: list[str | None] = []
@@ -264,17 +267,17 @@ class SummaryJob:
         label = "chunk" if stage == "summarizing" else "combine step"
         self._report(stage, cached, total, doc.name, f"{label} {cached} of {total}")
         if todo:
-            self._generate(doc, level, items, todo, texts, max_tokens, n_parallel, stage, label)
+            self._generate(doc, level, items, todo, texts, max_tokens, n_parallel, stage, label, cells)
         return SummaryJob._Done([t or "" for t in texts], cached)
 
     def _generate(self, doc: Document, level: int, items: list[tuple[str, int, str, P.Messages]],
                   todo: list[int], texts: list[str | None], max_tokens: int, n_parallel: int, stage: str,
-                  label: str) -> None:
+                  label: str, cells: int) -> None:
         if self._cancel.is_set():
             raise Cancelled()
         sampling = Sampling(temperature=0.0, repeat_penalty=1.1, max_tokens=max_tokens)
         request = {"items": [{"messages": items[p][3], "max_tokens": max_tokens} for p in todo],
-                   "sampling": sampling.to_dict(), "n_parallel": n_parallel}
+                   "sampling": sampling.to_dict(), "n_parallel": n_parallel, "n_ctx_per_seq": P.seq_cells(cells)}
         started = time.perf_counter()
         with self._lock:
             self._stream = self.client.stream("batch_generate", request)
@@ -312,7 +315,8 @@ class SummaryJob:
         prompt = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 26}
         sampling = Sampling(temperature=0.0, max_tokens=16, ignore_eos=True, repeat_penalty=1.0)
         stream = self.client.stream("batch_generate", {"items": [{"messages": [prompt]}],
-                                                       "sampling": sampling.to_dict(), "n_parallel": 1})
+                                                       "sampling": sampling.to_dict(), "n_parallel": 1,
+                                                       "n_ctx_per_seq": 512})
         events = list(stream)
         extra = stream.result.extra if stream.result is not None else {}
         wall = float(extra.get("wall_s", 0.0))
