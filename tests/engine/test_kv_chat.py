@@ -11,7 +11,7 @@ from hisho.core.db import Database
 from hisho.core.engine_client import EngineClient
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv_chat import KVChat
-from hisho.core.kv_session import KVSession
+from hisho.core.kv_session import KVSession, next_turn_prefix
 from hisho.core.protocol import LoadParams
 
 LONG = " ".join(f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(25))
@@ -40,10 +40,16 @@ def test_reopened_conversation_resumes_from_disk(default_model_path: Path, tmp_p
 
     engine, service, kv = app(default_model_path, tmp_path)  # the app was closed and opened again
     try:
+        history = service.prompt_messages(conv.id)
+        head = next_turn_prefix(lambda t: engine.tokenize(messages=[*history, {"role": "user", "content": t}]))
         second = service.run(service.send(conv.id, "And on line 5?"))
         assert not second.error and second.message.content
         assert kv.last_restore is not None and not kv.last_restore.skipped
         assert kv.last_restore.restored >= 300  # the first turn came from disk, not from a prefill
+        # The save after the first turn held the next user header too: the send prefilled only the new words
+        # and the assistant header.
+        assert kv.last_restore.restored == len(head) > len(engine.tokenize(messages=history,
+                                                                            add_generation_prompt=False))
 
         # Selecting the chat prefetches; typing ahead leaves only one token for Send.
         engine.call("seq_rm", {"seq": 0, "start": 0})

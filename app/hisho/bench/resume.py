@@ -2,7 +2,8 @@
 
 One run, ratios against baselines from the same run (DESIGN.md "How we measure"):
 1. Engine A: a fresh send of an N-token conversation plus a fixed ~15-token question (``ttft_fresh_s``, greedy
-   reference continuation); the conversation alone prefilled (``prefill_s``) and saved through ``KVSession``.
+   reference continuation); the conversation alone prefilled (``prefill_s``), then, as the app does after every
+   turn, the next user header appended (``next_turn_header_tokens``), and saved through ``KVSession``.
 2. Engine B, a new process with the model already loaded (``load_s`` and a one-reply ``warmup_s`` reported
    apart): restore to ready-to-decode (``restore_s``, median of ``--repeat``), a send from an empty sequence
    (restore + question prefill: ``ttft_restored_s``), the continuation compared token by token with the same
@@ -28,7 +29,7 @@ from typing import Any
 from hisho.core.db import Database
 from hisho.core.engine_client import EngineClient
 from hisho.core.kv.index import KVIndex
-from hisho.core.kv_session import KVSession, suffix_length
+from hisho.core.kv_session import KVSession, next_turn_prefix, suffix_length
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.protocol import LoadParams, Sampling
 
@@ -102,6 +103,10 @@ def _phase_fresh(params: LoadParams, index: KVIndex, n: int, greedy: Sampling, o
         out["ttft_fresh_s"], one_shot = _send(client, full, greedy, time.perf_counter())
         client.call("seq_rm", {"seq": 0, "start": 0})
         out["prefill_s"] = float(client.call("prefill", {"seq": 0, "tokens": conv})["seconds"])
+        # What the app does after every turn before saving (KVChat._close_turn): append the next user header.
+        head = next_turn_prefix(lambda t: client.tokenize(messages=[*history, {"role": "user", "content": t}]))
+        client.call("prefill", {"seq": 0, "tokens": head})
+        out["saved_tokens"], out["next_turn_header_tokens"] = len(head), len(head) - len(conv)
         session = KVSession(client, index, budget_bytes=1 << 50)
         started = time.perf_counter()
         session.save("bench:a")

@@ -57,6 +57,17 @@ def suffix_length(tokens_for: Callable[[str], list[int]]) -> int:
     return n
 
 
+def next_turn_prefix(tokens_for: Callable[[str], list[int]]) -> list[int]:
+    """The tokens every next prompt of a conversation starts with, whatever the user writes: the conversation so
+    far, the end of the assistant's turn and the user header of the chat template (ChatML: ``<|im_end|>\n
+    <|im_start|>user\n``). The common head of two prompts that differ only in the user's text."""
+    a, b = tokens_for("Alpha 1"), tokens_for("Beta words 2")
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
 @dataclass
 class RestoreReport:
     restored: int = 0         # tokens the engine holds for this prompt after the call
