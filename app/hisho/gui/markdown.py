@@ -61,6 +61,26 @@ def render(text: str, theme: Theme) -> list[Segment]:
     return segments
 
 
+def stable_prefix(text: str) -> int:
+    """Length of the part of a still-growing Markdown text whose blocks are finished: up to the last blank line
+    that is not inside a fenced code block. What follows can still change how it renders; what precedes it
+    cannot (except for link references and loose lists, which the final whole render restores)."""
+    cut = 0
+    fence = ""
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if fence:
+            if stripped.startswith(fence):
+                fence = ""
+        elif stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+        elif not stripped and line.endswith("\n"):
+            cut = pos + len(line)
+        pos += len(line)
+    return cut
+
+
 def highlight_code(code: str, language: str, theme: Theme) -> str:
     """Highlighted HTML of ``code`` wrapped in a <pre> that keeps spacing (inline styles only)."""
     inner = _highlighted(code, language, theme.pygments_style)

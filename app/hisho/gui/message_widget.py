@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
@@ -21,8 +21,37 @@ _USER_SHOWN = 20_000  # a 1 MB paste is stored whole; drawing all of it in a lab
 _SELECTABLE = Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
 
 
+class _Label(QLabel):
+    """A QLabel that remembers its height for a width until its text, font or style changes.
+
+    Qt asks every label of every message for ``heightForWidth`` on each relayout, and a rich-text QLabel lays
+    its whole document out again to answer: with 20 messages on screen, a streaming flush cost ~25 ms of the GUI
+    thread (measured), all of it re-measuring text that had not changed."""
+
+    def __init__(self, text: str = "") -> None:
+        super().__init__(text)
+        self._hfw: dict[int, int] = {}
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt naming
+        self._hfw.clear()
+        super().setText(text)
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt naming
+        h = self._hfw.get(width)
+        if h is None:
+            if len(self._hfw) > 8:
+                self._hfw.clear()
+            h = self._hfw[width] = super().heightForWidth(width)
+        return h
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt naming
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange, QEvent.Type.PaletteChange):
+            self._hfw.clear()
+        super().changeEvent(event)
+
+
 def _label(text: str = "", name: str = "", rich: bool = True) -> QLabel:
-    lab = QLabel(text)
+    lab = _Label(text)
     if name:
         lab.setObjectName(name)
     lab.setTextFormat(Qt.TextFormat.RichText if rich else Qt.TextFormat.PlainText)
@@ -91,6 +120,8 @@ class MessageWidget(QWidget):
         self.text = message.content if message else ""
         self._segments: list[QWidget] = []
         self._kinds: list[str] = []
+        self._head_cut = -1                          # streaming: where the finished blocks end
+        self._head_segs: list[markdown.Segment] = []
         outer = QHBoxLayout(self)
         outer.setContentsMargins(0, 6, 0, 6)
         self.card = QFrame()
@@ -126,6 +157,8 @@ class MessageWidget(QWidget):
             shown = text if len(text) <= _USER_SHOWN else (
                 text[:_USER_SHOWN] + f"\n… ({len(text) - _USER_SHOWN:,} more characters; Copy takes all)")
             segs = [markdown.Segment("plain", shown)]
+        elif self.streaming:
+            segs = self._streaming_segments(text)
         else:
             segs = markdown.render(text, theme.current()) if text else []
         for i, seg in enumerate(segs):
@@ -145,6 +178,18 @@ class MessageWidget(QWidget):
         if self.role == "user":
             self._fit_bubble()
         return time.perf_counter() - start
+
+    def _streaming_segments(self, text: str) -> list[markdown.Segment]:
+        """While a reply streams in, the finished blocks (up to the last blank line outside a code fence) are
+        rendered apart from the block being written: each flush then re-lays out only the small last label, not
+        the whole reply (a full relayout of a growing rich-text label cost ~3.5 ms per flush on a 2-core box,
+        taken from the decode threads). The finished message is rendered whole by ``end_stream``."""
+        cut = markdown.stable_prefix(text)
+        if cut != self._head_cut:
+            self._head_cut = cut
+            self._head_segs = markdown.render(text[:cut], theme.current()) if cut else []
+        tail = text[cut:]
+        return self._head_segs + (markdown.render(tail, theme.current()) if tail.strip() else [])
 
     def _make_segment(self, seg: markdown.Segment) -> QWidget:
         if seg.kind == "code":
