@@ -27,7 +27,7 @@ log = logging.getLogger("hisho.gui")
 PAGE = 40
 COLUMN_WIDTH = 860
 MIN_FLUSH_MS, MAX_FLUSH_MS = 33, 250
-RENDER_BUDGET = 0.03   # share of one core the GUI thread may use while a reply streams; keeps decode unaffected
+RENDER_BUDGET = 0.015  # share of one core the GUI thread may use while a reply streams; keeps decode unaffected
 
 
 class ChatView(QScrollArea):
