@@ -145,7 +145,7 @@ class DocumentsController(QObject):
         log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
 
     def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
-        """Engine lane: load for batching if needed, run the job, open the result as a conversation."""
+        """Engine lane: load the model if needed, run the job, open the result as a conversation."""
         engine = self.ctx.engine
         if engine.load_params is None and self.ctx.load_params is not None:
             engine.load(self.ctx.load_params)
