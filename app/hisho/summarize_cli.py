@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hisho.core.documents.extract import extract
 from hisho.core.documents.job import JobResult, SummaryJob
-from hisho.core.documents.model import Document, DocumentError, PageSpan
+from hisho.core.documents.model import PageSpan
 from hisho.core.documents.plan import CHUNK_TARGET, FINAL_TOKENS, MAX_PARALLEL, SUMMARY_TOKENS
 
 
@@ -48,27 +47,6 @@ def _span(spec: str) -> PageSpan:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-class RangeJob(SummaryJob):
-    """A ``SummaryJob`` that reads only ``pages`` of each PDF: a cut the user asked for, so the result says
-    ``truncated`` and what was cut. Without ``pages`` it is exactly a ``SummaryJob``."""
-
-    def __init__(self, *args: Any, pages: PageSpan | None = None, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.pages = pages
-
-    def _extract_all(self, result: JobResult) -> list[Document]:
-        docs: list[Document] = []
-        for i, path in enumerate(self.files):
-            self._report("extracting", i, len(self.files), path.name, f"reading {path.name}")
-            try:
-                docs.append(extract(path, password=self.password, progress=self._page_progress(path.name),
-                                    pages=self.pages))
-            except DocumentError as exc:
-                result.skipped.append(str(exc))
-        result.truncated = any(d.cut for d in docs)
-        return docs
-
-
 def cut_of(result: JobResult) -> list[str]:
     """What a user-requested cut left out, per document ("report.pdf: pp. 21–500")."""
     return [f"{d.name}: {d.cut}" for d in result.extracted if d.cut]
@@ -91,7 +69,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
     with EngineClient() as client:
         load_model(client, params)
-        job = RangeJob(client, args.files, password=args.password, max_parallel=parallel,
+        job = SummaryJob(client, args.files, password=args.password, max_parallel=parallel,
                        summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
                        chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages)
         previous = signal.signal(signal.SIGINT, lambda *_: job.cancel())

@@ -118,9 +118,12 @@ def test_document_kv_survives_a_restart_so_a_question_prefills_only_itself(qtbot
         w2.close()
 
 
-def test_only_bad_files_dropped_each_get_their_message(qtbot: QtBot, window: MainWindow, tmp_path: Path) -> None:
+def test_only_bad_files_dropped_each_get_their_message(qtbot: QtBot, window: MainWindow, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.fixtures.docs.make import make_encrypted_pdf, make_image_pdf
 
+    # The encrypted PDF asks for its password; the user cancels the prompt.
+    monkeypatch.setattr("hisho.gui.documents.QInputDialog.getText", lambda *a, **k: ("", False))
     docs = controller(window)
     files = [make_encrypted_pdf(tmp_path / "locked.pdf", "pw"), make_image_pdf(tmp_path / "scan.pdf", 2),
              tmp_path / "empty.txt", tmp_path / "sheet.xlsx"]
@@ -129,10 +132,33 @@ def test_only_bad_files_dropped_each_get_their_message(qtbot: QtBot, window: Mai
     docs.summarize(files)
     wait_for(qtbot, lambda: not docs.running, timeout=120_000)
     toast = window.statusBar().currentMessage()
-    assert "locked.pdf: the PDF is encrypted" in toast
+    assert "locked.pdf: the PDF is encrypted and no password was given" in toast
     assert "scan.pdf: the PDF has no text layer (2 pages of images, e.g. a scan); run OCR on it first" in toast
     assert "empty.txt: the file is empty (0 bytes)" in toast and "sheet.xlsx: unsupported file type" in toast
     assert docs.action.isEnabled() and not docs.panel.isVisible() and docs.last_conversation is None
+
+
+def test_encrypted_pdf_asks_for_its_password_until_it_opens(qtbot: QtBot, window: MainWindow, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fixtures.docs.make import make_encrypted_pdf
+
+    prompts: list[str] = []
+    answers = iter([("guess", True), ("s3cret", True)])
+
+    def get_text(parent: object, title: str, label: str, *rest: object) -> tuple[str, bool]:
+        assert QApplication.instance() is not None and title == "Encrypted PDF"
+        prompts.append(label)
+        return next(answers)
+
+    monkeypatch.setattr("hisho.gui.documents.QInputDialog.getText", get_text)
+    docs = controller(window)
+    docs.summarize([make_encrypted_pdf(tmp_path / "locked.pdf", "s3cret", "Quarterly figures rose by nine")])
+    wait_for(qtbot, lambda: not docs.running, timeout=300_000)
+    assert prompts == ["locked.pdf is encrypted. Enter its password to summarize it:",
+                       "The password for locked.pdf did not open it. Try again:"]
+    assert docs.last_result is not None and docs.last_result.skipped == []
+    cid = docs.last_conversation
+    assert cid is not None and "Quarterly figures rose by nine" in window.ctx.store.get(cid).system_prompt
 
 
 def test_500_page_pdf_shows_page_progress_and_the_window_stays_responsive(qtbot: QtBot, window: MainWindow,

@@ -10,12 +10,22 @@ about it are answered (whole document with precomputed KV, or most relevant part
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QWidget,
+)
 
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.documents.ask import DocumentContext, open_conversation, precompute_kv
@@ -109,7 +119,9 @@ class DocumentsController(QObject):
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
         kind = event.type()
-        if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove):
+        if kind == QEvent.Type.Close and self.job is not None:
+            self.job.cancel()  # finished chunks are kept; a password prompt the job waits on ends too
+        elif kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove):
             drag: QDragEnterEvent = event  # type: ignore[assignment]
             if drag.mimeData().hasUrls():
                 drag.acceptProposedAction()
@@ -152,7 +164,8 @@ class DocumentsController(QObject):
         # No reload for batching: the engine swaps in a job context per batch (one KV stream per sequence) in
         # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
         cache = self._summary_cache()
-        job = SummaryJob(engine, files, cache=cache, on_progress=self._progress_from_worker)
+        job = SummaryJob(engine, files, cache=cache, on_progress=self._progress_from_worker,
+                         ask_password=self._ask_password)
         self.job = job
         result = job.run()
         if result.cancelled or not result.documents:
@@ -169,6 +182,27 @@ class DocumentsController(QObject):
             session = getattr(self.ctx.extras.get("kv"), "session", None)
             precompute_kv(engine, prefix, session, document_owner(result.extracted[0].sha256))
         return result, cid, att.note
+
+    def _ask_password(self, name: str, wrong: bool) -> str | None:
+        """Worker thread: ask for an encrypted PDF's password on the GUI thread and wait for the answer.
+        None (Cancel, or the window closing) skips the file; the summary then names it."""
+        answer: list[str | None] = [None]
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                prompt = (f"The password for {name} did not open it. Try again:" if wrong else
+                          f"{name} is encrypted. Enter its password to summarize it:")
+                text, ok = QInputDialog.getText(self.window, "Encrypted PDF", prompt, QLineEdit.EchoMode.Password)
+                answer[0] = text if ok and text else None
+            finally:
+                done.set()
+
+        self.ctx.bridge.post(ask)
+        while not done.wait(0.2):
+            if self.job is not None and self.job.cancelled:
+                return None
+        return answer[0]
 
     def _progress_from_worker(self, p: JobProgress) -> None:
         self.ctx.bridge.post(lambda: self.panel.show_progress(p))

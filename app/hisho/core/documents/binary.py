@@ -11,7 +11,7 @@ import logging
 import zipfile
 from pathlib import Path
 
-from hisho.core.documents.model import Document, DocumentError, PageSpan, Section, page_range
+from hisho.core.documents.model import Document, DocumentError, PageSpan, PasswordNeeded, Section, page_range
 
 log = logging.getLogger("hisho.documents")
 
@@ -29,9 +29,9 @@ def read_pdf(path: Path, sha: str, *, password: str | None = None,
     except pdfium.PdfiumError as exc:
         if getattr(exc, "err_code", None) == _PDFIUM_PASSWORD_ERROR:
             if password:
-                raise DocumentError(f"{path.name}: wrong password for this encrypted PDF") from None
-            raise DocumentError(f"{path.name}: the PDF is encrypted; give its password (--password) or "
-                                "save an unencrypted copy") from None
+                raise PasswordNeeded(f"{path.name}: wrong password for this encrypted PDF", wrong=True) from None
+            raise PasswordNeeded(f"{path.name}: the PDF is encrypted; give its password (--password) or "
+                                 "save an unencrypted copy", wrong=False) from None
         raise DocumentError(f"{path.name}: the PDF is damaged and cannot be read ({exc})") from None
     doc = Document(path=path, kind="pdf", sha256=sha)
     image_pages: list[int] = []

@@ -26,11 +26,14 @@ from typing import Any, Protocol
 from hisho.core.documents import plan as P
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.extract import extract
-from hisho.core.documents.model import Document, DocumentError
+from hisho.core.documents.model import Document, DocumentError, PageSpan, PasswordNeeded
 from hisho.core.errors import UserError
 from hisho.core.protocol import Sampling
 
 log = logging.getLogger("hisho.documents")
+
+
+AskPassword = Callable[[str, bool], str | None]  # (file name, last one was wrong) -> password, None to skip
 
 
 class Client(Protocol):
@@ -74,7 +77,7 @@ class JobResult:
     seconds: float = 0.0
     eta_s: float = 0.0
     cancelled: bool = False
-    truncated: bool = False   # only a cut the user asked for sets this; none exists yet
+    truncated: bool = False   # only a cut the user asked for (``pages``) sets this
     # For "ask about it" (not in the JSON): the extracted documents and their chunks as (refs, text).
     extracted: list[Document] = field(default_factory=list)
     parts: list[tuple[str, str]] = field(default_factory=list)
@@ -100,7 +103,8 @@ class SummaryJob:
                  password: str | None = None, max_parallel: int = P.MAX_PARALLEL,
                  summary_tokens: int = P.SUMMARY_TOKENS, final_tokens: int = P.FINAL_TOKENS,
                  chunk_target: int = P.CHUNK_TARGET,
-                 on_progress: Callable[[JobProgress], None] | None = None) -> None:
+                 on_progress: Callable[[JobProgress], None] | None = None, pages: PageSpan | None = None,
+                 ask_password: AskPassword | None = None) -> None:
         self.client = client
         self.files = [Path(f) for f in files]
         self.cache = cache or SummaryCache()
@@ -109,6 +113,8 @@ class SummaryJob:
         self.final_tokens = final_tokens
         self.chunk_target = chunk_target
         self.on_progress = on_progress
+        self.pages = pages                   # a cut the user asked for: only these pages of each PDF
+        self.ask_password = ask_password
         info = client.load_info
         self.n_ctx = int(info.get("n_ctx", 0))
         self.max_parallel = max(1, max_parallel)
@@ -121,6 +127,10 @@ class SummaryJob:
         self.eta_s = 0.0
 
     # ----- control ----------------------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -165,10 +175,25 @@ class SummaryJob:
         for i, path in enumerate(self.files):
             self._report("extracting", i, len(self.files), path.name, f"reading {path.name}")
             try:
-                docs.append(extract(path, password=self.password, progress=self._page_progress(path.name)))
+                docs.append(self._extract(path))
             except DocumentError as exc:
                 result.skipped.append(str(exc))
+        result.truncated = any(d.cut for d in docs)
         return docs
+
+    def _extract(self, path: Path) -> Document:
+        """Extract one file; an encrypted PDF asks ``ask_password`` (up to 3 tries) when there is one."""
+        password = self.password
+        for _ in range(3):
+            try:
+                return extract(path, password=password, progress=self._page_progress(path.name), pages=self.pages)
+            except PasswordNeeded as exc:
+                if self.ask_password is None or self._cancel.is_set():
+                    raise
+                password = self.ask_password(path.name, exc.wrong)
+                if not password:
+                    raise DocumentError(f"{path.name}: the PDF is encrypted and no password was given") from None
+        raise DocumentError(f"{path.name}: wrong password for this encrypted PDF (3 tries)")
 
     def _compose(self, result: JobResult) -> str:
         parts: list[str] = []

@@ -19,6 +19,14 @@ class DocumentError(UserError):
     """A file that cannot be summarized. ``str(exc)`` is the one line the user sees (it names the file)."""
 
 
+class PasswordNeeded(DocumentError):
+    """An encrypted PDF: no password was given (``wrong`` False) or the one given does not open it."""
+
+    def __init__(self, message: str, *, wrong: bool) -> None:
+        super().__init__(message)
+        self.wrong = wrong
+
+
 @dataclass(frozen=True)
 class Section:
     text: str
