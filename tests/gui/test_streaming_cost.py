@@ -43,6 +43,10 @@ def test_streamed_reply_renders_like_the_whole_text(qtbot: QtBot) -> None:
                     for w in streamed._segments)
     for word in ("Ember", "eggs", "hotter", "learned", "<table"):
         assert word in shown
+    # Segments replaced while streaming leave the screen at once (not when the event loop gets to deleting them).
+    on_screen = "".join(lab.text() for lab in streamed.findChildren(QLabel) if lab.isVisibleTo(streamed))
+    assert on_screen.count("eggs") == 1 and on_screen.count("hotter") == 1
+    assert "<p>``</p>" not in on_screen  # the half-typed fence, drawn as text until the code block replaced it
     final = MessageWidget(None, role="assistant")
     qtbot.addWidget(final)
     final.set_text(streamed.text)

@@ -61,6 +61,14 @@ def _label(text: str = "", name: str = "", rich: bool = True) -> QLabel:
     return lab
 
 
+def _drop(w: QWidget) -> None:
+    """Take a segment off the screen now (deleteLater alone leaves it drawn until the event loop gets to it,
+    which a loop driven by processEvents may never do), then free it."""
+    w.hide()
+    w.setParent(None)
+    w.deleteLater()
+
+
 def _flat(text: str, tip: str) -> QPushButton:
     b = QPushButton(text)
     b.setObjectName("Flat")
@@ -166,14 +174,14 @@ class MessageWidget(QWidget):
                 self._update_segment(self._segments[i], seg)
             else:
                 for w in self._segments[i:]:
-                    w.deleteLater()
+                    _drop(w)
                 del self._segments[i:], self._kinds[i:]
                 w = self._make_segment(seg)
                 self._segments.append(w)
                 self._kinds.append(seg.kind)
                 self.body.addWidget(w)
         for w in self._segments[len(segs):]:
-            w.deleteLater()
+            _drop(w)
         del self._segments[len(segs):], self._kinds[len(segs):]
         if self.role == "user":
             self._fit_bubble()
