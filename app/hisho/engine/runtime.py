@@ -359,6 +359,11 @@ class Runtime:
                     stats.stop_reason = "stop"
                     # The stop token is sampled but not yet in the cache; keep the cache as is.
                     break
+                if stats.completion_tokens >= sampling.max_tokens:
+                    # Nothing will be sampled after the last token: decoding it would only delay "done" by a
+                    # step. The next prompt re-evaluates it (reuse_prefix keeps what the cache holds).
+                    stats.stop_reason = "length"
+                    break
                 self.batch.clear()
                 self.batch.add(token, len(held), seq, True)
                 self._decode()
