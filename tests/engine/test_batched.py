@@ -31,10 +31,13 @@ def ask(i: int) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"Name one fact about the number {i}."}]
 
 
-def run(client: EngineClient, items: list[dict[str, object]], n_parallel: int,
-        sampling: Sampling = GREEDY) -> tuple[dict[int, dict[str, object]], dict[str, object]]:
-    stream = client.stream("batch_generate", {"items": items, "sampling": sampling.to_dict(),
-                                              "n_parallel": n_parallel})
+def run(client: EngineClient, items: list[dict[str, object]], n_parallel: int, sampling: Sampling = GREEDY,
+        cells: int = 0) -> tuple[dict[int, dict[str, object]], dict[str, object]]:
+    """One batch_generate; ``cells`` > 0 runs it in a job context of that many cells per sequence."""
+    request: dict[str, object] = {"items": items, "sampling": sampling.to_dict(), "n_parallel": n_parallel}
+    if cells:
+        request["n_ctx_per_seq"] = cells
+    stream = client.stream("batch_generate", request)
     out: dict[int, dict[str, object]] = {}
     for ev in stream:
         assert int(ev["item"]) not in out, "an item was reported twice"
@@ -99,21 +102,12 @@ def test_too_long_item_is_refused(batched: EngineClient) -> None:
 
 # ----- job contexts: one KV stream per sequence, swapped in for the batch (Runtime.job_context) ----------------
 
-def run_job(client: EngineClient, items: list[dict[str, object]], n_parallel: int, cells: int,
-            sampling: Sampling = GREEDY) -> tuple[dict[int, dict[str, object]], dict[str, object]]:
-    stream = client.stream("batch_generate", {"items": items, "sampling": sampling.to_dict(),
-                                              "n_parallel": n_parallel, "n_ctx_per_seq": cells})
-    out = {int(ev["item"]): ev for ev in stream}
-    assert stream.result is not None
-    return out, stream.result.extra
-
-
 def test_job_context_replies_equal_plain_generate(batched: EngineClient) -> None:
     reference = []
     for i in range(4):
         batched.call("seq_rm", {"seq": 0, "start": 0})
         reference.append(batched.generate(messages=ask(i), sampling=GREEDY).collect().text)
-    out, stats = run_job(batched, [{"messages": ask(i)} for i in range(4)], n_parallel=3, cells=200)
+    out, stats = run(batched, [{"messages": ask(i)} for i in range(4)], n_parallel=3, cells=200)
     # Greedy replies of sequences in separate streams, decoded together, are those of one sequence alone.
     assert [out[i]["text"] for i in range(4)] == reference
     assert stats["n_parallel"] == 3 and {int(ev["seq"]) for ev in out.values()} == {0, 1, 2}
@@ -122,7 +116,7 @@ def test_job_context_replies_equal_plain_generate(batched: EngineClient) -> None
 def test_chat_context_is_made_again_after_a_job(batched: EngineClient) -> None:
     batched.call("seq_rm", {"seq": 0, "start": 0})
     first = batched.generate(messages=ask(9), sampling=GREEDY).collect()
-    run_job(batched, [{"messages": ask(i)} for i in range(5)], n_parallel=5, cells=256)
+    run(batched, [{"messages": ask(i)} for i in range(5)], n_parallel=5, cells=256)
     # The loaded context again, not the job's (5 streams of 256 cells): one sequence takes 900+ tokens.
     long_text = "Summarize: " + "the river runs past the old mill and the bakery. " * 90
     long = batched.generate(prompt=long_text, seq=3, sampling=Sampling(temperature=0.0, max_tokens=2)).collect()
@@ -134,6 +128,6 @@ def test_chat_context_is_made_again_after_a_job(batched: EngineClient) -> None:
 
 def test_job_item_longer_than_its_stream_is_refused(batched: EngineClient) -> None:
     with pytest.raises(EngineError) as err:
-        run_job(batched, [{"messages": ask(1), "max_tokens": 300}], n_parallel=1, cells=256)
+        run(batched, [{"messages": ask(1), "max_tokens": 300}], n_parallel=1, cells=256)
     assert err.value.kind == "context_full" and "256 cells of a sequence" in str(err.value)
     assert batched.generate(messages=ask(2), sampling=GREEDY).collect().completion_tokens > 0

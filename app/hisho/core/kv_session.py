@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from hisho.core import paths
 from hisho.core.errors import EngineError
 from hisho.core.kv.index import KVIndex, Usage
+from hisho.core.protocol import common_prefix
 
 log = logging.getLogger("hisho.kv")
 
@@ -61,11 +62,8 @@ def next_turn_prefix(tokens_for: Callable[[str], list[int]]) -> list[int]:
     """The tokens every next prompt of a conversation starts with, whatever the user writes: the conversation so
     far, the end of the assistant's turn and the user header of the chat template (ChatML: ``<|im_end|>\n
     <|im_start|>user\n``). The common head of two prompts that differ only in the user's text."""
-    a, b = tokens_for("Alpha 1"), tokens_for("Beta words 2")
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[:n]
+    a = tokens_for("Alpha 1")
+    return a[:common_prefix(a, tokens_for("Beta words 2"))]
 
 
 @dataclass

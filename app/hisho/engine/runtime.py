@@ -138,19 +138,21 @@ class Runtime:
         n_parallel = max(1, n_parallel)
         per_seq = -(-max(1, n_ctx_per_seq) // 256) * 256  # llama.cpp pads contexts to 256 cells anyway
         job = dataclasses.replace(self.params, n_ctx=n_parallel * per_seq, n_seq_max=n_parallel, kv_unified=False)
-        self.batch.free()
-        llama_cpp.llama_free(self.ctx)
-        self.ctx = None
+        self._free_context()
         try:
             self._bind(self._new_context(job))
             log.info("job context: %d sequences x %d cells", n_parallel, per_seq)
             yield self
         finally:
-            if self.ctx is not None:
-                self.batch.free()
-                llama_cpp.llama_free(self.ctx)
-                self.ctx = None
+            self._free_context()
             self._bind(self._new_context(self.params))
+
+    def _free_context(self) -> None:
+        """Free the context and its batch; ``ctx`` is None until ``_bind`` (no-op if already None)."""
+        if self.ctx is not None:
+            self.batch.free()
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
 
     def _new_context(self, params: LoadParams) -> Any:
         ctx = llama_cpp.llama_init_from_model(self.model, context_params(params))
@@ -190,11 +192,8 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
-        if self.ctx is not None:  # None after a job context whose chat context could not be made again
-            self.batch.free()
-            llama_cpp.llama_free(self.ctx)
+        self._free_context()  # ctx is already None after a job context whose chat context could not be made again
         llama_cpp.llama_model_free(self.model)
-        self.ctx = None
         self.model = None
 
     def info(self) -> dict[str, Any]:

@@ -53,12 +53,8 @@ class Server:
 
     def emit(self, message: dict[str, Any]) -> None:
         with self._emit_lock:  # the KV writer thread also reports (hisho.engine.kvstate)
-            data = encode(message)
-            if self._pending:  # token events held back by emit_soon go first, in order
-                data = b"".join(self._pending) + data
-                self._pending.clear()
-            self._out.write(data)
-            self._last_write = time.perf_counter()
+            self._pending.append(encode(message))  # after token events held back by emit_soon, in order
+            self._write_pending()
 
     def emit_soon(self, message: dict[str, Any]) -> None:
         """A token event that may wait up to COALESCE_S to share one write with the next ones. Every write wakes
@@ -69,16 +65,18 @@ class Server:
         with self._emit_lock:
             self._pending.append(encode(message))
             if time.perf_counter() - self._last_write >= COALESCE_S:
-                self._out.write(b"".join(self._pending))
-                self._pending.clear()
-                self._last_write = time.perf_counter()
+                self._write_pending()
 
     def flush_pending(self) -> None:
         with self._emit_lock:
             if self._pending:
-                self._out.write(b"".join(self._pending))
-                self._pending.clear()
-                self._last_write = time.perf_counter()
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        """One write of everything pending (caller holds ``_emit_lock``)."""
+        self._out.write(b"".join(self._pending))
+        self._pending.clear()
+        self._last_write = time.perf_counter()
 
     def error(self, req_id: int, kind: str, message: str) -> None:
         self.emit({"id": req_id, "ev": "error", "kind": kind, "message": message})
