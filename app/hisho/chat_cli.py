@@ -1,7 +1,9 @@
 """``hisho chat [--conversation ID]``: a terminal chat on the same conversation store as the window.
 
 Lines are sent as messages; ``/help`` lists the commands. Ctrl+C during a reply stops it (the partial reply is
-saved and marked, as in the window); Ctrl+C or Ctrl+D at the prompt leaves. Uses the same ``ChatService``.
+saved and marked, as in the window); Ctrl+C or Ctrl+D at the prompt leaves. The services come from the same
+composition root as the window's (``hisho.core.services``): a long chat resumes from its saved KV and a question
+about a summarized document gets the document's relevant parts, exactly as in the window.
 """
 
 from __future__ import annotations
@@ -34,24 +36,23 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from hisho.cli import load_model
-    from hisho.core.chat import ChatService
-    from hisho.core.conversations import ConversationStore
-    from hisho.core.engine_client import EngineClient
-    from hisho.core.launch import load_params_for, open_model
+    from hisho.core import services
 
-    store = ConversationStore()
-    if args.conversation is not None:
-        try:
-            store.get(args.conversation)
-        except KeyError:
-            raise UserError(f"no conversation {args.conversation} (see /list inside 'hisho chat')") from None
-    model_path = open_model(args.model)
-    with EngineClient() as engine:
-        load_model(engine, load_params_for(model_path))
-        service = ChatService(store, engine, model_name=model_path.stem)
-        session = TerminalChat(service, args.conversation, sys.stdin, sys.stdout)
-        return session.loop()
+    app = services.build(args.model, strict=True)
+    try:
+        if app.problem:
+            sys.stderr.write(f"hisho: warning: {app.problem}\n")
+        if args.conversation is not None:
+            try:
+                app.store.get(args.conversation)
+            except KeyError:
+                raise UserError(f"no conversation {args.conversation} (see /list inside 'hisho chat')") from None
+        app.load()
+        if app.kv is not None and args.conversation is not None:
+            app.kv.selected(args.conversation)  # restore its saved KV while the user types, as the window does
+        return TerminalChat(app.chat, args.conversation, sys.stdin, sys.stdout).loop()
+    finally:
+        app.close()
 
 
 class TerminalChat:

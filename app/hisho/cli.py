@@ -15,9 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hisho import __version__
-from hisho.core import logs
-from hisho.core.engine_client import ENGINE_FLAG
-from hisho.core.errors import EngineCrashed, EngineError, UserError
+from hisho.core import logs, spawn
+from hisho.core.errors import EngineError, UserError
 
 log = logging.getLogger("hisho.cli")
 
@@ -40,16 +39,15 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from hisho.core.engine_client import EngineClient
-    from hisho.core.launch import load_params_for, open_model
+    from hisho.core import services
     from hisho.core.protocol import Sampling
 
-    model_path = open_model(args.model)
-    params = load_params_for(model_path, n_ctx=args.n_ctx, override=args.force)
+    app = services.build(args.model, n_ctx=args.n_ctx, n_seq_max=1, kv=False, strict=True, override=args.force)
     sampling = Sampling(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
     messages = [{"role": "user", "content": args.prompt}]
-    with EngineClient() as client:
-        load_model(client, params)
+    try:
+        app.load()
+        client = app.engine
         start = time.perf_counter()
         stream = client.generate(messages=messages, sampling=sampling)
         first = last = 0.0
@@ -62,6 +60,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
         result = stream.result
         assert result is not None
+    finally:
+        app.close()
     n = result.completion_tokens
     out = {
         "text": result.text,
@@ -70,27 +70,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "ttft_s": (first - start) if first else None,
         "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
         "stop_reason": result.stop_reason,
-        "model": str(model_path),
+        "model": str(app.model_path),
     }
     if args.json:
         emit_json(out)
     else:
         sys.stdout.write("\n")
     return EXIT_OK
-
-
-def load_model(client: Any, params: Any) -> dict[str, Any]:
-    """Load with errors turned into UserError: a model the engine cannot load is the user's file's fault."""
-    try:
-        info: dict[str, Any] = client.load(params)
-        return info
-    except EngineCrashed as exc:
-        raise UserError(f"the engine crashed while loading {params.model_path}; the file is probably damaged "
-                        f"({exc})") from None
-    except EngineError as exc:
-        if exc.kind == "model_load":
-            raise UserError(str(exc)) from None
-        raise
 
 
 # ----- models -----------------------------------------------------------------------------------------
@@ -235,12 +221,22 @@ def _extra_commands() -> list[Callable[[Any], None]]:
     return [register_summarize, register_plan, register_chat]
 
 
-def main(argv: list[str] | None = None) -> int:
-    raw = sys.argv[1:] if argv is None else argv
-    if raw[:1] == [ENGINE_FLAG]:  # a frozen bundle re-started as its own engine process
+def run_child(role: str, args: list[str]) -> int:
+    """The entry point of a child role (``hisho.core.spawn.ROLES``) when the bundle's binary is the child."""
+    if role == "engine":
         from hisho.engine.server import main as engine_main
 
         return engine_main()
+    from hisho.engine.probe import main as probe_main
+
+    return probe_main(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    raw = sys.argv[1:] if argv is None else argv
+    child = spawn.child_role(raw)
+    if child is not None:  # a frozen bundle re-started as one of its own children (hisho.core.spawn)
+        return run_child(*child)
     parser = build_parser()
     args = parser.parse_args(argv)
     logs.setup(stderr_level=logging.INFO if args.verbose else logging.WARNING)

@@ -57,14 +57,14 @@ def _kv(ctx: dict[str, Any]) -> dict[str, Any]:
     client: EngineClient = ctx["client"]
     messages = [{"role": "user", "content": "Name three colours."}]
     greedy = Sampling(temperature=0.0, max_tokens=16)
-    client.call("seq_rm", {"seq": 0, "start": 0})
+    client.seq_rm(0)
     fresh = client.generate(messages=messages, sampling=greedy).collect()
     session = KVSession(client)
     try:
         session.save("selftest:kv")
         if not session.flush(60):
             raise RuntimeError("the KV save did not finish")
-        client.call("seq_rm", {"seq": 0, "start": 0})
+        client.seq_rm(0)
         report = session.restore("selftest:kv", client.tokenize(messages=messages))
         again = client.generate(messages=messages, sampling=greedy).collect()
         session.delete("selftest:kv")

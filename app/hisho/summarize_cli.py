@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hisho.core.documents.job import JobResult, SummaryJob
+from hisho.core.documents.job import JobResult
 from hisho.core.documents.model import PageSpan
 from hisho.core.documents.plan import CHUNK_TARGET, FINAL_TOKENS, MAX_PARALLEL, SUMMARY_TOKENS
 
@@ -53,30 +53,30 @@ def cut_of(result: JobResult) -> list[str]:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from hisho.cli import emit_json, load_model
+    from hisho.cli import emit_json
+    from hisho.core import services
     from hisho.core.documents.job import JobProgress
-    from hisho.core.engine_client import EngineClient
-    from hisho.core.launch import load_params_for, open_model
 
-    model_path = open_model(args.model)
     parallel = max(1, args.parallel)
     # Batches run in job contexts the engine swaps in (one KV stream per sequence): a plain load is enough.
-    params = load_params_for(model_path, n_ctx=args.n_ctx)
+    app = services.build(args.model, n_ctx=args.n_ctx, n_seq_max=1, kv=False, strict=True)
 
     def progress(p: JobProgress) -> None:
         if not args.json and sys.stderr.isatty():
             sys.stderr.write(f"\r{p.stage}: {p.message or ''} (ETA {p.eta_s:.0f}s)\033[K")
 
-    with EngineClient() as client:
-        load_model(client, params)
-        job = SummaryJob(client, args.files, password=args.password, max_parallel=parallel,
-                       summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
-                       chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages)
+    try:
+        app.load()
+        job = app.documents.job(args.files, password=args.password, max_parallel=parallel,
+                                summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
+                                chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages)
         previous = signal.signal(signal.SIGINT, lambda *_: job.cancel())
         try:
             result = job.run()
         finally:
             signal.signal(signal.SIGINT, previous)
+    finally:
+        app.close()
     for line in result.skipped:
         sys.stderr.write(f"hisho: error: {line}\n")
     if args.pages is not None:

@@ -114,7 +114,7 @@ def _gui_figures(runs: list[dict[str, float]], raw_tps: list[float]) -> dict[str
 
 def _engine_decode(client: EngineClient, prompt: list[int], sampling: Sampling) -> dict[str, Any]:
     # Fresh sequence each time, as raw does (reset): the whole prompt is prefilled again.
-    client.call("seq_rm", {"seq": 0, "start": 0})
+    client.seq_rm(0)
     stream = client.generate(tokens=prompt, sampling=sampling)
     first = last = 0.0
     tokens: list[int] = []

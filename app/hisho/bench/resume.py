@@ -65,7 +65,7 @@ def _warm_up(client: EngineClient) -> float:
     buffers, which is load time, not time to first token. Reported apart."""
     started = time.perf_counter()
     client.generate(prompt="Hello", sampling=Sampling(temperature=0.0, max_tokens=2)).collect()
-    client.call("seq_rm", {"seq": 0, "start": 0})
+    client.seq_rm(0)
     return time.perf_counter() - started
 
 
@@ -99,13 +99,13 @@ def _phase_fresh(params: LoadParams, index: KVIndex, n: int, greedy: Sampling, o
         history, conv = _conversation(client, n)
         full = client.tokenize(messages=[*history, {"role": "user", "content": QUESTION}])
         out["tokens"], out["question_tokens"] = len(conv), len(full) - len(conv)
-        client.call("seq_rm", {"seq": 0, "start": 0})
+        client.seq_rm(0)
         out["ttft_fresh_s"], one_shot = _send(client, full, greedy, time.perf_counter())
-        client.call("seq_rm", {"seq": 0, "start": 0})
-        out["prefill_s"] = float(client.call("prefill", {"seq": 0, "tokens": conv})["seconds"])
+        client.seq_rm(0)
+        out["prefill_s"] = float(client.prefill(conv, 0)["seconds"])
         # What the app does after every turn before saving (KVChat._close_turn): append the next user header.
         head = next_turn_prefix(lambda t: client.tokenize(messages=[*history, {"role": "user", "content": t}]))
-        client.call("prefill", {"seq": 0, "tokens": head})
+        client.prefill(head, 0)
         out["saved_tokens"], out["next_turn_header_tokens"] = len(head), len(head) - len(conv)
         session = KVSession(client, index, budget_bytes=1 << 50)
         started = time.perf_counter()
@@ -139,7 +139,7 @@ def _phase_restore(params: LoadParams, index: KVIndex, a: dict[str, Any], greedy
         out["prepare_s"] = time.perf_counter() - started
         restores, engine_s = [], []
         for _ in range(repeat):
-            client.call("seq_rm", {"seq": 0, "start": 0})
+            client.seq_rm(0)
             _drop_cache(files, cold)
             rep = session.restore("bench:a", full)
             restores.append(rep.seconds)
@@ -148,7 +148,7 @@ def _phase_restore(params: LoadParams, index: KVIndex, a: dict[str, Any], greedy
         out["restore_engine_s"] = statistics.median(engine_s)
         out["restored_tokens"] = rep.restored
         # Send from an empty sequence: restore + question prefill + first token.
-        client.call("seq_rm", {"seq": 0, "start": 0})
+        client.seq_rm(0)
         _drop_cache(files, cold)
         started = time.perf_counter()
         session.restore("bench:a", full)
@@ -171,7 +171,7 @@ def _typeahead(client: EngineClient, session: KVSession, a: dict[str, Any], gree
         return client.tokenize(messages=[*history, {"role": "user", "content": text}])
 
     suffix = suffix_length(tokens_for)
-    client.call("seq_rm", {"seq": 0, "start": 0})
+    client.seq_rm(0)
     _drop_cache(files, cold)
     session.prefetch("bench:a", a["conv"])  # the conversation was selected in the sidebar
     for i in range(1, len(QUESTION) + 1):
@@ -190,7 +190,7 @@ def _shared_prefix(client: EngineClient, session: KVSession, a: dict[str, Any], 
     history = [a["history"][0], {"role": "assistant", "content": "Noted: a long list of boxes and apples."}]
     tokens = client.tokenize(messages=history, add_generation_prompt=False)
     session.restore("bench:b", tokens)
-    client.call("prefill", {"seq": 0, "tokens": tokens})
+    client.prefill(tokens, 0)
     session.save("bench:b")
     session.flush()
     out["shared_prefix_bytes_ratio"] = round(session.index.total_bytes() / one, 4) if one else None

@@ -27,7 +27,7 @@ from hisho.core.documents import plan as P
 from hisho.core.documents.model import Document, Section
 from hisho.core.engine_client import EngineClient
 from hisho.core.launch import load_params_for, open_model
-from hisho.core.protocol import Sampling
+from hisho.core.protocol import BatchGenerate, Sampling
 
 WORDS = ("river council budget library road repair school harvest market bridge winter summer report "
          "committee mayor approved rejected funding museum train station hospital clinic teacher farmer "
@@ -69,8 +69,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _batch(client: EngineClient, items: list[dict[str, Any]], sampling: Sampling, n_parallel: int,
            cells: int) -> dict[str, Any]:
-    stream = client.stream("batch_generate", {"items": items, "sampling": sampling.to_dict(),
-                                              "n_parallel": n_parallel, "n_ctx_per_seq": cells})
+    stream = client.batch(BatchGenerate(items=items, sampling=sampling, n_parallel=n_parallel, n_ctx_per_seq=cells))
     start = time.perf_counter()
     finished = list(stream)
     assert stream.result is not None and len(finished) == len(items)
@@ -120,10 +119,10 @@ def _followup(client: EngineClient, n_ctx: int, repeat: int) -> dict[str, Any]:
     one = Sampling(temperature=0.0, max_tokens=1)
     fresh, follow = [], []
     for _ in range(repeat):
-        client.call("seq_rm", {"seq": 0, "start": 0})
+        client.seq_rm(0)
         fresh.append(_ttft(client, full, 0, one))
         # The precomputed KV: the document alone, prefilled once into sequence 1 (kept across questions).
-        client.call("seq_rm", {"seq": 1, "start": 0})
+        client.seq_rm(1)
         client.generate(tokens=full[:shared], seq=1, sampling=one).collect()
         follow.append(_ttft(client, full, 1, one))
     f, q = statistics.median(fresh), statistics.median(follow)

@@ -9,23 +9,27 @@ The window and ``hisho chat`` both use it. Rules of use:
 - ``turn.cancel()`` may be called from any thread; the engine stops within one token.
 - Seams for other features: ``before_prompt`` hooks run on the worker just before the prompt goes to the
   engine (KV restore, type-ahead); ``after_turn`` hooks run after the reply is saved (KV save).
+- Every store write goes through ``write`` (the composition root passes the executor's store lane, the
+  database's one writer; by default it runs inline). Reads stay on the caller's thread.
 - Nothing is ever cut silently: ``check_fit`` says whether a prompt fits the context, and the caller chooses
   (``Turn.drop_oldest`` or ``summarize_into_new``).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from hisho.core.conversations import DONE, FAILED, STOPPED, STREAMING, ConversationStore, Message
+from hisho.core.engine import Engine, TokenStream
 from hisho.core.errors import EngineError, UserError
-from hisho.core.protocol import Sampling
+from hisho.core.protocol import ErrorKind, Sampling
 
 log = logging.getLogger("hisho.chat")
 
@@ -33,23 +37,6 @@ WARN_FRACTION = 0.8          # the context meter turns amber from here
 MIN_REPLY_TOKENS = 256        # room kept for a reply when judging whether a prompt fits
 SAVE_EVERY_S = 1.0
 DEFAULT_TITLE = "New chat"
-
-
-class StreamLike(Protocol):
-    result: Any
-
-    def __iter__(self) -> Iterator[dict[str, Any]]: ...
-    def cancel(self) -> None: ...
-
-
-class EngineLike(Protocol):
-    """What the chat service needs from ``hisho.core.engine_client.EngineClient``."""
-
-    @property
-    def load_info(self) -> dict[str, Any]: ...
-    def generate(self, *, messages: list[dict[str, str]] | None = None, sampling: Sampling | None = None,
-                 **extra: Any) -> StreamLike: ...
-    def count_tokens(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None) -> int: ...
 
 
 @dataclass
@@ -72,6 +59,13 @@ class FitReport:
 
 
 _turn_ids = itertools.count(1)
+T = TypeVar("T")
+
+
+class Write(Protocol):
+    """Runs a store write where the database's one writer is (``Executor.call("store", fn)``)."""
+
+    def __call__(self, fn: Callable[[], T]) -> T: ...
 
 
 @dataclass
@@ -86,7 +80,7 @@ class Turn:
     text: str = ""
     reply_id: int | None = None
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
-    _stream: StreamLike | None = field(default=None, repr=False)
+    _stream: TokenStream | None = field(default=None, repr=False)
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -115,10 +109,12 @@ def sampling_for(settings: Any, n_ctx: int | None = None) -> Sampling:
 
 
 class ChatService:
-    def __init__(self, store: ConversationStore, engine: EngineLike, *, model_name: str = "") -> None:
+    def __init__(self, store: ConversationStore, engine: Engine, *, model_name: str = "",
+                 write: Write | None = None) -> None:
         self.store = store
         self.engine = engine
         self.model_name = model_name
+        self.write: Write = write or _inline
         self.before_prompt: list[Callable[[Turn, list[dict[str, str]]], None]] = []
         self.after_turn: list[Callable[[TurnResult], None]] = []
 
@@ -163,14 +159,17 @@ class ChatService:
         """Record the user's message under the current leaf. An empty message is refused (UserError)."""
         if not text.strip():
             raise UserError("nothing to send: the message is empty")
-        conv = self.store.get(conversation_id)
-        with self.store.tx():
-            msg = self.store.add_message(conversation_id, "user", text, parent_id=conv.leaf_id)
-            changes: dict[str, Any] = {"draft": ""}
-            if conv.title == DEFAULT_TITLE and conv.leaf_id is None:
-                changes["title"] = title_from(text)
-            self.store.update(conversation_id, **changes)
-        return self._turn(conversation_id, msg.id, drop_oldest)
+        def record() -> Message:
+            conv = self.store.get(conversation_id)
+            with self.store.tx():
+                msg = self.store.add_message(conversation_id, "user", text, parent_id=conv.leaf_id)
+                changes: dict[str, Any] = {"draft": ""}
+                if conv.title == DEFAULT_TITLE and conv.leaf_id is None:
+                    changes["title"] = title_from(text)
+                self.store.update(conversation_id, **changes)
+            return msg
+
+        return self._turn(conversation_id, self.write(record).id, drop_oldest)
 
     def regenerate(self, reply_id: int) -> Turn:
         """A new reply to the same user message; the old one stays as a sibling branch."""
@@ -186,7 +185,7 @@ class ChatService:
         old = self.store.message(user_message_id)
         if old.role != "user":
             raise UserError("only your own messages can be edited")
-        msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+        msg = self.write(lambda: self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id))
         return self._turn(old.conversation_id, msg.id, False)
 
     def _turn(self, conversation_id: int, parent_id: int, drop_oldest: bool) -> Turn:
@@ -202,8 +201,9 @@ class ChatService:
             messages = self.fitted(messages, turn.sampling.max_tokens)
         for hook in self.before_prompt:
             hook(turn, messages)
-        reply = self.store.add_message(turn.conversation_id, "assistant", "", parent_id=turn.parent_id,
-                                       status=STREAMING, model=self.model_name)
+        reply = self.write(lambda: self.store.add_message(turn.conversation_id, "assistant", "",
+                                                          parent_id=turn.parent_id, status=STREAMING,
+                                                          model=self.model_name))
         turn.reply_id = reply.id
         status, error, result = DONE, "", None
         try:
@@ -222,7 +222,8 @@ class ChatService:
         if result is not None:
             meta = {"tokens": result.completion_tokens, "prompt_tokens": result.prompt_tokens,
                     "ttft_s": result.ttft_s, "tokens_per_s": result.tokens_per_s}
-        self.store.update_message(reply.id, content=turn.text, status=status, error=error, **meta)
+        text = turn.text
+        self.write(lambda: self.store.update_message(reply.id, content=text, status=status, error=error, **meta))
         out = TurnResult(turn, self.store.message(reply.id), messages, error)
         for after in self.after_turn:
             after(out)
@@ -238,7 +239,7 @@ class ChatService:
                 on_text(piece)
             now = time.monotonic()
             if now - saved_at >= SAVE_EVERY_S:  # a crash of this process loses at most a second of text
-                self.store.update_message(turn.reply_id, content=turn.text)
+                self.write(functools.partial(self.store.update_message, turn.reply_id, content=turn.text))
                 saved_at = now
 
     # ----- context overflow: summarize into a new chat ---------------------------------------------------
@@ -260,9 +261,13 @@ class ChatService:
         summary = "".join(parts).strip()
         system = (conv.system_prompt + "\n\n" if conv.system_prompt else "") + \
             f"Summary of an earlier conversation ({conv.title}):\n{summary}"
-        new = self.store.create(f"{conv.title} (continued)", model=conv.model, system_prompt=system,
-                                settings=conv.settings)
-        return new.id
+        new = self.write(lambda: self.store.create(f"{conv.title} (continued)", model=conv.model,
+                                                   system_prompt=system, settings=conv.settings))
+        return int(new.id)
+
+
+def _inline(fn: Callable[[], T]) -> T:
+    return fn()
 
 
 def title_from(text: str, limit: int = 48) -> str:
@@ -271,8 +276,8 @@ def title_from(text: str, limit: int = 48) -> str:
 
 
 def _engine_message(exc: EngineError) -> str:
-    if exc.kind == "crashed":
+    if exc.kind is ErrorKind.CRASHED:
         return "the engine stopped in the middle of this reply; the text so far is kept — retry to continue"
-    if exc.kind == "context_full":
+    if exc.kind is ErrorKind.CONTEXT_FULL:
         return f"the conversation no longer fits the context ({exc})"
     return str(exc)

@@ -1,6 +1,8 @@
 """The parent side of the engine process: start it, talk to it, restart it after a crash.
 
-``EngineClient`` is the one way the CLI and the GUI reach llama.cpp. It is thread-safe: any thread may issue a
+``EngineClient`` is the local implementation of ``hisho.core.engine.Engine``: the one way the CLI and the GUI
+reach llama.cpp (the composition root, ``hisho.core.services``, makes it). The child is started by
+``hisho.core.spawn`` (role ``engine``); both sides check ``PROTOCOL_VERSION`` at ``hello``. It is thread-safe: any thread may issue a
 request; events are routed to the request that asked. The engine itself runs one request at a time, in order.
 
 A native abort inside llama.cpp kills only the child. Every request in flight then ends with ``EngineCrashed``;
@@ -14,52 +16,44 @@ import logging
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from hisho.core import paths
+from hisho.core import paths, spawn
+from hisho.core.engine import Capability
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import PROTOCOL_VERSION, STREAMING_OPS, LoadParams, Sampling, decode, encode
+from hisho.core.protocol import (
+    PROTOCOL_VERSION,
+    REQUESTS,
+    BatchGenerate,
+    Detokenize,
+    ErrorKind,
+    Generate,
+    GenerationResult,
+    Hello,
+    KvFlush,
+    KvInfo,
+    Load,
+    LoadParams,
+    Prefill,
+    ProtocolMismatch,
+    Request,
+    Sampling,
+    SeqRm,
+    Shutdown,
+    StateLoad,
+    StateSave,
+    Tokenize,
+    Unload,
+    check_protocol,
+    decode,
+    encode,
+)
 
 log = logging.getLogger("hisho.engine")
-
-ENGINE_FLAG = "--engine-process"  # argv[1] of a frozen bundle started as the engine
-
-
-@dataclass
-class GenerationResult:
-    """What a finished ``generate`` reports (the "done" event)."""
-
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    ttft_s: float
-    decode_s: float
-    tokens_per_s: float
-    stop_reason: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_event(cls, ev: dict[str, Any]) -> GenerationResult:
-        known = {"text", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_s", "decode_s",
-                 "tokens_per_s", "stop_reason"}
-        return cls(
-            text=ev.get("text", ""),
-            prompt_tokens=int(ev.get("prompt_tokens", 0)),
-            completion_tokens=int(ev.get("completion_tokens", 0)),
-            cached_tokens=int(ev.get("cached_tokens", 0)),
-            ttft_s=float(ev.get("ttft_s", 0.0)),
-            decode_s=float(ev.get("decode_s", 0.0)),
-            tokens_per_s=float(ev.get("tokens_per_s", 0.0)),
-            stop_reason=str(ev.get("stop_reason", "")),
-            extra={k: v for k, v in ev.items() if k not in known and k not in ("id", "ev")},
-        )
 
 
 class Stream:
@@ -105,9 +99,10 @@ class Stream:
 
 
 def _as_error(ev: dict[str, Any]) -> EngineError:
-    if ev.get("kind") == "crashed":
+    kind = ErrorKind.of(ev.get("kind", ErrorKind.INTERNAL))
+    if kind is ErrorKind.CRASHED:
         return EngineCrashed(str(ev.get("message", "engine crashed")), ev.get("exit_code"))
-    return EngineError(str(ev.get("kind", "internal")), str(ev.get("message", "engine error")))
+    return EngineError(kind, str(ev.get("message", "engine error")))
 
 
 class EngineClient:
@@ -154,22 +149,14 @@ class EngineClient:
                 return
             if self._proc is not None:
                 self.restarts += 1
-            env = dict(os.environ if self._env is None else self._env)
-            app_root = str(Path(__file__).resolve().parents[2])
-            env["PYTHONPATH"] = app_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            env = spawn.child_env(self._env)
             if self._test_hooks:
                 env["HISHO_ENGINE_TEST_HOOKS"] = "1"
-            # ggml attaches gdb to print a backtrace on abort: slow, and noise in the log. Opt in to get it.
-            if env.get("HISHO_ENGINE_BACKTRACE") != "1":
-                env.setdefault("GGML_NO_BACKTRACE", "1")
             _rotate(paths.engine_log_file())
             stderr_file = paths.engine_log_file().open("ab")
             try:
-                self._proc = subprocess.Popen(
-                    engine_command(),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file, env=env,
-                    bufsize=0,
-                )
+                self._proc = spawn.popen("engine", env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=stderr_file)
             finally:
                 stderr_file.close()
             self._stdin = self._proc.stdin
@@ -178,7 +165,12 @@ class EngineClient:
                 target=self._read_loop, args=(self._proc,), name="hisho-engine-reader", daemon=True
             )
             self._reader.start()
-        info = self._call("hello", {"protocol": PROTOCOL_VERSION}, restart=False)
+        info = self._call(Hello(protocol=PROTOCOL_VERSION), restart=False)
+        try:
+            check_protocol(info.get("protocol"), "engine")
+        except ProtocolMismatch as exc:
+            self.close()
+            raise EngineError(ErrorKind.PROTOCOL, str(exc)) from None
         self.engine_info = info
         log.info("engine started: pid %s, llama-cpp-python %s", info.get("pid"), info.get("llama_cpp_version"))
 
@@ -190,7 +182,7 @@ class EngineClient:
                 return
             if proc.poll() is None:
                 try:
-                    self._send({"id": next(self._ids), "op": "shutdown"})
+                    self._send({"id": next(self._ids), "op": Shutdown.op})
                 except OSError:
                     pass
                 try:
@@ -218,7 +210,7 @@ class EngineClient:
     # ----- requests --------------------------------------------------------------------------------
 
     def load(self, params: LoadParams) -> dict[str, Any]:
-        """Load a model (replacing any loaded one). Raises EngineError(kind="model_load") on a bad file."""
+        """Load a model (replacing any loaded one). Raises EngineError(kind=MODEL_LOAD) on a bad file."""
         self._load_params = params
         self._ensure_started()
         return self._do_load(params)
@@ -226,7 +218,7 @@ class EngineClient:
     def unload(self) -> None:
         self._load_params = None
         if self.running:
-            self._call("unload", {})
+            self._call(Unload())
             self._loaded_in_proc = None
 
     def generate(
@@ -237,32 +229,53 @@ class EngineClient:
         tokens: list[int] | None = None,
         sampling: Sampling | None = None,
         seq: int = 0,
-        **extra: Any,
     ) -> Stream:
         """Start a reply. Exactly one of messages (chat-templated), prompt (raw text) or tokens."""
-        params: dict[str, Any] = {"seq": seq, "sampling": (sampling or Sampling()).to_dict(), **extra}
-        if messages is not None:
-            params["messages"] = messages
-        if prompt is not None:
-            params["prompt"] = prompt
-        if tokens is not None:
-            params["tokens"] = tokens
-        return self.stream("generate", params)
+        return self.stream(Generate(messages=messages, prompt=prompt, tokens=tokens, seq=seq,
+                                    sampling=sampling or Sampling()))
+
+    def batch(self, request: BatchGenerate) -> Stream:
+        """Several prompts as parallel sequences; one "token" event per finished item."""
+        return self.stream(request)
 
     def tokenize(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None,
                  add_generation_prompt: bool = True, special: bool = True) -> list[int]:
-        params: dict[str, Any] = {"add_generation_prompt": add_generation_prompt, "special": special}
-        if messages is not None:
-            params["messages"] = messages
-        else:
-            params["text"] = text or ""
-        return list(self.call("tokenize", params)["tokens"])
+        req = Tokenize(messages=messages, text=None if messages is not None else (text or ""),
+                       add_generation_prompt=add_generation_prompt, special=special)
+        return list(self.call(req)["tokens"])
 
     def count_tokens(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None) -> int:
         return len(self.tokenize(text, messages=messages))
 
     def detokenize(self, tokens: list[int]) -> str:
-        return str(self.call("detokenize", {"tokens": tokens})["text"])
+        return str(self.call(Detokenize(tokens=tokens))["text"])
+
+    def seq_rm(self, seq: int = 0, start: int = 0) -> int:
+        """Drop sequence ``seq`` from position ``start`` on; returns the tokens it still holds."""
+        return int(self.call(SeqRm(seq=seq, start=start))["held"])
+
+    def prefill(self, tokens: list[int], seq: int = 0) -> dict[str, Any]:
+        """Evaluate ``tokens`` into ``seq`` without sampling (keeps the common prefix it already holds)."""
+        return self.call(Prefill(tokens=list(tokens), seq=seq))
+
+    def kv_info(self, prepare_bytes: int = 0) -> dict[str, Any]:
+        """The state fingerprint and buffer facts; ``prepare_bytes`` allocates the restore buffer now."""
+        return self.call(KvInfo(prepare_bytes=prepare_bytes))
+
+    def state_save(self, request: StateSave) -> Stream:
+        """Save a sequence's KV (streaming: "done" once the files are written)."""
+        return self.stream(request)
+
+    def state_load(self, request: StateLoad) -> dict[str, Any]:
+        return self.call(request)
+
+    def kv_flush(self, timeout: float = 30.0) -> bool:
+        return bool(self.call(KvFlush(timeout=timeout)).get("idle", False))
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this engine can do beyond generate/tokenize (``hisho.core.engine.Capability``)."""
+        return frozenset(c.value for c in Capability)
 
     def cancel(self, req_id: int) -> None:
         """Stop request ``req_id``; harmless if it already ended or the engine is gone."""
@@ -273,16 +286,21 @@ class EngineClient:
         except OSError:
             pass
 
-    def call(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run one non-streaming request and return its result (generic: later features add ops)."""
+    def call(self, request: Request | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run one non-streaming request and return its result. ``call("op", {...})`` is the same as the op's
+        record (``hisho.core.protocol.REQUESTS``) built from those fields: checked here, not in the engine."""
+        req = _typed(request, params)
+        if req.streaming:
+            raise ValueError(f"{req.op} is a streaming op: use stream()")
         self._ensure_ready()
-        return self._call(op, params or {})
+        return self._call(req)
 
-    def stream(self, op: str, params: dict[str, Any]) -> Stream:
-        if op not in STREAMING_OPS:
-            raise ValueError(f"{op} is not a streaming op")
+    def stream(self, request: Request | str, params: dict[str, Any] | None = None) -> Stream:
+        req = _typed(request, params)
+        if not req.streaming:
+            raise ValueError(f"{req.op} is not a streaming op")
         self._ensure_ready()
-        req_id, events = self._submit(op, params)
+        req_id, events = self._submit(req)
         return Stream(self, req_id, events)
 
     # ----- internals -------------------------------------------------------------------------------
@@ -300,15 +318,15 @@ class EngineClient:
             self._do_load(params)
 
     def _do_load(self, params: LoadParams) -> dict[str, Any]:
-        info = self._call("load", params.to_dict())
+        info = self._call(Load(params=params))
         self._loaded_in_proc = params
         self._load_info = info
         return info
 
-    def _call(self, op: str, params: dict[str, Any], restart: bool = True) -> dict[str, Any]:
+    def _call(self, req: Request, restart: bool = True) -> dict[str, Any]:
         if restart:
             self._ensure_started()
-        req_id, events = self._submit(op, params)
+        req_id, events = self._submit(req)
         try:
             ev = events.get()
         finally:
@@ -318,7 +336,7 @@ class EngineClient:
         result: dict[str, Any] = ev.get("result", {})
         return result
 
-    def _submit(self, op: str, params: dict[str, Any]) -> tuple[int, queue.Queue[Any]]:
+    def _submit(self, req: Request) -> tuple[int, queue.Queue[Any]]:
         req_id = next(self._ids)
         events: queue.Queue[Any] = queue.Queue()
         with self._state_lock:
@@ -326,7 +344,7 @@ class EngineClient:
                 raise EngineCrashed(self._death_message(), self._proc.returncode if self._proc else None)
             self._pending[req_id] = events
         try:
-            self._send({"id": req_id, "op": op, **params})
+            self._send({"id": req_id, "op": req.op, **req.to_wire()})
         except OSError:
             self._forget(req_id)
             raise EngineCrashed(self._death_message()) from None
@@ -366,7 +384,7 @@ class EngineClient:
             message = self._death_message(code)
             log.error("%s", message)
             for events in pending:
-                events.put({"ev": "error", "kind": "crashed", "message": message, "exit_code": code})
+                events.put({"ev": "error", "kind": ErrorKind.CRASHED.value, "message": message, "exit_code": code})
 
     def _death_message(self, code: int | None = None) -> str:
         if code is None and self._proc is not None:
@@ -377,11 +395,13 @@ class EngineClient:
         return f"the engine process stopped unexpectedly ({how}){detail}"
 
 
-def engine_command() -> list[str]:
-    """How to start the engine: ``python -m hisho.engine``, or the frozen bundle's own executable."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable, ENGINE_FLAG]
-    return [sys.executable, "-m", "hisho.engine"]
+def _typed(request: Request | str, params: dict[str, Any] | None) -> Request:
+    if isinstance(request, Request):
+        return request
+    kind = REQUESTS.get(request)
+    if kind is None:
+        raise ValueError(f"unknown engine op {request!r}")
+    return kind.from_wire(params or {})
 
 
 def _rotate(path: Path, limit: int = 8 * 1024 * 1024) -> None:

@@ -3,6 +3,8 @@ else is a bug (exit 1, logged with its traceback)."""
 
 from __future__ import annotations
 
+from hisho.core.protocol import ErrorKind
+
 
 class UserError(Exception):
     """Bad input or a condition the user can fix. ``str(exc)`` is shown as is."""
@@ -13,16 +15,17 @@ class ModelFileError(UserError):
 
 
 class EngineError(Exception):
-    """The engine reported an error for a request. ``kind`` is the protocol's error kind."""
+    """The engine reported an error for a request. ``kind`` is the protocol's ``ErrorKind`` (a str enum, so
+    ``exc.kind == "context_full"`` still reads true)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: ErrorKind | str, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind = ErrorKind.of(kind)
 
 
 class EngineCrashed(EngineError):
     """The engine process died (a native abort, a kill). The next request starts a new one."""
 
     def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__("crashed", message)
+        super().__init__(ErrorKind.CRASHED, message)
         self.exit_code = exit_code

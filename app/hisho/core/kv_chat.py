@@ -1,8 +1,10 @@
 """KV persistence wired to the chat service: restore on send, save after a turn, prefetch, type-ahead. No Qt.
 
-``KVChat.install(service)`` adds the ``before_prompt`` / ``after_turn`` hooks of ``hisho.core.chat.ChatService``.
-The window calls ``selected(cid)``, ``draft(cid, text)`` and ``deleted(cid)`` from its signals; those only
-queue work on the session's background worker and return at once (safe on the GUI thread).
+Its ``before_prompt`` / ``after_turn`` are hooks of ``hisho.core.chat.ChatService``; the composition root
+installs them (``hisho.core.services.install_hooks``, which declares their order). The window calls
+``selected(cid)``, ``draft(cid, text)`` and ``deleted(cid)`` from its signals; those only queue work on the
+executor's lanes (engine for prefetch and type-ahead, store for the index) and return at once (safe on the GUI
+thread).
 
 Why it is always safe: chunks are keyed by the exact tokens they hold, and the engine compares tokens before
 reusing anything, so whatever order prefetch, type-ahead, sends and saves reach the engine in, the worst case is
@@ -17,6 +19,7 @@ from typing import Any
 
 from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import EngineError
+from hisho.core.executor import Executor
 from hisho.core.kv.index import KVIndex, Usage
 from hisho.core.kv_session import (
     KVSession,
@@ -29,18 +32,20 @@ from hisho.core.kv_session import (
 log = logging.getLogger("hisho.kv")
 
 
-def attach(service: Any, db: Database) -> KVChat | None:
-    """The app's KV persistence on the conversations database, hooked into ``service`` (whose engine it uses).
-    Returns None, with a log line, when the database cannot hold the index (read-only, too new): chats then
-    work as before, only without resuming from disk. The index is repaired in the background."""
+def attach(service: Any, db: Database, executor: Executor | None = None,
+           budget_bytes: int | None = None) -> KVChat | None:
+    """The app's KV persistence on the conversations database for ``service`` (whose engine it uses), hooks
+    not yet installed. Returns None, with a log line, when the database cannot hold the index (read-only, too
+    new): chats then work as before, only without resuming from disk. The index is repaired in the
+    background."""
     try:
         index = KVIndex(db)
     except DatabaseUnavailable as exc:
         log.warning("KV persistence off: %s", exc)
         return None
-    session = KVSession(service.engine, index)
+    session = KVSession(service.engine, index, executor=executor, budget_bytes=budget_bytes)
     session.submit(index.reconcile)
-    return KVChat(service, session).install()
+    return KVChat(service, session)
 
 
 class KVChat:
@@ -55,6 +60,7 @@ class KVChat:
         self.last_restore: RestoreReport | None = None  # what the last send found (for the status bar)
 
     def install(self) -> KVChat:
+        """Add the hooks to the chat service (tests; the app's root declares them in ``install_hooks``)."""
         self.service.before_prompt.append(self.before_prompt)
         self.service.after_turn.append(self.after_turn)
         return self
@@ -65,7 +71,7 @@ class KVChat:
         with self._lock:
             self._busy.add(turn.conversation_id)
         try:
-            tokens = self.session.engine.tokenize(messages=messages)  # type: ignore[attr-defined]
+            tokens = self.session.engine.tokenize(messages=messages)
             report = self.session.restore(conversation_owner(turn.conversation_id), tokens)
             self.last_restore = report
             if report.restored:
@@ -94,16 +100,17 @@ class KVChat:
         except Exception:
             log.exception("KV save failed")
 
-    # ----- window events (any thread; work goes to the session's worker) ---------------------------------
+    # ----- window events (any thread; work goes to the executor's lanes) ---------------------------------
 
     def selected(self, cid: int) -> None:
         """A conversation was opened: restore its saved prefix now, before the user has finished typing."""
-        self.session.submit(lambda: self._prefetch(cid))
+        self.session.submit(lambda: self._prefetch(cid), lane="engine")
 
     def draft(self, cid: int, text: str) -> None:
         """The unsent text changed: prefill it (type-ahead)."""
-        if text.strip():
-            self.session.submit(lambda: self._draft(cid, text))
+        if text.strip():  # latest wins: a keystroke replaces the previous one's job if it has not started
+            self.session.executor.submit("engine", lambda: self.session.quietly(self._draft, cid, text),
+                                         key=f"kv-draft-{id(self)}")
 
     def pinned(self, cid: int, pinned: bool) -> None:
         """Pinned conversations are evicted last when the KV disk budget is exceeded."""
@@ -126,14 +133,14 @@ class KVChat:
         """Append what every next prompt starts with (end of the reply's turn + the next user header) to the
         sequence before it is saved, so a resumed send prefills only the user's words and the assistant header
         (at 4K tokens of context each prompt token costs ~15 ms here: attention over the whole cache)."""
-        engine: Any = self.session.engine
+        engine = self.session.engine
         history = self.service.prompt_messages(cid)
         if not history:
             return
         head = next_turn_prefix(lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}])))
         if head:
             try:
-                engine.call("prefill", {"seq": self.session.seq, "tokens": head})
+                engine.prefill(head, self.session.seq)
             except EngineError as exc:  # e.g. the context is full: save what the sequence holds
                 log.info("next-turn header not prefilled: %s", exc)
 
@@ -143,7 +150,7 @@ class KVChat:
         messages = self.service.prompt_messages(cid)
         if not messages:
             return
-        engine: Any = self.session.engine
+        engine = self.session.engine
         tokens = engine.tokenize(messages=messages, add_generation_prompt=False)
         self.session.restore(conversation_owner(cid), tokens)
 
@@ -151,7 +158,7 @@ class KVChat:
         with self._lock:
             if cid in self._busy:
                 return
-        engine: Any = self.session.engine
+        engine = self.session.engine
         messages = self.service.prompt_messages(cid, extra_user=text)
         fp = self.session.fingerprint()
         if fp not in self._suffix:

@@ -1,7 +1,10 @@
 """The engine's wire protocol: typed parameter records shared by the client (core) and the engine process.
 
 Transport: one JSON object per line over the child's stdin (requests) and a private copy of its stdout (events).
-See docs/engine-protocol.md for the full contract. Nothing here imports llama_cpp.
+Requests are typed records (``Request`` subclasses, one per op, in ``REQUESTS``); streaming ops answer with any
+number of "token" events and then one "done" event, the others with exactly one "result"; any op may instead
+end with one "error" event whose ``kind`` is an ``ErrorKind``. Both sides check ``PROTOCOL_VERSION`` at
+``hello``. See docs/engine-protocol.md for the full contract. Nothing here imports llama_cpp.
 """
 
 from __future__ import annotations
@@ -9,27 +12,40 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from enum import Enum
+from typing import Any, ClassVar, TypeVar
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 1  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
 
-# Request ops. Streaming ops answer with any number of "token" events and then one "done" event; the others
-# answer with exactly one "result". Any op may instead end with one "error" event.
-STREAMING_OPS = frozenset({"generate", "batch_generate", "state_save"})
-OPS = frozenset({
-    "hello", "load", "unload", "generate", "tokenize", "detokenize", "cancel", "shutdown",
-    "seq_rm", "state_save", "state_load", "abort",
-    "batch_generate",
-    "kv_info", "prefill", "kv_flush",
-})
 
-# Error kinds an "error" event may carry.
-ERR_BAD_REQUEST = "bad_request"      # malformed request, unknown op: a bug in the caller
-ERR_MODEL_LOAD = "model_load"        # the model file could not be loaded: the user's to fix
-ERR_NOT_LOADED = "not_loaded"        # generate/tokenize before load
-ERR_CONTEXT_FULL = "context_full"    # prompt (+ reply) does not fit n_ctx
-ERR_STATE = "state"                  # a KV state could not be saved or restored
-ERR_INTERNAL = "internal"            # anything else (a bug); the message says what
+class ErrorKind(str, Enum):
+    """What an "error" event says went wrong (the one list; ``EngineError.kind`` is one of these)."""
+
+    BAD_REQUEST = "bad_request"    # malformed request, unknown op: a bug in the caller
+    PROTOCOL = "protocol"          # client and engine speak different protocol versions (a broken install)
+    MODEL_LOAD = "model_load"      # the model file could not be loaded: the user's to fix
+    NOT_LOADED = "not_loaded"      # generate/tokenize before load
+    CONTEXT_FULL = "context_full"  # prompt (+ reply) does not fit n_ctx
+    STATE = "state"                # a KV state could not be saved or restored
+    CRASHED = "crashed"            # the engine process died (set by the client, never sent by the engine)
+    INTERNAL = "internal"          # anything else (a bug); the message says what
+
+    @classmethod
+    def of(cls, value: object) -> ErrorKind:
+        """The kind named by ``value``; INTERNAL for anything unknown (an engine newer than this client)."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.INTERNAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class BadRequest(ValueError):
+    """A request that does not match its op's record (raised by ``from_wire``)."""
+
+    kind = ErrorKind.BAD_REQUEST
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,242 @@ class Sampling:
     def from_dict(cls, data: dict[str, Any]) -> Sampling:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class GenerationResult:
+    """What a finished streaming request reports (its "done" event): a reply's figures; ``extra`` holds an op's
+    own fields (a KV save's chunks, a batch's timings)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    ttft_s: float
+    decode_s: float
+    tokens_per_s: float
+    stop_reason: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_event(cls, ev: dict[str, Any]) -> GenerationResult:
+        known = {"text", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_s", "decode_s",
+                 "tokens_per_s", "stop_reason"}
+        return cls(
+            text=ev.get("text", ""),
+            prompt_tokens=int(ev.get("prompt_tokens", 0)),
+            completion_tokens=int(ev.get("completion_tokens", 0)),
+            cached_tokens=int(ev.get("cached_tokens", 0)),
+            ttft_s=float(ev.get("ttft_s", 0.0)),
+            decode_s=float(ev.get("decode_s", 0.0)),
+            tokens_per_s=float(ev.get("tokens_per_s", 0.0)),
+            stop_reason=str(ev.get("stop_reason", "")),
+            extra={k: v for k, v in ev.items() if k not in known and k not in ("id", "ev")},
+        )
+
+
+# ----- requests: one record per op; the wire form is the record's fields, flat, next to "id" and "op" -----------
+
+R = TypeVar("R", bound="Request")
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request to the engine. ``to_wire`` / ``from_wire`` are the only way requests become JSON and back:
+    the client builds the record, the engine parses it before its handler runs (a wrong field is a
+    ``bad_request`` error, not a KeyError deep in a handler). Fields left ``None`` are not sent."""
+
+    op: ClassVar[str] = ""
+    streaming: ClassVar[bool] = False  # answered by "token" events and one "done", else by one "result"
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = value.to_dict() if isinstance(value, (Sampling, LoadParams)) else value
+        return out
+
+    @classmethod
+    def from_wire(cls: type[R], data: dict[str, Any]) -> R:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        if isinstance(kwargs.get("sampling"), dict):
+            kwargs["sampling"] = Sampling.from_dict(kwargs["sampling"])
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise BadRequest(f"{cls.op}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Prompt(Request):
+    """What to run: exactly one of ``messages`` (the model's chat template), ``prompt`` (raw text, BOS added),
+    ``tokens`` or ``text`` (tokenize only). Also one item of a batch (with its own ``max_tokens``)."""
+
+    messages: list[dict[str, str]] | None = None
+    prompt: str | None = None
+    tokens: list[int] | None = None
+    text: str | None = None
+    add_generation_prompt: bool = True
+    special: bool = True
+    max_tokens: int | None = None
+
+    def spec(self) -> dict[str, Any]:
+        """The prompt fields only (what the engine's ``prompt_tokens`` reads)."""
+        return {k: v for k, v in Prompt.to_wire(self).items() if k in _PROMPT_FIELDS}
+
+
+_PROMPT_FIELDS = {f.name for f in fields(Prompt)}
+
+
+@dataclass(frozen=True)
+class Hello(Request):
+    op = "hello"
+    protocol: int | None = None  # the client sends PROTOCOL_VERSION; a request without it is a mismatch
+
+
+@dataclass(frozen=True)
+class Load(Request):
+    op = "load"
+    params: LoadParams = field(default_factory=lambda: LoadParams(model_path=""))
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.params.to_dict()
+
+    @classmethod
+    def from_wire(cls: type[R], data: dict[str, Any]) -> R:
+        if not data.get("model_path"):
+            raise BadRequest("load: model_path is required")
+        return cls(params=LoadParams.from_dict(data))  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True)
+class Unload(Request):
+    op = "unload"
+
+
+@dataclass(frozen=True)
+class Generate(Prompt):
+    op = "generate"
+    streaming = True
+    seq: int = 0
+    sampling: Sampling = field(default_factory=Sampling)
+
+
+@dataclass(frozen=True)
+class Tokenize(Prompt):
+    op = "tokenize"
+
+
+@dataclass(frozen=True)
+class Prefill(Prompt):
+    """Evaluate a prompt into sequence ``seq`` without sampling (type-ahead, precomputed document KV)."""
+
+    op = "prefill"
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class Detokenize(Request):
+    op = "detokenize"
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SeqRm(Request):
+    op = "seq_rm"
+    seq: int = 0
+    start: int = 0
+
+
+@dataclass(frozen=True)
+class BatchGenerate(Request):
+    """Several prompts as parallel sequences (``items`` are ``Prompt`` wire dicts); ``n_ctx_per_seq`` > 0
+    runs them in a job context with one KV stream per sequence."""
+
+    op = "batch_generate"
+    streaming = True
+    items: list[dict[str, Any]] = field(default_factory=list)
+    sampling: Sampling = field(default_factory=Sampling)
+    n_parallel: int | None = None
+    n_ctx_per_seq: int = 0
+
+    def prompts(self) -> list[Prompt]:
+        return [Prompt.from_wire(item) for item in self.items]
+
+
+@dataclass(frozen=True)
+class KvInfo(Request):
+    op = "kv_info"
+    prepare_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class StateSave(Request):
+    """Streaming: the engine answers "done" once the chunk files are written (docs/kv-format.md)."""
+
+    op = "state_save"
+    streaming = True
+    dir: str = ""
+    seq: int = 0
+    chunk_tokens: int = 0
+    test_hooks: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class StateLoad(Request):
+    op = "state_load"
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    seq: int = 0
+    keep: int = 0
+    tokens: list[int] | None = None
+    map: bool = True
+
+
+@dataclass(frozen=True)
+class KvFlush(Request):
+    op = "kv_flush"
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class Abort(Request):
+    """Test hook: the engine dies the way a failed GGML_ASSERT does."""
+
+    op = "abort"
+
+
+@dataclass(frozen=True)
+class Shutdown(Request):
+    op = "shutdown"
+
+
+REQUESTS: dict[str, type[Request]] = {r.op: r for r in (
+    Hello, Load, Unload, Generate, Tokenize, Prefill, Detokenize, SeqRm, BatchGenerate, KvInfo, StateSave,
+    StateLoad, KvFlush, Abort, Shutdown)}
+OPS = frozenset(REQUESTS) | {"cancel"}  # cancel is handled by the engine's reader thread, never queued
+
+
+def parse_request(message: dict[str, Any]) -> Request:
+    """The typed record of a wire request; BadRequest for an unknown op or a field of the wrong shape."""
+    op = str(message.get("op", ""))
+    kind = REQUESTS.get(op)
+    if kind is None:
+        raise BadRequest(f"unknown op {op!r}")
+    return kind.from_wire(message)
+
+
+def check_protocol(theirs: object, side: str) -> None:
+    """Raise ``ProtocolMismatch`` unless ``theirs`` (the other side's ``hello``) is this build's version."""
+    if theirs != PROTOCOL_VERSION:
+        raise ProtocolMismatch(f"the {side} speaks engine protocol {theirs!r}, this build speaks "
+                               f"{PROTOCOL_VERSION}: reinstall Hisho so both come from one version")
+
+
+class ProtocolMismatch(ValueError):
+    kind = ErrorKind.PROTOCOL
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

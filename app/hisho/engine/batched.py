@@ -26,7 +26,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import Sampling
+from hisho.core.protocol import ErrorKind, Sampling
 from hisho.engine.runtime import RequestError, Runtime, build_sampler
 
 log = logging.getLogger("hisho.engine")
@@ -90,9 +90,9 @@ def run_batched(rt: Runtime, items: list[Item], sampling: Sampling, n_parallel: 
     n_par = max(1, min(n_parallel, rt.n_seq_max, len(items) or 1))
     for item in items:
         if not item.prompt:
-            raise RequestError("bad_request", f"item {item.index} has an empty prompt")
+            raise RequestError(ErrorKind.BAD_REQUEST, f"item {item.index} has an empty prompt")
         if len(item.prompt) + item.max_tokens > rt.n_ctx_seq:
-            raise RequestError("context_full", f"item {item.index}: {len(item.prompt)} prompt tokens + "
+            raise RequestError(ErrorKind.CONTEXT_FULL, f"item {item.index}: {len(item.prompt)} prompt tokens + "
                                                f"{item.max_tokens} to generate do not fit the {rt.n_ctx_seq} cells of a sequence")
     stats = BatchStats(items=len(items), n_parallel=n_par)
     pending = deque(items)
@@ -167,10 +167,10 @@ def _step(rt: Runtime, slots: list[_Slot], stats: BatchStats) -> None:
     t0 = time.perf_counter()
     rc = llama_cpp.llama_decode(rt.ctx, batch.raw)
     if rc == 1:
-        raise RequestError("context_full", "no KV cache slot left for the batch: prompts + replies of the "
+        raise RequestError(ErrorKind.CONTEXT_FULL, "no KV cache slot left for the batch: prompts + replies of the "
                                            "parallel sequences exceed n_ctx")
     if rc != 0:
-        raise RequestError("internal", f"llama_decode failed with code {rc}")
+        raise RequestError(ErrorKind.INTERNAL, f"llama_decode failed with code {rc}")
     dt = time.perf_counter() - t0
     stats.steps += 1
     stats.prefill_tokens += n_prompt

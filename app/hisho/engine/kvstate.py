@@ -30,13 +30,12 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.kv import format as kvf
-from hisho.core.protocol import common_prefix
+from hisho.core.protocol import ErrorKind, common_prefix
 from hisho.engine.kvfacts import state_facts
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.kv")
 
-ERR_STATE = "state"
 _ROUND = 4 << 20
 
 
@@ -229,7 +228,7 @@ class KVState:
                 self._isolate(seq, plan, n_held)  # the scratch sequence holds one chunk at a time
             got = int(llama_cpp.llama_state_seq_get_data(rt.ctx, arena.ptr(offset), size, src))
             if got != size:
-                raise RequestError(ERR_STATE, f"llama.cpp wrote {got} of {size} state bytes")
+                raise RequestError(ErrorKind.STATE, f"llama.cpp wrote {got} of {size} state bytes")
             header = kvf.encode_header(self.fingerprint, plan, tokens[plan.start:plan.end],
                                        arena.view(offset, size))
             parts.append((rec, header, offset, size))
@@ -242,7 +241,7 @@ class KVState:
         if plan.start == 0 and plan.end == n_held:
             return seq
         if self.scratch < 0:
-            raise RequestError(ERR_STATE, "a partial range needs a scratch sequence (n_seq_max >= 2)")
+            raise RequestError(ErrorKind.STATE, "a partial range needs a scratch sequence (n_seq_max >= 2)")
         self._clear_scratch()
         llama_cpp.llama_memory_seq_cp(self.rt.memory, seq, self.scratch, plan.start, plan.end)
         return self.scratch
@@ -375,7 +374,7 @@ def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], 
     """Type-ahead: make ``seq`` hold ``tokens``, rolling back (``llama_memory_seq_rm``) from the first token
     that differs and decoding only the rest, without logits (``generate`` re-evaluates its last prompt token)."""
     if len(tokens) >= rt.n_ctx:
-        raise RequestError("context_full", f"{len(tokens)} tokens do not fit the context of {rt.n_ctx}")
+        raise RequestError(ErrorKind.CONTEXT_FULL, f"{len(tokens)} tokens do not fit the context of {rt.n_ctx}")
     held = rt.seqs.get(seq, [])
     common = common_prefix(held, tokens)
     rolled_back = len(held) - common

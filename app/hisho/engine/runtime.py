@@ -22,7 +22,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import LoadParams, Sampling, common_prefix
+from hisho.core.protocol import ErrorKind, LoadParams, Sampling, common_prefix
 from hisho.engine.chat import ChatTemplate
 
 log = logging.getLogger("hisho.engine")
@@ -32,9 +32,9 @@ KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q
 
 
 class RequestError(Exception):
-    """An error with a protocol kind (see hisho.core.protocol ERR_*)."""
+    """An error with a protocol kind (``hisho.core.protocol.ErrorKind``)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
 
@@ -157,7 +157,7 @@ class Runtime:
     def _new_context(self, params: LoadParams) -> Any:
         ctx = llama_cpp.llama_init_from_model(self.model, context_params(params))
         if not ctx:
-            raise RequestError("model_load", f"llama.cpp could not create a context of {params.n_ctx} cells "
+            raise RequestError(ErrorKind.MODEL_LOAD, f"llama.cpp could not create a context of {params.n_ctx} cells "
                                              f"for {params.n_seq_max} sequences (out of memory?)")
         return ctx
 
@@ -171,13 +171,13 @@ class Runtime:
         start = time.perf_counter()
         model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
         if not model:
-            raise RequestError("model_load", f"llama.cpp could not load the model file: {params.model_path}")
+            raise RequestError(ErrorKind.MODEL_LOAD, f"llama.cpp could not load the model file: {params.model_path}")
         cparams = context_params(params)
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             llama_cpp.llama_model_free(model)
             raise RequestError(
-                "model_load",
+                ErrorKind.MODEL_LOAD,
                 f"llama.cpp could not create a context (n_ctx {params.n_ctx}, KV {params.type_k}/{params.type_v}; "
                 "quantized V needs flash attention)",
             )
@@ -248,7 +248,7 @@ class Runtime:
             return self.tokenize(str(request["prompt"]), add_special=True, parse_special=True)
         if "text" in request:
             return self.tokenize(str(request["text"]), add_special=False, parse_special=request.get("special", True))
-        raise RequestError("bad_request", "request needs messages, prompt, tokens or text")
+        raise RequestError(ErrorKind.BAD_REQUEST, "request needs messages, prompt, tokens or text")
 
     # ----- KV bookkeeping ---------------------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class Runtime:
 
     def _check_seq(self, seq: int) -> None:
         if not 0 <= seq < self.n_seq_max:
-            raise RequestError("bad_request", f"sequence id {seq} outside 0..{self.n_seq_max - 1}")
+            raise RequestError(ErrorKind.BAD_REQUEST, f"sequence id {seq} outside 0..{self.n_seq_max - 1}")
 
     def reuse_prefix(self, seq: int, tokens: list[int]) -> int:
         """Keep the longest prefix of ``tokens`` already in ``seq``'s cache, minus one token so the last one is
@@ -281,7 +281,7 @@ class Runtime:
         Returns False if ``should_stop`` said stop between slices (the cache then holds what was done)."""
         held = self.seqs.setdefault(seq, [])
         if len(held) + len(tokens) > self.n_ctx:
-            raise RequestError("context_full",
+            raise RequestError(ErrorKind.CONTEXT_FULL,
                                 f"{len(held) + len(tokens)} tokens do not fit the context of {self.n_ctx}")
         for start in range(0, len(tokens), self.n_batch):
             if should_stop is not None and start and should_stop():
@@ -299,9 +299,9 @@ class Runtime:
     def _decode(self) -> None:
         rc = llama_cpp.llama_decode(self.ctx, self.batch.raw)
         if rc == 1:
-            raise RequestError("context_full", "no KV cache slot left for this batch (context full)")
+            raise RequestError(ErrorKind.CONTEXT_FULL, "no KV cache slot left for this batch (context full)")
         if rc != 0:
-            raise RequestError("internal", f"llama_decode failed with code {rc}")
+            raise RequestError(ErrorKind.INTERNAL, f"llama_decode failed with code {rc}")
 
     # ----- generation ---------------------------------------------------------------------------------
 
@@ -314,9 +314,9 @@ class Runtime:
         """
         self._check_seq(seq)
         if not prompt:
-            raise RequestError("bad_request", "empty prompt")
+            raise RequestError(ErrorKind.BAD_REQUEST, "empty prompt")
         if len(prompt) >= self.n_ctx:
-            raise RequestError("context_full",
+            raise RequestError(ErrorKind.CONTEXT_FULL,
                                 f"the prompt has {len(prompt)} tokens; the context holds {self.n_ctx}")
         stats = GenStats(prompt_tokens=len(prompt))
         start = time.perf_counter()

@@ -17,15 +17,27 @@ import time
 from typing import IO, Any
 
 from hisho.core.protocol import (
-    ERR_BAD_REQUEST,
-    ERR_INTERNAL,
-    ERR_NOT_LOADED,
-    OPS,
     PROTOCOL_VERSION,
-    LoadParams,
-    Sampling,
+    Abort,
+    BatchGenerate,
+    Detokenize,
+    ErrorKind,
+    Generate,
+    Hello,
+    KvFlush,
+    KvInfo,
+    Load,
+    Prefill,
+    Request,
+    SeqRm,
+    StateLoad,
+    StateSave,
+    Tokenize,
+    Unload,
+    check_protocol,
     decode,
     encode,
+    parse_request,
 )
 from hisho.engine.runtime import GenStats, RequestError, Runtime
 
@@ -78,8 +90,8 @@ class Server:
         self._pending.clear()
         self._last_write = time.perf_counter()
 
-    def error(self, req_id: int, kind: str, message: str) -> None:
-        self.emit({"id": req_id, "ev": "error", "kind": kind, "message": message})
+    def error(self, req_id: int, kind: ErrorKind, message: str) -> None:
+        self.emit({"id": req_id, "ev": "error", "kind": kind.value, "message": message})
 
     # ----- threads --------------------------------------------------------------------------------------
 
@@ -115,10 +127,10 @@ class Server:
                 self.emit({"id": req_id, "ev": "result", "result": {}})
                 break
             try:
-                self.dispatch(req_id, op, req)
+                self.dispatch(req_id, parse_request(req))
             except Exception as exc:
-                kind = getattr(exc, "kind", ERR_INTERNAL)
-                if kind == ERR_INTERNAL:
+                kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
+                if kind is ErrorKind.INTERNAL:
                     log.exception("request %s (%s) failed", req_id, op)
                 self.error(req_id, kind, str(exc) or type(exc).__name__)
             finally:
@@ -135,13 +147,10 @@ class Server:
 
     # ----- requests -------------------------------------------------------------------------------------
 
-    def dispatch(self, req_id: int, op: str, req: dict[str, Any]) -> None:
-        if op not in OPS:
-            self.error(req_id, ERR_BAD_REQUEST, f"unknown op {op!r}")
-            return
-        handler = getattr(self, "op_" + op, None)
+    def dispatch(self, req_id: int, req: Request) -> None:
+        handler = getattr(self, "op_" + req.op, None)
         if handler is None:
-            self.error(req_id, ERR_BAD_REQUEST, f"op {op!r} is not available in this engine")
+            self.error(req_id, ErrorKind.BAD_REQUEST, f"op {req.op!r} is not available in this engine")
             return
         handler(req_id, req)
 
@@ -150,15 +159,17 @@ class Server:
 
     def need_runtime(self) -> Runtime:
         if self.runtime is None:
-            raise RequestError(ERR_NOT_LOADED, "no model is loaded")
+            raise RequestError(ErrorKind.NOT_LOADED, "no model is loaded")
         if self.runtime.ctx is None:  # a batch job's context swap could not make the chat context again
             self.runtime.close()
             self.runtime = None
-            raise RequestError(ERR_NOT_LOADED, "the model's context was lost (out of memory?); load it again")
+            raise RequestError(ErrorKind.NOT_LOADED, "the model's context was lost (out of memory?); load it again")
         return self.runtime
 
-    def op_hello(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_hello(self, req_id: int, req: Hello) -> None:
         import llama_cpp
+
+        check_protocol(req.protocol, "window or command line")
 
         self.result(req_id, {
             "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "llama_cpp_version": llama_cpp.__version__,
@@ -167,37 +178,37 @@ class Server:
             "test_hooks": self.test_hooks,
         })
 
-    def op_load(self, req_id: int, req: dict[str, Any]) -> None:
-        params = LoadParams.from_dict(req)
+    def op_load(self, req_id: int, req: Load) -> None:
+        params = req.params
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
         self.runtime = Runtime.load(params)
         self.result(req_id, self.runtime.info())
 
-    def op_unload(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_unload(self, req_id: int, req: Unload) -> None:
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
         self.result(req_id, {})
 
-    def op_tokenize(self, req_id: int, req: dict[str, Any]) -> None:
-        tokens = self.need_runtime().prompt_tokens(req)
+    def op_tokenize(self, req_id: int, req: Tokenize) -> None:
+        tokens = self.need_runtime().prompt_tokens(req.spec())
         self.result(req_id, {"tokens": tokens, "count": len(tokens)})
 
-    def op_detokenize(self, req_id: int, req: dict[str, Any]) -> None:
-        self.result(req_id, {"text": self.need_runtime().detokenize([int(t) for t in req.get("tokens", [])])})
+    def op_detokenize(self, req_id: int, req: Detokenize) -> None:
+        self.result(req_id, {"text": self.need_runtime().detokenize([int(t) for t in req.tokens])})
 
-    def op_seq_rm(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_seq_rm(self, req_id: int, req: SeqRm) -> None:
         rt = self.need_runtime()
-        rt.seq_rm(int(req.get("seq", 0)), int(req.get("start", 0)))
-        self.result(req_id, {"held": len(rt.seqs.get(int(req.get("seq", 0)), []))})
+        rt.seq_rm(req.seq, req.start)
+        self.result(req_id, {"held": len(rt.seqs.get(req.seq, []))})
 
-    def op_generate(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_generate(self, req_id: int, req: Generate) -> None:
         rt = self.need_runtime()
-        sampling = Sampling.from_dict(req.get("sampling", {}))
-        prompt = rt.prompt_tokens(req)
-        seq = int(req.get("seq", 0))
+        sampling = req.sampling
+        prompt = rt.prompt_tokens(req.spec())
+        seq = req.seq
         emit = self.emit
         first = True
         try:
@@ -212,17 +223,17 @@ class Server:
         finally:
             self.flush_pending()
 
-    def op_batch_generate(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_batch_generate(self, req_id: int, req: BatchGenerate) -> None:
         """Several prompts as parallel sequences of one context (engine/batched.py). One "token" event per
         finished item (its whole text, in finishing order), then "done" with the batch's timing figures."""
         from hisho.engine.batched import BatchStats, Item, run_batched
 
         rt = self.need_runtime()
-        sampling = Sampling.from_dict(req.get("sampling", {}))
-        items = [Item(i, rt.prompt_tokens(spec), int(spec.get("max_tokens", sampling.max_tokens)))
-                 for i, spec in enumerate(req.get("items", []))]
-        n_parallel = int(req.get("n_parallel", rt.n_seq_max))
-        per_seq = int(req.get("n_ctx_per_seq", 0))
+        sampling = req.sampling
+        items = [Item(i, rt.prompt_tokens(p.spec()), p.max_tokens if p.max_tokens is not None else sampling.max_tokens)
+                 for i, p in enumerate(req.prompts())]
+        n_parallel = req.n_parallel if req.n_parallel is not None else rt.n_seq_max
+        per_seq = req.n_ctx_per_seq
 
         def run(target: Runtime) -> BatchStats:
             return run_batched(target, items, sampling, n_parallel, lambda: self.is_cancelled(req_id),
@@ -248,42 +259,40 @@ class Server:
             self._kv = KVState(rt, self._kv_writer)
         return self._kv
 
-    def op_kv_info(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_kv_info(self, req_id: int, req: KvInfo) -> None:
         kv = self.kvstate()
-        if req.get("prepare_bytes"):
-            kv.prepare(int(req["prepare_bytes"]))
+        if req.prepare_bytes:
+            kv.prepare(req.prepare_bytes)
         self.result(req_id, kv.info())
 
-    def op_state_save(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_state_save(self, req_id: int, req: StateSave) -> None:
         """Streaming: returns to the queue after the in-memory copy; "done" comes when the files are written."""
         from pathlib import Path
 
-        hooks = req.get("test_hooks") if self.test_hooks else None
-        self.kvstate().save(int(req.get("seq", 0)), Path(req["dir"]), int(req.get("chunk_tokens", 0)),
+        hooks = req.test_hooks if self.test_hooks else None
+        self.kvstate().save(req.seq, Path(req.dir), req.chunk_tokens,
                             lambda report: self.emit({"id": req_id, "ev": "done", **report}), hooks)
 
-    def op_state_load(self, req_id: int, req: dict[str, Any]) -> None:
-        want = [int(t) for t in req["tokens"]] if "tokens" in req else None
-        self.result(req_id, self.kvstate().restore(int(req.get("seq", 0)), list(req.get("chunks", [])),
-                                                   int(req.get("keep", 0)), want,
-                                                   use_map=bool(req.get("map", True))))
+    def op_state_load(self, req_id: int, req: StateLoad) -> None:
+        want = [int(t) for t in req.tokens] if req.tokens is not None else None
+        self.result(req_id, self.kvstate().restore(req.seq, list(req.chunks), req.keep, want, use_map=req.map))
 
-    def op_prefill(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_prefill(self, req_id: int, req: Prefill) -> None:
         from hisho.engine.kvstate import prefill
 
         rt = self.need_runtime()
-        self.result(req_id, prefill(rt, int(req.get("seq", 0)), rt.prompt_tokens(req),
+        self.result(req_id, prefill(rt, req.seq, rt.prompt_tokens(req.spec()),
                                     lambda: self.is_cancelled(req_id)))
 
-    def op_kv_flush(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_kv_flush(self, req_id: int, req: KvFlush) -> None:
         """Wait until queued chunk files are written (tests, app exit)."""
-        idle = self._kv_writer.wait_idle(float(req.get("timeout", 30))) if self._kv_writer else True
+        idle = self._kv_writer.wait_idle(req.timeout) if self._kv_writer else True
         self.result(req_id, {"idle": idle})
 
-    def op_abort(self, req_id: int, req: dict[str, Any]) -> None:
+    def op_abort(self, req_id: int, req: Abort) -> None:
         """Test hook: die the way a failed GGML_ASSERT does (ggml_abort -> abort())."""
         if not self.test_hooks:
-            self.error(req_id, ERR_BAD_REQUEST, "abort is a test hook; set HISHO_ENGINE_TEST_HOOKS=1")
+            self.error(req_id, ErrorKind.BAD_REQUEST, "abort is a test hook; set HISHO_ENGINE_TEST_HOOKS=1")
             return
         from hisho.engine.native import ggml_abort
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
@@ -46,7 +45,7 @@ def open_window(model: str | None = None, *, bridge: Bridge | None = None) -> Ma
         hints = QGuiApplication.styleHints()
         if hasattr(hints, "colorSchemeChanged"):  # Qt >= 6.5; re-render so code colours follow too
             hints.colorSchemeChanged.connect(window.controller.follow_system_theme)
-    kv: Any = ctx.extras.get("kv")
+    kv = ctx.kv
     if kv is not None:  # KV persistence: prefetch on select, type-ahead while typing, size in the status bar
         from hisho.gui.kv_status import wire
 
@@ -61,8 +60,5 @@ def run_app(model: str | None = None) -> int:
     window.show()
     code = int(app.exec())
     window.controller.shutdown()
-    kv: Any = window.ctx.extras.get("kv")
-    if kv is not None:
-        kv.close()  # saves in flight are written and indexed before the database closes
-    window.ctx.store.close()
+    window.ctx.close()  # KV saves in flight are written and indexed before the database closes
     return code

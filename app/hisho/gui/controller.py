@@ -48,8 +48,8 @@ class ChatController(QObject):
         self.w = window
         self.ctx = window.ctx
         self.store = self.ctx.store
-        self.service = self.ctx.service
-        self.workers = self.ctx.workers
+        self.service = self.ctx.chat
+        self.workers = self.ctx.executor
         self.workers.on_error = self.report
         self.current: Conversation | None = None
         self.active: tuple[Turn, TextBuffer] | None = None   # the streaming turn, as the GUI knows it
@@ -344,7 +344,7 @@ class ChatController(QObject):
             buffer = TextBuffer(turn.id)
             branch = self.store.branch(turn.conversation_id, turn.parent_id)
             siblings = {m.id: self.store.siblings(m.id) for m in branch}
-            self.ctx.bridge.post(lambda: self._began(turn, buffer, branch, siblings, clear))
+            self.workers.post(lambda: self._began(turn, buffer, branch, siblings, clear))
             try:
                 return self.service.run(turn, buffer.append)
             finally:

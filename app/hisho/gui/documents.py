@@ -1,10 +1,11 @@
 """Documents in the window: drop zone, File → Summarize…, progress with stage/ETA/cancel, result as a conversation.
 
-Rules of use: ``DocumentsController(window)`` once, after the window's menus exist. The job runs on the
-``engine`` lane of the window's one worker mechanism (``hisho.gui.bridge.Workers``); progress comes back
-through the ``Bridge``. The widgets here start no threads. When the job ends the result opens as a
-conversation with the documents attached (``hisho.core.documents.ask``) and the status bar says how questions
-about it are answered (whole document with precomputed KV, or most relevant parts).
+Rules of use: ``DocumentsController(window)`` once, after the window's menus exist. The job (the root's
+``hisho.core.documents.service.Documents``) runs on the ``engine`` lane of the app's executor; progress comes
+back through the executor's ``post``. The widgets here start no threads. When the job ends the result opens as
+a conversation with the documents attached (``hisho.core.documents.ask``) and the status bar says how
+questions about it are answered (whole document with precomputed KV, or most relevant parts). The chat hook
+that adds a long document's relevant parts to a question is installed by the root, not here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
@@ -27,12 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from hisho.core.db import DatabaseUnavailable
-from hisho.core.documents.ask import DocumentContext, open_conversation, precompute_kv
-from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
-from hisho.core.kv_session import document_owner
 
 if TYPE_CHECKING:
     from hisho.gui.main_window import MainWindow
@@ -112,8 +109,6 @@ class DocumentsController(QObject):
         # Move the action up, next to the other file actions (before the separator above Quit).
         actions = window.file_menu.actions()
         window.file_menu.insertAction(actions[1] if len(actions) > 2 else actions[-1], self.action)
-        self._cache: SummaryCache | None = None
-        self.ctx.service.before_prompt.append(self._before_prompt)
 
     # ----- entry points --------------------------------------------------------------------------------
 
@@ -153,35 +148,21 @@ class DocumentsController(QObject):
         self.panel.show_progress(JobProgress("extracting", 0, len(files), 0.0, message=files[0].name))
         self.action.setEnabled(False)
         self.running = True
-        self.ctx.workers.submit("engine", lambda: self._run(files), done=self._done, failed=self._failed)
+        self.ctx.executor.submit("engine", lambda: self._run(files), done=self._done, failed=self._failed)
         log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
 
     def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
         """Engine lane: load the model if needed, run the job, open the result as a conversation."""
-        engine = self.ctx.engine
-        if engine.load_params is None and self.ctx.load_params is not None:
-            engine.load(self.ctx.load_params)
+        if self.ctx.engine.load_params is None and self.ctx.load_params is not None:
+            self.ctx.load()
         # No reload for batching: the engine swaps in a job context per batch (one KV stream per sequence) in
         # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
-        cache = self._summary_cache()
-        job = SummaryJob(engine, files, cache=cache, on_progress=self._progress_from_worker,
-                         ask_password=self._ask_password)
+        docs = self.ctx.documents
+        job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self._ask_password)
         self.job = job
         result = job.run()
-        if result.cancelled or not result.documents:
-            return result, None, ""
-        n_ctx = int(engine.load_info.get("n_ctx", 0))
-        cid, att = open_conversation(self.ctx.store, cache.db, result.extracted, result.summary,
-                                     engine.count_tokens, n_ctx, result.parts)
-        if att.approach == "whole":
-            conv = self.ctx.store.get(cid)
-            prefix = [{"role": "system", "content": conv.system_prompt}]
-            prefix += [{"role": m.role, "content": m.content} for m in self.ctx.store.branch(cid)]
-            # KV persistence (hisho.core.kv_chat): save the prefix under the document, so the first question
-            # restores it even after a restart; the index finds saved prefixes by their tokens.
-            session = getattr(self.ctx.extras.get("kv"), "session", None)
-            precompute_kv(engine, prefix, session, document_owner(result.extracted[0].sha256))
-        return result, cid, att.note
+        cid, note = docs.open_result(result)
+        return result, cid, note
 
     def _ask_password(self, name: str, wrong: bool) -> str | None:
         """Worker thread: ask for an encrypted PDF's password on the GUI thread and wait for the answer.
@@ -198,14 +179,14 @@ class DocumentsController(QObject):
             finally:
                 done.set()
 
-        self.ctx.bridge.post(ask)
+        self.ctx.executor.post(ask)
         while not done.wait(0.2):
             if self.job is not None and self.job.cancelled:
                 return None
         return answer[0]
 
     def _progress_from_worker(self, p: JobProgress) -> None:
-        self.ctx.bridge.post(lambda: self.panel.show_progress(p))
+        self.ctx.executor.post(lambda: self.panel.show_progress(p))
 
     def cancel(self) -> None:
         if self.job is not None:
@@ -234,21 +215,3 @@ class DocumentsController(QObject):
         self.panel.hide()
         self.action.setEnabled(True)
         self.window.controller.report(exc)
-
-    # ----- questions about an attached document ------------------------------------------------------------
-
-    def _summary_cache(self) -> SummaryCache:
-        if self._cache is None:
-            self._cache = SummaryCache(self.ctx.store.db)
-        return self._cache
-
-    def _before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
-        """ChatService hook (worker thread): long documents get their relevant parts added to the question.
-        A store that cannot hold the documents tables (read-only, too new) has no attachments: chats go on."""
-        try:
-            db = self._summary_cache().db
-        except DatabaseUnavailable as exc:
-            log.info("no document attachments: %s", exc)
-            return
-        engine = self.ctx.engine
-        DocumentContext(db, engine.count_tokens, lambda: int(engine.load_info.get("n_ctx", 0)))(turn, messages)

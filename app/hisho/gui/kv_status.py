@@ -1,9 +1,9 @@
 """KV persistence in the window: wiring of the window's signals to ``hisho.core.kv_chat.KVChat``, the sidebar's
 per-chat badges ("12 MB · 9 s") and a status-bar label for the open chat.
 
-Rules of use: ``wire(window, kv)`` once, on the GUI thread. Usage figures are computed on the KV session's worker
-(one SQL query for every chat: ``hisho.core.kv.stored.conversation_usage``) and posted back through the window's
-bridge, the one place that moves results onto the GUI thread. They are recomputed whenever the session reports
+Rules of use: ``wire(window, kv)`` once, on the GUI thread. Usage figures are computed on the executor's store
+lane (one SQL query for every chat: ``hisho.core.kv.stored.conversation_usage``) and come back to the GUI thread
+as the job's ``done`` callback (``hisho.core.executor``). They are recomputed whenever the session reports
 a change (a save landed, a chat's KV was deleted, eviction, Clear all), at most once per ``REFRESH_MS``.
 
 Attribution (the same on the settings page): a chunk shared by several chats (the same document) counts in full
@@ -12,6 +12,7 @@ for each of them; the disk total counts it once.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QTimer
@@ -20,6 +21,8 @@ from PySide6.QtWidgets import QLabel
 from hisho.core.kv.index import Usage
 from hisho.core.kv.stored import conversation_usage
 from hisho.core.kv_chat import KVChat
+
+log = logging.getLogger("hisho.gui")
 
 REFRESH_MS = 150
 
@@ -94,7 +97,7 @@ class KVUsageView(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._compute)
-        post = window.ctx.bridge.post
+        post = window.ctx.executor.post
         kv.session.on_change.append(lambda: post(self.schedule))  # any thread: only hand over to the GUI
 
     def schedule(self) -> None:
@@ -106,13 +109,9 @@ class KVUsageView(QObject):
         self.schedule()
 
     def _compute(self) -> None:
-        index, post = self.kv.session.index, self.w.ctx.bridge.post
-
-        def job() -> None:
-            usage = conversation_usage(index)
-            post(lambda: self._apply(usage))
-
-        self.kv.session.submit(job)
+        index = self.kv.session.index
+        self.w.ctx.executor.submit("store", lambda: conversation_usage(index), done=self._apply,
+                                   failed=lambda exc: log.warning("KV usage not computed: %s", exc))
 
     def _apply(self, usage: dict[int, Usage]) -> None:
         self.usage = usage
@@ -135,8 +134,7 @@ def wire(window: Any, kv: KVChat) -> QLabel:
     window.kv_usage = view
 
     def turn_done(result: Any) -> None:
-        kv.session.submit(lambda: kv.session.flush(30))  # the save of this turn lands first
-        view.show(result.turn.conversation_id)
+        view.show(result.turn.conversation_id)  # recomputed again when the turn's save lands (on_change)
 
     window.conversation_selected.connect(kv.selected)
     window.conversation_selected.connect(view.show)

@@ -1,13 +1,14 @@
 """The app's Settings dialog (File → Settings…): a list of pages on the left; today one page, "KV cache".
 
-KV cache page: the disk budget (applied at once: eviction runs on the KV session's worker), the KV cache type
+KV cache page: the disk budget (applied at once: eviction runs on the store lane), the KV cache type
 (f16 / q8_0; used at the next model load), disk used against the budget, the KV folder, and every chat and
 document that has KV saved, with its size, the seconds it saves, when it was last used and whether it is kept
 longest; a row's KV can be deleted, or all of it ("Clear all", after a confirmation). Conversation text is
 never touched: KV files are a cache.
 
 Rules of use: ``open_preferences(window)`` on the GUI thread. Every read and write of the KV store runs on the
-KV session's worker (``KVSession.submit``) and comes back through the window's bridge; the page refreshes itself
+app executor's ``store`` lane (Clear all on ``kv``: it waits for saves in flight) with success and failure
+callbacks on the GUI thread (``hisho.core.executor``); the page refreshes itself
 whenever the session reports a change while it is open. Sizes count a shared chunk for each owner that needs
 it; the total counts it once (the same rule as the sidebar badges, ``hisho.gui.kv_status``).
 """
@@ -43,6 +44,7 @@ from PySide6.QtWidgets import (
 
 from hisho.core import settings as settings_mod
 from hisho.core.kv.stored import StoreReport, list_stored
+from hisho.core.kv_chat import KVChat
 from hisho.gui.kv_status import human_bytes, human_seconds
 
 log = logging.getLogger("hisho.gui")
@@ -59,7 +61,7 @@ class KVCachePage(QWidget):
     def __init__(self, window: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
-        self.kv: Any = window.ctx.extras.get("kv")
+        self.kv: KVChat | None = window.ctx.kv
         self.settings: settings_mod.Settings = window.ctx.settings
         self.report: StoreReport | None = None
         self.refreshes = 0  # results shown so far (tests wait on it)
@@ -90,7 +92,7 @@ class KVCachePage(QWidget):
             self.status.setText("KV persistence is off for this session (the conversation database is read-only).")
             self.clear_button.setEnabled(False)
         else:
-            self._listener = lambda: window.ctx.bridge.post(self._refresh_soon)
+            self._listener = lambda: window.ctx.executor.post(self._refresh_soon)
             self.kv.session.on_change.append(self._listener)
             self.refresh()
 
@@ -196,16 +198,12 @@ class KVCachePage(QWidget):
             self.kv = None
 
     def refresh(self) -> None:
-        """Re-read what is stored (on the KV worker); the page shows it when it comes back."""
+        """Re-read what is stored (on the store lane); the page shows it when it comes back."""
         if self.kv is None:
             return
-        session, post = self.kv.session, self.w.ctx.bridge.post
-
-        def job() -> None:
-            report = list_stored(session.index, session.budget_bytes)
-            post(lambda: self._show(report))
-
-        session.submit(job)
+        session = self.kv.session
+        self.w.ctx.executor.submit("store", lambda: list_stored(session.index, session.budget_bytes),
+                                   done=self._show, failed=self._failed)
 
     def _show(self, report: StoreReport) -> None:
         if self.kv is None:
@@ -255,14 +253,13 @@ class KVCachePage(QWidget):
         if self.kv is None:
             self.settings.save()
             return
-        session, post, settings = self.kv.session, self.w.ctx.bridge.post, self.settings
+        session, settings = self.kv.session, self.settings
 
-        def job() -> None:
+        def job() -> list[str]:
             settings.save()
-            dropped = session.set_budget(value)
-            post(lambda: self._evicted(dropped))
+            return session.set_budget(value)
 
-        session.submit(job)
+        self.w.ctx.executor.submit("store", job, done=self._evicted, failed=self._failed)
 
     def _evicted(self, dropped: list[str]) -> None:
         if self.kv is None:
@@ -275,13 +272,13 @@ class KVCachePage(QWidget):
         if name == self.settings["kv_type"]:
             return
         self.settings.set("kv_type", name)
-        self.w.ctx.workers.submit("store", self.settings.save)
+        self.w.ctx.executor.submit("store", self.settings.save, failed=self._failed)
         self.status.setText(f"KV cache type {name}: used from the next model load.")
 
     def delete(self, owner: str) -> None:
         if self.kv is not None:
             session = self.kv.session
-            session.submit(lambda: session.delete(owner))
+            self.w.ctx.executor.submit("store", lambda: session.delete(owner), failed=self._failed)
 
     def clear_all(self) -> None:
         if self.kv is None:
@@ -296,13 +293,13 @@ class KVCachePage(QWidget):
         box.exec()
         if box.buttonRole(box.clickedButton()) != box.buttonRole(clear) or self.kv is None:
             return
-        session, post = self.kv.session, self.w.ctx.bridge.post
+        # The kv lane: clearing waits for saves in flight (kv), then deletes through the store lane.
+        self.w.ctx.executor.submit("kv", self.kv.session.clear, done=self._cleared, failed=self._failed)
 
-        def job() -> None:
-            freed = session.clear()
-            post(lambda: self._cleared(freed))
-
-        session.submit(job)
+    def _failed(self, exc: BaseException) -> None:
+        log.warning("KV storage action failed: %s", exc)
+        if self.kv is not None:
+            self.status.setText(f"That did not work: {exc}")
 
     def _cleared(self, freed: int) -> None:
         if self.kv is not None:

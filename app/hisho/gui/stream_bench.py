@@ -44,7 +44,7 @@ def gui_decode(client: EngineClient, prompt: list[int], sampling: Sampling) -> d
     out: dict[str, float] = {}
 
     def produce() -> None:
-        client.call("seq_rm", {"seq": 0, "start": 0})  # fresh sequence, as the raw run does
+        client.seq_rm(0)  # fresh sequence, as the raw run does
         stream = client.generate(tokens=prompt, sampling=sampling)
         first = last = 0.0
         n = 0

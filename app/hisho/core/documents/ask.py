@@ -167,12 +167,12 @@ def precompute_kv(client: Any, messages: list[dict[str, str]], kv: Any = None, o
     under ``owner`` so it survives a restart. Returns the prefix length in tokens."""
     tokens = client.tokenize(messages=messages, add_generation_prompt=False)
     try:
-        client.call("prefill", {"seq": seq, "tokens": tokens})
+        client.prefill(tokens, seq)
     except Exception as exc:  # an engine without the KV persistence ops: a one-token generate prefills too
         log.info("prefill op unavailable (%s); prefilling with generate", exc)
         from hisho.core.protocol import Sampling
 
-        client.call("seq_rm", {"seq": seq, "start": 0})
+        client.seq_rm(seq)
         client.generate(tokens=tokens, seq=seq, sampling=Sampling(temperature=0.0, max_tokens=1)).collect()
     if kv is not None and owner:
         kv.save(owner)

@@ -21,30 +21,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from hisho.core.documents import plan as P
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.extract import extract
 from hisho.core.documents.model import Document, DocumentError, PageSpan, PasswordNeeded
+from hisho.core.engine import Engine
 from hisho.core.errors import UserError
-from hisho.core.protocol import Sampling
+from hisho.core.protocol import BatchGenerate, Prompt, Sampling
 
 log = logging.getLogger("hisho.documents")
 
 
 AskPassword = Callable[[str, bool], str | None]  # (file name, last one was wrong) -> password, None to skip
-
-
-class Client(Protocol):
-    """What the job needs from ``EngineClient``."""
-
-    @property
-    def load_info(self) -> dict[str, Any]: ...
-    @property
-    def load_params(self) -> Any: ...
-    def count_tokens(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None) -> int: ...
-    def stream(self, op: str, params: dict[str, Any]) -> Any: ...
 
 
 @dataclass
@@ -99,7 +89,7 @@ class Cancelled(Exception):
 
 
 class SummaryJob:
-    def __init__(self, client: Client, files: Sequence[Path | str], *, cache: SummaryCache | None = None,
+    def __init__(self, client: Engine, files: Sequence[Path | str], *, cache: SummaryCache | None = None,
                  password: str | None = None, max_parallel: int = P.MAX_PARALLEL,
                  summary_tokens: int = P.SUMMARY_TOKENS, final_tokens: int = P.FINAL_TOKENS,
                  chunk_target: int = P.CHUNK_TARGET,
@@ -118,6 +108,8 @@ class SummaryJob:
         info = client.load_info
         self.n_ctx = int(info.get("n_ctx", 0))
         self.max_parallel = max(1, max_parallel)
+        if client.load_params is None:
+            raise UserError("no model is loaded to summarize with")
         self.model_fp = model_fingerprint(client.load_params.model_path)
         self.prompt_version = f"{P.PROMPT_VERSION}/{summary_tokens}/{final_tokens}"
         self._cancel = threading.Event()
@@ -301,11 +293,11 @@ class SummaryJob:
         if self._cancel.is_set():
             raise Cancelled()
         sampling = Sampling(temperature=0.0, repeat_penalty=1.1, max_tokens=max_tokens)
-        request = {"items": [{"messages": items[p][3], "max_tokens": max_tokens} for p in todo],
-                   "sampling": sampling.to_dict(), "n_parallel": n_parallel, "n_ctx_per_seq": P.seq_cells(cells)}
+        request = BatchGenerate(items=[Prompt(messages=items[p][3], max_tokens=max_tokens).to_wire() for p in todo],
+                                sampling=sampling, n_parallel=n_parallel, n_ctx_per_seq=P.seq_cells(cells))
         started = time.perf_counter()
         with self._lock:
-            self._stream = self.client.stream("batch_generate", request)
+            self._stream = self.client.batch(request)
         finished = len(items) - len(todo)
         try:
             for ev in self._stream:
@@ -339,9 +331,8 @@ class SummaryJob:
         """Measure prefill and decode speed once per model (a 256-token prompt, 16 tokens), then remember it."""
         prompt = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 26}
         sampling = Sampling(temperature=0.0, max_tokens=16, ignore_eos=True, repeat_penalty=1.0)
-        stream = self.client.stream("batch_generate", {"items": [{"messages": [prompt]}],
-                                                       "sampling": sampling.to_dict(), "n_parallel": 1,
-                                                       "n_ctx_per_seq": 512})
+        stream = self.client.batch(BatchGenerate(items=[Prompt(messages=[prompt]).to_wire()], sampling=sampling,
+                                                 n_parallel=1, n_ctx_per_seq=512))
         events = list(stream)
         extra = stream.result.extra if stream.result is not None else {}
         wall = float(extra.get("wall_s", 0.0))

@@ -1,6 +1,6 @@
 """Calibration: llama.cpp's own dry run for one model, cached per model file + library version.
 
-``calibrate(facts)`` runs ``python -m hisho.engine.probe dry-run`` in a subprocess (the core never imports
+``calibrate(facts)`` runs the probe child ``dry-run`` (``hisho.core.spawn``, role ``probe``) in a subprocess (the core never imports
 llama_cpp, and a probe that aborts takes only its own process down). The probe loads the model with
 ``no_alloc`` (nothing allocated, no weight read) and creates one context per grid point: n_ctx = 256, 512, …
 up to the model's trained length, for each KV type / flash-attention combination the search considers. It
@@ -16,12 +16,11 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hisho.core import paths
+from hisho.core import paths, spawn
 from hisho.core.gguf_facts import ModelFacts
 from hisho.core.planner.memory import Calibration, padded_cells
 
@@ -119,12 +118,9 @@ def calibration_from_probe(answer: dict[str, Any], n_ubatch: int) -> Calibration
 
 
 def run_probe(command: str, request: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run ``python -m hisho.engine.probe COMMAND`` with ``request`` on stdin; its JSON answer."""
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    """Run the probe child (``hisho.core.spawn``, role ``probe``) with ``request`` on stdin; its JSON answer."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "hisho.engine.probe", command], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=timeout, env=env)
+        proc = spawn.run("probe", command, input=json.dumps(request), timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"llama.cpp probe '{command}' took longer than {timeout:.0f} s") from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

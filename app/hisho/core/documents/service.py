@@ -1,0 +1,71 @@
+"""Documents as a service of the composition root: summary jobs on the app's engine and store, the chat hook
+that adds a long document's relevant parts to a question, and opening a summary as a conversation. No Qt.
+
+Rules of use: made once by ``hisho.core.services.build``; the window and ``hisho summarize`` both call ``job``
+(and the window ``open_result``) on a worker thread. ``before_prompt`` is installed on the chat service by the
+root, in the order declared there. A store that cannot hold the documents tables (read-only, too new) has no
+attachments: chats go on without them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hisho.core.conversations import ConversationStore
+from hisho.core.db import DatabaseUnavailable
+from hisho.core.documents.ask import DocumentContext, open_conversation, precompute_kv
+from hisho.core.documents.cache import SummaryCache
+from hisho.core.documents.job import JobResult, SummaryJob
+from hisho.core.engine import Engine
+from hisho.core.kv_session import KVSession, document_owner
+
+log = logging.getLogger("hisho.documents")
+
+
+class Documents:
+    def __init__(self, store: ConversationStore, engine: Engine, kv: KVSession | None = None) -> None:
+        self.store = store
+        self.engine = engine
+        self.kv = kv
+        self._cache: SummaryCache | None = None
+
+    def cache(self) -> SummaryCache:
+        """The summary cache in the conversations database (raises DatabaseUnavailable if it cannot be)."""
+        if self._cache is None:
+            self._cache = SummaryCache(self.store.db)
+        return self._cache
+
+    def n_ctx(self) -> int:
+        return int(self.engine.load_info.get("n_ctx", 0))
+
+    def job(self, files: Sequence[Path | str], **options: Any) -> SummaryJob:
+        """A summary job on the app's engine and cache (the model must be loaded). ``options``: SummaryJob's."""
+        return SummaryJob(self.engine, files, cache=self.cache(), **options)
+
+    def open_result(self, result: JobResult) -> tuple[int | None, str]:
+        """Open a finished job as a conversation with its documents attached; for a document short enough to
+        be read whole, prefill its prefix and save the KV under the document (the first question then restores
+        it, even after a restart). Returns (conversation id, a note on how questions are answered)."""
+        if result.cancelled or not result.documents:
+            return None, ""
+        cid, att = open_conversation(self.store, self.cache().db, result.extracted, result.summary,
+                                     self.engine.count_tokens, self.n_ctx(), result.parts)
+        if att.approach == "whole":
+            conv = self.store.get(cid)
+            prefix = [{"role": "system", "content": conv.system_prompt}]
+            prefix += [{"role": m.role, "content": m.content} for m in self.store.branch(cid)]
+            precompute_kv(self.engine, prefix, self.kv, document_owner(result.extracted[0].sha256))
+        return cid, att.note
+
+    def before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
+        """ChatService hook (the turn's worker): a long attached document gets its relevant parts added to the
+        outgoing question (the stored message is unchanged)."""
+        try:
+            db = self.cache().db
+        except DatabaseUnavailable as exc:
+            log.info("no document attachments: %s", exc)
+            return
+        DocumentContext(db, self.engine.count_tokens, self.n_ctx)(turn, messages)

@@ -1,0 +1,87 @@
+"""The one way Hisho starts a child process of its own: the engine and the llama.cpp probe.
+
+Rules of use:
+- A child is named by its *role* (``engine``, ``probe``), never by a module path or ``sys.executable`` at the
+  call site. ``command(role, *args)`` is the argv; ``popen`` / ``run`` start it with ``child_env`` and
+  ``popen_options`` (the one place for process-group and parent-death settings).
+- From a checkout or a wheel the child is ``python -m <module>``. In a PyInstaller bundle ``sys.executable`` is
+  the ``hisho`` binary itself, which does not understand ``-m``: the child is then ``hisho --hisho-child ROLE
+  ARGS…`` and ``hisho.cli.main`` hands it to the role's entry point (``run_child`` in cli.py). A test runs the
+  probe through such a launcher (tests/engine/test_spawn.py).
+- Core never imports the engine: roles map to module *names*; only the launcher imports them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+CHILD_FLAG = "--hisho-child"
+LEGACY_ENGINE_FLAG = "--engine-process"  # what bundles built before the spawn module passed for the engine
+
+# role -> the module ``python -m`` runs (its ``__main__`` or ``if __name__ == "__main__"`` block).
+ROLES: dict[str, str] = {
+    "engine": "hisho.engine",
+    "probe": "hisho.engine.probe",
+}
+
+APP_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ``hisho`` package
+
+
+def frozen() -> bool:
+    """True inside a PyInstaller (or similar) bundle: ``sys.executable`` is the app, not a Python."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def command(role: str, *args: str) -> list[str]:
+    """The argv that starts ``role`` with ``args``, in a checkout, a wheel install or a frozen bundle alike."""
+    if role not in ROLES:
+        raise ValueError(f"unknown child role {role!r}")
+    if frozen():
+        return [sys.executable, CHILD_FLAG, role, *args]
+    return [sys.executable, "-m", ROLES[role], *args]
+
+
+def child_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a child: the parent's (or ``base``), the package importable from a checkout, ggml's
+    gdb backtrace off unless ``HISHO_ENGINE_BACKTRACE=1`` (slow, and noise in the log), unbuffered output."""
+    env = dict(os.environ if base is None else base)
+    if not frozen():
+        env["PYTHONPATH"] = APP_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if env.get("HISHO_ENGINE_BACKTRACE") != "1":
+        env.setdefault("GGML_NO_BACKTRACE", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra)
+    return env
+
+
+def popen_options() -> dict[str, Any]:
+    """Extra ``subprocess`` arguments every child gets. The one place for process-group / parent-death
+    settings, so the engine and the probe behave the same when the app dies."""
+    return {}
+
+
+def popen(role: str, *args: str, env: dict[str, str] | None = None, stdin: int | IO[Any] | None = None,
+          stdout: int | IO[Any] | None = None, stderr: int | IO[Any] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``role`` as a long-lived child with binary, unbuffered pipes (the engine)."""
+    return subprocess.Popen(command(role, *args), stdin=stdin, stdout=stdout, stderr=stderr,
+                            env=env if env is not None else child_env(), bufsize=0, **popen_options())
+
+
+def run(role: str, *args: str, input: str, timeout: float,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``role`` to completion with ``input`` on stdin (the probe). Raises subprocess.TimeoutExpired."""
+    return subprocess.run(command(role, *args), input=input, capture_output=True, text=True, timeout=timeout,
+                          env=env if env is not None else child_env(), **popen_options())
+
+
+def child_role(argv: list[str]) -> tuple[str, list[str]] | None:
+    """``(role, args)`` if ``argv`` (without the program name) asks a bundle to act as a child, else None."""
+    if argv[:1] == [LEGACY_ENGINE_FLAG]:
+        return "engine", argv[1:]
+    if argv[:1] == [CHILD_FLAG] and len(argv) >= 2 and argv[1] in ROLES:
+        return argv[1], argv[2:]
+    return None

@@ -1,0 +1,49 @@
+"""``hisho chat`` is wired by the same composition root as the window: a long chat reopened in the terminal
+resumes from its saved KV (the same restore the window does), and the hooks run in the declared order."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from hisho.cli import main
+from hisho.core import services
+
+LONG = " ".join(f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(25))
+
+
+def run_chat(monkeypatch: pytest.MonkeyPatch, lines: list[str], *args: str) -> str:
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{line}\n" for line in lines)))
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["chat", *args]) == 0
+    return out.getvalue()
+
+
+def test_terminal_chat_resumes_a_long_chat_from_kv(monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture,
+                                                   default_model_path: Path) -> None:
+    first = run_chat(monkeypatch, [LONG + " Which animal is on line 4?"])
+    assert "(conversation 1)" in first
+
+    caplog.set_level(logging.INFO, logger="hisho.kv")
+    second = run_chat(monkeypatch, ["And on line 5?"], "--conversation", "1")
+    assert "And on line 5?" not in second.split("# ")[0]  # the history is shown first
+    restored = [r.getMessage() for r in caplog.records if r.getMessage().startswith("conversation 1: ")]
+    assert restored, "the second session prefilled the whole chat instead of restoring its KV"
+    tokens = int(restored[-1].split()[2])
+    assert tokens > 300  # the long first turn came back from disk (or the prefetch), not from a prefill
+
+
+def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
+    app = services.build(None, strict=True)
+    try:
+        assert app.kv is not None
+        assert app.chat.before_prompt == [app.documents.before_prompt, app.kv.before_prompt]
+        assert app.chat.after_turn == [app.kv.after_turn]
+    finally:
+        app.close()

@@ -1,0 +1,57 @@
+"""Children started the way a PyInstaller bundle starts them: ``sys.executable`` is the ``hisho`` program itself
+(here a launcher script that runs ``hisho.cli.main``, as packaging/entry.py does), which knows no ``-m``."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hisho.core import spawn
+from hisho.core.engine_client import EngineClient
+from hisho.core.planner.calibrate import run_probe
+from hisho.core.protocol import LoadParams
+
+
+@pytest.fixture
+def bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A frozen-style ``hisho`` executable, and this process made to look like it runs inside it."""
+    launcher = tmp_path / "hisho"
+    launcher.write_text(f"#!{sys.executable}\nimport sys\nfrom hisho.cli import main\nsys.exit(main())\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(launcher))
+    return launcher
+
+
+def test_bundle_command_has_no_python_flags(bundle: Path) -> None:
+    assert spawn.command("probe", "devices") == [str(bundle), spawn.CHILD_FLAG, "probe", "devices"]
+    assert spawn.command("engine") == [str(bundle), spawn.CHILD_FLAG, "engine"]
+
+
+def test_bundle_refuses_python_module_flag(bundle: Path) -> None:
+    """What calibration used to run in a bundle: the CLI rejects it (exit 2), so plans had no calibration."""
+    proc = subprocess.run([str(bundle), "-m", "hisho.engine.probe", "devices"], input="{}", capture_output=True,
+                          text=True, timeout=60, env=spawn.child_env())
+    assert proc.returncode == 2
+
+
+def test_probe_runs_from_a_bundle(bundle: Path) -> None:
+    answer = run_probe("devices", {}, timeout=120)
+    assert any(d["type"] == "cpu" for d in answer["devices"])
+
+
+def test_engine_runs_from_a_bundle(bundle: Path, default_model_path: Path) -> None:
+    with EngineClient() as client:
+        client.load(LoadParams(model_path=str(default_model_path), n_ctx=512))
+        assert client.pid is not None and client.tokenize("hello")
+
+
+def test_unknown_role_is_refused() -> None:
+    with pytest.raises(ValueError):
+        spawn.command("shell")
+    assert spawn.child_role(["--hisho-child", "shell"]) is None
+    assert spawn.child_role(["--engine-process"]) == ("engine", [])
