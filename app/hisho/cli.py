@@ -17,6 +17,7 @@ from typing import Any
 from hisho import __version__
 from hisho.core import logs, spawn
 from hisho.core.errors import EngineError, UserError
+from hisho.core.units import MIB
 
 log = logging.getLogger("hisho.cli")
 
@@ -94,7 +95,7 @@ def cmd_models(args: argparse.Namespace) -> int:
             emit_json([e.to_dict() for e in entries])
         else:
             for e in entries:
-                sys.stdout.write(f"{e.name:40s} {e.size / 2**20:8.1f} MiB  {e.source:12s} {e.path}\n")
+                sys.stdout.write(f"{e.name:40s} {e.size / MIB:8.1f} MiB  {e.source:12s} {e.path}\n")
         return EXIT_OK
     if not args.target:
         raise UserError(f"'models {args.action}' needs an argument")

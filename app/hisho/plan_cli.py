@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-GIB = 1024**3
+from hisho.core.units import GIB
 
 
 def register(sub: Any) -> None:

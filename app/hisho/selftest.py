@@ -16,6 +16,7 @@ from typing import Any
 from hisho.core.engine_client import EngineClient
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.protocol import Sampling
+from hisho.core.units import MIB
 
 log = logging.getLogger("hisho.cli")
 
@@ -86,7 +87,7 @@ def _plan(ctx: dict[str, Any]) -> dict[str, Any]:
                      min_ctx=1024, target_ctx=4096).to_dict()
     if not plan.get("fits"):
         raise RuntimeError(f"the planner says the default model does not fit: {plan.get('reason')}")
-    return {"n_ctx": plan["n_ctx"], "resident_mib": round(plan["resident"] / 2**20, 1), "quant": plan["quant"]}
+    return {"n_ctx": plan["n_ctx"], "resident_mib": round(plan["resident"] / MIB, 1), "quant": plan["quant"]}
 
 
 STEPS: list[tuple[str, Step]] = [("model", _model), ("engine", _engine), ("load", _load), ("generate", _generate),

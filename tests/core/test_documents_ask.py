@@ -47,6 +47,8 @@ def test_long_document_answers_from_relevant_parts() -> None:
     assert picked and all("harbour ferry" in att.parts[i][1] for i in picked)
     assert picked == sorted(picked) and len(picked) <= 300 // 150 + 1
     assert relevant_parts(att.parts, "xylophone quantum", words, 300) == []
+    # Question text is never FTS5 query syntax: quotes, operators and stars are just words (or nothing).
+    assert relevant_parts(att.parts, 'ferry" OR harbour* NOT (NEAR', words, 300) == picked
 
 
 def test_summary_opens_as_conversation_and_hook_adds_parts(tmp_path: Path) -> None:

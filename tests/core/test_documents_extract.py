@@ -109,6 +109,15 @@ def test_markdown_rst_html_headings(tmp_path: Path) -> None:
     assert doc.notes == ["c.html: 1 embedded images/objects were not read"]
 
 
+def test_markdown_hash_lines_in_code_are_not_headings(tmp_path: Path) -> None:
+    text = ("# Setup\nRun this:\n\n```bash\n# install the tools\npip install hisho\n```\n\n"
+            "    # an indented code line\n\nUsage\n=====\nType a question.\n")
+    (tmp_path / "d.md").write_text(text)
+    sections = extract(tmp_path / "d.md").sections
+    assert [s.ref for s in sections] == ["§ Setup", "§ Usage"]
+    assert "# install the tools" in sections[0].text and "# an indented code line" in sections[0].text
+
+
 def test_docx_headings_tables_pictures(tmp_path: Path) -> None:
     import docx
 

@@ -43,8 +43,8 @@ def window(qtbot: QtBot, default_model_path: Path) -> Iterator[MainWindow]:
 
 def wait_idle(qtbot: QtBot, w: MainWindow, timeout: int = 300_000) -> None:
     """Until no reply streams and both worker lanes are empty."""
-    qtbot.waitUntil(lambda: w.controller.active is None and not w.ctx.workers.busy("engine")
-                    and not w.ctx.workers.busy("store"), timeout=timeout)
+    qtbot.waitUntil(lambda: w.controller.active is None and not w.ctx.executor.busy("engine")
+                    and not w.ctx.executor.busy("store"), timeout=timeout)
     qtbot.wait(30)
 
 

@@ -51,6 +51,11 @@ def test_send_streams_reply_into_view_and_store(qtbot: QtBot, window: MainWindow
     assert reply.status == DONE and reply.content.strip() and reply.tokens and reply.tokens_per_s
     assert [m.id for m in w.view.messages] == [m.id for m in branch]
     assert w.view.widgets[reply.id].text == reply.content
+    # The reply was drawn while it streamed (not only when it ended), and what was on screen was always the
+    # beginning of what was saved, in order, without repeats.
+    assert seen, "nothing was drawn while the reply streamed"
+    assert all(reply.content.startswith(text) for text in seen), seen
+    assert seen == sorted(seen, key=len)
     assert w.composer.text() == "" and w.ctx.store.get(cid).title == "Say hello to the world."
     assert "tok/s" in w.status.speed.text() and w.status.speed.text() != "— tok/s"
     assert "/ 4,096 tokens" in w.meter_label.text()
@@ -377,7 +382,7 @@ FACTS = ("The lighthouse on the northern cape was built in 1887 from granite cut
 def fill_chat(w: MainWindow, cid: int, tokens: int) -> int:
     """Add question/answer turns straight to the store until the chat's prompt passes ``tokens``."""
     parent, i = None, 0
-    while w.ctx.service.count(w.ctx.service.prompt_messages(cid)) < tokens:
+    while w.ctx.chat.count(w.ctx.chat.prompt_messages(cid)) < tokens:
         q = w.ctx.store.add_message(cid, "user", f"Question {i}: tell me more about the lighthouse.",
                                     parent_id=parent)
         parent = w.ctx.store.add_message(cid, "assistant", f"Answer {i}. " + FACTS * 2, parent_id=q.id).id

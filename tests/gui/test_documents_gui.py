@@ -98,12 +98,12 @@ def test_document_kv_survives_a_restart_so_a_question_prefills_only_itself(qtbot
     w2 = make_window(qtbot)
     try:
         wait_for(qtbot, lambda: w2.controller.current is not None and w2.controller.current.id == cid)
-        kv = w2.ctx.extras["kv"]
+        kv = w2.ctx.kv
         engine = w2.ctx.engine
-        prefix = w2.ctx.service.prompt_messages(cid)
+        prefix = w2.ctx.chat.prompt_messages(cid)
         n_prefix = len(engine.tokenize(messages=prefix, add_generation_prompt=False))
         question = "When does the library open?"
-        n_prompt = w2.ctx.service.count([*prefix, {"role": "user", "content": question}])
+        n_prompt = w2.ctx.chat.count([*prefix, {"role": "user", "content": question}])
         w2.controller.send(question)
         wait_idle(qtbot, w2)
         reply = w2.ctx.store.branch(cid)[-1]

@@ -20,13 +20,13 @@ def kv_files() -> list[str]:
 
 def test_describe() -> None:
     assert describe(0, 0.0) == "KV not saved yet"
-    assert describe(94 * 2**20, 21.4) == "KV 94 MB · resumes ~21 s faster"
-    assert describe(300 * 1024, 0.2) == "KV 300 KB"
+    assert describe(94 * 2**20, 21.4) == "KV 94 MiB · resumes ~21 s faster"
+    assert describe(300 * 1024, 0.2) == "KV 300 KiB"
 
 
 def test_turn_is_saved_shown_and_deleted_with_the_chat(qtbot: QtBot, window: MainWindow) -> None:
     w = window
-    kv = w.ctx.extras["kv"]
+    kv = w.ctx.kv
     conv = w.ctx.store.create("kv", settings=SHORT)
     w.controller.refresh(conv.id)
     w.controller.select(conv.id)

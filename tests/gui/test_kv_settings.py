@@ -13,13 +13,14 @@ from pytestqt.qtbot import QtBot
 from hisho.core import paths
 from hisho.core import settings as settings_mod
 from hisho.core.conversations import ChatSettings
-from hisho.gui.kv_status import badge, human_bytes, human_seconds
+from hisho.core.units import format_bytes
+from hisho.gui.kv_status import badge, human_seconds
 from hisho.gui.main_window import MainWindow
 from hisho.gui.preferences import KVCachePage, PreferencesDialog
 from tests.gui.conftest import wait_for, wait_idle
 
 SHORT = ChatSettings(max_tokens=8, temperature=0.0)
-BADGE = re.compile(r"^\d+ (KB|MB) · (<1|\d+) s$")
+BADGE = re.compile(r"^\d+ (KiB|MiB) · (<1|\d+) s$")
 
 
 def kv_files() -> set[str]:
@@ -74,7 +75,7 @@ def answer_confirmation(button_role: QMessageBox.ButtonRole) -> None:
 
 def test_badge_text() -> None:
     assert badge(None)[0] == "" and "not saved" in badge(None)[1]
-    assert human_bytes(3 * 2**30 // 2) == "1.5 GB" and human_bytes(12 * 2**20) == "12 MB"
+    assert format_bytes(3 * 2**30 // 2) == "1.5 GiB" and format_bytes(12 * 2**20) == "12 MiB"
     assert human_seconds(0.3) == "<1 s" and human_seconds(9.4) == "9 s" and human_seconds(600) == "10 min"
 
 
@@ -93,7 +94,7 @@ def test_sidebar_settings_budget_delete_and_clear_all(qtbot: QtBot, window: Main
     assert page.table.item(0, 1).text() == text.split(" · ")[0]  # type: ignore[union-attr]
     assert page.report is not None and page.report.total_bytes == sum(
         p.stat().st_size for p in paths.kv_dir().rglob("*.hkv"))
-    assert "of 10.0 GB" in page.usage_label.text()
+    assert "of 10.0 GiB" in page.usage_label.text()
 
     # Lowering the budget evicts at once: the files go, the row says the KV is not saved.
     page.budget.setValue(0.0)
@@ -107,7 +108,7 @@ def test_sidebar_settings_budget_delete_and_clear_all(qtbot: QtBot, window: Main
     # Back to 10 GiB; a second chat is saved, and its row's Delete removes only its KV.
     page.budget.setValue(10.0)
     page.apply_budget()
-    wait_for(qtbot, lambda: w.ctx.extras["kv"].session.budget_bytes == 10 * 2**30)
+    wait_for(qtbot, lambda: w.ctx.kv.session.budget_bytes == 10 * 2**30)
     b = chat_turn(qtbot, w, "Numbers", "Count to three.")
     wait_for(qtbot, lambda: page.owners() == [f"conv:{b}"])
     page.table.cellWidget(0, 5).click()  # type: ignore[union-attr]
@@ -146,11 +147,11 @@ def test_documents_are_listed_and_kept_when_the_budget_evicts(qtbot: QtBot, wind
     from hisho.core.kv_session import document_owner
 
     w = window
-    session = w.ctx.extras["kv"].session
+    session = w.ctx.kv.session
     a = chat_turn(qtbot, w, "Colours", "Name three colours.")
     doc = document_owner("ab" * 32)
     text = "Quarterly report. Revenue grew in every region; costs stayed flat. " * 12
-    w.ctx.workers.submit("engine", lambda: precompute_kv(w.ctx.engine, [{"role": "system", "content": text}],
+    w.ctx.executor.submit("engine", lambda: precompute_kv(w.ctx.engine, [{"role": "system", "content": text}],
                                                          session, doc))
     wait_idle(qtbot, w)
     page = open_settings(qtbot, w)

@@ -32,6 +32,7 @@ from hisho.core.kv.index import KVIndex
 from hisho.core.kv_session import KVSession, next_turn_prefix, suffix_length
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.units import padded_cells
 
 QUESTION = "What colour is item 17?"  # 17 tokens with the chat template around it
 REPLY = "I have read the whole list."
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = max(256, int(args.tokens or 4096))
     repeat = max(1, int(args.repeat))
     model_path = open_model(args.model)
-    base = load_params_for(model_path, n_ctx=-(-(n + 512) // 256) * 256, n_seq_max=2)
+    base = load_params_for(model_path, n_ctx=padded_cells(n + 512), n_seq_max=2)
     kv = args.kv_type or base.type_k
     params = dataclasses.replace(base, type_k=kv, type_v=kv, flash_attn=base.flash_attn or kv != "f16")
     greedy = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=CONTINUATION, ignore_eos=True)

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hisho.core import paths
+from hisho.core.units import GIB, MIB
 
 log = logging.getLogger("hisho.planner")
 
-GIB = 1024**3
-MIB = 1024**2
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core import paths
+from hisho.core.atomic import write_text_atomic
 from hisho.core.errors import ModelFileError, UserError
 from hisho.core.gguf_check import validate_gguf
 
@@ -79,10 +80,8 @@ class ModelStore:
             return {}
 
     def _write(self, entries: dict[str, ModelEntry]) -> None:
-        tmp = self.registry.with_suffix(".tmp")
         data = {"version": 1, "models": {n: e.to_dict() for n, e in sorted(entries.items())}}
-        tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
-        os.replace(tmp, self.registry)
+        write_text_atomic(self.registry, json.dumps(data, indent=2))
 
     def ensure_default(self) -> ModelEntry | None:
         entries = self._read()

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hisho.core import paths
+from hisho.core.atomic import write_text_atomic
+from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.settings")
 
@@ -53,7 +54,6 @@ class Setting:
         return result
 
 
-GIB = 1024**3
 
 DECLARED: tuple[Setting, ...] = (
     Setting("default_model", str, "", "Model store name used when none is given ('' = bundled default)."),
@@ -120,9 +120,7 @@ class Settings:
             log.warning("settings file is from a newer Hisho; not overwriting it")
             return
         path = self._path or paths.settings_path()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.as_dict(), indent=2, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(self.as_dict(), indent=2, sort_keys=True))
 
 
 def upgrade(raw: dict[str, Any]) -> tuple[dict[str, Any], bool]:

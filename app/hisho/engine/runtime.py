@@ -23,6 +23,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import ErrorKind, LoadParams, Sampling, common_prefix
+from hisho.core.units import padded_cells
 from hisho.engine.chat import ChatTemplate
 
 log = logging.getLogger("hisho.engine")
@@ -136,7 +137,7 @@ class Runtime:
         sequences held is dropped; KV persistence restores it from disk on the next turn.
         """
         n_parallel = max(1, n_parallel)
-        per_seq = -(-max(1, n_ctx_per_seq) // 256) * 256  # llama.cpp pads contexts to 256 cells anyway
+        per_seq = padded_cells(n_ctx_per_seq)  # llama.cpp pads contexts to 256 cells anyway
         job = dataclasses.replace(self.params, n_ctx=n_parallel * per_seq, n_seq_max=n_parallel, kv_unified=False)
         self._free_context()
         try:

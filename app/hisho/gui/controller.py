@@ -28,6 +28,7 @@ from hisho.core.errors import EngineError, UserError
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.models import ModelStore
 from hisho.core.planner.gate import PlanRefused
+from hisho.core.units import MIB
 from hisho.gui import theme
 from hisho.gui.bridge import TextBuffer
 from hisho.gui.settings_dialog import ConversationSettingsDialog
@@ -478,7 +479,7 @@ class ChatController(QObject):
         if self.current is None:
             self.toast("Start a chat first.")
             return
-        models = [(e.name, f"{e.name}  ({e.size / 2**20:,.0f} MiB)") for e in ModelStore().list()]
+        models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
         dialog = ConversationSettingsDialog(self.current, models, self.w)
         if not dialog.exec():
             return

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QLabel
 from hisho.core.kv.index import Usage
 from hisho.core.kv.stored import conversation_usage
 from hisho.core.kv_chat import KVChat
+from hisho.core.units import format_bytes
 
 log = logging.getLogger("hisho.gui")
 
@@ -28,14 +29,6 @@ REFRESH_MS = 150
 
 EXPLAIN = ("Saved KV cache: the model's memory of this chat, kept on disk so that coming back to it does not "
            "re-read the whole conversation.")
-
-
-def human_bytes(n: int) -> str:
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GB"
-    if n >= 2**20:
-        return f"{n / 2**20:.0f} MB"
-    return f"{max(n, 0) / 1024:.0f} KB"
 
 
 def human_seconds(s: float) -> str:
@@ -50,7 +43,7 @@ def describe(n_bytes: int, seconds_saved: float) -> str:
     """The status-bar text for the open chat."""
     if n_bytes <= 0:
         return "KV not saved yet"
-    size = f"{n_bytes / 2**20:.0f} MB" if n_bytes >= 2**20 else f"{n_bytes / 1024:.0f} KB"
+    size = format_bytes(n_bytes)
     return f"KV {size} · resumes ~{seconds_saved:.0f} s faster" if seconds_saved >= 1 else f"KV {size}"
 
 
@@ -60,14 +53,14 @@ def badge(usage: Usage | None) -> tuple[str, str]:
         return "", "KV cache: not saved. The next reply re-reads the whole conversation."
     shared = usage.bytes - usage.own_bytes
     lines = [EXPLAIN,
-             f"{human_bytes(usage.bytes)} on disk for {usage.n_tokens:,} tokens"
-             + (f" ({human_bytes(shared)} of it shared with other chats or documents, stored once)." if shared
+             f"{format_bytes(usage.bytes)} on disk for {usage.n_tokens:,} tokens"
+             + (f" ({format_bytes(shared)} of it shared with other chats or documents, stored once)." if shared
                 else "."),
              f"Resuming it saves about {human_seconds(usage.seconds_saved)} of prefill "
              "(estimated from this computer's measured speed).",
              "Pinned chats are kept longest when the disk budget is full." if usage.pinned else
              "Least recently used chats are evicted first when the disk budget is full."]
-    return f"{human_bytes(usage.bytes)} · {human_seconds(usage.seconds_saved)}", "\n".join(lines)
+    return f"{format_bytes(usage.bytes)} · {human_seconds(usage.seconds_saved)}", "\n".join(lines)
 
 
 class _CloseWatcher(QObject):

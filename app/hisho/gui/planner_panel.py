@@ -18,10 +18,10 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
 
 from hisho.core.planner import Calibration, Config, Plan, price
 from hisho.core.planner.memory import CELL_PAD
+from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.gui")
 
-GIB = 1024**3
 SEGMENTS = (("weights", "#4e79a7"), ("kv", "#f28e2b"), ("compute", "#59a14f"), ("other", "#9c9c9c"))
 
 

@@ -45,11 +45,11 @@ from PySide6.QtWidgets import (
 from hisho.core import settings as settings_mod
 from hisho.core.kv.stored import StoreReport, list_stored
 from hisho.core.kv_chat import KVChat
-from hisho.gui.kv_status import human_bytes, human_seconds
+from hisho.core.units import GIB, format_bytes
+from hisho.gui.kv_status import human_seconds
 
 log = logging.getLogger("hisho.gui")
 
-GIB = 2**30
 KV_TYPES = (("f16", "f16 — exact (default)"), ("q8_0", "q8_0 — half the disk and memory, uses flash attention"))
 COLUMNS = ("Chat or document", "Size", "Saves", "Last used", "Kept longest", "")
 APPLY_MS = 600  # the budget spin box applies this long after the last change
@@ -213,21 +213,21 @@ class KVCachePage(QWidget):
         self.usage_bar.setValue(min(1000, int(1000 * report.total_bytes / budget)))
         chats = sum(1 for i in report.items if i.kind == "chat")
         docs = len(report.items) - chats
-        self.usage_label.setText(f"{human_bytes(report.total_bytes)} of {human_bytes(report.budget_bytes)} · "
+        self.usage_label.setText(f"{format_bytes(report.total_bytes)} of {format_bytes(report.budget_bytes)} · "
                                  f"{chats} chat{'s' if chats != 1 else ''}, "
                                  f"{docs} document{'s' if docs != 1 else ''}")
         self.table.setRowCount(len(report.items))
         for row, item in enumerate(report.items):
             u = item.usage
             kept = "document" if item.kind == "document" else ("pinned" if item.kept else "")
-            cells = (item.name, human_bytes(u.bytes), human_seconds(u.seconds_saved),
+            cells = (item.name, format_bytes(u.bytes), human_seconds(u.seconds_saved),
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(u.last_used)), kept)
             for col, text in enumerate(cells):
                 cell = QTableWidgetItem(text)
                 cell.setData(Qt.ItemDataRole.UserRole, item.owner)
                 if col == 0:
                     cell.setToolTip(f"{item.name}\n{u.n_tokens:,} tokens; deleting it frees "
-                                    f"{human_bytes(u.own_bytes)} (the rest is shared).")
+                                    f"{format_bytes(u.own_bytes)} (the rest is shared).")
                 self.table.setItem(row, col, cell)
             button = QPushButton("Delete")
             button.setObjectName("Flat")
@@ -303,7 +303,7 @@ class KVCachePage(QWidget):
 
     def _cleared(self, freed: int) -> None:
         if self.kv is not None:
-            self.status.setText(f"Cleared {human_bytes(freed)} of KV cache.")
+            self.status.setText(f"Cleared {format_bytes(freed)} of KV cache.")
 
     def open_folder(self) -> None:
         folder = self._kv_dir()

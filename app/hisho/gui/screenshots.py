@@ -132,8 +132,9 @@ def main(argv: list[str]) -> int:
     theme.apply(app, theme.LIGHT)
     assert c.current is not None
     from hisho.core.models import ModelStore
+    from hisho.core.units import MIB
 
-    models = [(e.name, f"{e.name}  ({e.size / 2**20:,.0f} MiB)") for e in ModelStore().list()]
+    models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
     dialog = ConversationSettingsDialog(c.current, models, window)
     dialog.system.setPlainText("You are a concise assistant for Python questions.")
     dialog.show()

@@ -8,6 +8,8 @@ import psutil
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
+from hisho.core.units import MIB
+
 RAM_REFRESH_MS = 2000
 
 
@@ -55,6 +57,6 @@ class StatusBar(QStatusBar):
 
     def refresh_ram(self) -> None:
         try:
-            self.ram.setText(f"RAM {self.ram_bytes() / 2**20:,.0f} MiB")
+            self.ram.setText(f"RAM {self.ram_bytes() / MIB:,.0f} MiB")
         except psutil.Error:
             self.ram.setText("RAM —")

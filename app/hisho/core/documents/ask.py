@@ -6,7 +6,7 @@ Two approaches, chosen once per conversation and shown to the user (``Attachment
   same for every question: ``precompute_kv`` prefills it once and saves it with the KV store
   (``document_owner``), so the first question prefills only the question.
 - ``chunks``: too long for the context. The system prompt holds the summary; before each question the
-  ``before_prompt`` hook (``DocumentContext``) appends the most relevant chunks (BM25 over words) to the
+  ``before_prompt`` hook (``DocumentContext``) appends the most relevant chunks (SQLite FTS5's BM25) to the
   question, in document order, each with its page/section reference.
 Attachments live in SQLite (component "documents", table doc_attachments), keyed by conversation id.
 """
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
-from collections import Counter
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,28 +66,28 @@ def _terms(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text) if len(w) > 2]
 
 
+def rank_parts(parts: list[tuple[str, str]], question: str) -> list[int]:
+    """Indices of the parts that share a word with ``question``, best first, by SQLite FTS5's ``bm25()``
+    (an in-memory index of the parts; the question's words are OR-ed, each quoted, so no FTS syntax leaks)."""
+    terms = sorted(set(_terms(question)))
+    if not terms or not parts:
+        return []
+    query = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    con = sqlite3.connect(":memory:")
+    try:
+        con.execute("CREATE VIRTUAL TABLE parts USING fts5(body)")
+        con.executemany("INSERT INTO parts(rowid, body) VALUES (?, ?)", ((i, t) for i, (_, t) in enumerate(parts)))
+        rows = con.execute("SELECT rowid FROM parts WHERE parts MATCH ? ORDER BY bm25(parts), rowid", [query])
+        return [int(r[0]) for r in rows]
+    finally:
+        con.close()
+
+
 def relevant_parts(parts: list[tuple[str, str]], question: str, count: Count, budget: int) -> list[int]:
-    """Indices of the parts to show with ``question``: best BM25 score first until ``budget`` tokens are used,
-    returned in document order. Parts that share no word with the question are never picked."""
-    docs = [Counter(_terms(t)) for _, t in parts]
-    n = len(docs)
-    avg = sum(sum(d.values()) for d in docs) / max(1, n)
-    query = set(_terms(question))
-    df = {q: sum(1 for d in docs if q in d) for q in query}
-    scores = []
-    for i, d in enumerate(docs):
-        length = sum(d.values())
-        s = 0.0
-        for q in query:
-            tf = d.get(q, 0)
-            if tf:
-                idf = math.log(1 + (n - df[q] + 0.5) / (df[q] + 0.5))
-                s += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / max(avg, 1)))
-        scores.append((s, i))
+    """Indices of the parts to show with ``question``: best FTS5 BM25 score first until ``budget`` tokens are
+    used, returned in document order. Parts that share no word with the question are never picked."""
     picked, used = [], 0
-    for s, i in sorted(scores, key=lambda x: (-x[0], x[1])):
-        if s <= 0:
-            break
+    for i in rank_parts(parts, question):
         cost = count(parts[i][1]) + 8
         if used + cost > budget:
             continue

@@ -117,7 +117,7 @@ def read_text_file(path: Path, sha: str, kind: str) -> Document:
         if skipped:
             doc.notes.append(f"{path.name}: {skipped} embedded images/objects were not read")
     elif kind == "markdown":
-        doc.sections = heading_sections(text, _md_heading)
+        doc.sections = markdown_sections(text)
     elif kind == "rst":
         doc.sections = heading_sections(text, _rst_heading)
     else:
@@ -147,13 +147,7 @@ def paragraph_sections(text: str, first_line: int = 1, ref: str = "") -> list[Se
     return out
 
 
-_MD_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.+?)\s*#*\s*$")
 _RST_UNDERLINE = re.compile(r"^([=\-~^\"'`#*+<>:_.])\1{2,}\s*$")
-
-
-def _md_heading(lines: list[str], i: int) -> str | None:
-    m = _MD_HEADING.match(lines[i])
-    return m.group(2) if m else None
 
 
 def _rst_heading(lines: list[str], i: int) -> str | None:
@@ -179,6 +173,24 @@ def heading_sections(text: str, heading: Callable[[list[str], int], str | None])
         body.append(lines[i])
         i += 1
     out.extend(_body_sections(title, body))
+    return out
+
+
+def markdown_sections(text: str) -> list[Section]:
+    """Split Markdown at its top-level headings as markdown-it-py parses them (CommonMark: ``#`` and setext
+    headings; a ``# line`` inside a code fence or an indented block is code, not a heading). Each heading's text
+    is the ref ("§ Title") of what follows it, the heading line included."""
+    from markdown_it import MarkdownIt
+
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # markdown-it counts lines by "\n" alone
+    tokens = MarkdownIt("commonmark").parse(text)
+    heads = [(tok.map[0], tokens[i + 1].content.strip()) for i, tok in enumerate(tokens)
+             if tok.type == "heading_open" and tok.level == 0 and tok.map is not None]
+    lines = text.split("\n")
+    out = _body_sections("", lines[:heads[0][0]] if heads else lines)
+    for n, (start, title) in enumerate(heads):
+        end = heads[n + 1][0] if n + 1 < len(heads) else len(lines)
+        out.extend(_body_sections(title, lines[start:end]))
     return out
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hisho.core.documents.model import Document, Section, page_range
+from hisho.core.units import CELL_PAD, padded_cells
 
 PROMPT_VERSION = "sum-v1"
 CHUNK_TARGET = 1024          # tokens; big enough for context, small enough to batch 8 in a 12K context
@@ -132,7 +133,7 @@ def map_plan(doc: Document, count: Count, n_ctx: int, *, overhead_tokens: int, s
         # A last round of a few chunks costs a whole round of decode steps for a few sequences (10 chunks on 8
         # sequences: 2 rounds, the second at 2/8 of the batch). Chunks up to STRETCH× bigger, when the
         # sequences' cells allow it, fill whole rounds instead (measured: the map phase of 10 -> 8 chunks).
-        cells = (n_ctx // n_parallel) // 256 * 256
+        cells = (n_ctx // n_parallel) // CELL_PAD * CELL_PAD
         cap = min(int(chunk_tokens * STRETCH), cells - overhead_tokens - summary_tokens)
         fewer = _balanced(doc.sections, count, len(chunks) // n_parallel * n_parallel, cap)
         if fewer:
@@ -163,7 +164,7 @@ def _balanced(sections: list[Section], count: Count, n_chunks: int, cap: int) ->
 
 def seq_cells(tokens: int) -> int:
     """KV cells a sequence of ``tokens`` gets in a job context (its own stream, padded to 256 like llama.cpp)."""
-    return -(-max(1, tokens) // 256) * 256
+    return padded_cells(tokens)
 
 
 def _refs(sections: list[Section]) -> str:

@@ -14,29 +14,34 @@ Rules of use:
   are stored once and a file can be named by its key.
 - ``read_header`` raises ``KVFormatError`` with a one-line reason for anything that is not a whole, valid file;
   the payload checksum is checked by the reader of the payload (``payload_ok``) before llama.cpp sees it.
-- ``write_atomic`` never leaves a half-written file under the final name: temp file, fsync, rename, fsync dir.
+- ``write_atomic`` (``hisho.core.atomic``) never leaves a half-written file under the final name: temp file,
+  fsync, rename, fsync dir.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import xxhash
 
+# The KV format's writers live in hisho.core.atomic (one home for atomic writes); re-exported for its users.
+from hisho.core.atomic import TMP_MARK as TMP_MARK
+from hisho.core.atomic import Writer as Writer
+from hisho.core.atomic import is_temp as is_temp
+from hisho.core.atomic import write_atomic as write_atomic
+
 MAGIC = b"HISHOKV\x00"
 FORMAT_VERSION = 1
 PREFIX = struct.Struct("<8sIIQ")
 ALIGN = 64
 SUFFIX = ".hkv"
-TMP_MARK = ".tmp-"
 MAX_HEADER = 8 << 20  # a header holds at most a few thousand token ids; more is a damaged file
 
 
@@ -174,51 +179,3 @@ def read_header(fh: BinaryIO, file_size: int) -> ChunkHeader:
 
 def payload_ok(header: ChunkHeader, payload: Any) -> bool:
     return payload_checksum(payload) == header.payload_xxh3
-
-
-Writer = Callable[[BinaryIO, memoryview], None]
-
-
-def _write_all(fh: BinaryIO, data: memoryview) -> None:
-    step = 16 << 20
-    for i in range(0, len(data), step):
-        fh.write(data[i:i + step])
-
-
-def write_atomic(path: Path, header: bytes, payload: Any, *, writer: Writer = _write_all) -> int:
-    """Write header + payload to ``path`` atomically; return bytes written. On any error the temp file is
-    removed and the error re-raised (an ``OSError`` such as ENOSPC for a full disk). ``writer`` is a seam for
-    tests that simulate a failing disk."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
-    data = memoryview(payload).cast("B")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(header)
-            writer(fh, data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
-    return len(header) + len(data)
-
-
-def _fsync_dir(folder: Path) -> None:
-    # The rename is durable only once the directory entry is; Windows cannot open a directory for this.
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def is_temp(path: Path) -> bool:
-    return TMP_MARK in path.name

@@ -21,13 +21,13 @@ from hisho.core.models import ModelStore
 from hisho.core.planner.calibrate import ProbeFailed, cached, calibrate
 from hisho.core.planner.memory import Breakdown, Calibration, Config, estimate
 from hisho.core.planner.search import Plan, Search, plan, price
+from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.planner")
 
 __all__ = ["Breakdown", "Calibration", "Config", "Plan", "Search", "estimate", "facts_for", "make_plan", "plan",
            "price", "calibration_for", "check_budget"]
 
-GIB = 1024**3
 
 
 def facts_for(specs: Sequence[str]) -> list[ModelFacts]:

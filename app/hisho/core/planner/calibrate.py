@@ -14,15 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from hisho.core import paths, spawn
+from hisho.core.atomic import write_text_atomic
 from hisho.core.gguf_facts import ModelFacts
-from hisho.core.planner.memory import Calibration, padded_cells
+from hisho.core.planner.memory import Calibration
+from hisho.core.units import padded_cells
 
 log = logging.getLogger("hisho.planner")
 
@@ -88,10 +89,7 @@ def calibrate(facts: ModelFacts, *, n_ubatch: int = 512, n_batch: int = 512, for
     answer = run_probe("dry-run", {"model_path": facts.source, "contexts": contexts, "touched": True})
     calib = calibration_from_probe(answer, n_ubatch)
     path = cache_path(facts, n_ubatch)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(calib.to_dict()), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(calib.to_dict()))
     log.info("calibrated %s: %d contexts probed", facts.source, len(contexts))
     return calib
 

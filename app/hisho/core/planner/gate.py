@@ -25,9 +25,9 @@ from hisho.core.planner.calibrate import cached
 from hisho.core.planner.memory import Config
 from hisho.core.planner.search import Plan, Search, price
 from hisho.core.protocol import LoadParams
+from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.planner")
-GIB = 1024**3
 _GPU_LIBS = ("cuda", "vulkan", "metal", "hip", "sycl", "opencl", "musa", "cann")
 
 

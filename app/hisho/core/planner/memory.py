@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hisho.core.gguf_facts import ModelFacts
+from hisho.core.units import CELL_PAD as CELL_PAD  # one home for the padding (hisho.core.units); re-exported
+from hisho.core.units import MIB
+from hisho.core.units import padded_cells as padded_cells
 
-MIB = 1024 * 1024
 KV_BLOCK = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
-CELL_PAD = 256
 # What only a real decode touches beyond the dry run's figures (CPU kernels' code pages, thread and work
 # memory): measured with hisho bench plan on the default model, 0.7-2.2 MiB over 512..8192 tokens. 3 MiB keeps
 # resident predictions within about +-0.5 % there, erring towards over.
@@ -78,10 +79,6 @@ class Breakdown:
         d = asdict(self)
         d["total"] = self.total
         return d
-
-
-def padded_cells(n_ctx: int) -> int:
-    return -(-max(1, n_ctx) // CELL_PAD) * CELL_PAD
 
 
 def row_bytes(kind: str, n: int) -> int:

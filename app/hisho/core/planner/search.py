@@ -22,8 +22,7 @@ from hisho.core.machine import Budget
 from hisho.core.planner import quality
 from hisho.core.planner.calibrate import LAYOUTS
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
-
-GIB = 1024**3
+from hisho.core.units import GIB
 
 
 @dataclass

@@ -1,0 +1,68 @@
+"""Atomic file writes: the one way Hisho replaces a file (settings, model registry, calibration, KV chunks).
+
+``write_atomic`` never leaves a half-written file under the final name: it writes a temp file next to it,
+fsyncs it, renames it over the target and fsyncs the directory (the rename is durable only once the directory
+entry is). On any error the temp file is removed and the error re-raised (an ``OSError`` such as ENOSPC for a
+full disk). Temp names contain ``TMP_MARK``, so a crash's leftovers can be recognized and removed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+TMP_MARK = ".tmp-"
+
+Writer = Callable[[BinaryIO, memoryview], None]
+
+
+def _write_all(fh: BinaryIO, data: memoryview) -> None:
+    step = 16 << 20
+    for i in range(0, len(data), step):
+        fh.write(data[i:i + step])
+
+
+def write_atomic(path: Path, header: bytes, payload: Any = b"", *, writer: Writer = _write_all) -> int:
+    """Write ``header`` + ``payload`` (anything with the buffer protocol) to ``path`` atomically; return the
+    bytes written. ``writer`` is a seam for tests that simulate a failing disk."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+    data = memoryview(payload).cast("B")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(header)
+            writer(fh, data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+    return len(header) + len(data)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``write_atomic`` for a UTF-8 text file (JSON settings, registries, caches)."""
+    write_atomic(path, text.encode("utf-8"))
+
+
+def fsync_dir(folder: Path) -> None:
+    # Windows cannot open a directory for this.
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_temp(path: Path) -> bool:
+    """A temp file ``write_atomic`` left behind (the process died between write and rename)."""
+    return TMP_MARK in path.name
