@@ -234,16 +234,22 @@ class _Handler(BaseHTTPRequestHandler):
             return self._resolve(repo, "/".join(segs[4:]))
         return self._error(404, "not found")
 
+    def _serve(self) -> None:
+        try:
+            self._route()
+        except (BrokenPipeError, ConnectionResetError):  # the client went away (a kill, a pause): expected
+            self.close_connection = True
+
     def do_GET(self) -> None:  # noqa: N802 - BaseHTTPRequestHandler's naming
-        self._route()
+        self._serve()
 
     def do_HEAD(self) -> None:  # noqa: N802
-        self._route()
+        self._serve()
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
         self._form = parse_qs(self.rfile.read(length).decode()) if length else {}
-        self._route()
+        self._serve()
 
     # ----- API -----------------------------------------------------------------------------------------
 
