@@ -21,9 +21,10 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlite_utils
 
@@ -155,7 +156,8 @@ class ModelStore:
     # ----- reading ---------------------------------------------------------------------------------------
 
     def _all(self) -> dict[str, ModelEntry]:
-        return {r["name"]: _entry(r) for r in self.db.query("SELECT * FROM models ORDER BY name")}
+        return {r["name"]: _entry(cast(dict[str, Any], r))
+                for r in self.db.query("SELECT * FROM models ORDER BY name")}
 
     def _put(self, e: ModelEntry) -> ModelEntry:
         if not e.added:
@@ -217,7 +219,7 @@ class ModelStore:
     # ----- changing ----------------------------------------------------------------------------------------
 
     def add(self, path: Path, *, name: str | None = None, source: str = "imported", copy: bool = False,
-            link: bool = False, sha256: str = "", revision: str = "", parts: list[str] | None = None,
+            link: bool = False, sha256: str = "", revision: str = "", parts: Sequence[str] | None = None,
             owned: bool | None = None) -> ModelEntry:
         """Register a GGUF file (validated). ``copy`` copies it into the models folder, ``link`` makes a symbolic
         link there (the original stays where it is either way)."""
@@ -261,4 +263,5 @@ class ModelStore:
         """Download ``REPO[:FILE]`` from the Hugging Face hub into the models dir (see hisho.core.hub)."""
         from hisho.core.hub.download import pull
 
-        return pull(spec, store=self, **kw)
+        entry: ModelEntry = pull(spec, store=self, **kw)
+        return entry

@@ -122,8 +122,8 @@ def repo_files(repo: str) -> list[QuantFile]:
 
 def model_card(repo: str, revision: str | None = None) -> str:
     """The repository's README.md as Markdown text (front matter removed); "" when there is none."""
-    from huggingface_hub import get_session, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+    from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
 
     url = hf_hub_url(repo, "README.md", revision=revision, endpoint=endpoint())
     with hub_call(f"{repo} model card"):

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 import sqlite_utils
@@ -213,7 +213,7 @@ def fetch_part(repo: str, part: str, revision: str, dest: Path, *, expected_sha:
     """Download one file of ``repo`` into ``dest``, resuming a partial; returns (sha256, commit)."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
 
     what = f"{repo}:{part}"
     url = hf_hub_url(repo, part, revision=revision or None, endpoint=endpoint())
@@ -312,13 +312,13 @@ class Downloader:
     # ----- the queue -------------------------------------------------------------------------------------
 
     def jobs(self) -> list[Job]:
-        return [_job(r) for r in self.db.query("SELECT * FROM downloads ORDER BY id")]
+        return [_job(cast(dict[str, Any], r)) for r in self.db.query("SELECT * FROM downloads ORDER BY id")]
 
     def get(self, job_id: int) -> Job:
         rows = self.db.query("SELECT * FROM downloads WHERE id = ?", [job_id])
         if not rows:
             raise UserError(f"no download #{job_id}")
-        return _job(rows[0])
+        return _job(cast(dict[str, Any], rows[0]))
 
     def _set(self, job_id: int, **values: Any) -> None:
         values["updated"] = time.time()

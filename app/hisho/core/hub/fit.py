@@ -72,8 +72,8 @@ class RangeReader:
         return {"size": self.sizes[name]}
 
     def cat_file(self, path: str, start: int, end: int) -> bytes:
-        from huggingface_hub import get_session, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+        from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
 
         url = hf_hub_url(self.f.repo, self._name(path), revision=self.f.revision or None, endpoint=endpoint())
         headers = build_hf_headers(token=get_token())
