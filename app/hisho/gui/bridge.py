@@ -3,7 +3,8 @@
 Rules of use (Anki's single-owner executors, napari's ``ensure_main_thread``):
 - Long work runs on a named *lane*, a single worker thread: ``engine`` (everything that talks to the engine:
   load, tokenize, generate; the engine runs one request at a time anyway) and ``store`` (SQLite reads and
-  writes that the window waits for: search, listing, export, import).
+  writes that the window waits for: search, listing, export, import), ``hub`` (requests to the Hugging Face hub:
+  search, file lists, header reads) and ``download`` (model downloads, one at a time).
 - ``Workers.submit(lane, fn, done=..., failed=...)`` runs ``fn`` on the lane; ``done(result)`` or
   ``failed(exc)`` then runs on the GUI thread through the ``Bridge``. Widgets never start threads.
 - ``Bridge.post(fn)`` may be called from any thread; ``fn`` runs later on the GUI thread. If the bridge is gone
@@ -25,7 +26,7 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 log = logging.getLogger("hisho.gui")
 
 T = TypeVar("T")
-LANES = ("engine", "store")
+LANES = ("engine", "store", "hub", "download")
 
 
 class Bridge(QObject):
