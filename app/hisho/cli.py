@@ -17,7 +17,6 @@ from typing import Any
 from hisho import __version__
 from hisho.core import logs, spawn
 from hisho.core.errors import EngineError, UserError
-from hisho.core.units import MIB
 
 log = logging.getLogger("hisho.cli")
 
@@ -80,37 +79,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ----- models -----------------------------------------------------------------------------------------
-
-
-def cmd_models(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from hisho.core.models import ModelStore
-
-    store = ModelStore()
-    if args.action == "list":
-        entries = store.list()
-        if args.json:
-            emit_json([e.to_dict() for e in entries])
-        else:
-            for e in entries:
-                sys.stdout.write(f"{e.name:40s} {e.size / MIB:8.1f} MiB  {e.source:12s} {e.path}\n")
-        return EXIT_OK
-    if not args.target:
-        raise UserError(f"'models {args.action}' needs an argument")
-    if args.action == "import":
-        entry = store.add(Path(args.target), name=args.name, copy=args.copy)
-    elif args.action == "pull":
-        entry = store.pull(args.target)
-    else:
-        entry = store.remove(args.target)
-    if args.json:
-        emit_json(entry.to_dict())
-    else:
-        verb = {"import": "imported", "pull": "downloaded", "rm": "removed"}[args.action]
-        sys.stdout.write(f"{verb} {entry.name} ({entry.path})\n")
-    return EXIT_OK
 
 
 # ----- bench ------------------------------------------------------------------------------------------
@@ -130,7 +98,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume", "summarize", "plan")
+BENCHES = ("decode", "resume", "summarize", "plan", "hub")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -186,14 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("models", help="model store: list | pull REPO[:FILE] | import PATH | rm NAME")
-    p.add_argument("action", choices=("list", "pull", "import", "rm"))
-    p.add_argument("target", nargs="?")
-    p.add_argument("--name", help="name for an imported model")
-    p.add_argument("--copy", action="store_true", help="copy an imported file into the models folder")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_models)
-
     p = sub.add_parser("bench", help="side-by-side benchmarks (ratios in JSON)")
     p.add_argument("which", choices=BENCHES)
     p.add_argument("--tokens", type=int, default=None, help="tokens to generate / build (bench-specific)")
@@ -216,10 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[Any], None]]:
     """Feature modules add their sub-commands here (each exposes ``register(subparsers)``)."""
     from hisho.chat_cli import register as register_chat
+    from hisho.models_cli import register as register_models
     from hisho.plan_cli import register as register_plan
     from hisho.summarize_cli import register as register_summarize
 
-    return [register_summarize, register_plan, register_chat]
+    return [register_summarize, register_plan, register_chat, register_models]
 
 
 def run_child(role: str, args: list[str]) -> int:

@@ -4,7 +4,8 @@ Rules of use (Anki's single-owner executors, Picard's named pools):
 - A *lane* is one worker thread with a purpose. ``engine``: everything that talks to the engine (load, token
   counts, replies, KV restore, prefetch, type-ahead; the engine runs one request at a time anyway). ``store``:
   every SQLite write, and the reads the window waits for; it is the database's one writer. ``kv``: waiting for
-  KV files the engine writes in the background, so neither other lane blocks on a disk.
+  KV files the engine writes in the background, so neither other lane blocks on a disk. ``hub``: requests to the
+  Hugging Face hub (search, file lists, header reads). ``download``: model downloads, one at a time.
 - ``submit(lane, fn, done=, failed=)`` runs ``fn`` on the lane; ``done(result)`` or ``failed(exc)`` then runs
   through ``post``: the GUI passes its bridge (callbacks on the GUI thread); the CLI and tests pass nothing
   (callbacks run on the lane thread right after ``fn``).
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 log = logging.getLogger("hisho.executor")
 
 T = TypeVar("T")
-LANES = ("engine", "store", "kv")
+LANES = ("engine", "store", "kv", "hub", "download")
 Post = Callable[[Callable[[], None]], None]
 
 

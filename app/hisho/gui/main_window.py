@@ -214,6 +214,9 @@ class MainWindow(QMainWindow):
         from hisho.gui.planner_panel import open_planner
 
         self._action(self.view_menu, "Memory planner", lambda: open_planner(self))
+        from hisho.gui.models_page import open_models
+
+        self._action(self.view_menu, "Models", lambda: open_models(self), QKeySequence("Ctrl+M"))
         theme_menu = self.view_menu.addMenu("Theme")
         for name in ("system", "light", "dark"):
             self._action(theme_menu, name.capitalize(), lambda n=name: c.set_theme(n))
@@ -266,6 +269,9 @@ class MainWindow(QMainWindow):
         if not getattr(self, "_started", False):
             self._started = True
             QTimer.singleShot(0, self.controller.start)
+            from hisho.gui.models_page import offer_unfinished
+
+            offer_unfinished(self)  # downloads an earlier run left unfinished
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt naming
         self.controller.shutdown()

@@ -1,0 +1,175 @@
+"""Will a hub file fit this machine? The planner's answer from the file's header, read by HTTP range requests
+before anything is downloaded.
+
+For each ``QuantFile`` the header of every part is read (1 MiB first, more only if the header is longer: see
+``gguf_facts.facts_from_ranges``; a split model's tensor table is spread over its parts), the facts are merged
+and ``planner.plan`` prices it for this machine's budget. The verdict:
+
+- **Fits**: the plan fits with the wanted context (settings ``n_ctx``, capped at the trained context) and f16
+  KV, using at most 85 % of the budget;
+- **Tight**: it fits, but only with a shorter context, a quantized KV cache, or with less than 15 % to spare;
+- **Won't fit**: no configuration fits, even at the smallest acceptable context.
+
+The recommended file is the planner's own choice over all the repository's files (best quality that fits), with
+its reason in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hisho.core.gguf_facts import ModelFacts, read_hub_facts
+from hisho.core.hub.catalog import QuantFile
+from hisho.core.hub.errors import HubError, endpoint, hub_call
+from hisho.core.hub.token import get_token
+from hisho.core.machine import Budget
+
+log = logging.getLogger("hisho.hub")
+
+GIB = 1024**3
+TIGHT_SHARE = 0.85
+LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit", "unknown": "Unknown"}
+
+
+@dataclass
+class Fit:
+    file: QuantFile
+    verdict: str                       # fits | tight | wont_fit | unknown
+    why: str                           # one line
+    plan: dict[str, Any] | None = None
+    recommended: bool = False
+    header_bytes: int = 0              # bytes read from the hub to decide
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.file.to_dict(), "fit": self.verdict, "fit_label": self.label, "why": self.why,
+                "recommended": self.recommended, "plan": self.plan, "header_bytes": self.header_bytes}
+
+
+class RangeReader:
+    """The two calls ``read_hub_facts`` needs (``info`` and ``cat_file``), answered from the sizes the hub already
+    gave and one HTTP range request per read through huggingface_hub's session. Counts the bytes it reads."""
+
+    def __init__(self, f: QuantFile, sizes: dict[str, int]) -> None:
+        self.f = f
+        self.sizes = sizes
+        self.bytes_read = 0
+
+    def _name(self, path: str) -> str:
+        return path.split("/", 2)[2]
+
+    def info(self, path: str) -> dict[str, Any]:
+        name = self._name(path)
+        if name not in self.sizes:
+            raise FileNotFoundError(path)
+        return {"size": self.sizes[name]}
+
+    def cat_file(self, path: str, start: int, end: int) -> bytes:
+        from huggingface_hub import get_session, hf_hub_url, hf_raise_for_status
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
+
+        url = hf_hub_url(self.f.repo, self._name(path), revision=self.f.revision or None, endpoint=endpoint())
+        headers = build_hf_headers(token=get_token())
+        headers["Range"] = f"bytes={start}-{end - 1}"
+        r = get_session().get(url, headers=headers, follow_redirects=True)
+        hf_raise_for_status(r)
+        data = r.content[: end - start]  # a server that ignores Range sends everything; keep what was asked
+        self.bytes_read += len(r.content)
+        return data
+
+
+def file_facts(f: QuantFile) -> tuple[ModelFacts, int]:
+    """Merged header facts of all parts of ``f`` and the bytes read for them."""
+    sizes = dict(zip(f.parts, f.part_sizes or [f.size]))
+    reader = RangeReader(f, sizes)
+    merged: ModelFacts | None = None
+    with hub_call(f"{f.repo}:{f.name}"):
+        for part in f.parts:
+            facts = read_hub_facts(f.repo, part, revision=f.revision or None, fs=reader)
+            if merged is None:
+                merged = facts
+            else:
+                tensors = dict(merged.tensor_bytes)
+                for k, v in facts.tensor_bytes.items():
+                    tensors[k] = tensors.get(k, 0) + v
+                merged = dataclasses.replace(merged, tensor_bytes=tensors)
+    assert merged is not None
+    return dataclasses.replace(merged, file_size=f.size), reader.bytes_read
+
+
+def verdict(p: Any, budget: Budget, wanted_ctx: int) -> tuple[str, str]:
+    """(verdict, one-line why) for a planner ``Plan``."""
+    d = p.to_dict()
+    need = p.need
+    share = need / budget.ram if budget.ram else 1.0
+    kv = d["type_k"]
+    if not p.fits:
+        return "wont_fit", (f"needs {need / GIB:.1f} GiB at {d['n_ctx']} tokens; "
+                            f"{budget.ram / GIB:.1f} GiB available")
+    if d["n_ctx"] < wanted_ctx or kv != "f16" or share > TIGHT_SHARE:
+        bits = []
+        if d["n_ctx"] < wanted_ctx:
+            bits.append(f"context cut to {d['n_ctx']} of {wanted_ctx} tokens")
+        if kv != "f16":
+            bits.append(f"{kv} KV cache")
+        bits.append(f"{need / GIB:.1f} of {budget.ram / GIB:.1f} GiB ({share:.0%})")
+        return "tight", "; ".join(bits)
+    return "fits", (f"{d['n_ctx']} tokens, f16 KV, {d['n_gpu_layers']} GPU layers: "
+                    f"{need / GIB:.1f} of {budget.ram / GIB:.1f} GiB")
+
+
+def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, target_ctx: int = 4096,
+              n_batch: int = 512, on_fit: Callable[[Fit], None] | None = None) -> list[Fit]:
+    """A Fit per file (``on_fit`` is called as each is known) and the recommended one marked."""
+    from hisho.core import planner
+
+    fits: list[Fit] = []
+    facts_of: dict[str, ModelFacts] = {}
+    for f in files:
+        try:
+            facts, nbytes = file_facts(f)
+        except HubError as exc:
+            fit = Fit(f, "unknown", str(exc))
+        else:
+            facts_of[f.name] = facts
+            wanted = min(target_ctx, facts.context_length or target_ctx)
+            p = planner.plan([facts], budget, min_ctx=min(min_ctx, wanted), target_ctx=target_ctx,
+                             n_batch=n_batch, n_ubatch=n_batch)
+            v, why = verdict(p, budget, wanted)
+            fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes)
+        fits.append(fit)
+        if on_fit is not None:
+            on_fit(fit)
+    recommend(fits, facts_of, budget, min_ctx=min_ctx, target_ctx=target_ctx, n_batch=n_batch)
+    return fits
+
+
+def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, *, min_ctx: int,
+              target_ctx: int, n_batch: int) -> Fit | None:
+    """Mark the planner's choice among all files; its ``why`` becomes the one-line reason."""
+    from hisho.core import planner
+
+    known = [f for f in fits if f.file.name in facts_of]
+    if not known:
+        return None
+    cands = [facts_of[f.file.name] for f in known]
+    ctx = min(target_ctx, max(c.context_length or target_ctx for c in cands))
+    p = planner.plan(cands, budget, min_ctx=min(min_ctx, ctx), target_ctx=target_ctx, n_batch=n_batch,
+                     n_ubatch=n_batch)
+    chosen = next((f for f in known if p.facts is not None and facts_of[f.file.name] is p.facts), None)
+    if chosen is None or not p.fits:
+        smallest = min(known, key=lambda f: f.file.size)
+        smallest.recommended = True
+        smallest.why = f"nothing in this repository fits; the smallest file is the closest ({smallest.why})"
+        return smallest
+    chosen.recommended = True
+    chosen.why = (f"best quality that fits this machine: {chosen.file.quant} with {p.config.n_ctx} tokens "
+                  f"of context ({chosen.why})")
+    return chosen

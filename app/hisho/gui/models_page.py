@@ -1,0 +1,469 @@
+"""The Models page (View → Models): Installed, Hub and Downloads tabs (issue 13).
+
+- *Installed*: the model store with architecture, quant, size, trained context, source and a fit badge from the
+  planner; Load, Set as default, Delete (says how much space comes back), Reveal, Import… (copy or link); a
+  ``.gguf`` dropped on the page is imported.
+- *Hub*: ``hisho.gui.hub_tab``.
+- *Downloads*: the queue with bytes, speed and ETA; Pause, Resume, Cancel. Unfinished downloads from an earlier
+  run are listed paused, ready to resume (the window offers them at start-up: ``offer_unfinished``).
+
+Rules of use: hub requests run on the ``hub`` lane, downloads on the ``download`` lane (one at a time), store
+reads and writes on the ``store`` lane. Download progress is posted through the bridge at most 10 times a second.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl
+from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from hisho.core.executor import Executor
+from hisho.core.hub import Downloader, Job, Progress, QuantFile, Stopped
+from hisho.core.models import ModelEntry, ModelStore
+from hisho.gui.hub_tab import HubTab, badge_style, human
+
+log = logging.getLogger("hisho.gui")
+
+
+def planner_budget() -> tuple[Any, dict[str, Any]]:
+    """This machine's budget and the planner options from settings (runs on a worker lane)."""
+    from hisho.core import machine as machine_mod
+    from hisho.core import settings as settings_mod
+
+    s = settings_mod.load()
+    return machine_mod.detect().budget(), {"min_ctx": int(s["min_ctx"]),
+                                           "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
+                                           "n_batch": int(s["n_batch"])}
+
+
+def _table(headers: list[str], stretch: int) -> QTableWidget:
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().hide()
+    t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+    t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    head = t.horizontalHeader()
+    for col in range(len(headers)):
+        head.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col == stretch
+                                  else QHeaderView.ResizeMode.ResizeToContents)
+    return t
+
+
+class ModelsPage(QWidget):
+    def __init__(self, workers: Executor, *, load: Callable[[str], None] | None = None,
+                 toast: Callable[[str], None] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Models")
+        self.setAcceptDrops(True)
+        self.resize(1100, 720)
+        self.workers = workers
+        self.load_model = load
+        self.toast = toast or (lambda text: self.say(text))
+        self.downloader = Downloader()
+        self.entries: list[ModelEntry] = []
+        self.jobs: dict[int, Job] = {}
+        self.live: dict[int, Progress] = {}
+        self.queued: set[int] = set()
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.tabs = QTabWidget()
+        self.installed = self._build_installed()
+        self.hub = HubTab(workers, planner_budget)
+        self.hub.download_requested.connect(self.download)
+        self.hub.token_requested.connect(self.ask_token)
+        self.downloads = self._build_downloads()
+        self.tabs.addTab(self.installed, "Installed")
+        self.tabs.addTab(self.hub, "Hub")
+        self.tabs.addTab(self.downloads, "Downloads")
+        lay.addWidget(self.tabs)
+        self.refresh()
+        self.refresh_downloads()
+
+    # ----- Installed -------------------------------------------------------------------------------------
+
+    def _build_installed(self) -> QWidget:
+        page = QWidget()
+        lay = QVBoxLayout(page)
+        lay.setContentsMargins(12, 12, 12, 12)
+        self.model_table = _table(["Name", "Architecture", "Quant", "Size", "Context", "Source", "Fit"], 0)
+        self.model_table.itemSelectionChanged.connect(self._selection_changed)
+        self.installed_status = QLabel("Drop a .gguf file here to import it.")
+        self.installed_status.setObjectName("Meta")
+        self.installed_status.setWordWrap(True)
+        row = QHBoxLayout()
+        self.load_button = QPushButton("Load")
+        self.load_button.setObjectName("Primary")
+        self.default_button = QPushButton("Set as default")
+        self.delete_button = QPushButton("Delete…")
+        self.reveal_button = QPushButton("Show in folder")
+        importer = QPushButton("Import…")
+        self.load_button.clicked.connect(self.load_selected)
+        self.default_button.clicked.connect(self.set_default)
+        self.delete_button.clicked.connect(self.delete_selected)
+        self.reveal_button.clicked.connect(self.reveal_selected)
+        importer.clicked.connect(self.import_dialog)
+        for b in (self.load_button, self.default_button, self.delete_button, self.reveal_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        row.addWidget(importer)
+        lay.addWidget(self.model_table, 1)
+        lay.addWidget(self.installed_status)
+        lay.addLayout(row)
+        self._selection_changed()
+        return page
+
+    def say(self, text: str) -> None:
+        self.installed_status.setText(text)
+
+    def refresh(self) -> None:
+        self.workers.submit("store", lambda: ModelStore().list(), done=self._listed)
+
+    def _listed(self, entries: list[ModelEntry]) -> None:
+        self.entries = entries
+        t = self.model_table
+        t.setRowCount(len(entries))
+        for row, e in enumerate(entries):
+            src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
+            values = [e.name, e.arch or "?", e.quant or "?", human(e.size), f"{e.n_ctx_train:,}" if e.n_ctx_train
+                      else "?", src]
+            for col, v in enumerate(values):
+                item = QTableWidgetItem(v)
+                item.setToolTip(e.path)
+                t.setItem(row, col, item)
+            pending = QLabel("…")
+            pending.setObjectName("Meta")
+            t.setCellWidget(row, 6, pending)
+        self._selection_changed()
+        names = [e.name for e in entries]
+        self.workers.submit("hub", lambda: self._fits(names), done=self._show_fits, failed=lambda exc: None)
+
+    def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str]]:
+        """name -> (verdict, label, why) from the planner (formulas and cached dry runs only: no probe here)."""
+        from hisho.core import machine as machine_mod
+        from hisho.core.hub.fit import LABELS, verdict
+        from hisho.core.planner import make_plan
+
+        budget, opts = planner_budget()
+        m = machine_mod.detect()
+        out = {}
+        for name in names:
+            try:
+                p = make_plan([name], m, budget, min_ctx=opts["min_ctx"], target_ctx=opts["target_ctx"],
+                              calibrate_missing=False)
+                wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
+                v, why = verdict(p, budget, wanted or opts["target_ctx"])
+                out[name] = (v, LABELS[v], why)
+            except Exception as exc:  # a damaged or missing file: say so in the row
+                out[name] = ("unknown", "Unknown", str(exc))
+        return out
+
+    def _show_fits(self, fits: dict[str, tuple[str, str, str]]) -> None:
+        for row, e in enumerate(self.entries):
+            if e.name not in fits:
+                continue
+            v, label, why = fits[e.name]
+            badge = QLabel(label)
+            badge.setObjectName("FitBadge")
+            badge.setProperty("verdict", v)
+            badge.setStyleSheet(badge_style(v))
+            badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            badge.setToolTip(why)
+            self.model_table.setCellWidget(row, 6, badge)
+
+    def selected(self) -> ModelEntry | None:
+        rows = self.model_table.selectionModel().selectedRows() if self.model_table.selectionModel() else []
+        return self.entries[rows[0].row()] if rows and rows[0].row() < len(self.entries) else None
+
+    def _selection_changed(self) -> None:
+        e = self.selected()
+        for b in (self.load_button, self.default_button, self.reveal_button):
+            b.setEnabled(e is not None)
+        self.delete_button.setEnabled(e is not None and e.source != "bundled")
+
+    def load_selected(self) -> None:
+        e = self.selected()
+        if e is not None and self.load_model is not None:
+            self.load_model(e.name)
+            self.toast(f"Loading {e.name}…")
+
+    def set_default(self) -> None:
+        e = self.selected()
+        if e is None:
+            return
+        from hisho.core import settings as settings_mod
+
+        name = e.name
+
+        def work() -> None:
+            s = settings_mod.load()
+            s.set("default_model", name)
+            s.save()
+
+        self.workers.submit("store", work, done=lambda _r: self.toast(f"{name} is the default model now"))
+
+    def delete_selected(self) -> None:
+        e = self.selected()
+        if e is None:
+            return
+        if e.owned:
+            freed = f"This frees {human(e.size)} of disk space."
+        else:
+            freed = f"The file stays where it is ({e.path}); only the entry is removed."
+        answer = QMessageBox.question(self, "Delete model", f"Delete {e.name}?\n\n{freed}\nSaved KV snapshots of "
+                                      "this model stay in the KV cache until its budget evicts them.")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        name = e.name
+        self.workers.submit("store", lambda: ModelStore().remove(name),
+                            done=lambda _r: (self.toast(f"Deleted {name}"), self.refresh()),
+                            failed=lambda exc: self.toast(str(exc)))
+
+    def reveal_selected(self) -> None:
+        e = self.selected()
+        if e is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(e.path).parent)))
+
+    def import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import model", str(Path.home()), "GGUF models (*.gguf)")
+        if path:
+            self.import_file(Path(path))
+
+    def import_file(self, path: Path, mode: str | None = None) -> None:
+        if mode is None:
+            box = QMessageBox(self)
+            box.setWindowTitle("Import model")
+            box.setText(f"Import {path.name}?")
+            box.setInformativeText("Copy it into Hisho's models folder, or link to it where it is?")
+            copy = box.addButton("Copy", QMessageBox.ButtonRole.AcceptRole)
+            link = box.addButton("Link", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+            box.exec()
+            mode = "copy" if box.clickedButton() is copy else "link" if box.clickedButton() is link else ""
+        if not mode:
+            return
+        self.say(f"Importing {path.name}…")
+        self.workers.submit("store", lambda: ModelStore().add(path, copy=mode == "copy", link=mode == "link"),
+                            done=lambda e: (self.toast(f"Imported {e.name}"), self.refresh()),
+                            failed=lambda exc: self.say(f"Not imported: {exc}"))
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt naming
+        urls = event.mimeData().urls()
+        if urls and all(u.toLocalFile().lower().endswith(".gguf") for u in urls):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+        self.tabs.setCurrentWidget(self.installed)
+        for url in event.mimeData().urls():
+            self.import_file(Path(url.toLocalFile()))
+
+    # ----- Hub token ---------------------------------------------------------------------------------------
+
+    def ask_token(self) -> None:
+        from hisho.core.hub import token
+
+        text, ok = QInputDialog.getText(self, "Hugging Face token", "Token for gated repositories "
+                                        "(stored in the system keyring when available):",
+                                        QLineEdit.EchoMode.Password)
+        if ok and text.strip():
+            self.workers.submit("store", lambda: token.set_token(text),
+                                done=lambda where: self.hub.say(f"Token stored ({where})."))
+
+    # ----- Downloads -------------------------------------------------------------------------------------
+
+    def _build_downloads(self) -> QWidget:
+        page = QWidget()
+        lay = QVBoxLayout(page)
+        lay.setContentsMargins(12, 12, 12, 12)
+        self.resume_banner = QLabel("")
+        self.resume_banner.setObjectName("Banner")
+        self.resume_banner.hide()
+        self.job_table = _table(["Model", "Progress", "Bytes", "Speed", "ETA", "State"], 0)
+        row = QHBoxLayout()
+        self.pause_button = QPushButton("Pause")
+        self.resume_button = QPushButton("Resume")
+        self.cancel_button = QPushButton("Cancel")
+        self.pause_button.clicked.connect(lambda: self._on_job(self.pause))
+        self.resume_button.clicked.connect(lambda: self._on_job(self.resume))
+        self.cancel_button.clicked.connect(lambda: self._on_job(self.cancel))
+        for b in (self.pause_button, self.resume_button, self.cancel_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        lay.addWidget(self.resume_banner)
+        lay.addWidget(self.job_table, 1)
+        lay.addLayout(row)
+        return page
+
+    def refresh_downloads(self) -> None:
+        self.workers.submit("store", self.downloader.unfinished, done=self._show_jobs)
+
+    def _show_jobs(self, jobs: list[Job]) -> None:
+        self.jobs = {j.id: j for j in jobs}
+        t = self.job_table
+        t.setRowCount(len(jobs))
+        for row, j in enumerate(jobs):
+            t.setItem(row, 0, QTableWidgetItem(f"{j.repo} · {Path(j.name).name}"))
+            t.item(row, 0).setData(Qt.ItemDataRole.UserRole, j.id)
+            bar = QProgressBar()
+            bar.setRange(0, 1000)
+            t.setCellWidget(row, 1, bar)
+            self._paint_job(row, j, self.live.get(j.id))
+        paused = [j for j in jobs if j.state in ("paused", "failed") and j.id not in self.queued]
+        self.resume_banner.setText(f"{len(paused)} download(s) stopped before they finished. Select one and "
+                                   "press Resume." if paused else "")
+        self.resume_banner.setVisible(bool(paused))
+
+    def _row_of(self, job_id: int) -> int:
+        for row in range(self.job_table.rowCount()):
+            item = self.job_table.item(row, 0)
+            if item is not None and item.data(Qt.ItemDataRole.UserRole) == job_id:
+                return row
+        return -1
+
+    def _paint_job(self, row: int, j: Job, p: Progress | None) -> None:
+        t = self.job_table
+        done = p.done if p else j.done_bytes
+        total = p.total if p else j.size
+        bar = t.cellWidget(row, 1)
+        if isinstance(bar, QProgressBar):
+            bar.setValue(int(1000 * done / total) if total else 0)
+        speed = f"{p.speed / 2**20:.1f} MiB/s" if p and p.speed else ""
+        eta = f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}" if p and p.eta_s is not None else ""
+        state = "downloading" if j.id in self.queued and p else ("queued" if j.id in self.queued else j.state)
+        if j.error and state == "failed":
+            state = f"failed: {j.error}"
+        for col, text in ((2, f"{human(done)} / {human(total)}"), (3, speed), (4, eta), (5, state)):
+            item = QTableWidgetItem(text)
+            item.setToolTip(text)
+            t.setItem(row, col, item)
+
+    def _on_job(self, fn: Callable[[int], None]) -> None:
+        rows = self.job_table.selectionModel().selectedRows()
+        if not rows and self.job_table.rowCount() == 1:
+            rows = [self.job_table.model().index(0, 0)]
+        for r in rows:
+            item = self.job_table.item(r.row(), 0)
+            if item is not None:
+                fn(int(item.data(Qt.ItemDataRole.UserRole)))
+
+    def download(self, f: QuantFile) -> None:
+        """Queue ``f`` and start it on the download lane (one download at a time)."""
+        self.tabs.setCurrentWidget(self.downloads)
+        self.workers.submit("store", lambda: self.downloader.enqueue(f), done=lambda job: self.resume(job.id))
+
+    def resume(self, job_id: int) -> None:
+        if job_id in self.queued:
+            return
+        self.queued.add(job_id)
+        post = self.workers.post
+
+        def progress(p: Progress) -> None:
+            post(lambda: self._progress(p))
+
+        def work() -> ModelEntry:
+            if job_id not in self.queued:  # paused or cancelled while it waited for the lane
+                raise Stopped("pause")
+            entry: ModelEntry = self.downloader.run(job_id, progress)
+            return entry
+
+        self.workers.submit("download", work,
+                            done=lambda entry: self._finished(job_id, entry),
+                            failed=lambda exc: self._stopped(job_id, exc))
+        self.refresh_downloads()
+
+    def _progress(self, p: Progress) -> None:
+        self.live[p.job_id] = p
+        row = self._row_of(p.job_id)
+        job = self.jobs.get(p.job_id)
+        if row >= 0 and job is not None:
+            self._paint_job(row, job, p)
+
+    def _finished(self, job_id: int, entry: ModelEntry) -> None:
+        self.queued.discard(job_id)
+        self.live.pop(job_id, None)
+        self.toast(f"Downloaded {entry.name} (sha256 verified). Select it and press Load to chat with it.")
+        self.refresh()
+        self.refresh_downloads()
+
+    def _stopped(self, job_id: int, exc: BaseException) -> None:
+        self.queued.discard(job_id)
+        self.live.pop(job_id, None)
+        if isinstance(exc, Stopped):
+            self.toast("Download cancelled; the partial file was removed." if exc.reason == "cancel"
+                       else "Download paused.")
+        else:
+            from hisho.core.errors import UserError
+
+            if not isinstance(exc, UserError):
+                log.error("download failed", exc_info=exc)
+            self.toast(f"Download stopped: {exc}")
+        self.refresh_downloads()
+
+    def pause_all(self) -> None:
+        """Pause what is downloading (the window is closing): the next start offers to resume it."""
+        for job_id in list(self.queued):
+            self.downloader.pause(job_id)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
+        if event.type() == QEvent.Type.Close and watched is self.parent():
+            self.pause_all()  # before the window waits for its worker lanes
+        return False
+
+    def pause(self, job_id: int) -> None:
+        self.downloader.pause(job_id)
+        if not self.downloader.running(job_id):
+            self.queued.discard(job_id)
+            self.refresh_downloads()
+
+    def cancel(self, job_id: int) -> None:
+        self.downloader.cancel(job_id)
+        if not self.downloader.running(job_id):
+            self.queued.discard(job_id)
+            self.refresh_downloads()
+
+
+def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
+    """View → Models: the page as its own window (one per main window)."""
+    page = getattr(window, "_models_page", None)
+    if page is None:
+        controller = window.controller
+        page = ModelsPage(window.ctx.executor, load=controller.switch_model, toast=controller.toast, parent=window)
+        page.setWindowFlag(Qt.WindowType.Window, True)
+        window.installEventFilter(page)
+        window._models_page = page
+    index = {"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0)
+    page.tabs.setCurrentIndex(index)
+    page.show()
+    page.raise_()
+    return page
+
+
+def offer_unfinished(window: Any) -> None:
+    """At start-up: downloads left unfinished by an earlier run are offered for resuming."""
+
+    def found(jobs: list[Job]) -> None:
+        if jobs:
+            window.controller.toast(f"{len(jobs)} model download(s) did not finish.",
+                                    lambda: open_models(window, "Downloads"), label="Show downloads")
+
+    window.ctx.executor.submit("store", lambda: Downloader().unfinished(), done=found)
