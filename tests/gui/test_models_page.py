@@ -11,8 +11,9 @@ from PySide6.QtWidgets import QLabel, QMessageBox, QProgressBar
 from pytestqt.qtbot import QtBot
 
 from hisho.bench.hub_server import FakeHub
+from hisho.core.executor import Executor
 from hisho.core.models import ModelStore
-from hisho.gui.bridge import Bridge, Workers
+from hisho.gui.bridge import Bridge
 from hisho.gui.models_page import ModelsPage
 from tests.core.hub_fixtures import big_model, hub, write_payload_gguf
 
@@ -24,7 +25,7 @@ REPO = "org/Tiny-GGUF"
 @pytest.fixture
 def page(qtbot: QtBot, hub: FakeHub) -> Iterator[ModelsPage]:
     bridge = Bridge()
-    workers = Workers(bridge)
+    workers = Executor(bridge.post)
     p = ModelsPage(workers)
     qtbot.addWidget(p)
     p.show()
