@@ -61,9 +61,9 @@ class ModelFacts:
     file_size: int
     tensor_bytes: dict[str, int] = field(default_factory=dict)
     known_architecture: bool = True
-    # Weights a matrix multiplication reads, as "TYPE:ne1:n_dims" -> bytes: what ggml's CPU backend may repack
-    # (core/planner/repack.py). A tied embedding (no output.weight) appears again as "dup:TYPE:ne1:2": llama.cpp
-    # loads it a second time for the output layer, which may put it in the repack buffer.
+    # Weights a matrix multiplication reads, as "TYPE:ne1:n_dims:bytes" -> number of such tensors: what ggml's
+    # CPU backend may repack (core/planner/repack.py). A tied embedding (no output.weight) appears again as
+    # "dup:...": llama.cpp loads it a second time for the output layer, which may put it in the repack buffer.
     matmul_weights: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -84,7 +84,7 @@ class ModelFacts:
         return cls(**data)
 
 
-FACTS_VERSION = 2  # 2: matmul_weights
+FACTS_VERSION = 3  # 2, 3: matmul_weights
 _MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
@@ -218,8 +218,8 @@ _BLOCK = re.compile(r"^(blk\.\d+)\.")
 
 
 def _matmul_weights(reader: Any) -> dict[str, int]:
-    """Bytes of the weights matrix multiplications read (2-D and 3-D ``blk.*`` weights and the output), by
-    type, rows and dimensions; the tied embedding again under "dup:" when there is no output.weight."""
+    """The weights matrix multiplications read (2-D and 3-D ``blk.*`` weights and the output), counted by
+    type, rows, dimensions and size; the tied embedding again under "dup:" when there is no output.weight."""
     from gguf import GGMLQuantizationType
 
     out: dict[str, int] = {}
@@ -235,10 +235,10 @@ def _matmul_weights(reader: Any) -> dict[str, int]:
             tname = GGMLQuantizationType(int(tensor.tensor_type)).name
         except ValueError:
             continue
-        key = f"{tname}:{shape[1]}:{len(shape)}"
+        key = f"{tname}:{shape[1]}:{len(shape)}:{int(tensor.n_bytes)}"
         if tensor.name == "token_embd.weight":
             key = "embd:" + key
-        out[key] = out.get(key, 0) + int(tensor.n_bytes)
+        out[key] = out.get(key, 0) + 1
     for key in [k for k in out if k.startswith("embd:")]:
         value = out.pop(key)
         if "output.weight" not in names:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import pathlib
 import re
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import llama_cpp
@@ -260,19 +262,26 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fill_by_state(rt: Any, tokens: list[int], n_swa: int) -> None:
-    """Fill all but the last ubatch of the context from a synthetic state, then decode the last full ubatch."""
+    """Fill all but the last ubatch of the context from a synthetic state, then decode the last full ubatch.
+    The state is built in an anonymous mmap, so freeing it gives every page back to the OS (a malloc'd block
+    may stay in the heap and would count as the engine's memory)."""
     rt.decode_tokens(0, tokens[:1], want_logits=False)
     one = _seq_state(rt, 0)
     rt.seq_rm(0)
     n_fill = rt.n_ctx - min(rt.n_batch, rt.n_ctx)
-    data = synthetic_state(one, n_fill, n_swa)
-    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-    got = llama_cpp.llama_state_seq_set_data(rt.ctx, buf, len(data), 0)
-    if got != len(data):
-        raise RuntimeError(f"llama.cpp took {got} of {len(data)} bytes of the synthetic state")
+    size = sum(len(piece) * times for piece, times in synthetic_state(one, n_fill, n_swa))
+    mm = mmap.mmap(-1, size)
+    for piece, times in synthetic_state(one, n_fill, n_swa):
+        for _ in range(times):
+            mm.write(piece)
+    buf = (ctypes.c_uint8 * size).from_buffer(mm)
+    got = llama_cpp.llama_state_seq_set_data(rt.ctx, buf, size, 0)
+    del buf
+    mm.close()
+    if got != size:
+        raise RuntimeError(f"llama.cpp took {got} of {size} bytes of the synthetic state")
     rt.seqs[0] = list(tokens[:n_fill])
-    del buf, data
-    reset_peak()  # the synthetic state's buffers are gone; the peak from here on is the engine's own
+    reset_peak()  # the synthetic state is unmapped; the peak from here on is the engine's own
     rt.decode_tokens(0, tokens[n_fill:rt.n_ctx])
 
 
@@ -283,57 +292,56 @@ def _seq_state(rt: Any, seq: int) -> bytes:
     return bytes(buf[:n])
 
 
-def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0) -> bytes:
-    """A sequence state of ``n_cells`` cells at positions 0..n_cells-1, from the state of ONE cell (llama.cpp's
-    per-sequence format, llama-kv-cache.cpp state_write: per cache, streams of cell count, cell meta, then K rows
-    per layer and V rows (or V elements when transposed)). Each cell repeats the decoded cell's K and V. An
-    interleaved-SWA model writes two caches; the second (sliding-window) one gets only the last ``n_swa`` cells,
-    as llama.cpp saves it (older cells are masked out and not written)."""
-    out = bytearray()
-    pos = 0
+def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0) -> Iterator[tuple[bytes, int]]:
+    """A sequence state of ``n_cells`` cells at positions 0..n_cells-1, from the state of ONE cell, as
+    (piece, repeat) pairs to write in order. llama.cpp's per-sequence format (llama-context.cpp, llama-kv-cache.cpp
+    state_write): an 8-byte preamble (io magic 0xaf143cd8, source sequence), then per cache: streams of cell
+    count, cell meta, K rows per layer, V rows (or V elements when transposed). Each cell repeats the decoded
+    cell's K and V. An interleaved-SWA model writes two caches; the second (sliding-window) one gets only the
+    last ``n_swa`` cells, as llama.cpp saves it (older cells are masked out and not written)."""
+    yield one[:8], 1
+    pos = 8
     cache = 0
     while pos < len(one):
         cells = n_cells if cache == 0 or not n_swa else min(n_cells, n_swa)
         first = n_cells - cells
         (n_stream,) = struct.unpack_from("<I", one, pos)
         pos += 4
-        out += struct.pack("<I", n_stream)
+        yield struct.pack("<I", n_stream), 1
         for _ in range(n_stream):
             (count,) = struct.unpack_from("<I", one, pos)
             pos += 4
             if count == 0:
-                out += struct.pack("<I", 0)
+                yield struct.pack("<I", 0), 1
                 continue
             if count != 1:
                 raise ValueError(f"expected a one-cell state, got {count} cells")
             _p, n_seq = struct.unpack_from("<iI", one, pos)
             pos += 8 + 4 * n_seq
-            out += struct.pack("<I", cells)
-            for i in range(cells):
-                out += struct.pack("<iIi", first + i, 1, 0)
+            yield struct.pack("<I", cells), 1
+            yield b"".join(struct.pack("<iIi", first + i, 1, 0) for i in range(cells)), 1
             v_trans, n_layer = struct.unpack_from("<II", one, pos)
             pos += 8
-            out += struct.pack("<II", v_trans, n_layer)
+            yield struct.pack("<II", v_trans, n_layer), 1
             for _ in range(n_layer):  # K rows
                 k_type, row = struct.unpack_from("<iQ", one, pos)
-                pos += 12
-                out += struct.pack("<iQ", k_type, row) + one[pos:pos + row] * cells
-                pos += row
+                yield one[pos:pos + 12], 1
+                yield one[pos + 12:pos + 12 + row], cells
+                pos += 12 + row
             for _ in range(n_layer):  # V rows, or V elements when transposed
                 if not v_trans:
                     v_type, row = struct.unpack_from("<iQ", one, pos)
-                    pos += 12
-                    out += struct.pack("<iQ", v_type, row) + one[pos:pos + row] * cells
-                    pos += row
+                    yield one[pos:pos + 12], 1
+                    yield one[pos + 12:pos + 12 + row], cells
+                    pos += 12 + row
                 else:
                     v_type, size_el, n_embd = struct.unpack_from("<iII", one, pos)
+                    yield one[pos:pos + 12], 1
                     pos += 12
-                    out += struct.pack("<iII", v_type, size_el, n_embd)
                     for _j in range(n_embd):
-                        out += one[pos:pos + size_el] * cells
+                        yield one[pos:pos + size_el], cells
                         pos += size_el
         cache += 1
-    return bytes(out)
 
 
 COMMANDS = {"dry-run": dry_run, "devices": lambda _req: devices(), "measure": measure}

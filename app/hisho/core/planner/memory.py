@@ -247,12 +247,12 @@ def weights_held(facts: ModelFacts, cfg: Config, calib: Calibration | None,
     features (repack.py). Repacked weights live in an allocated buffer; with mmap the file's pages read to repack
     them stay mapped too (held twice), which is why the engine turns mmap off for such models. A tied embedding
     whose output copy is repacked is held twice either way (that copy is a second tensor)."""
-    from hisho.core.planner.repack import repacked_bytes, use_mmap
+    from hisho.core.planner.repack import repack_plan, use_mmap
 
     notes: list[str] = []
-    if cpu is None and calib is not None and calib.repacked >= 0:
+    if cpu is None and calib is not None and calib.cpu_features:
         cpu = frozenset(calib.cpu_features)
-    moved, dup = repacked_bytes(facts, cpu or ())
+    moved, dup, largest = repack_plan(facts, cpu or ())
     if calib is not None and calib.repacked >= 0:
         dup = min(dup, calib.repacked)  # llama.cpp's own figure for the buffer; the rule only splits it
         moved = calib.repacked - dup
@@ -267,7 +267,9 @@ def weights_held(facts: ModelFacts, cfg: Config, calib: Calibration | None,
                      f"the engine loads {'with' if mmap else 'without'} mmap{twice}")
     if dup:
         notes.append(f"the tied embedding's output copy is repacked: +{dup / MIB:.0f} MiB")
-    return facts.weights_bytes + dup, moved if mmap else 0, repacked, mmap, notes
+    # Reading without mmap leaves about one largest repacked tensor's read buffer in the heap (repack.py).
+    extra = moved if mmap else (largest if repacked else 0)
+    return facts.weights_bytes + dup, extra, repacked, mmap, notes
 
 
 def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *,

@@ -49,20 +49,32 @@ def repacked_type(type_name: str, ne1: int, features: Iterable[str]) -> bool:
 def repacked_bytes(facts: ModelFacts, features: Iterable[str]) -> tuple[int, int]:
     """(bytes of file weights that go to CPU_REPACK, extra bytes of a repacked second copy of a tied
     embedding)."""
+    moved, dup, _largest = repack_plan(facts, features)
+    return moved, dup
+
+
+def repack_plan(facts: ModelFacts, features: Iterable[str]) -> tuple[int, int, int]:
+    """(moved, dup, largest): as ``repacked_bytes``, plus the largest single repacked tensor. Without mmap,
+    llama.cpp reads each repacked tensor through a temporary buffer of its size (llama-model-loader.cpp
+    load_all_data, ``read_buf``); glibc keeps the last such block in the heap (its mmap threshold rises to
+    the freed size, up to 32 MiB), so about one largest tensor stays resident after the load (measured: 9 MiB
+    on the 1B Q4_0 shape, its ffn tensors' size)."""
     feats = frozenset(features)
-    moved = dup = 0
-    for key, nbytes in facts.matmul_weights.items():
+    moved = dup = largest = 0
+    for key, count in facts.matmul_weights.items():
         parts = key.split(":")
         is_dup = parts[0] == "dup"
         if is_dup:
             parts = parts[1:]
-        type_name, ne1 = parts[0], int(parts[1])
-        if repacked_type(type_name, ne1, feats):
-            if is_dup:
-                dup += nbytes
-            else:
-                moved += nbytes
-    return moved, dup
+        type_name, ne1, nbytes = parts[0], int(parts[1]), int(parts[3])
+        if not repacked_type(type_name, ne1, feats):
+            continue
+        largest = max(largest, nbytes)
+        if is_dup:
+            dup += nbytes * count
+        else:
+            moved += nbytes * count
+    return moved, dup, largest
 
 
 def use_mmap(repacked: int) -> bool:
