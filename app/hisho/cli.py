@@ -161,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cold", action="store_true", help="resume: drop the KV files from the page cache first")
     p.add_argument("--kv-type", choices=("f16", "q8_0"), default=None, help="resume: KV cache type")
     p.add_argument("--model", help="model store name or GGUF path (default: the bundled model)")
+    p.add_argument("--matrix", action="store_true",
+                   help="plan: every generated true-shape model x quant x 2 contexts x f16/q8_0 KV")
+    p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 

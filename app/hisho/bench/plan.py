@@ -1,70 +1,135 @@
-"""``hisho bench plan``: are the planner's two predictions right?
+"""``hisho bench plan [--model PATH | --matrix [--only SHAPE[:QUANT]]]``: are the planner's two predictions right?
 
-For the default model (or ``--model``) at n_ctx 512, 2048 and 8192 with f16 and q8_0 KV, each cell loads the
-model for real in a FRESH process (``python -m hisho.engine.probe measure``: the engine's own Runtime, mmap as
-the engine does), fills the whole context with full ubatches, and compares:
-- predicted ``resident`` against the measured peak RSS growth over the process's baseline before the load;
+Each cell loads the model for real in a FRESH process (``python -m hisho.engine.probe measure``: the engine's
+own Runtime, mmap or not as the engine decides), fills the whole context and compares:
+- predicted ``resident`` against the measured peak RSS growth (VmHWM) over the process's baseline before the
+  load (the load's own peak included: reading a model without mmap passes through a buffer);
 - predicted ``committed`` against the buffer sizes llama.cpp reported for that load plus our engine's arrays.
-Errors are (predicted - measured) / measured in percent; ``worst_under_pct`` is the largest resident
-under-prediction (positive, 0 if none).
+Errors are (predicted - measured) / measured in percent; ``worst_under_pct`` is the largest under-prediction
+(positive, 0 if none) of either figure.
+
+- Default: the bundled model (or ``--model``) at n_ctx 512, 2048 and 8192, f16 and q8_0 KV. The bundled model
+  is filled token by token (full ubatches); any other model through a synthetic KV state plus one real ubatch
+  (probe.py ``fill="state"``: the same full cache and largest graph, in seconds instead of minutes).
+- ``--matrix``: every true-shape model (bench/shapes.py: Llama-3.2-1B/3B, Qwen2.5-1.5B, Gemma-3-1B) in every
+  quant mix (F16 for the 1B only) x n_ctx 1024 and 4096 x f16 / q8_0 KV. Files are generated on first use and
+  cached. ``--only llama-3.2-1b:Q4_0`` (repeatable, comma-separated) runs a subset.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
 from typing import Any
 
 from hisho.core import settings as settings_mod
-from hisho.core.gguf_facts import read_facts
+from hisho.core.gguf_facts import ModelFacts, read_facts
 from hisho.core.launch import open_model
+from hisho.core.machine import detect
 from hisho.core.planner import calibration_for
 from hisho.core.planner.calibrate import run_probe
-from hisho.core.planner.memory import Config, estimate
+from hisho.core.planner.memory import MIB, Calibration, Config, estimate
 from hisho.core.protocol import LoadParams
 
 CONTEXTS = (512, 2048, 8192)
+MATRIX_CONTEXTS = (1024, 4096)
 KV_TYPES = ("f16", "q8_0")
+
+
+def matrix_models(only: str | None = None) -> list[tuple[str, str]]:
+    """(shape, quant) pairs of the matrix, optionally filtered by ``only`` ("shape[:quant],...")."""
+    from hisho.bench.shapes import QUANTS, SHAPES
+
+    pairs = [(s, q) for s in SHAPES for q in QUANTS if q != "F16" or s == "llama-3.2-1b"]
+    if not only:
+        return pairs
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    keep = [(s, q) for s, q in pairs if any(w in (s, f"{s}:{q}") for w in wanted)]
+    if not keep:
+        raise SystemExit(f"hisho: error: --only {only!r} matches no matrix cell (shapes: {', '.join(SHAPES)})")
+    return keep
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     s = settings_mod.load()
-    model_path = open_model(getattr(args, "model", None))
-    facts = read_facts(model_path)
     n_batch = int(s["n_batch"])
-    calib = calibration_for(facts, n_ubatch=n_batch)
-    cells = []
-    for n_ctx in CONTEXTS:
-        if facts.context_length and n_ctx > facts.context_length:
-            continue
-        for kv in KV_TYPES:
-            cfg = Config(n_ctx=n_ctx, type_k=kv, type_v=kv, flash_attn=True, n_batch=n_batch, n_ubatch=n_batch)
-            cells.append(_cell(facts, cfg, calib, str(model_path), int(s["n_threads"])))
-    under = [-c["resident_error_pct"] for c in cells if c["resident_error_pct"] < 0]
+    cpu = detect().cpu or None
+    cells: list[dict[str, Any]] = []
+    models: list[dict[str, Any]] = []
+    if getattr(args, "matrix", False):
+        from hisho.bench.shapes import model_file
+
+        for shape, quant in matrix_models(getattr(args, "only", None)):
+            started = time.perf_counter()
+            path = model_file(shape, quant)
+            gen_s = time.perf_counter() - started
+            model_cells = _model_cells(path, MATRIX_CONTEXTS, n_batch, int(s["n_threads"]), cpu, fill="state")
+            for c in model_cells:
+                c["model"] = f"{shape}:{quant}"
+            cells += model_cells
+            models.append({"model": f"{shape}:{quant}", "path": str(path), "generate_s": round(gen_s, 2)})
+        out: dict[str, Any] = {"matrix": True, "contexts": list(MATRIX_CONTEXTS), "models": models}
+    else:
+        model_path = open_model(getattr(args, "model", None))
+        bundled = getattr(args, "model", None) is None
+        cells = _model_cells(model_path, CONTEXTS, n_batch, int(s["n_threads"]), cpu,
+                             fill="decode" if bundled else "state")
+        out = {"model": str(model_path)}
+    out.update(summary(cells))
+    out["cells"] = cells
+    return out
+
+
+def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    under = [-c[k] for c in cells for k in ("resident_error_pct", "committed_error_pct") if c[k] < 0]
+    worst = max(cells, key=lambda c: abs(c["resident_error_pct"]))
     return {
-        "model": str(model_path),
-        "calibrated": calib is not None,
-        "cells": cells,
-        "worst_abs_error_pct": round(max(abs(c["resident_error_pct"]) for c in cells), 3),
+        "cells_measured": len(cells),
+        "worst_abs_error_pct": round(max(abs(c[k]) for c in cells
+                                         for k in ("resident_error_pct", "committed_error_pct")), 3),
         "worst_under_pct": round(max(under, default=0.0), 3),
+        "worst_resident_error_pct": round(abs(worst["resident_error_pct"]), 3),
+        "worst_resident_cell": {k: worst.get(k) for k in ("model", "n_ctx", "type_k", "resident_error_pct")},
         "worst_committed_error_pct": round(max(abs(c["committed_error_pct"]) for c in cells), 3),
     }
 
 
-def _cell(facts: Any, cfg: Config, calib: Any, model_path: str, n_threads: int) -> dict[str, Any]:
-    predicted = estimate(facts, cfg, calib)
+def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_threads: int,
+                 cpu: frozenset[str] | None, *, fill: str) -> list[dict[str, Any]]:
+    facts = read_facts(model_path)
+    calib = calibration_for(facts, n_ubatch=n_batch)
+    cells = []
+    for n_ctx in contexts:
+        if facts.context_length and n_ctx > facts.context_length:
+            continue
+        for kv in KV_TYPES:
+            cfg = Config(n_ctx=n_ctx, type_k=kv, type_v=kv, flash_attn=True, n_batch=n_batch, n_ubatch=n_batch)
+            cells.append(_cell(facts, cfg, calib, cpu, str(model_path), n_threads, fill))
+    return cells
+
+
+def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozenset[str] | None,
+          model_path: str, n_threads: int, fill: str) -> dict[str, Any]:
+    predicted = estimate(facts, cfg, calib, cpu=cpu)
     params = LoadParams(model_path=model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                         n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v)
-    m = run_probe("measure", {"params": params.to_dict()}, timeout=1800)
+    m = run_probe("measure", {"params": params.to_dict(), "fill": fill, "n_swa": facts.n_swa}, timeout=1800)
     buffers = m["buffers"]
     reported = sum(sum(buffers[k].values()) for k in ("model", "KV", "compute", "output"))
     measured_committed = reported + int(m["our_arrays"])
     measured_resident = int(m["peak_growth"])
     return {
         "n_ctx": cfg.n_ctx, "type_k": cfg.type_k, "type_v": cfg.type_v, "filled_tokens": m["filled"],
+        "fill": m.get("fill", fill), "mmap": m.get("mmap"), "predicted_mmap": predicted.mmap,
+        "repacked_mib": round(predicted.repacked / MIB, 1),
+        "measured_repack_mib": round(buffers["model"].get("CPU_REPACK", 0) / MIB, 1),
+        "load_s": round(float(m.get("load_s", 0.0)), 3),
         "predicted_resident": predicted.resident, "measured_resident": measured_resident,
         "resident_error_pct": _pct(predicted.resident, measured_resident),
         "predicted_committed": predicted.committed, "measured_committed": measured_committed,
         "committed_error_pct": _pct(predicted.committed, measured_committed),
+        "estimate": predicted.estimate,
     }
 
 

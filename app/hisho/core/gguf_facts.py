@@ -61,6 +61,10 @@ class ModelFacts:
     file_size: int
     tensor_bytes: dict[str, int] = field(default_factory=dict)
     known_architecture: bool = True
+    # Weights a matrix multiplication reads, as "TYPE:ne1:n_dims:bytes" -> number of such tensors: what ggml's
+    # CPU backend may repack (core/planner/repack.py). A tied embedding (no output.weight) appears again as
+    # "dup:...": llama.cpp loads it a second time for the output layer, which may put it in the repack buffer.
+    matmul_weights: dict[str, int] = field(default_factory=dict)
 
     @property
     def weights_bytes(self) -> int:
@@ -80,7 +84,7 @@ class ModelFacts:
         return cls(**data)
 
 
-FACTS_VERSION = 1
+FACTS_VERSION = 3  # 2, 3: matmul_weights
 _MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
@@ -172,7 +176,7 @@ def facts_from_reader(reader: Any, *, source: str, file_size: int) -> ModelFacts
         n_head=n_head, n_head_kv=n_head_kv, key_length=k_len, value_length=v_len, n_swa=n_swa,
         swa_layers=_swa_layers(arch, n_swa, n_layer, key("attention.sliding_window_pattern", None)),
         context_length=int(key("context_length", 0) or 0), vocab_size=vocab, file_size=file_size,
-        tensor_bytes=_group_tensors(reader), known_architecture=known,
+        tensor_bytes=_group_tensors(reader), known_architecture=known, matmul_weights=_matmul_weights(reader),
     )
 
 
@@ -211,6 +215,35 @@ def _swa_layers(arch: str, n_swa: int, n_layer: int, pattern: Any) -> tuple[bool
 
 
 _BLOCK = re.compile(r"^(blk\.\d+)\.")
+
+
+def _matmul_weights(reader: Any) -> dict[str, int]:
+    """The weights matrix multiplications read (2-D and 3-D ``blk.*`` weights and the output), counted by
+    type, rows, dimensions and size; the tied embedding again under "dup:" when there is no output.weight."""
+    from gguf import GGMLQuantizationType
+
+    out: dict[str, int] = {}
+    names = set()
+    for tensor in reader.tensors:
+        names.add(tensor.name)
+        shape = [int(d) for d in getattr(tensor, "shape", ())]
+        if len(shape) < 2 or not tensor.name.endswith(".weight"):
+            continue
+        if not (tensor.name.startswith("blk.") or tensor.name == "output.weight" or tensor.name == "token_embd.weight"):
+            continue
+        try:
+            tname = GGMLQuantizationType(int(tensor.tensor_type)).name
+        except ValueError:
+            continue
+        key = f"{tname}:{shape[1]}:{len(shape)}:{int(tensor.n_bytes)}"
+        if tensor.name == "token_embd.weight":
+            key = "embd:" + key
+        out[key] = out.get(key, 0) + 1
+    for key in [k for k in out if k.startswith("embd:")]:
+        value = out.pop(key)
+        if "output.weight" not in names:
+            out["dup:" + key[5:]] = value
+    return out
 
 
 def _group_tensors(reader: Any) -> dict[str, int]:

@@ -47,6 +47,7 @@ class Tensor:
     tensor_type: int
     n_bytes: int
     data_offset: int
+    shape: tuple[int, ...] = ()  # ggml order: ne[0] (row length), ne[1], ...
 
 
 @dataclass
@@ -150,7 +151,7 @@ def parse(buf: Any) -> Header:
         n = 1
         for d in dims:
             n *= d
-        h.tensors.append(Tensor(name, ttype, n // block * size, h.data_offset + offset))
+        h.tensors.append(Tensor(name, ttype, n // block * size, h.data_offset + offset, tuple(dims)))
     return h
 
 

@@ -65,6 +65,7 @@ class Machine:
     sysfs_root: str | None = None      # Linux: where /sys lives (fixtures point elsewhere)
     source: str = "detected"
     extra: dict[str, Any] = field(default_factory=dict)
+    cpu: frozenset[str] = frozenset()  # ggml's CPU features (decide weight repacking); empty: not probed
 
     @property
     def gpus(self) -> tuple[Device, ...]:
@@ -183,7 +184,7 @@ def from_dict(data: dict[str, Any], *, base_dir: Path | None = None, source: str
                    cpu_threads=int(data.get("cpu_threads", 4)),
                    devices=tuple(_device(d) for d in data.get("devices", [])),
                    supports_gpu_offload=bool(data.get("supports_gpu_offload", False)), sysfs_root=sysfs,
-                   source=source)
+                   source=source, cpu=frozenset(str(f) for f in data.get("cpu_features", ())))
 
 
 def from_fixture(path: str | Path) -> Machine:
@@ -206,19 +207,30 @@ def detect(*, probe_devices: bool = True) -> Machine:
         probed = _probed_devices()
         data["devices"] = [d for d in probed.get("devices", []) if d.get("type") != "cpu"]
         data["supports_gpu_offload"] = bool(probed.get("supports_gpu_offload", False))
+        data["cpu_features"] = probed.get("cpu_features", [])
+    else:
+        data["cpu_features"] = _cached_probe().get("cpu_features", [])
     return from_dict(data, source="detected")
+
+
+def _cached_probe() -> dict[str, Any]:
+    """The stored device probe of this library version, or {} (never runs the probe)."""
+    from hisho.core.planner.calibrate import library_version
+
+    try:
+        stored = json.loads((paths.cache_dir() / "devices.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return dict(stored) if stored.get("library_key") == library_version() else {}
 
 
 def _probed_devices() -> dict[str, Any]:
     from hisho.core.planner.calibrate import ProbeFailed, library_version, run_probe
 
     cache = paths.cache_dir() / "devices.json"
-    try:
-        stored = json.loads(cache.read_text(encoding="utf-8"))
-        if stored.get("library_key") == library_version():
-            return dict(stored)
-    except (OSError, ValueError):
-        pass
+    stored = _cached_probe()
+    if stored and "cpu_features" in stored:
+        return stored
     try:
         answer = run_probe("devices", {}, timeout=60)
     except ProbeFailed as exc:

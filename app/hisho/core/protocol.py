@@ -66,6 +66,7 @@ class LoadParams:
     kv_unified: bool = True
     swa_full: bool = False
     seed: int = 0
+    use_mmap: bool | None = None     # None: map the file unless llama.cpp repacks weights (planner/repack.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

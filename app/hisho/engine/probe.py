@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import pathlib
 import re
+import struct
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import llama_cpp
@@ -113,7 +117,7 @@ def library_version() -> str:
 def dry_run(request: dict[str, Any]) -> dict[str, Any]:
     """``request``: model_path, n_gpu_layers, contexts: [{n_ctx, n_batch, n_ubatch, type_k, type_v, flash_attn,
     n_seq_max, swa_full}], touched (bool: also probe n_outputs_max=1)."""
-    from hisho.engine.runtime import context_params
+    from hisho.engine.runtime import context_params, cpu_features
 
     logs = LogCapture()
     llama_cpp.llama_backend_init()
@@ -132,6 +136,7 @@ def dry_run(request: dict[str, Any]) -> dict[str, Any]:
         "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "model_anon": after_model["anon"] - before["anon"], "model_file": after_model["file"] - before["file"],
         "model_buffers": parse_buffers(logs.take())["model"], "contexts": [],
+        "cpu_features": sorted(cpu_features()),
     }
     for spec in request.get("contexts", []):
         params = LoadParams(model_path=str(request["model_path"]), **spec)
@@ -193,7 +198,9 @@ def devices() -> dict[str, Any]:
             "type": _DEV_TYPES.get(int(lib.ggml_backend_dev_type(dev)), "unknown"),
             "free": int(free.value), "total": int(total.value),
         })
-    return {"ok": True, "library": library_version(),
+    from hisho.engine.runtime import cpu_features
+
+    return {"ok": True, "library": library_version(), "cpu_features": sorted(cpu_features()),
             "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "devices": out}
 
 
@@ -209,13 +216,21 @@ def _ggml() -> ctypes.CDLL:
 
 
 def measure(request: dict[str, Any]) -> dict[str, Any]:
-    """Load ``request["params"]`` (LoadParams) through the engine's Runtime, fill n_ctx with full ubatches
-    (one logit row per ubatch, as the engine decodes a prompt), report peak RSS growth over the baseline."""
+    """Load ``request["params"]`` (LoadParams) through the engine's Runtime, fill n_ctx, and report peak RSS
+    growth over the baseline.
+
+    ``fill``: "decode" prefills the whole context with full ubatches (one logit row per ubatch, as the engine
+    decodes a prompt); "state" writes all but the last ubatch's cells straight into the KV cache with
+    ``llama_state_seq_set_data`` (a state built from one decoded cell, ``synthetic_state``) and decodes only
+    the last full ubatch. Both end with a full cache and the largest graph (every cell attended by a full
+    ubatch), which is the peak; "state" costs one ubatch instead of n_ctx tokens, so a 3B model's 4K context is
+    measured in seconds, not minutes."""
     from hisho.engine.runtime import Runtime
 
     logs = LogCapture()
     llama_cpp.llama_backend_init()
     params = LoadParams.from_dict(request["params"])
+    fill = str(request.get("fill", "decode"))
     reset_peak()
     base = memory_now()
     rt = Runtime.load(params)
@@ -223,18 +238,110 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     buffers = parse_buffers(logs.take())
     n_vocab = rt.n_vocab
     tokens = [(i * 7919 + 11) % n_vocab for i in range(rt.n_ctx)]
-    for start in range(0, rt.n_ctx, rt.n_batch):
-        rt.decode_tokens(0, tokens[start:start + rt.n_batch])
+    started = time.perf_counter()
+    if fill == "state":
+        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)))
+        # The synthetic state's Python buffers are freed by now; only what follows the reset counts, and the
+        # load's own peak (loaded["peak"]) is kept apart.
+    else:
+        for start in range(0, rt.n_ctx, rt.n_batch):
+            rt.decode_tokens(0, tokens[start:start + rt.n_batch])
+    fill_s = time.perf_counter() - started
     end = memory_now()
     # llama_batch_init(capacity, 0, n_seq_max): token, pos, n_seq_id, logits arrays and seq_id pointers.
     cap = rt.batch.capacity
     batch_bytes = cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * rt.n_seq_max
     rt.close()
     return {"ok": True, "library": library_version(), "n_ctx": rt.n_ctx, "filled": len(rt.seqs.get(0, [])),
-            "baseline_rss": base["rss"], "peak_growth": end["peak"] - base["rss"],
+            "fill": fill, "fill_s": fill_s, "load_s": rt.load_s, "mmap": rt.mmap,
+            "baseline_rss": base["rss"], "peak_growth": max(end["peak"], loaded["peak"]) - base["rss"],
             "end_growth": end["rss"] - base["rss"], "load_growth": loaded["rss"] - base["rss"],
+            "load_peak_growth": loaded["peak"] - base["rss"],
             "anon_growth": end["anon"] - base["anon"], "file_growth": end["file"] - base["file"],
             "buffers": buffers, "our_arrays": batch_bytes}
+
+
+def _fill_by_state(rt: Any, tokens: list[int], n_swa: int) -> None:
+    """Fill all but the last ubatch of the context from a synthetic state, then decode the last full ubatch.
+    The state is built in an anonymous mmap, so freeing it gives every page back to the OS (a malloc'd block
+    may stay in the heap and would count as the engine's memory)."""
+    rt.decode_tokens(0, tokens[:1], want_logits=False)
+    one = _seq_state(rt, 0)
+    rt.seq_rm(0)
+    n_fill = rt.n_ctx - min(rt.n_batch, rt.n_ctx)
+    size = sum(len(piece) * times for piece, times in synthetic_state(one, n_fill, n_swa))
+    mm = mmap.mmap(-1, size)
+    for piece, times in synthetic_state(one, n_fill, n_swa):
+        for _ in range(times):
+            mm.write(piece)
+    buf = (ctypes.c_uint8 * size).from_buffer(mm)
+    got = llama_cpp.llama_state_seq_set_data(rt.ctx, buf, size, 0)
+    del buf
+    mm.close()
+    if got != size:
+        raise RuntimeError(f"llama.cpp took {got} of {size} bytes of the synthetic state")
+    rt.seqs[0] = list(tokens[:n_fill])
+    reset_peak()  # the synthetic state is unmapped; the peak from here on is the engine's own
+    rt.decode_tokens(0, tokens[n_fill:rt.n_ctx])
+
+
+def _seq_state(rt: Any, seq: int) -> bytes:
+    size = int(llama_cpp.llama_state_seq_get_size(rt.ctx, seq))
+    buf = (ctypes.c_uint8 * size)()
+    n = int(llama_cpp.llama_state_seq_get_data(rt.ctx, buf, size, seq))
+    return bytes(buf[:n])
+
+
+def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0) -> Iterator[tuple[bytes, int]]:
+    """A sequence state of ``n_cells`` cells at positions 0..n_cells-1, from the state of ONE cell, as
+    (piece, repeat) pairs to write in order. llama.cpp's per-sequence format (llama-context.cpp, llama-kv-cache.cpp
+    state_write): an 8-byte preamble (io magic 0xaf143cd8, source sequence), then per cache: streams of cell
+    count, cell meta, K rows per layer, V rows (or V elements when transposed). Each cell repeats the decoded
+    cell's K and V. An interleaved-SWA model writes two caches; the second (sliding-window) one gets only the
+    last ``n_swa`` cells, as llama.cpp saves it (older cells are masked out and not written)."""
+    yield one[:8], 1
+    pos = 8
+    cache = 0
+    while pos < len(one):
+        cells = n_cells if cache == 0 or not n_swa else min(n_cells, n_swa)
+        first = n_cells - cells
+        (n_stream,) = struct.unpack_from("<I", one, pos)
+        pos += 4
+        yield struct.pack("<I", n_stream), 1
+        for _ in range(n_stream):
+            (count,) = struct.unpack_from("<I", one, pos)
+            pos += 4
+            if count == 0:
+                yield struct.pack("<I", 0), 1
+                continue
+            if count != 1:
+                raise ValueError(f"expected a one-cell state, got {count} cells")
+            _p, n_seq = struct.unpack_from("<iI", one, pos)
+            pos += 8 + 4 * n_seq
+            yield struct.pack("<I", cells), 1
+            yield b"".join(struct.pack("<iIi", first + i, 1, 0) for i in range(cells)), 1
+            v_trans, n_layer = struct.unpack_from("<II", one, pos)
+            pos += 8
+            yield struct.pack("<II", v_trans, n_layer), 1
+            for _ in range(n_layer):  # K rows
+                k_type, row = struct.unpack_from("<iQ", one, pos)
+                yield one[pos:pos + 12], 1
+                yield one[pos + 12:pos + 12 + row], cells
+                pos += 12 + row
+            for _ in range(n_layer):  # V rows, or V elements when transposed
+                if not v_trans:
+                    v_type, row = struct.unpack_from("<iQ", one, pos)
+                    yield one[pos:pos + 12], 1
+                    yield one[pos + 12:pos + 12 + row], cells
+                    pos += 12 + row
+                else:
+                    v_type, size_el, n_embd = struct.unpack_from("<iII", one, pos)
+                    yield one[pos:pos + 12], 1
+                    pos += 12
+                    for _j in range(n_embd):
+                        yield one[pos:pos + size_el], cells
+                        pos += size_el
+        cache += 1
 
 
 COMMANDS = {"dry-run": dry_run, "devices": lambda _req: devices(), "measure": measure}

@@ -107,6 +107,7 @@ class Runtime:
         self.vocab = llama_cpp.llama_model_get_vocab(model)
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.load_s = load_s
+        self.mmap = True
         self._bind(ctx)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.metadata = _read_metadata(model)
@@ -169,6 +170,8 @@ class Runtime:
         llama_cpp.llama_backend_init()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = params.n_gpu_layers
+        mapped = params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path)
+        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if mapped else llama_cpp.LLAMA_LOAD_MODE_NONE
         start = time.perf_counter()
         model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
         if not model:
@@ -188,8 +191,10 @@ class Runtime:
             llama_cpp.llama_free(ctx)
             llama_cpp.llama_model_free(model)
             raise
-        log.info("loaded %s: n_ctx %d, n_batch %d, n_seq_max %d in %.2fs", params.model_path, runtime.n_ctx,
-                 runtime.n_batch, runtime.n_seq_max, runtime.load_s)
+        runtime.mmap = mapped
+        log.info("loaded %s (%s): n_ctx %d, n_batch %d, n_seq_max %d in %.2fs", params.model_path,
+                 "mmap" if mapped else "read, no mmap", runtime.n_ctx, runtime.n_batch, runtime.n_seq_max,
+                 runtime.load_s)
         return runtime
 
     def close(self) -> None:
@@ -207,6 +212,7 @@ class Runtime:
             "chat_template_source": self.template.source,
             "chat_template": self.template.text,
             "load_s": self.load_s,
+            "mmap": self.mmap,
             "architecture": self.metadata.get("general.architecture", ""),
             "name": self.metadata.get("general.name", ""),
         }
@@ -377,6 +383,29 @@ class Runtime:
             text_parts.append(tail)
         stats.text = "".join(text_parts)
         yield stats
+
+
+def cpu_features() -> frozenset[str]:
+    """This build's CPU features as ggml reports them (what decides which weights it repacks)."""
+    from hisho.core.planner.repack import features_from_system_info
+
+    return features_from_system_info(llama_cpp.llama_print_system_info().decode("utf-8", "replace"))
+
+
+def mmap_policy(model_path: str) -> bool:
+    """Map the model file unless llama.cpp will repack some of its weights for this CPU: with mmap, the file
+    pages read to repack stay mapped beside the repacked copy (held twice; core/planner/repack.py). A file whose
+    header we cannot read is mapped (llama.cpp's load then reports what is wrong with it)."""
+    from hisho.core.errors import UserError
+    from hisho.core.gguf_facts import read_facts
+    from hisho.core.planner.repack import repacked_bytes, use_mmap
+
+    try:
+        facts = read_facts(model_path)
+    except UserError:
+        return True
+    moved, dup = repacked_bytes(facts, cpu_features())
+    return use_mmap(moved + dup)
 
 
 def _hit_stop(recent: str, stops: list[str]) -> bool:

@@ -117,4 +117,5 @@ def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx
     facts = facts_for(specs)
     cands_calib = {id(f): calibration_for(f, run=calibrate_missing, n_ubatch=n_ubatch) for f in facts}
     return plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
-                calibration=lambda f: cands_calib.get(id(f)), n_batch=n_batch, n_ubatch=n_ubatch)
+                calibration=lambda f: cands_calib.get(id(f)), cpu=machine.cpu or None, n_batch=n_batch,
+                n_ubatch=n_ubatch)

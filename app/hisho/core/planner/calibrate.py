@@ -31,6 +31,7 @@ log = logging.getLogger("hisho.planner")
 LAYOUTS = ((True, "f16", "f16"), (True, "q8_0", "q8_0"), (True, "q4_0", "q4_0"), (False, "f16", "f16"))
 PROBE_TIMEOUT_S = 120
 MAX_GRID_CTX = 1 << 17
+CALIBRATION_VERSION = 3  # 2, 3: repack facts (the CPU_REPACK line of the dry run) and the CPU features
 
 
 class ProbeFailed(RuntimeError):
@@ -57,7 +58,7 @@ def grid(facts: ModelFacts) -> list[int]:
 def cache_path(facts: ModelFacts, n_ubatch: int) -> Path:
     p = Path(facts.source)
     stat = p.stat()
-    key = f"{p.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{library_version()}|{n_ubatch}"
+    key = f"{p.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{library_version()}|{n_ubatch}|{CALIBRATION_VERSION}"
     digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
     return paths.cache_dir() / "calibration" / f"{digest}.json"
 
@@ -112,7 +113,17 @@ def calibration_from_probe(answer: dict[str, Any], n_ubatch: int) -> Calibration
         pts.sort()
     return Calibration(library=str(answer.get("library", library_version())), n_ubatch=n_ubatch,
                        model_overhead=int(answer["model_anon"]) + int(answer["model_file"]),
-                       context_overhead=first_ctx_overhead or 0, points=points)
+                       context_overhead=first_ctx_overhead or 0, points=points,
+                       repacked=_repack_figure(answer),
+                       cpu_features=tuple(answer.get("cpu_features", ())))
+
+
+def _repack_figure(answer: dict[str, Any]) -> int:
+    """The CPU_REPACK model buffer of the dry run, or -1 when it gives no size: with ``no_alloc`` llama.cpp
+    prints the line (so repacking is on) with 0.00 MiB; the rule (repack.py) then sizes it from the tensor
+    table, which is exactly what the buffer holds."""
+    size = int(answer.get("model_buffers", {}).get("CPU_REPACK", 0))
+    return size if size > 0 else -1
 
 
 def run_probe(command: str, request: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:

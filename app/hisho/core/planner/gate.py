@@ -70,7 +70,7 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
     if want_gpu_layers < 0:
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
-    plan = price(facts, cfg, budget, calib)
+    plan = price(facts, cfg, budget, calib, cpu=m.cpu or None)
     if plan.fits:
         log.info("plan: %s", plan.reason)
         return params

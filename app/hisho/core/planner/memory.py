@@ -44,6 +44,7 @@ class Config:
     n_ubatch: int = 512
     n_seq_max: int = 1
     swa_full: bool = False
+    use_mmap: bool | None = None  # None: the engine's policy (map unless weights get repacked; repack.py)
 
     def valid_for(self, facts: ModelFacts) -> str | None:
         """Why llama.cpp would refuse this configuration, or None."""
@@ -69,6 +70,8 @@ class Breakdown:
     gpu: int = 0
     committed_bound: int = 0  # committed with the compute buffer made non-decreasing in n_ctx (fit decisions)
     estimate: bool = False
+    repacked: int = 0         # bytes llama.cpp copies into its CPU_REPACK buffer (part of ``weights``' load)
+    mmap: bool = True         # whether the engine maps the file for this load
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -148,6 +151,8 @@ class Calibration:
     model_overhead: int          # process growth of a no_alloc model load (anon + file pages)
     context_overhead: int        # process growth of creating the first context
     points: dict[str, list[tuple[int, int, int, int]]]  # key -> sorted [(n_ctx, compute, touched, output)]
+    repacked: int = -1           # the dry run's CPU_REPACK model buffer (-1: not known, an older calibration)
+    cpu_features: tuple[str, ...] = ()  # ggml's CPU features in the dry run's process
 
     @staticmethod
     def key(flash_attn: bool, type_k: str, type_v: str) -> str:
@@ -183,7 +188,8 @@ class Calibration:
         points = {k: [tuple(int(x) for x in p) for p in v] for k, v in data["points"].items()}
         return cls(library=str(data["library"]), n_ubatch=int(data["n_ubatch"]),
                    model_overhead=int(data["model_overhead"]), context_overhead=int(data["context_overhead"]),
-                   points=points)  # type: ignore[arg-type]
+                   points=points, repacked=int(data.get("repacked", -1)),  # type: ignore[arg-type]
+                   cpu_features=tuple(str(f) for f in data.get("cpu_features", ())))
 
 
 def _envelope(vals: list[int]) -> list[int]:
@@ -232,9 +238,43 @@ def batch_bytes(cfg: Config) -> int:
     return cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * cfg.n_seq_max
 
 
-def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None) -> Breakdown:
-    """Bytes ``cfg`` needs for ``facts``. Deterministic and cheap: the search calls it thousands of times."""
+def weights_held(facts: ModelFacts, cfg: Config, calib: Calibration | None,
+                 cpu: frozenset[str] | None) -> tuple[int, int, int, bool, list[str]]:
+    """(weights committed, extra resident, repacked bytes, mmap, notes) for a load on a CPU with ``cpu``
+    features (repack.py). Repacked weights live in an allocated buffer; with mmap the file's pages read to repack
+    them stay mapped too (held twice), which is why the engine turns mmap off for such models. A tied embedding
+    whose output copy is repacked is held twice either way (that copy is a second tensor)."""
+    from hisho.core.planner.repack import repack_plan, use_mmap
+
     notes: list[str] = []
+    if cpu is None and calib is not None and calib.cpu_features:
+        cpu = frozenset(calib.cpu_features)
+    moved, dup, largest = repack_plan(facts, cpu or ())
+    if calib is not None and calib.repacked >= 0:
+        dup = min(dup, calib.repacked)  # llama.cpp's own figure for the buffer; the rule only splits it
+        moved = calib.repacked - dup
+    elif cpu is None:
+        notes.append("weight repacking not known (no CPU features probed): weights priced as mapped once")
+    repacked = moved + dup
+    mmap = cfg.use_mmap if cfg.use_mmap is not None else use_mmap(repacked)
+    if repacked:
+        twice = f"; with mmap they would be held twice (+{moved / MIB:.0f} MiB)" if not mmap else \
+            f"; mmap is on, so the file pages read to repack them stay mapped too (+{moved / MIB:.0f} MiB)"
+        notes.append(f"llama.cpp repacks {repacked / MIB:.0f} MiB of weights for this CPU (CPU_REPACK buffer); "
+                     f"the engine loads {'with' if mmap else 'without'} mmap{twice}")
+    if dup:
+        notes.append(f"the tied embedding's output copy is repacked: +{dup / MIB:.0f} MiB")
+    # Reading without mmap leaves about one largest repacked tensor's read buffer in the heap (repack.py).
+    extra = moved if mmap else (largest if repacked else 0)
+    return facts.weights_bytes + dup, extra, repacked, mmap, notes
+
+
+def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *,
+             cpu: frozenset[str] | None = None) -> Breakdown:
+    """Bytes ``cfg`` needs for ``facts`` on a CPU with features ``cpu`` (None: unknown; a calibration's own
+    repack figure is used when there is one). Deterministic and cheap: the search calls it thousands of
+    times."""
+    weights, double, repacked, mmap, notes = weights_held(facts, cfg, calib, cpu)
     looked = calib.lookup(cfg) if calib else None
     if looked is None:
         compute, touched, output = formula_compute(facts, cfg)
@@ -253,7 +293,6 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None) -
     if not cfg.flash_attn:
         # ggml-cpu converts the softmaxed scores to f16 for the KQV product in its own work buffer.
         overhead += padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 2
-    weights = facts.weights_bytes
     _ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
     kv = kv_bytes(facts, cfg)
     gpu_kv = kv_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
@@ -261,10 +300,10 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None) -
     arrays = batch_bytes(cfg)
     runtime = overhead + DECODE_OVERHEAD + arrays
     committed = weights + kv + compute + output + arrays
-    resident = weights + kv + touched + output + runtime
+    resident = weights + double + kv + touched + output + runtime
     if cfg.n_gpu_layers > 0:
         notes.append("the GPU share of the compute buffer is estimated as the whole CPU figure")
     return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,
                      committed=committed, resident=resident, gpu=gpu_w + gpu_kv + gpu_compute,
                      committed_bound=committed - compute + compute_bound,
-                     estimate=estimate_only, notes=notes)
+                     estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap)

@@ -53,6 +53,7 @@ class Plan:
             "breakdown": {"weights": b.weights, "kv": b.kv, "compute": b.compute, "output": b.output,
                           "runtime": b.runtime, "total": b.total},
             "committed": b.committed, "resident": b.resident, "gpu_bytes": b.gpu, "estimate": b.estimate,
+            "repacked_bytes": b.repacked, "mmap": b.mmap,
             "notes": list(b.notes), "budget": self.budget.explain, "reason": self.reason,
             "alternatives": self.alternatives,
         }
@@ -62,6 +63,7 @@ class Plan:
 class Candidate:
     facts: ModelFacts
     calib: Calibration | None
+    cpu: frozenset[str] | None = None  # this machine's CPU features (which weights llama.cpp repacks)
 
 
 def fits(b: Breakdown, budget: Budget) -> bool:
@@ -101,7 +103,7 @@ class Search:
         lo, hi = self.ctx_range(cand.facts, cap)
 
         def ok(n: int) -> bool:
-            return fits(estimate(cand.facts, self._cfg(fa, tk, tv, ngl, n), cand.calib), self.budget)
+            return fits(estimate(cand.facts, self._cfg(fa, tk, tv, ngl, n), cand.calib, cpu=cand.cpu), self.budget)
 
         if not ok(lo):
             return 0
@@ -155,11 +157,11 @@ class Search:
             for ngl in self.gpu_options(cand.facts):
                 cfg = self._cfg(fa, tk, tv, ngl, lo)
                 if cfg.valid_for(cand.facts) is None:
-                    b = estimate(cand.facts, cfg, cand.calib)
+                    b = estimate(cand.facts, cfg, cand.calib, cpu=cand.cpu)
                     options.append((_need(b, self.budget), cfg, b))
         if not options:
             cfg = self._cfg(True, "f16", "f16", 0, lo)
-            return cfg, estimate(cand.facts, cfg, cand.calib)
+            return cfg, estimate(cand.facts, cfg, cand.calib, cpu=cand.cpu)
         _, cfg, b = min(options, key=lambda o: o[0])
         return cfg, b
 
@@ -175,7 +177,7 @@ class Search:
                     facts=cand.facts)
 
     def _explain(self, cand: Candidate, cfg: Config, candidates: Sequence[Candidate]) -> Plan:
-        b = estimate(cand.facts, cfg, cand.calib)
+        b = estimate(cand.facts, cfg, cand.calib, cpu=cand.cpu)
         my_kl = quality.weights_kl(cand.facts.quant)
         better = sorted((c for c in candidates if quality.weights_kl(c.facts.quant) < my_kl),
                         key=lambda c: quality.weights_kl(c.facts.quant), reverse=True)
@@ -199,7 +201,7 @@ class Search:
             n = self.max_ctx(cand, True, tk, tk, cfg.n_gpu_layers, cap=top)
             alternatives.append({"what": f"max context with {tk} KV", "type_k": tk, "type_v": tk, "n_ctx": n})
         full = estimate(cand.facts, self._cfg(cfg.flash_attn, cfg.type_k, cfg.type_v, cfg.n_gpu_layers, top),
-                        cand.calib)
+                        cand.calib, cpu=cand.cpu)
         if cfg.n_ctx < top:
             alternatives.append({"what": f"the full trained context ({top} tokens)",
                                  "needs_bytes": _need(full, self.budget)})
@@ -216,15 +218,17 @@ def _gib(n: int) -> str:
 
 
 def plan(candidates: Sequence[ModelFacts], budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
-         calibration: Callable[[ModelFacts], Calibration | None] | None = None, **kw: int) -> Plan:
+         calibration: Callable[[ModelFacts], Calibration | None] | None = None,
+         cpu: frozenset[str] | None = None, **kw: int) -> Plan:
     """Best plan for ``candidates`` (e.g. the quants of one model) within ``budget``."""
-    cands = [Candidate(f, calibration(f) if calibration else None) for f in candidates]
+    cands = [Candidate(f, calibration(f) if calibration else None, cpu) for f in candidates]
     return Search(budget, min_ctx=min_ctx, target_ctx=target_ctx, **kw).best(cands)
 
 
-def price(facts: ModelFacts, cfg: Config, budget: Budget, calib: Calibration | None = None) -> Plan:
+def price(facts: ModelFacts, cfg: Config, budget: Budget, calib: Calibration | None = None, *,
+          cpu: frozenset[str] | None = None) -> Plan:
     """The plan for one fixed configuration (the panel's slider, a user override): does it fit, and why."""
-    b = estimate(facts, cfg, calib)
+    b = estimate(facts, cfg, calib, cpu=cpu)
     ok = fits(b, budget)
     verdict = "fits" if ok else "does NOT fit"
     reason = (f"{facts.quant}, {cfg.type_k} KV, {cfg.n_ctx} tokens {verdict}: {budget.metric} "
