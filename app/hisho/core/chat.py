@@ -13,20 +13,25 @@ The window and ``hisho chat`` both use it. Rules of use:
   database's one writer; by default it runs inline). Reads stay on the caller's thread.
 - Nothing is ever cut silently: ``check_fit`` says whether a prompt fits the context, and the caller chooses
   (``Turn.drop_oldest`` or ``summarize_into_new``).
+- A store that fails while a reply streams (disk full) stops the engine at once; the reply stays in memory
+  (``unsaved``) and is written by ``save_unsaved`` — called before every send and run — once there is space
+  again. The turn's ``error`` then says what happened (issue 16).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from hisho.core.conversations import DONE, FAILED, STOPPED, STREAMING, ConversationStore, Message
+from hisho.core.db import DatabaseUnavailable
 from hisho.core.engine import Engine, TokenStream
 from hisho.core.errors import EngineError, UserError
 from hisho.core.protocol import ErrorKind, Sampling
@@ -79,6 +84,7 @@ class Turn:
     id: int = field(default_factory=lambda: next(_turn_ids))
     text: str = ""
     reply_id: int | None = None
+    store_error: DatabaseUnavailable | None = None   # the store failed while this reply streamed (disk full)
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _stream: TokenStream | None = field(default=None, repr=False)
 
@@ -117,6 +123,8 @@ class ChatService:
         self.write: Write = write or _inline
         self.before_prompt: list[Callable[[Turn, list[dict[str, str]]], None]] = []
         self.after_turn: list[Callable[[TurnResult], None]] = []
+        self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
+        self._unsaved_lock = threading.Lock()
 
     # ----- prompts and fit -----------------------------------------------------------------------------
 
@@ -159,6 +167,8 @@ class ChatService:
         """Record the user's message under the current leaf. An empty message is refused (UserError)."""
         if not text.strip():
             raise UserError("nothing to send: the message is empty")
+        self.save_unsaved()
+
         def record() -> Message:
             conv = self.store.get(conversation_id)
             with self.store.tx():
@@ -194,8 +204,23 @@ class ChatService:
 
     # ----- running a turn ------------------------------------------------------------------------------
 
+    def save_unsaved(self) -> int:
+        """Write the replies kept in memory while the store failed. Returns how many still wait (any thread)."""
+        with self._unsaved_lock:
+            for reply_id, fields in list(self.unsaved.items()):
+                try:
+                    self.write(functools.partial(self.store.update_message, reply_id, **fields))
+                except DatabaseUnavailable as exc:
+                    log.warning("%d replies still unsaved: %s", len(self.unsaved), exc)
+                    break
+                del self.unsaved[reply_id]
+                log.info("reply %d saved after the store came back", reply_id)
+            return len(self.unsaved)
+
     def run(self, turn: Turn, on_text: Callable[[str], None] | None = None) -> TurnResult:
-        """Stream the reply (worker thread). Always returns; errors end up in the saved message."""
+        """Stream the reply (worker thread). Always returns once the reply row exists; errors end up in the saved
+        message, or, when the store itself fails, in ``unsaved`` and the result's ``error``."""
+        self.save_unsaved()
         messages = self.prompt_messages(turn.conversation_id, turn.parent_id)
         if turn.drop_oldest:
             messages = self.fitted(messages, turn.sampling.max_tokens)
@@ -222,14 +247,27 @@ class ChatService:
         if result is not None:
             meta = {"tokens": result.completion_tokens, "prompt_tokens": result.prompt_tokens,
                     "ttft_s": result.ttft_s, "tokens_per_s": result.tokens_per_s}
-        text = turn.text
-        self.write(lambda: self.store.update_message(reply.id, content=text, status=status, error=error, **meta))
+        if turn.store_error is not None:
+            status, error = FAILED, "the disk filled up during this reply; it was stopped here"
+        fields = {"content": turn.text, "status": status, "error": error, **meta}
+        try:
+            if turn.store_error is None:
+                self.write(lambda: self.store.update_message(reply.id, **fields))
+        except DatabaseUnavailable as exc:
+            turn.store_error = exc
+        if turn.store_error is not None:
+            with self._unsaved_lock:
+                self.unsaved[reply.id] = fields
+            message = dataclasses.replace(reply, **fields)
+            shown = f"{turn.store_error} — the reply is kept and saved when there is space again"
+            log.warning("reply %d of conversation %s not saved: %s", reply.id, turn.conversation_id, turn.store_error)
+            return TurnResult(turn, message, messages, shown)  # no after_turn: a KV save cannot land either
         out = TurnResult(turn, self.store.message(reply.id), messages, error)
         for after in self.after_turn:
             after(out)
         return out
 
-    def _pump(self, turn: Turn, stream: Iterable[dict[str, Any]], on_text: Callable[[str], None] | None) -> None:
+    def _pump(self, turn: Turn, stream: TokenStream, on_text: Callable[[str], None] | None) -> None:
         saved_at = time.monotonic()
         assert turn.reply_id is not None
         for ev in stream:
@@ -238,8 +276,15 @@ class ChatService:
             if on_text is not None:
                 on_text(piece)
             now = time.monotonic()
-            if now - saved_at >= SAVE_EVERY_S:  # a crash of this process loses at most a second of text
-                self.write(functools.partial(self.store.update_message, turn.reply_id, content=turn.text))
+            if turn.store_error is None and now - saved_at >= SAVE_EVERY_S:
+                # A crash of this process loses at most a second of text.
+                try:
+                    self.write(functools.partial(self.store.update_message, turn.reply_id, content=turn.text))
+                except DatabaseUnavailable as exc:
+                    # Generating on would only grow what cannot be saved and keep the engine from the next
+                    # request: stop it, keep the text (the tokens still in flight arrive before "done").
+                    turn.store_error = exc
+                    stream.cancel()
                 saved_at = now
 
     # ----- context overflow: summarize into a new chat ---------------------------------------------------

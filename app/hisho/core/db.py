@@ -7,12 +7,16 @@
   than this app knows is refused with ``SchemaTooNew`` (we would corrupt what we do not understand).
 - ``transaction()`` commits or rolls back as a whole.
 - Errors are split: ``DatabaseUnavailable`` (disk full, locked, corrupt, read-only, too new: tell the user) versus
-  everything else (a bug: let it propagate).
+  everything else (a bug: let it propagate). A full disk is ``DiskFull``, whose message says how much space to
+  free. SQLite rolls a transaction back itself on SQLITE_FULL; our own ROLLBACK then runs only if a transaction is
+  still open, so the real error is what the caller sees (issue 16).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +34,10 @@ log = logging.getLogger("hisho.store")
 Step = Callable[[sqlite_utils.Database], None]
 
 _USER_ERRORS = ("database or disk is full", "database is locked", "file is not a database",
-                "database disk image is malformed", "attempt to write a readonly database", "unable to open")
+                "database disk image is malformed", "attempt to write a readonly database", "unable to open",
+                "disk i/o error")
+_FULL_ERRORS = ("database or disk is full", "disk i/o error")  # a full disk while setting up WAL: "disk I/O error"
+HEADROOM_BYTES = 16 << 20  # free space a write needs: the WAL grows by whole pages, a checkpoint copies them back
 
 
 class DatabaseUnavailable(UserError):
@@ -41,12 +48,49 @@ class SchemaTooNew(DatabaseUnavailable):
     """The file was written by a newer Hisho."""
 
 
-def classify(exc: sqlite3.Error) -> Exception:
-    """Return a DatabaseUnavailable for conditions the user can act on, else the original error."""
+class DiskFull(DatabaseUnavailable):
+    """No space left where the database lives. ``needed_bytes``: how much to free before retrying."""
+
+    def __init__(self, folder: Path, free_bytes: int, needed_bytes: int) -> None:
+        self.folder, self.free_bytes, self.needed_bytes = folder, free_bytes, needed_bytes
+        super().__init__(f"disk full: {_mb(needed_bytes)} MB needed on {folder} ({_mb(free_bytes)} MB free); "
+                         "free space and retry")
+
+
+def _mb(n: int) -> str:
+    return f"{max(n, 0) / 1e6:.0f}" if n >= 10e6 else f"{max(n, 0) / 1e6:.1f}"
+
+
+def disk_full(path: str | os.PathLike[str] | None) -> DiskFull | None:
+    """A ``DiskFull`` if the folder of ``path`` has less than ``HEADROOM_BYTES`` (plus the WAL, which a checkpoint
+    copies back) free, else None."""
+    if path is None or str(path) == ":memory:":
+        return None
+    folder = Path(path).parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    try:
+        wal = Path(f"{path}-wal").stat().st_size
+    except OSError:
+        wal = 0
+    need = HEADROOM_BYTES + wal
+    return DiskFull(folder, free, need - free) if free < need else None
+
+
+def classify(exc: sqlite3.Error, path: str | os.PathLike[str] | None = None) -> Exception:
+    """Return a DatabaseUnavailable for conditions the user can act on, else the original error. With ``path``,
+    a full disk (SQLITE_FULL, or an I/O error while the disk is full) becomes ``DiskFull``."""
     text = str(exc).lower()
-    if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) and any(m in text for m in _USER_ERRORS):
-        return DatabaseUnavailable(f"the database cannot be used: {exc}")
-    return exc
+    if not isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError) or \
+            not any(m in text for m in _USER_ERRORS):
+        return exc
+    if any(m in text for m in _FULL_ERRORS):
+        full = disk_full(path)
+        if full is not None:
+            return full
+    return DatabaseUnavailable(f"the database cannot be used: {exc}")
 
 
 class Database:
@@ -57,22 +101,39 @@ class Database:
         self.read_only = read_only
         self._lock = threading.RLock()
         try:
-            if read_only and self.path != ":memory:":
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-            else:
-                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            try:
+                conn = self._connect(read_only)
+            except sqlite3.OperationalError as exc:
+                if not read_only or self.path == ":memory:" or disk_full(self.path) is None:
+                    raise
+                # A read-only reader of a WAL database still creates the -shm index, which a full disk refuses:
+                # read the main file as it is instead (what the WAL holds is not shown; the log says so).
+                log.warning("read-only open failed on a full disk (%s); reading the file without its WAL", exc)
+                conn = self._connect(read_only, immutable=True)
+        except sqlite3.Error as exc:
+            raise classify(exc, self.path) from exc
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        if not read_only:
+            self.execute("CREATE TABLE IF NOT EXISTS hisho_schema (component TEXT PRIMARY KEY, version INTEGER)")
+
+    def _connect(self, read_only: bool, immutable: bool = False) -> sqlite3.Connection:
+        if read_only and self.path != ":memory:":
+            flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+            conn = sqlite3.connect(f"file:{self.path}?{flags}", uri=True, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        try:
             conn.execute("PRAGMA busy_timeout = 5000")
             conn.execute("PRAGMA foreign_keys = ON")
             if not read_only and self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # fails fast on a corrupt file
-        except sqlite3.Error as exc:
-            raise classify(exc) from exc
-        self.conn = conn
-        self.db = sqlite_utils.Database(conn)
-        if not read_only:
-            self.execute("CREATE TABLE IF NOT EXISTS hisho_schema (component TEXT PRIMARY KEY, version INTEGER)")
+        except sqlite3.Error:
+            conn.close()
+            raise
+        return conn
 
     def close(self) -> None:
         with self._lock:
@@ -115,24 +176,34 @@ class Database:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise classify(exc) from exc
+                raise classify(exc, self.path) from exc
             try:
                 yield self.db
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self.conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                self.conn.execute("ROLLBACK")
-                raise classify(exc) from exc
+                self._rollback()
+                raise classify(exc, self.path) from exc
+
+    def _rollback(self) -> None:
+        """Roll back what is still open. SQLite has already rolled back after SQLITE_FULL (and some I/O errors):
+        a ROLLBACK then fails with "no transaction is active" and would hide the error that matters."""
+        if not self.conn.in_transaction:
+            return
+        try:
+            self.conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            log.warning("rollback failed: %s", exc)
 
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         with self._lock:
             try:
                 return self.conn.execute(sql, params)
             except sqlite3.Error as exc:
-                raise classify(exc) from exc
+                raise classify(exc, self.path) from exc
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -141,7 +212,7 @@ class Database:
                 cols = [d[0] for d in cur.description or ()]
                 return [dict(zip(cols, row)) for row in cur.fetchall()]  # type: ignore[misc]
             except sqlite3.Error as exc:
-                raise classify(exc) from exc
+                raise classify(exc, self.path) from exc
 
     def query_one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> tuple[Any, ...] | None:
         with self._lock:
@@ -149,4 +220,4 @@ class Database:
                 row = self.conn.execute(sql, params).fetchone()
                 return tuple(row) if row is not None else None
             except sqlite3.Error as exc:
-                raise classify(exc) from exc
+                raise classify(exc, self.path) from exc

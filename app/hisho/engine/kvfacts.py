@@ -6,26 +6,18 @@ Engine thread only (reads the runtime's model). ``state_facts`` is computed once
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Any
 
 import llama_cpp
 
+from hisho.core import model_identity
 from hisho.core.kv import format as kvf
 from hisho.engine.runtime import Runtime
 
 
 def gguf_identity(path: str) -> dict[str, Any]:
-    """Cheap identity of a GGUF file: size plus a hash of its first 8 MiB (header, tensor table) and last 1 MiB
-    (tensor data differs between fine-tunes that share a header)."""
-    size = os.path.getsize(path)
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        h.update(fh.read(8 << 20))
-        if size > 9 << 20:
-            fh.seek(size - (1 << 20))
-            h.update(fh.read())
-    return {"size": size, "head_tail_blake2b": h.hexdigest()}
+    """Identity of a GGUF file: a hash of every byte, cached per file version (hisho.core.model_identity)."""
+    return model_identity.identity(path)
 
 
 def state_facts(rt: Runtime) -> dict[str, Any]:
