@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlite_utils
-
 from hisho.core.documents.model import Document
 
 log = logging.getLogger("hisho.documents")
@@ -107,7 +105,7 @@ def question_with_parts(att: Attachment, question: str, count: Count, budget: in
 # ----- storage and the chat hook ---------------------------------------------------------------------------
 
 
-def migrate_v2(db: sqlite_utils.Database) -> None:
+def migrate_v2(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE doc_attachments (
         conversation_id INTEGER PRIMARY KEY, approach TEXT NOT NULL, note TEXT NOT NULL, parts TEXT NOT NULL,
         doc_shas TEXT NOT NULL)""")
