@@ -9,8 +9,8 @@ from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
 
 def steps() -> list:
     return [
-        lambda db: db["notes"].create({"id": int, "text": str}, pk="id"),
-        lambda db: db["notes"].add_column("pinned", int, not_null_default=0),
+        lambda db: db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)"),
+        lambda db: db.execute("ALTER TABLE notes ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0"),
     ]
 
 
@@ -28,7 +28,7 @@ def test_transaction_rolls_back(tmp_path: Path) -> None:
     db.migrate("notes", steps())
     with pytest.raises(RuntimeError):
         with db.transaction() as t:
-            t["notes"].insert({"id": 5, "text": "gone"})
+            t.execute("INSERT INTO notes (id, text) VALUES (5, 'gone')")
             raise RuntimeError("boom")
     assert db.query("SELECT * FROM notes") == []
 

@@ -21,12 +21,11 @@ import contextlib
 import json
 import logging
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
-
-import sqlite_utils
 
 from hisho.core.db import Database, DatabaseUnavailable
 
@@ -113,7 +112,7 @@ class SearchHit:
 # ----- schema ----------------------------------------------------------------------------------------------
 
 
-def _v1_tables(db: sqlite_utils.Database) -> None:
+def _v1_tables(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE conversations (
         id INTEGER PRIMARY KEY, title TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
         system_prompt TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}',
@@ -130,7 +129,7 @@ def _v1_tables(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX messages_parent ON messages(parent_id)")
 
 
-def _v2_fts(db: sqlite_utils.Database) -> None:
+def _v2_fts(db: sqlite3.Connection) -> None:
     # External-content FTS over messages.content, kept in step by triggers; filled from existing rows.
     db.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id')")
     db.execute("""CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
@@ -143,7 +142,7 @@ def _v2_fts(db: sqlite_utils.Database) -> None:
     db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
 
 
-def _v3_drafts_and_trash(db: sqlite_utils.Database) -> None:
+def _v3_drafts_and_trash(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE conversations ADD COLUMN draft TEXT NOT NULL DEFAULT ''")
     db.execute("ALTER TABLE conversations ADD COLUMN deleted_at REAL")
 

@@ -1,4 +1,7 @@
-"""The one SQLite wrapper (qutebrowser's misc/sql.py is the model), on sqlite-utils.
+"""The one SQLite wrapper (qutebrowser's misc/sql.py is the model), on the standard library's sqlite3.
+
+sqlite-utils was dropped: it only wrapped the connection, every query is plain SQL and every table, index and
+FTS trigger is created by a versioned migration step here (docs/architecture.md, "SQLite").
 
 - One connection per ``Database``, used under a lock: SQLite writes go through one owner. Any thread may call in.
 - WAL journal, foreign keys on, busy timeout.
@@ -24,14 +27,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from hisho.core import paths
 from hisho.core.errors import UserError
 
 log = logging.getLogger("hisho.store")
 
-Step = Callable[[sqlite_utils.Database], None]
+Step = Callable[[sqlite3.Connection], None]  # one schema upgrade, run inside a transaction
 
 _USER_ERRORS = ("database or disk is full", "database is locked", "file is not a database",
                 "database disk image is malformed", "attempt to write a readonly database", "unable to open",
@@ -113,7 +114,6 @@ class Database:
         except sqlite3.Error as exc:
             raise classify(exc, self.path) from exc
         self.conn = conn
-        self.db = sqlite_utils.Database(conn)
         if not read_only:
             self.execute("CREATE TABLE IF NOT EXISTS hisho_schema (component TEXT PRIMARY KEY, version INTEGER)")
 
@@ -162,7 +162,7 @@ class Database:
             return current
         for version in range(current, len(steps)):
             with self.transaction():
-                steps[version](self.db)
+                steps[version](self.conn)
                 self.execute("INSERT OR REPLACE INTO hisho_schema (component, version) VALUES (?, ?)",
                              [component, version + 1])
             log.info("schema %s upgraded to %d", component, version + 1)
@@ -171,14 +171,14 @@ class Database:
     # ----- access ---------------------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite_utils.Database]:
+    def transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise classify(exc, self.path) from exc
             try:
-                yield self.db
+                yield self.conn
             except BaseException:
                 self._rollback()
                 raise

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import queue
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import IO, Any
 
-from hisho.core import paths, spawn
+from hisho.core import logs, paths, spawn
 from hisho.core.engine import Capability
 from hisho.core.errors import EngineCrashed, EngineError
 from hisho.core.protocol import (
@@ -152,7 +150,7 @@ class EngineClient:
             env = spawn.child_env(self._env)
             if self._test_hooks:
                 env["HISHO_ENGINE_TEST_HOOKS"] = "1"
-            _rotate(paths.engine_log_file())
+            logs.rotate(paths.engine_log_file())
             stderr_file = paths.engine_log_file().open("ab")
             try:
                 self._proc = spawn.popen("engine", env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -390,7 +388,7 @@ class EngineClient:
         if code is None and self._proc is not None:
             code = self._proc.poll()
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        tail = _log_tail(paths.engine_log_file())
+        tail = logs.telling_tail(paths.engine_log_file())
         detail = f" (last engine log line: {tail})" if tail else ""
         return f"the engine process stopped unexpectedly ({how}){detail}"
 
@@ -402,31 +400,3 @@ def _typed(request: Request | str, params: dict[str, Any] | None) -> Request:
     if kind is None:
         raise ValueError(f"unknown engine op {request!r}")
     return kind.from_wire(params or {})
-
-
-def _rotate(path: Path, limit: int = 8 * 1024 * 1024) -> None:
-    """Keep one previous engine log; llama.cpp logs every load at length."""
-    try:
-        if path.stat().st_size > limit:
-            os.replace(path, path.with_suffix(path.suffix + ".1"))
-    except OSError:
-        pass
-
-
-_TELLING = ("GGML_ASSERT", "error", "Error", "abort", "failed", "Traceback")
-
-
-def _log_tail(path: Path) -> str:
-    """The most telling of the engine log's last lines: an assert or error line if there is one."""
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 8192))
-            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    for line in reversed(lines[-40:]):
-        if any(word in line for word in _TELLING):
-            return line[:300]
-    return lines[-1][:300] if lines else ""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
+from pathlib import Path
 
 from hisho.core import paths
 
@@ -51,3 +53,32 @@ def setup(*, stderr_level: int | None = None, file_level: int = logging.INFO) ->
         stream.setFormatter(_NoTraceback("%(levelname)s %(name)s: %(message)s"))
         stream._hisho_stderr = True  # type: ignore[attr-defined]
         root.addHandler(stream)
+
+
+def rotate(path: Path, limit: int = 8 * 1024 * 1024) -> None:
+    """Keep one previous log file (the engine's: llama.cpp logs every load at length)."""
+    try:
+        if path.stat().st_size > limit:
+            os.replace(path, path.with_suffix(path.suffix + ".1"))
+    except OSError:
+        pass
+
+
+_TELLING = ("GGML_ASSERT", "error", "Error", "abort", "failed", "Traceback")
+
+
+def telling_tail(path: Path) -> str:
+    """The most telling of a log's last lines (the engine's, after a crash): an assert or error line if there
+    is one, else the last line."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    for line in reversed(lines[-40:]):
+        if any(word in line for word in _TELLING):
+            return line[:300]
+    return lines[-1][:300] if lines else ""

@@ -19,14 +19,13 @@ import logging
 import os
 import re
 import shutil
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
-
-import sqlite_utils
 
 from hisho.core import paths
 from hisho.core.db import Database
@@ -96,7 +95,7 @@ def slug(text: str) -> str:
 _slug = slug  # the old private name
 
 
-def _v1_table(db: sqlite_utils.Database) -> None:
+def _v1_table(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE models (
         name TEXT PRIMARY KEY, path TEXT NOT NULL, size INTEGER NOT NULL, source TEXT NOT NULL,
         owned INTEGER NOT NULL DEFAULT 0, arch TEXT NOT NULL DEFAULT '', quant TEXT NOT NULL DEFAULT '',
@@ -107,7 +106,7 @@ def _v1_table(db: sqlite_utils.Database) -> None:
 def _import_json(legacy: Path) -> Any:
     """Migration step 2: the entries of the old JSON registry, once. The file is left as a backup."""
 
-    def step(db: sqlite_utils.Database) -> None:
+    def step(db: sqlite3.Connection) -> None:
         if not legacy.is_file():
             return
         try:

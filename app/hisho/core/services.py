@@ -152,7 +152,8 @@ def build(model: str | None = None, *, db_path: Path | None = None, post: Post |
     kv_chat = None
     if kv and not store.read_only and Capability.KV_STATE.value in engine.capabilities:
         kv_chat = attach_kv(chat, store.db, executor, budget_bytes=int(settings["kv_disk_budget_bytes"]))
-    documents = Documents(store, engine, kv_chat.session if kv_chat else None)
+    documents = Documents(store, engine, kv_chat.session if kv_chat else None,
+                          write=lambda fn: executor.call("store", fn))
     install_hooks(chat, documents, kv_chat)
     return Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
                     model_problem, plan_refused)

@@ -216,7 +216,8 @@ class ChatView(QScrollArea):
         if self._stick:
             self.verticalScrollBar().setValue(maximum)
 
-    def find(self, text: str, after: int | None = None) -> int | None:
+    def find(self, text: str, after: int | None = None) -> int | None:  # type: ignore[override]
+        # (QWidget.find(id) is a static lookup by window id nobody here calls; this one finds message text.)
         """Scroll to the next message (after message id ``after``) containing ``text``; returns its id."""
         needle = text.lower().strip()
         if not needle:

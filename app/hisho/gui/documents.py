@@ -52,7 +52,9 @@ class DropOverlay(QLabel):
         self.hide()
 
     def cover(self) -> None:
-        self.setGeometry(self.parentWidget().rect().adjusted(12, 12, -12, -12))
+        parent = self.parentWidget()
+        if parent is not None:
+            self.setGeometry(parent.rect().adjusted(12, 12, -12, -12))
         self.raise_()
         self.show()
 

@@ -8,7 +8,9 @@ type-ahead).
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
@@ -219,7 +221,7 @@ class MainWindow(QMainWindow):
         self._action(self.view_menu, "Models", lambda: open_models(self), QKeySequence("Ctrl+M"))
         theme_menu = self.view_menu.addMenu("Theme")
         for name in ("system", "light", "dark"):
-            self._action(theme_menu, name.capitalize(), lambda n=name: c.set_theme(n))
+            self._action(theme_menu, name.capitalize(), functools.partial(c.set_theme, name))
         chat = bar.addMenu("&Chat")
         self._action(chat, "Stop", c.stop)
         self._action(chat, "Regenerate last reply", c.regenerate_last, QKeySequence("Ctrl+R"))
@@ -228,11 +230,12 @@ class MainWindow(QMainWindow):
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "Copy diagnostics", c.copy_diagnostics)
 
-    def _action(self, menu: QMenu, text: str, slot: object, key: object = None) -> QAction:
+    def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
+                key: str | QKeySequence | QKeySequence.StandardKey | None = None) -> QAction:
         act = menu.addAction(text)
         act.triggered.connect(slot)
         if key is not None:
-            act.setShortcut(key)  # type: ignore[arg-type]
+            act.setShortcut(key)
         return act
 
     def _build_shortcuts(self) -> None:

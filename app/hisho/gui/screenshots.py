@@ -7,6 +7,7 @@ content every time; it is marked "Sample" in its title.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -91,10 +92,10 @@ def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
     for cid in cids:
         c.store.update(cid, settings=ChatSettings(max_tokens=24, temperature=0.0))
         c.select(cid)
-        _wait(app, lambda cid=cid: c.current is not None and c.current.id == cid)
+        _wait(app, functools.partial(lambda n: c.current is not None and c.current.id == n, cid))
         c.send("One more tip, briefly?")
-        _wait(app, lambda cid=cid: c.active is None and bool((window.sidebar.kv_badge(cid) or ("", ""))[0]),
-              timeout=120)
+        _wait(app, functools.partial(
+            lambda n: c.active is None and bool((window.sidebar.kv_badge(n) or ("", ""))[0]), cid), timeout=120)
     window.grab().save(str(out / "5-kv-sidebar.png"))
     dialog = open_preferences(window)
     _wait(app, lambda: dialog.kv_page.refreshes > 0)

@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlite_utils
-
 from hisho.core.documents.model import Document
 
 log = logging.getLogger("hisho.documents")
@@ -107,7 +105,7 @@ def question_with_parts(att: Attachment, question: str, count: Count, budget: in
 # ----- storage and the chat hook ---------------------------------------------------------------------------
 
 
-def migrate_v2(db: sqlite_utils.Database) -> None:
+def migrate_v2(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE doc_attachments (
         conversation_id INTEGER PRIMARY KEY, approach TEXT NOT NULL, note TEXT NOT NULL, parts TEXT NOT NULL,
         doc_shas TEXT NOT NULL)""")
@@ -151,13 +149,18 @@ def open_conversation(store: Any, db: Any, docs: Sequence[Document], summary: st
     """Create the conversation a summary opens as: system prompt per the approach, then the request and the
     summary as its first turn. Returns (conversation id, attachment)."""
     att = attach(docs, summary, count, n_ctx, parts)
+    return save_conversation(store, db, docs, summary, att), att
+
+
+def save_conversation(store: Any, db: Any, docs: Sequence[Document], summary: str, att: Attachment) -> int:
+    """The store side of ``open_conversation`` (no engine call: it may run on the store lane)."""
     names = ", ".join(d.name for d in docs)
     conv = store.create(f"Summary: {names}"[:120], system_prompt=att.system_prompt)
     ask = store.add_message(conv.id, "user", f"Summarize {names}.")
     store.add_message(conv.id, "assistant", summary, parent_id=ask.id)
     save_attachment(db, conv.id, att, [d.sha256 for d in docs])
     log.info("conversation %s opened for %s (%s)", conv.id, names, att.approach)
-    return int(conv.id), att
+    return int(conv.id)
 
 
 def precompute_kv(client: Any, messages: list[dict[str, str]], kv: Any = None, owner: str = "",

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import sqlite_utils
 
 from hisho.core.db import Database
 
@@ -25,7 +24,7 @@ log = logging.getLogger("hisho.documents")
 COMPONENT = "documents"
 
 
-def _v1(db: sqlite_utils.Database) -> None:
+def _v1(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE doc_summaries (
         doc_sha TEXT NOT NULL, level INTEGER NOT NULL, chunk_key TEXT NOT NULL, model_fp TEXT NOT NULL,
         prompt_version TEXT NOT NULL, chunk_index INTEGER NOT NULL, refs TEXT NOT NULL, summary TEXT NOT NULL,
@@ -36,7 +35,7 @@ def _v1(db: sqlite_utils.Database) -> None:
         batch_gain REAL NOT NULL, updated REAL NOT NULL)""")
 
 
-def _v2(db: sqlite_utils.Database) -> None:
+def _v2(db: sqlite3.Connection) -> None:
     from hisho.core.documents.ask import migrate_v2
 
     migrate_v2(db)

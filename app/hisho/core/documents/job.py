@@ -15,6 +15,7 @@ Rules of use:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -94,7 +95,8 @@ class SummaryJob:
                  summary_tokens: int = P.SUMMARY_TOKENS, final_tokens: int = P.FINAL_TOKENS,
                  chunk_target: int = P.CHUNK_TARGET,
                  on_progress: Callable[[JobProgress], None] | None = None, pages: PageSpan | None = None,
-                 ask_password: AskPassword | None = None) -> None:
+                 ask_password: AskPassword | None = None, write: Callable[[Callable[[], Any]], Any] | None = None
+                 ) -> None:
         self.client = client
         self.files = [Path(f) for f in files]
         self.cache = cache or SummaryCache()
@@ -105,6 +107,7 @@ class SummaryJob:
         self.on_progress = on_progress
         self.pages = pages                   # a cut the user asked for: only these pages of each PDF
         self.ask_password = ask_password
+        self.write = write or (lambda fn: fn())  # where cache writes run (the app: its store lane)
         info = client.load_info
         self.n_ctx = int(info.get("n_ctx", 0))
         self.max_parallel = max(1, max_parallel)
@@ -304,8 +307,8 @@ class SummaryJob:
                 pos = todo[int(ev["item"])]
                 key, index, refs, _ = items[pos]
                 texts[pos] = str(ev["text"])
-                self.cache.put(self._key(doc, level, key), index, refs, texts[pos] or "",
-                               int(ev.get("completion_tokens", 0)))
+                self.write(functools.partial(self.cache.put, self._key(doc, level, key), index, refs,
+                                             texts[pos] or "", int(ev.get("completion_tokens", 0))))
                 finished += 1
                 rate = (time.perf_counter() - started) / (finished - (len(items) - len(todo)))
                 eta = rate * (len(items) - finished)
@@ -344,7 +347,7 @@ class SummaryJob:
         # Aggregate decode over 8 sequences is about 1.9x one on a 2-core CPU (DESIGN.md); a later bench run
         # can store the real figure.
         speeds = (prefill, decode, 1.9)
-        self.cache.put_speeds(self.model_fp, *speeds)
+        self.write(functools.partial(self.cache.put_speeds, self.model_fp, *speeds))
         return speeds
 
 

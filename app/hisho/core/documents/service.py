@@ -10,13 +10,13 @@ attachments: chats go on without them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from hisho.core.conversations import ConversationStore
 from hisho.core.db import DatabaseUnavailable
-from hisho.core.documents.ask import DocumentContext, open_conversation, precompute_kv
+from hisho.core.documents.ask import DocumentContext, attach, precompute_kv, save_conversation
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.job import JobResult, SummaryJob
 from hisho.core.engine import Engine
@@ -26,10 +26,12 @@ log = logging.getLogger("hisho.documents")
 
 
 class Documents:
-    def __init__(self, store: ConversationStore, engine: Engine, kv: KVSession | None = None) -> None:
+    def __init__(self, store: ConversationStore, engine: Engine, kv: KVSession | None = None,
+                 write: Callable[[Callable[[], Any]], Any] | None = None) -> None:
         self.store = store
         self.engine = engine
         self.kv = kv
+        self.write = write or (lambda fn: fn())  # where store writes run (the app: the executor's store lane)
         self._cache: SummaryCache | None = None
 
     def cache(self) -> SummaryCache:
@@ -43,7 +45,7 @@ class Documents:
 
     def job(self, files: Sequence[Path | str], **options: Any) -> SummaryJob:
         """A summary job on the app's engine and cache (the model must be loaded). ``options``: SummaryJob's."""
-        return SummaryJob(self.engine, files, cache=self.cache(), **options)
+        return SummaryJob(self.engine, files, cache=self.cache(), write=self.write, **options)
 
     def open_result(self, result: JobResult) -> tuple[int | None, str]:
         """Open a finished job as a conversation with its documents attached; for a document short enough to
@@ -51,8 +53,9 @@ class Documents:
         it, even after a restart). Returns (conversation id, a note on how questions are answered)."""
         if result.cancelled or not result.documents:
             return None, ""
-        cid, att = open_conversation(self.store, self.cache().db, result.extracted, result.summary,
-                                     self.engine.count_tokens, self.n_ctx(), result.parts)
+        att = attach(result.extracted, result.summary, self.engine.count_tokens, self.n_ctx(), result.parts)
+        db = self.cache().db
+        cid = self.write(lambda: save_conversation(self.store, db, result.extracted, result.summary, att))
         if att.approach == "whole":
             conv = self.store.get(cid)
             prefix = [{"role": "system", "content": conv.system_prompt}]

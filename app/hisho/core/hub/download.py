@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import shutil
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -33,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
-
-import sqlite_utils
 
 from hisho.core import paths
 from hisho.core.db import Database
@@ -118,7 +117,7 @@ class Progress:
     resumed_from: int = 0  # bytes that were already on disk when this run started
 
 
-def _v1(db: sqlite_utils.Database) -> None:
+def _v1(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE downloads (
         id INTEGER PRIMARY KEY, repo TEXT NOT NULL, name TEXT NOT NULL, quant TEXT NOT NULL DEFAULT '',
         parts TEXT NOT NULL, sha256 TEXT NOT NULL, part_sizes TEXT NOT NULL, size INTEGER NOT NULL,

@@ -14,6 +14,7 @@ missing files and rows, and ``reconcile`` repairs both directions. Deleting is l
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from array import array
 from collections.abc import Sequence
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import sqlite_utils
 
 from hisho.core import paths
 from hisho.core.db import Database
@@ -58,7 +58,7 @@ GROUP BY e.owner, e.fingerprint
 """
 
 
-def _v1(db: sqlite_utils.Database) -> None:
+def _v1(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE kv_chunks (
         key TEXT PRIMARY KEY, parent TEXT NOT NULL, fingerprint TEXT NOT NULL, start INTEGER NOT NULL,
         n_tokens INTEGER NOT NULL, tokens BLOB NOT NULL, path TEXT NOT NULL, bytes INTEGER NOT NULL,
