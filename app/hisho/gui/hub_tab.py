@@ -37,6 +37,7 @@ from hisho.gui import theme
 log = logging.getLogger("hisho.gui")
 
 GIB = 1024**3
+BADGE_WIDTH = 110
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "updated"))
 
 
@@ -108,6 +109,7 @@ class HubTab(QWidget):
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
         self.results = QListWidget()
+        self.results.setSpacing(3)
         self.results.currentItemChanged.connect(self._picked)
         self.more = QPushButton("More results")
         self.more.setObjectName("Flat")
@@ -130,8 +132,10 @@ class HubTab(QWidget):
         self.files.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         head = self.files.horizontalHeader()
         head.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
-        for col in (0, 1, 2, 4):
+        for col in (0, 1, 4):
             head.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        head.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
+        self.files.setColumnWidth(2, BADGE_WIDTH)
         self.card = QTextBrowser()
         self.card.setOpenExternalLinks(True)
         self.card.setPlaceholderText("The repository's model card appears here.")
@@ -189,7 +193,7 @@ class HubTab(QWidget):
         if seq != self._seq:
             return
         for r in rows:
-            gated = "  🔒" if r.gated else ""
+            gated = "  · gated" if r.gated else ""
             item = QListWidgetItem(f"{r.repo}{gated}\n{r.downloads:,} downloads · {r.likes:,} likes")
             item.setData(Qt.ItemDataRole.UserRole, r.repo)
             item.setToolTip("Gated: needs a Hugging Face token" if r.gated else r.repo)

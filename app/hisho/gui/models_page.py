@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
 from hisho.core.executor import Executor
 from hisho.core.hub import Downloader, Job, Progress, QuantFile, Stopped
 from hisho.core.models import ModelEntry, ModelStore
-from hisho.gui.hub_tab import HubTab, badge_style, human
+from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, human
 
 log = logging.getLogger("hisho.gui")
 
@@ -107,6 +107,8 @@ class ModelsPage(QWidget):
         lay = QVBoxLayout(page)
         lay.setContentsMargins(12, 12, 12, 12)
         self.model_table = _table(["Name", "Architecture", "Quant", "Size", "Context", "Source", "Fit"], 0)
+        self.model_table.horizontalHeader().setSectionResizeMode(6, QHeaderView.ResizeMode.Fixed)
+        self.model_table.setColumnWidth(6, BADGE_WIDTH)
         self.model_table.itemSelectionChanged.connect(self._selection_changed)
         self.installed_status = QLabel("Drop a .gguf file here to import it.")
         self.installed_status.setObjectName("Meta")
@@ -392,6 +394,8 @@ class ModelsPage(QWidget):
         self.refresh_downloads()
 
     def _progress(self, p: Progress) -> None:
+        if p.job_id not in self.queued:
+            return  # a late report of a download that was paused or cancelled meanwhile
         self.live[p.job_id] = p
         row = self._row_of(p.job_id)
         job = self.jobs.get(p.job_id)

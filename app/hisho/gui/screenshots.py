@@ -143,6 +143,9 @@ def main(argv: list[str]) -> int:
     dialog.grab().save(str(out / "4-settings.png"))
     dialog.close()
     _kv_shots(app, window, out, [c.store.conversations()[1].id, cid])
+    from hisho.gui.models_shots import models_shots
+
+    models_shots(app, window, out)
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
     return 0

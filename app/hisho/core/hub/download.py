@@ -47,7 +47,7 @@ log = logging.getLogger("hisho.hub")
 COMPONENT = "downloads"
 GIB, MIB = 1024**3, 1024**2
 RESERVE = 64 * MIB           # left free after a download (the OS and the app need some room)
-CHUNK = 1 * MIB              # bytes per write: pause and progress answer within one chunk
+CHUNK = 256 * 1024           # bytes per write: pause and progress answer within one chunk
 PROGRESS_EVERY = 0.1
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -338,13 +338,25 @@ class Downloader:
         return self.get(int(cur.lastrowid or 0))
 
     def unfinished(self) -> list[Job]:
-        """Downloads to offer at start-up. A job left 'running' by a process that died is 'paused' now."""
+        """Downloads to offer at start-up, with the bytes already on disk. A job left 'running' by a process that
+        died is 'paused' now."""
         with self._lock:
             running = set(self._runs)
         for job in self.jobs():
             if job.state == "running" and job.id not in running:
-                self._set(job.id, state="paused")
+                self._set(job.id, state="paused", done_bytes=self.on_disk(job))
         return [j for j in self.jobs() if j.state in ACTIVE]
+
+    def on_disk(self, job: Job) -> int:
+        """Bytes of ``job`` already downloaded: finished parts and partial files."""
+        folder, total = target_dir(job.repo), 0
+        for part, size in zip(job.parts, job.part_sizes):
+            name = Path(part).name
+            if (folder / name).is_file() and (folder / name).stat().st_size == size:
+                total += size
+                continue
+            total += sum(p.stat().st_size for p in folder.glob(f".{name}.*.part"))
+        return total
 
     def forget(self, job_id: int) -> None:
         self.db.execute("DELETE FROM downloads WHERE id = ?", [job_id])
@@ -399,16 +411,16 @@ class Downloader:
             if stop.reason == "cancel":
                 self._discard(job)
             else:
-                self._set(job_id, state="paused")
+                self._set(job_id, state="paused", done_bytes=self.on_disk(job))
             raise
         except KeyboardInterrupt:
-            self._set(job_id, state="paused")
+            self._set(job_id, state="paused", done_bytes=self.on_disk(job))
             raise
         except UserError as exc:
-            self._set(job_id, state="failed", error=str(exc))
+            self._set(job_id, state="failed", error=str(exc), done_bytes=self.on_disk(job))
             raise
         except Exception as exc:
-            self._set(job_id, state="failed", error=f"{type(exc).__name__}: {exc}")
+            self._set(job_id, state="failed", error=f"{type(exc).__name__}: {exc}", done_bytes=self.on_disk(job))
             raise
         finally:
             with self._lock:

@@ -79,6 +79,8 @@ def translate(exc: BaseException, what: str) -> HubError:
         if status == 401:
             return GatedRepo(f"{what}: the hub refused the request (401): the token is missing or not valid")
         return HubError(f"{what}: the hub answered with an error ({status}); try again later")
+    if name in ("ReadError", "WriteError") or isinstance(exc, ConnectionResetError):
+        return HubOffline(f"{what}: the connection to the hub broke off ({exc}); try again to resume")
     if "Timeout" in name:
         return HubError(f"{what}: the hub did not answer in time; check the network and try again")
     if "Connect" in name or "Network" in name or "RemoteProtocol" in name or isinstance(exc, ConnectionError):

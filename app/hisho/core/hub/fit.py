@@ -170,6 +170,5 @@ def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, 
         smallest.why = f"nothing in this repository fits; the smallest file is the closest ({smallest.why})"
         return smallest
     chosen.recommended = True
-    chosen.why = (f"best quality that fits this machine: {chosen.file.quant} with {p.config.n_ctx} tokens "
-                  f"of context ({chosen.why})")
+    chosen.why = f"best quality that fits this machine ({chosen.why})"
     return chosen

@@ -1,0 +1,107 @@
+"""The Models page's screenshots for ``make screenshots``: Installed, Hub (a repository with its fit badges, also
+at 1280×720) and Downloads (a download running, then paused at about 45 %).
+
+The hub is the hub-shaped test server (hisho.bench.hub_server) on 127.0.0.1 with files written here: sparse
+GGUFs whose headers declare Llama-2-13B's tensors (the badges are this machine's real verdicts for them) and a
+small real file to download. Nothing comes from the internet.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = "TheBlock/Llama-2-13B-chat-GGUF"
+TINY = "TheBlock/TinyStories-GGUF"
+OTHERS = [("bartowski/Qwen2.5-7B-Instruct-GGUF", 412_000, 310), ("unsloth/gemma-3-4b-it-GGUF", 298_000, 402),
+          ("lmstudio/Mistral-7B-Instruct-v0.3-GGUF", 187_000, 151), ("TheBlock/Llama-2-7B-GGUF", 120_500, 98),
+          ("ggml-org/SmolLM2-1.7B-Instruct-GGUF", 64_000, 37), ("meta-like/Llama-3.1-8B-Gated-GGUF", 51_000, 80)]
+
+
+CARD = """---
+license: llama2
+---
+# Llama 2 13B Chat — GGUF
+
+GGUF conversions of a 13-billion-parameter chat model, in three sizes:
+
+| file | bits per weight | use |
+|---|---|---|
+| `Q4_K_M` | 4.8 | the usual choice: small, good quality |
+| `Q8_0` | 8.5 | near-lossless |
+| `F16` | 16 | reference; needs a lot of memory |
+
+Run it with any llama.cpp-based app.
+"""
+
+
+def _wait(app: Any, until: Any, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while not until() and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+    for _ in range(20):
+        app.processEvents()
+
+
+def models_shots(app: Any, window: Any, out: Path) -> None:
+    from hisho.bench.hub import LLAMA2_13B, write_llama, write_payload
+    from hisho.bench.hub_server import FakeHub
+    from hisho.gui.models_page import open_models
+
+    files = Path(os.environ["HISHO_HOME"]) / "hub-files"
+    files.mkdir(parents=True, exist_ok=True)
+    hub = FakeHub().start()
+    os.environ["HF_ENDPOINT"] = hub.url
+    try:
+        hub.add_repo(REPO, downloads=523_000, likes=611)
+        for wtype, label in (("Q4_K", "Q4_K_M"), ("Q8_0", "Q8_0"), ("F16", "F16")):
+            p = write_llama(files / f"llama-2-13b-chat.{label}.gguf", LLAMA2_13B, wtype)
+            hub.add_file(REPO, p.name, p, sha256=f"{len(label):064x}")  # shown, never downloaded
+        card = files / "README.md"
+        card.write_text(CARD, encoding="utf-8")
+        hub.add_file(REPO, "README.md", card, lfs=False)
+        hub.add_repo(TINY, downloads=9_800, likes=12)
+        hub.add_file(TINY, "tinystories-Q8_0.gguf", write_payload(files / "tinystories-Q8_0.gguf", 48))
+        for repo, downloads, likes in OTHERS:
+            hub.add_repo(repo, downloads=downloads, likes=likes, gated="Gated" in repo)
+        page = open_models(window)
+        page.resize(1180, 760)
+        _wait(app, lambda: bool(page.entries) and page.model_table.cellWidget(0, 6) is not None
+              and page.model_table.cellWidget(0, 6).objectName() == "FitBadge")
+        page.model_table.selectRow(0)
+        page.grab().save(str(out / "7-models-installed.png"))
+
+        page.tabs.setCurrentWidget(page.hub)
+        page.hub.query.setText("GGUF")
+        page.hub.search()
+        _wait(app, lambda: page.hub.results.count() >= 8)
+        row = next(i for i in range(page.hub.results.count()) if REPO in page.hub.results.item(i).text())
+        page.hub.results.setCurrentRow(row)
+        _wait(app, lambda: len(page.hub.fits) == 3 and "GGUF conversions" in page.hub.card.toPlainText())
+        page.grab().save(str(out / "8-models-hub.png"))
+        page.resize(1280, 720)
+        _wait(app, lambda: False, timeout=0.3)
+        page.grab().save(str(out / "8b-models-hub-1280x720.png"))
+        page.resize(1180, 760)
+
+        from hisho.core.hub import repo_files
+
+        hub.throttle = 12 * 2**20
+        page.download(repo_files(TINY)[0])
+        _wait(app, lambda: any(p.done > 20 * 2**20 and p.eta_s for p in page.live.values()))
+        page.job_table.selectRow(0)
+        page.grab().save(str(out / "9-models-downloading.png"))
+        for job_id in list(page.queued):
+            page.pause(job_id)
+        _wait(app, lambda: not page.queued and page.job_table.rowCount() == 1
+              and "paused" in (page.job_table.item(0, 5).text() if page.job_table.item(0, 5) else ""))
+        page.job_table.selectRow(0)
+        page.grab().save(str(out / "9b-models-download-paused.png"))
+        for job_id in list(page.jobs):
+            page.cancel(job_id)
+        page.close()
+    finally:
+        hub.stop()
