@@ -55,6 +55,30 @@ def test_delete_message_removes_its_subtree_and_moves_leaf(store: ConversationSt
     assert len(store.messages(cid)) == 2
 
 
+def test_deleted_messages_come_back_with_undo(store: ConversationStore) -> None:
+    cid = _chat(store, ("a", "b"), ("c", "d"))
+    second = store.branch(cid)[1]
+    store.add_message(cid, "assistant", "b2", parent_id=store.branch(cid)[0].id)  # a version on another branch
+    store.switch_branch(second.id)
+    before = [(m.id, m.content) for m in store.messages(cid)]
+    shown = [m.content for m in store.branch(cid)]
+    assert store.subtree_size(second.id) == 3
+    deleted = store.take_messages(second.id)
+    assert deleted.count == 3 and [m.content for m in store.branch(cid)] == ["a", "b2"]
+    assert store.search("c") == []
+    store.put_back(deleted)
+    assert [(m.id, m.content) for m in store.messages(cid)] == before  # same ids: nothing else refers elsewhere
+    assert [m.content for m in store.branch(cid)] == shown
+    assert store.search("c")[0].conversation_id == cid  # back in the search index
+    newest = max(store.messages(cid), key=lambda m: m.id)  # "b2", on the other branch
+    again = store.take_messages(newest.id)
+    reused = store.add_message(cid, "assistant", "written meanwhile", parent_id=store.branch(cid)[-1].id)
+    assert reused.id == newest.id  # SQLite reuses the highest id: put_back must not collide with it
+    store.put_back(again)
+    assert store.message(reused.id).content == "written meanwhile"
+    assert sorted(m.content for m in store.messages(cid)) == ["a", "b", "b2", "c", "d", "written meanwhile"]
+
+
 def test_search_finds_words_and_prefixes_and_survives_syntax(store: ConversationStore) -> None:
     cid = _chat(store, ("Tell me about the lighthouse keeper", "He found a bottle."))
     other = _chat(store, ("Recipe for pancakes?", "Flour, eggs, milk."))

@@ -84,6 +84,25 @@ def test_binary_renamed_txt(tmp_path: Path) -> None:
         extract(tmp_path / "prog.txt")
 
 
+def test_files_without_a_known_extension_are_read_by_content(tmp_path: Path) -> None:
+    licence = "GNU GENERAL PUBLIC LICENSE\nVersion 3, 29 June 2007\n\nEveryone is permitted to copy it.\n" * 40
+    (tmp_path / "GPL-3").write_text(licence, encoding="utf-8")
+    doc = extract(tmp_path / "GPL-3")
+    assert doc.kind == "text" and doc.text.strip() == licence.strip()
+    (tmp_path / "server.log").write_bytes("Straße geöffnet, café\n".encode("cp1252") * 50)
+    assert "Straße" in extract(tmp_path / "server.log").text
+    (tmp_path / "page").write_text("<!DOCTYPE html><html><body><h1>Title</h1><p>Body text.</p></body></html>")
+    assert extract(tmp_path / "page").kind == "html"
+    make_pdf(tmp_path / "report.pdf", ["Page one text."]).rename(tmp_path / "report")
+    assert extract(tmp_path / "report").kind == "pdf"
+    (tmp_path / "a.out").write_bytes(b"\x7fELF\x02\x01\x01" + b"\x00" * 64 + b"strings")
+    with pytest.raises(DocumentError, match=r"^a.out: this looks like a binary file, not text"):
+        extract(tmp_path / "a.out")
+    (tmp_path / "bundle").write_bytes(b"PK\x03\x04" + b"\x14\x00" * 40)
+    with pytest.raises(DocumentError, match="archive"):
+        extract(tmp_path / "bundle")
+
+
 @pytest.mark.parametrize("encoding", ["cp1252", "latin-1", "utf-16", "shift_jis"])
 def test_non_utf8_text_is_decoded(tmp_path: Path, encoding: str) -> None:
     text = ("東京の会議では予算が承認されました。図書館と道路の修理に使われます。\n" * 20 if encoding == "shift_jis"

@@ -170,3 +170,10 @@ def test_engine_exits_when_parent_closes_pipe(engine_home: Path, default_model_p
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is not None
+
+
+def test_engine_log_keeps_llama_cpp_info_not_its_debug_lines(engine: EngineClient, engine_home: Path) -> None:
+    list(engine.generate(messages=HELLO, sampling=GREEDY))
+    text = (engine_home / "logs" / "engine.log").read_text(errors="replace")
+    assert "print_info: " in text  # the load report (INFO) is kept
+    assert "llama_graph_n_input_tensors" not in text  # a DEBUG line per decode step is not

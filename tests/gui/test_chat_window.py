@@ -236,9 +236,8 @@ def test_delete_chat_with_undo(qtbot: QtBot, window: MainWindow) -> None:
     w.controller.delete_chat(cid)
     wait_for(qtbot, lambda: cid not in w.sidebar.ids())
     assert w.controller.current is None
-    undo = [b for b in w.status.findChildren(type(w.composer.button)) if b.text() == "Undo"]
-    assert undo
-    qtbot.mouseClick(undo[-1], Qt.MouseButton.LeftButton)
+    assert w.toast.isVisible() and w.toast.action_button.text() == "Undo" and "Deleted" in w.toast.text()
+    qtbot.mouseClick(w.toast.action_button, Qt.MouseButton.LeftButton)
     wait_for(qtbot, lambda: cid in w.sidebar.ids())
     assert [m.content for m in w.ctx.store.branch(cid)] == ["keep me"]
 
@@ -249,6 +248,8 @@ def test_delete_message_removes_it_and_what_follows(qtbot: QtBot, window: MainWi
     type_and_enter(qtbot, w, "Hi")
     wait_idle(qtbot, w)
     user, _reply = w.ctx.store.branch(cid)
+    seen: list[str] = []
+    answer_box("Delete", seen)  # the reply after it goes too: asked first
     qtbot.mouseClick(w.view.widgets[user.id].buttons["delete"], Qt.MouseButton.LeftButton)
     wait_for(qtbot, lambda: w.view.messages == [] and w.ctx.store.branch(cid) == [])
 
@@ -460,4 +461,4 @@ def test_no_longer_fits_new_chat_with_a_summary(qtbot: QtBot, window: MainWindow
     assert len(new.system_prompt.split("):", 1)[1].strip()) > 20  # the model wrote a summary
     assert w.composer.text() == question and w.ctx.store.branch(new.id) == []  # ready to send, not sent
     assert len(w.ctx.store.branch(cid)) == before and w.ctx.store.get(cid).draft == ""  # old chat untouched
-    assert "Started a new chat from a summary" in w.statusBar().currentMessage()
+    assert "Started a new chat from a summary" in w.toast.text()

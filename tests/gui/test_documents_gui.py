@@ -55,7 +55,7 @@ def test_drop_highlights_then_summary_opens_as_conversation(qtbot: QtBot, window
     branch = window.ctx.store.branch(cid)
     assert [m.role for m in branch] == ["user", "assistant"] and branch[1].content == docs.last_result.summary
     assert f"Not included:\n- {bad} — not summarized" in branch[1].content  # the good file is summarized
-    toast = window.statusBar().currentMessage()
+    toast = window.toast.text()
     assert toast.startswith("Summary ready") and f"Skipped: {bad}" in toast  # the bad one is reported
 
 
@@ -70,7 +70,7 @@ def test_cancel_stops_the_job_and_keeps_the_window_usable(qtbot: QtBot, window: 
     qtbot.mouseClick(docs.panel.cancel, Qt.MouseButton.LeftButton)
     wait_for(qtbot, lambda: not docs.running, timeout=120_000)
     assert docs.last_result is not None and docs.last_result.cancelled
-    assert "Summary cancelled" in window.statusBar().currentMessage()
+    assert "Summary cancelled" in window.toast.text()
     assert docs.action.isEnabled() and not docs.panel.isVisible()
 
 
@@ -91,7 +91,7 @@ def test_document_kv_survives_a_restart_so_a_question_prefills_only_itself(qtbot
     assert cid is not None
     att = load_attachment(window.ctx.store.db, cid)
     assert att is not None and att.approach == "whole"
-    assert "Whole document in context" in window.statusBar().currentMessage()  # the UI says which approach
+    assert "Whole document in context" in window.toast.text()  # the UI says which approach
     window.ctx.store.update(cid, settings=ChatSettings(temperature=0.0, max_tokens=8))
     window.close()  # closes the KV session first: the document's saved prefix is on disk and indexed
 
@@ -131,7 +131,7 @@ def test_only_bad_files_dropped_each_get_their_message(qtbot: QtBot, window: Mai
     files[3].write_bytes(b"PK")
     docs.summarize(files)
     wait_for(qtbot, lambda: not docs.running, timeout=120_000)
-    toast = window.statusBar().currentMessage()
+    toast = window.toast.text()
     assert "locked.pdf: the PDF is encrypted and no password was given" in toast
     assert "scan.pdf: the PDF has no text layer (2 pages of images, e.g. a scan); run OCR on it first" in toast
     assert "empty.txt: the file is empty (0 bytes)" in toast and "sheet.xlsx: unsupported file type" in toast

@@ -16,7 +16,8 @@ from tests.gui.conftest import wait_for, wait_idle
 
 
 def _load_anyway_button(window: MainWindow) -> QPushButton | None:
-    return next((b for b in window.status.findChildren(QPushButton) if b.text() == "Load anyway"), None)
+    b = window.toast.action_button
+    return b if window.toast.isVisible() and b.isVisible() and b.text() == "Load anyway" else None
 
 
 def test_plan_refusal_offers_load_anyway(qtbot: QtBot, window: MainWindow, default_model_path: Path,

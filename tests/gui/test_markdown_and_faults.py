@@ -116,8 +116,7 @@ def test_read_only_view_of_a_locked_database(qtbot: QtBot, default_model_path: o
 
 def test_auto_scroll_follows_until_the_user_scrolls_up(qtbot: QtBot) -> None:
     from hisho.core.conversations import Message
-    from hisho.gui.bridge import TextBuffer
-    from hisho.gui.chat_view import ChatView
+    from hisho.gui.chat_view import ChatView, StreamText
 
     view = ChatView()
     qtbot.addWidget(view)
@@ -126,7 +125,7 @@ def test_auto_scroll_follows_until_the_user_scrolls_up(qtbot: QtBot) -> None:
     msgs = [Message(i + 1, 1, i or None, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + "text " * 80)
             for i in range(30)]
     view.show_branch(1, msgs, {})
-    buffer = TextBuffer(7)
+    buffer = StreamText()
     view.begin_stream(7, buffer)
     bar = view.verticalScrollBar()
     buffer.append("Streaming line one.\n\n" * 5)

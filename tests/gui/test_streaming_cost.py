@@ -10,8 +10,7 @@ from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
 from hisho.gui import markdown, theme
-from hisho.gui.bridge import TextBuffer
-from hisho.gui.chat_view import ChatView
+from hisho.gui.chat_view import ChatView, StreamText
 from hisho.gui.message_widget import MessageWidget
 
 REPLY = ("## Ember's kitchen\n\nOnce upon a time a dragon wanted to cook. She had no pans.\n\n"
@@ -63,7 +62,7 @@ def test_a_flush_measures_only_the_streaming_reply(qtbot: QtBot, monkeypatch: py
         w = MessageWidget(None, role="assistant")
         w.set_text(REPLY)
         view.rows.insertWidget(view.rows.count() - 1, w)
-    buffer = TextBuffer(1)
+    buffer = StreamText()
     view.begin_stream(1, buffer)
     buffer.append("The reply starts. ")
     view._flush()

@@ -109,6 +109,23 @@ class SearchHit:
     snippet: str
 
 
+_SUBTREE = """WITH RECURSIVE sub(id) AS (SELECT ? UNION ALL SELECT m.id FROM messages m JOIN sub
+               ON m.parent_id = sub.id) SELECT id FROM sub"""
+
+
+@dataclass
+class DeletedMessages:
+    """What ``take_messages`` removed: enough for ``put_back`` to restore it exactly."""
+
+    conversation_id: int
+    rows: list[dict[str, Any]]
+    leaf_id: int | None
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
+
+
 # ----- schema ----------------------------------------------------------------------------------------------
 
 
@@ -346,6 +363,43 @@ class ConversationStore:
                 leaf = self.latest_leaf_under(others[-1]) if others else m.parent_id
                 self.db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", [leaf, m.conversation_id])
         return self.get(m.conversation_id)
+
+    def subtree_size(self, message_id: int) -> int:
+        """How many messages ``delete_message`` would remove: this one and all under it, every version."""
+        row = self.db.query_one(f"SELECT count(*) FROM ({_SUBTREE})", [message_id])
+        return int(row[0]) if row else 0
+
+    def take_messages(self, message_id: int) -> DeletedMessages:
+        """``delete_message`` that keeps what it removed (the message, everything under it on every branch,
+        and the branch that was on screen), so ``put_back`` can undo it."""
+        self._writable()
+        with self.tx():
+            m = self.message(message_id)
+            rows = self.db.query(f"SELECT * FROM messages WHERE id IN ({_SUBTREE}) ORDER BY id", [message_id])
+            leaf = self.get(m.conversation_id).leaf_id
+            self.delete_message(message_id)
+        return DeletedMessages(m.conversation_id, [dict(r) for r in rows], leaf)
+
+    def put_back(self, deleted: DeletedMessages) -> Conversation:
+        """Undo ``take_messages``: the rows come back under their parent (new ids where an old one has been
+        reused meanwhile) and the branch that was on screen is shown again."""
+        self._writable()
+        new_ids: dict[int, int] = {}
+        with self.tx():
+            for row in deleted.rows:
+                row = dict(row)
+                old = int(row["id"])
+                row["parent_id"] = new_ids.get(row["parent_id"], row["parent_id"])
+                if self.db.query_one("SELECT 1 FROM messages WHERE id = ?", [old]) is not None:
+                    del row["id"]
+                cols = ", ".join(row)
+                cur = self.db.execute(f"INSERT INTO messages ({cols}) VALUES ({', '.join('?' * len(row))})",
+                                      list(row.values()))
+                new_ids[old] = int(row.get("id") or cur.lastrowid or 0)
+            leaf = new_ids.get(deleted.leaf_id, deleted.leaf_id) if deleted.leaf_id is not None else None
+            self.db.execute("UPDATE conversations SET leaf_id = ?, updated_at = ? WHERE id = ?",
+                            [leaf, time.time(), deleted.conversation_id])
+        return self.get(deleted.conversation_id)
 
     def siblings_of_parent(self, conversation_id: int, parent_id: int | None) -> list[int]:
         rows = self.db.query("SELECT id FROM messages WHERE conversation_id = ? AND parent_id IS ? ORDER BY id",

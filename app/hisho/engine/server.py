@@ -299,6 +299,34 @@ class Server:
         ggml_abort("hisho test hook: simulated GGML_ASSERT failure")
 
 
+_GGML_DEBUG, _GGML_WARN, _GGML_CONT = 1, 3, 5  # ggml.h's ggml_log_level
+
+
+def keep_llama_log_at_info() -> None:
+    """llama.cpp's log lines go to stderr (engine.log) from INFO up; DEBUG lines are dropped.
+
+    llama-cpp-python installs a callback whose level table predates ggml renumbering its levels (it reads
+    DEBUG=1 as INFO), so it printed a DEBUG line per input tensor of every decode step: 2.7 MB of engine.log
+    in half an hour of chatting. A continuation line follows the decision for the line it continues."""
+    import ctypes
+
+    import llama_cpp
+
+    keep = [True]
+
+    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+    def _callback(level: int, text: bytes, _user_data: Any) -> None:
+        if level != _GGML_CONT:
+            keep[0] = level != _GGML_DEBUG
+        if keep[0]:
+            sys.stderr.write(text.decode("utf-8", "replace"))
+            if level >= _GGML_WARN and level != _GGML_CONT:
+                sys.stderr.flush()
+
+    keep_llama_log_at_info._callback = _callback  # type: ignore[attr-defined]  # ctypes keeps no reference
+    llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+
+
 def main() -> int:
     # Keep fd 1 for the protocol only: native code printing to stdout would corrupt it.
     proto_fd = os.dup(1)
@@ -307,6 +335,7 @@ def main() -> int:
     out = os.fdopen(proto_fd, "wb", buffering=0)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
+    keep_llama_log_at_info()
     log.info("engine process started at %s", time.strftime("%Y-%m-%d %H:%M:%S"))
     server = Server(out)
     worker = threading.Thread(target=server.engine_loop, name="hisho-engine", daemon=True)

@@ -10,12 +10,18 @@ While editing, ``draft_text()`` is that set-aside draft (what the window saves a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from hisho.gui.status_bar import ElidedLabel
 
 EDIT_BANNER = "✎  Editing your message — it will be sent as version {n} of {n}; the original stays · Esc to cancel"
 
+TOKENS_TIP = ("Tokens of your text alone. The meter at the top counts everything the model reads: system prompt, "
+              "earlier messages and the chat template's markers around each message.")
 MAX_LINES_SHOWN = 10
 COUNT_DELAY_MS = 400
 
@@ -50,9 +56,10 @@ class Composer(QFrame):
         banner.addWidget(self.mode_label, 1)
         banner.addWidget(self.cancel_button)
         self.mode.hide()
-        self.tokens = QLabel("")
+        self.tokens = ElidedLabel("", 4)
         self.tokens.setObjectName("TokenCount")
-        hint = QLabel("Enter to send · Shift+Enter for a new line")
+        self.tokens.setToolTip(TOKENS_TIP)
+        hint = ElidedLabel("Enter to send · Shift+Enter for a new line", 4)
         hint.setObjectName("Hint")
         self.button = QPushButton("Send")
         self.button.setObjectName("SendButton")
@@ -64,13 +71,14 @@ class Composer(QFrame):
         lay.addWidget(self.mode)
         lay.addWidget(self.edit)
         row = QHBoxLayout()
-        row.addWidget(self.tokens)
-        row.addStretch(1)
-        row.addWidget(hint)
+        row.addWidget(self.tokens, 3)
+        row.addStretch(0)
+        row.addWidget(hint, 2)
         row.addSpacing(10)
         row.addWidget(self.button)
         lay.addLayout(row)
         self.generating = False
+        self.outer_undo: Callable[[], bool] | None = None   # Ctrl+Z: the window's Undo (a delete) goes first
         self.editing_id: int | None = None
         self._set_aside = ""               # what was typed before an edit began
         self._debounce = QTimer(self)
@@ -85,6 +93,12 @@ class Composer(QFrame):
     def text(self) -> str:
         return self.edit.toPlainText()
 
+    def focus(self) -> None:
+        self.edit.setFocus()
+
+    def clear(self) -> None:
+        self.edit.clear()
+
     def set_text(self, text: str) -> None:
         self.edit.setPlainText(text)
         cursor = self.edit.textCursor()
@@ -97,6 +111,7 @@ class Composer(QFrame):
 
     def set_token_info(self, text: str, warn: bool = False) -> None:
         self.tokens.setText(text)
+        self.tokens.setToolTip(f"{text}\n\n{TOKENS_TIP}" if text else TOKENS_TIP)
         self.tokens.setObjectName("Marker" if warn else "TokenCount")
         self.tokens.style().unpolish(self.tokens)
         self.tokens.style().polish(self.tokens)
@@ -144,6 +159,8 @@ class Composer(QFrame):
                     key.modifiers() & Qt.KeyboardModifier.ShiftModifier):
                 self.submit()
                 return True
+            if key.matches(QKeySequence.StandardKey.Undo) and self.outer_undo is not None and self.outer_undo():
+                return True  # a delete was just undone; typing undo works as usual otherwise
             if key.key() == Qt.Key.Key_Escape:
                 if self.generating:
                     self.stop_requested.emit()
@@ -153,8 +170,8 @@ class Composer(QFrame):
         return super().eventFilter(obj, event)
 
     def submit(self) -> None:
-        if self.generating or not self.text().strip():
-            return  # an empty message is never sent
+        if not self.text().strip():
+            return  # an empty message is never sent (one typed while a reply streams waits for it)
         self.send_requested.emit(self.text())
 
     def _button_clicked(self) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -30,20 +31,22 @@ from PySide6.QtWidgets import (
 
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
+from hisho.gui.status_bar import ElidedLabel
 
 if TYPE_CHECKING:
     from hisho.gui.main_window import MainWindow
 
 log = logging.getLogger("hisho.gui")
 
-FILTER = "Documents (" + " ".join(f"*{s}" for s in SUPPORTED) + ")"
+# Text files without a known extension (README, LICENSE) are read by content: "All files" lets them be chosen.
+FILTER = "Documents (" + " ".join(f"*{s}" for s in SUPPORTED) + ");;All files (*)"
 
 
 class DropOverlay(QLabel):
     """The highlight over the window while files are dragged over it."""
 
     def __init__(self, parent: QWidget) -> None:
-        super().__init__("Drop files to summarize\nPDF · DOCX · TXT · MD · RST · HTML", parent)
+        super().__init__("Drop files to summarize\nPDF · DOCX · any text file (TXT, MD, HTML, README…)", parent)
         self.setObjectName("dropOverlay")
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
@@ -60,29 +63,61 @@ class DropOverlay(QLabel):
 
 
 class ProgressPanel(QWidget):
-    """Stage text, a progress bar, the ETA and Cancel; lives in the status bar while a job runs."""
+    """Stage text, a progress bar, the ETA and Cancel; lives in the status bar while a job runs.
+
+    It never widens the window: the texts elide. The ETA counts down between reports (the job reports per
+    chunk, minutes apart on long files) and is re-based only when the job's estimate changes."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.stage = QLabel()
+        self.stage = ElidedLabel("", 8)
         self.bar = QProgressBar()
-        self.bar.setFixedWidth(180)
-        self.eta = QLabel()
+        self.bar.setFixedWidth(110)
+        self.eta = ElidedLabel("", 6)
         self.cancel = QPushButton("Cancel")
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        for w in (self.stage, self.bar, self.eta, self.cancel):
-            row.addWidget(w)
+        row.addWidget(self.stage, 3)
+        row.addWidget(self.bar)
+        row.addWidget(self.eta, 2)
+        row.addWidget(self.cancel)
+        self._eta: tuple[float, float] | None = None     # (estimate in s, when it was reported)
+        self._reported = -1.0
+        self._tick = QTimer(self)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._show_eta)
         self.hide()
 
     def show_progress(self, p: JobProgress) -> None:
         label = {"extracting": "Extracting", "planning": "Planning", "summarizing": "Summarizing",
-                 "combining": "Combining"}.get(p.stage, p.stage.capitalize())
+                 "combining": "Combining", "done": "Done", "cancelled": "Cancelled"}.get(p.stage, p.stage.capitalize())
         self.stage.setText(f"{label}: {p.message}" if p.message else label)
+        self.stage.setToolTip(self.stage.text())
         self.bar.setRange(0, max(1, p.total))
         self.bar.setValue(min(p.done, p.total))
-        self.eta.setText(f"about {_duration(p.eta_s)} left" if p.eta_s > 0 else "")
+        if p.stage in ("done", "cancelled"):
+            self._eta = None
+        elif p.eta_s > 0 and abs(p.eta_s - self._reported) >= 1:
+            self._eta = (p.eta_s, time.monotonic())
+        self._reported = p.eta_s
+        self._show_eta()
+        self._tick.start()
         self.show()
+
+    def finish(self) -> None:
+        self._tick.stop()
+        self._eta, self._reported = None, -1.0
+        self.hide()
+
+    def eta_text(self) -> str:
+        if self._eta is None:
+            return ""
+        estimate, at = self._eta
+        left = estimate - (time.monotonic() - at)
+        return f"about {_duration(left)} left" if left >= 1 else "finishing…"
+
+    def _show_eta(self) -> None:
+        self.eta.setText(self.eta_text())
 
 
 def _duration(seconds: float) -> str:
@@ -97,6 +132,7 @@ class DocumentsController(QObject):
         self.ctx = window.ctx
         self.job: SummaryJob | None = None
         self.running = False
+        self.job_name = ""
         self.last_result: JobResult | None = None
         self.last_conversation: int | None = None
         self.overlay = DropOverlay(window)
@@ -150,6 +186,7 @@ class DocumentsController(QObject):
         self.panel.show_progress(JobProgress("extracting", 0, len(files), 0.0, message=files[0].name))
         self.action.setEnabled(False)
         self.running = True
+        self.job_name = files[0].name if len(files) == 1 else f"{len(files)} documents"
         self.ctx.executor.submit("engine", lambda: self._run(files), done=self._done, failed=self._failed)
         log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
 
@@ -199,21 +236,28 @@ class DocumentsController(QObject):
         result, cid, note = out
         self.job, self.running = None, False
         self.last_result = result
-        self.panel.hide()
+        self.panel.finish()
         self.action.setEnabled(True)
+        controller = self.window.controller
+        controller.sending.pump()  # messages that waited for the summary go now
         if result.cancelled:
-            self.window.controller.toast("Summary cancelled. Finished chunks are kept: summarize the same file "
-                                         "again to resume.")
+            controller.toast("Summary cancelled. Finished chunks are kept: summarize the same file again to "
+                             "resume.")
             return
-        skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
         self.last_conversation = cid
-        if cid is not None:
-            self.window.controller.refresh(select=cid)
-            self.window.controller.select(cid)
-        self.window.controller.toast(f"Summary ready ({_duration(result.seconds)}). {note}{skipped}")
+        if cid is None:  # nothing could be read: say why, where the user looks, until dismissed
+            why = "; ".join(result.skipped) or "no text found"
+            controller.toast(f"Nothing to summarize. {why}", ms=30_000)
+            return
+        controller.refresh(select=cid)
+        controller.select(cid)
+        skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
+        controller.toast(f"Summary ready ({_duration(result.seconds)}). {note}{skipped}",
+                         ms=30_000 if skipped else 8000)
 
     def _failed(self, exc: BaseException) -> None:
         self.job, self.running = None, False
-        self.panel.hide()
+        self.panel.finish()
         self.action.setEnabled(True)
         self.window.controller.report(exc)
+        self.window.controller.sending.pump()

@@ -22,6 +22,7 @@ from hisho.core.kv.index import Usage
 from hisho.core.kv.stored import conversation_usage
 from hisho.core.kv_chat import KVChat
 from hisho.core.units import format_bytes
+from hisho.gui.status_bar import ElidedLabel
 
 log = logging.getLogger("hisho.gui")
 
@@ -119,7 +120,7 @@ class KVUsageView(QObject):
 
 def wire(window: Any, kv: KVChat) -> QLabel:
     """Connect select / draft / delete / pin / turn-finished to the KV session; return the status-bar label."""
-    label = QLabel("")
+    label = ElidedLabel("", 6)  # elides rather than widening the window
     label.setToolTip("This chat's saved KV cache on disk, and the prefill time it saves when you come back to it.\n"
                      "Shared prefixes (the same document in several chats) are stored once.")
     window.status.addPermanentWidget(label)

@@ -8,13 +8,13 @@ type-ahead).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QGridLayout,
     QHBoxLayout,
@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMenu,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -36,7 +35,8 @@ from hisho.gui.context import AppContext
 from hisho.gui.controller import ChatController
 from hisho.gui.documents import DocumentsController
 from hisho.gui.sidebar import Sidebar
-from hisho.gui.status_bar import StatusBar
+from hisho.gui.status_bar import ContextMeter, ElidedLabel, StatusBar
+from hisho.gui.toast import Toast
 
 log = logging.getLogger("hisho.gui")
 
@@ -54,6 +54,7 @@ class MainWindow(QMainWindow):
         self.ctx = ctx
         self.setWindowTitle("Hisho")
         self.resize(1240, 820)
+        self._fit_to_screen()
         self.sidebar = Sidebar()
         self.view = ChatView()
         self.composer = Composer()
@@ -95,39 +96,43 @@ class MainWindow(QMainWindow):
         hl.addWidget(self.composer, 100)
         hl.addStretch(1)
         rl.addWidget(holder)
+        self.right = right
+        self.toast = Toast(right)
         self.splitter = QSplitter()
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
         self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([270, 970])
+        self.splitter.setSizes([260, 980])
         self.splitter.setHandleWidth(1)
+        self.splitter.setCollapsible(0, True)   # drag it away, or Ctrl+B / the header's ☰
+        self.splitter.setCollapsible(1, False)
         self.setCentralWidget(self.splitter)
 
     def _build_header(self) -> QWidget:
         header = QFrame()
         header.setObjectName("Header")
         lay = QHBoxLayout(header)
-        lay.setContentsMargins(20, 10, 14, 10)
-        self.title = QLabel("New chat")
+        lay.setContentsMargins(8, 8, 14, 8)
+        self.sidebar_button = QPushButton("☰")
+        self.sidebar_button.setObjectName("Flat")
+        self.sidebar_button.setToolTip("Show or hide the chat list (Ctrl+B)")
+        self.sidebar_button.clicked.connect(self.toggle_sidebar)
+        self.title = ElidedLabel("New chat", 10)
         self.title.setObjectName("HeaderTitle")
-        self.model_label = QLabel("")
+        self.model_label = ElidedLabel("", 6)
         self.model_label.setObjectName("Meta")
-        self.meter = QProgressBar()
-        self.meter.setObjectName("ContextMeter")
-        self.meter.setTextVisible(False)
-        self.meter.setFixedWidth(120)
-        self.meter.setRange(0, 1000)
-        self.meter_label = QLabel("")
-        self.meter_label.setObjectName("Meta")
+        self.context_meter = ContextMeter()
+        self.meter = self.context_meter.bar
+        self.meter_label = self.context_meter.label
         self.settings_button = QPushButton("Chat settings")
-        self.settings_button.setToolTip("Model, system prompt and sampling for this chat")
-        lay.addWidget(self.title)
-        lay.addSpacing(10)
-        lay.addWidget(self.model_label)
-        lay.addStretch(1)
-        lay.addWidget(self.meter_label)
-        lay.addWidget(self.meter)
-        lay.addSpacing(10)
+        self.settings_button.setToolTip("Model, system prompt and sampling for this chat (Ctrl+,)")
+        lay.addWidget(self.sidebar_button)
+        lay.addWidget(self.title, 3)
+        lay.addSpacing(8)
+        lay.addWidget(self.model_label, 1)
+        lay.addStretch(0)
+        lay.addWidget(self.context_meter, 2)
+        lay.addSpacing(8)
         lay.addWidget(self.settings_button)
         return header
 
@@ -171,9 +176,8 @@ class MainWindow(QMainWindow):
             b = QPushButton(text)
             b.setObjectName("Chip")
             b.setCursor(Qt.CursorShape.PointingHandCursor)
-            b.setMinimumWidth(300)
             b.clicked.connect(lambda _=False, t=text: self._use_suggestion(t))
-            chips.addWidget(b, i // 2, i % 2)
+            chips.addWidget(b, i, 0)  # one column: the window stays usable at small widths
             self.suggestions.append(b)
         box.addLayout(chips)
         grid.addLayout(box, 0, 0, Qt.AlignmentFlag.AlignCenter)
@@ -181,7 +185,7 @@ class MainWindow(QMainWindow):
 
     def _use_suggestion(self, text: str) -> None:
         self.composer.set_text(text)
-        self.composer.edit.setFocus()
+        self.composer.focus()
 
     def show_empty(self, empty: bool) -> None:
         self.pages.setCurrentWidget(self.empty if empty else self.view)
@@ -196,10 +200,10 @@ class MainWindow(QMainWindow):
         c = self.controller
         bar = self.menuBar()
         self.file_menu: QMenu = bar.addMenu("&File")
-        self._action(self.file_menu, "New chat", c.new_chat, QKeySequence.StandardKey.New)
+        self._action(self.file_menu, "New chat", c.listing.new_chat, QKeySequence.StandardKey.New)
         self.file_menu.addSeparator()
-        self._action(self.file_menu, "Import chat…", c.import_chat)
-        self._action(self.file_menu, "Export chat…", lambda: c.export_chat(None))
+        self._action(self.file_menu, "Import chat…", c.listing.import_chat)
+        self._action(self.file_menu, "Export chat…", lambda: c.listing.export_chat(None))
         self.file_menu.addSeparator()
         from hisho.gui.preferences import open_preferences
 
@@ -208,24 +212,31 @@ class MainWindow(QMainWindow):
         self.file_menu.addSeparator()
         self._action(self.file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
         edit = bar.addMenu("&Edit")
+        self._action(edit, "Undo delete", c.undo, QKeySequence.StandardKey.Undo)
+        edit.addSeparator()
         self._action(edit, "Find in chat", self.show_find, QKeySequence.StandardKey.Find)
         self._action(edit, "Search chats", self.focus_search, QKeySequence("Ctrl+K"))
         self.view_menu: QMenu = bar.addMenu("&View")
-        self._action(self.view_menu, "Show sidebar", lambda: self.sidebar.setVisible(not self.sidebar.isVisible()),
-                     QKeySequence("Ctrl+B"))
+        self._action(self.view_menu, "Show or hide the chat list", self.toggle_sidebar, QKeySequence("Ctrl+B"))
         from hisho.gui.planner_panel import open_planner
 
         self._action(self.view_menu, "Memory planner", lambda: open_planner(self))
         from hisho.gui.models_page import open_models
 
         self._action(self.view_menu, "Models", lambda: open_models(self), QKeySequence("Ctrl+M"))
-        theme_menu = self.view_menu.addMenu("Theme")
+        self.theme_menu = self.view_menu.addMenu("Theme")
+        group = QActionGroup(self)
+        chosen = str(self.ctx.settings["theme"])
         for name in ("system", "light", "dark"):
-            self._action(theme_menu, name.capitalize(), functools.partial(c.set_theme, name))
+            # triggered(bool) passes "checked" first: the name must not be the lambda's first parameter
+            act = self._action(self.theme_menu, name.capitalize(), lambda _c=False, n=name: c.set_theme(n))
+            act.setCheckable(True)
+            act.setChecked(name == chosen)
+            group.addAction(act)
         chat = bar.addMenu("&Chat")
         self._action(chat, "Stop", c.stop)
-        self._action(chat, "Regenerate last reply", c.regenerate_last, QKeySequence("Ctrl+R"))
-        self._action(chat, "Rename chat", c.start_rename, QKeySequence(Qt.Key.Key_F2))
+        self._action(chat, "Regenerate last reply", c.editing.regenerate_last, QKeySequence("Ctrl+R"))
+        self._action(chat, "Rename chat", c.listing.start_rename, QKeySequence(Qt.Key.Key_F2))
         self._action(chat, "Chat settings…", c.open_settings, QKeySequence("Ctrl+,"))
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "Copy diagnostics", c.copy_diagnostics)
@@ -241,10 +252,10 @@ class MainWindow(QMainWindow):
     def _build_shortcuts(self) -> None:
         esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         esc.activated.connect(self.escape)
-        self.find_edit.returnPressed.connect(self.controller.find_next)
+        self.find_edit.returnPressed.connect(self.controller.listing.find_next)
 
     def escape(self) -> None:
-        if self.controller.active is not None or self.controller.running is not None:
+        if self.controller.sending.generating_here():
             self.controller.stop()
         elif self.find_bar.isVisible():
             self.hide_find()
@@ -258,10 +269,32 @@ class MainWindow(QMainWindow):
 
     def hide_find(self) -> None:
         self.find_bar.hide()
-        self.composer.edit.setFocus()
+        self.composer.focus()
+
+    def toggle_sidebar(self) -> None:
+        sizes = self.splitter.sizes()
+        if sizes[0] > 0 and self.sidebar.isVisible():
+            self._sidebar_width = sizes[0]
+            self.splitter.setSizes([0, sizes[0] + sizes[1]])
+        else:
+            self.sidebar.show()
+            width = getattr(self, "_sidebar_width", 260)
+            self.splitter.setSizes([width, max(0, sum(sizes) - width)])
+
+    def sidebar_shown(self) -> bool:
+        return self.sidebar.isVisible() and self.splitter.sizes()[0] > 0
+
+    def _fit_to_screen(self) -> None:
+        """Open no larger than the screen's free area (a 1280×720 laptop screen at 150 % is 853×480)."""
+        app = QApplication.instance()
+        screen = app.primaryScreen() if isinstance(app, QApplication) else None
+        if screen is not None:
+            free = screen.availableGeometry()
+            self.resize(min(self.width(), free.width()), min(self.height(), free.height() - 40))
 
     def focus_search(self) -> None:
-        self.sidebar.setVisible(True)
+        if not self.sidebar_shown():
+            self.toggle_sidebar()
         self.sidebar.search.setFocus()
         self.sidebar.search.selectAll()
 

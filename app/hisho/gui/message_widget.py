@@ -120,11 +120,12 @@ class MessageWidget(QWidget):
     action = Signal(str, int)
 
     def __init__(self, message: Message | None, *, role: str = "assistant", siblings: list[int] | None = None,
-                 streaming: bool = False) -> None:
+                 streaming: bool = False, queued: bool = False) -> None:
         super().__init__()
         self.message = message
         self.role = message.role if message else role
         self.streaming = streaming
+        self.queued = queued                         # a message waiting to be sent (no id yet)
         self.text = message.content if message else ""
         self._segments: list[QWidget] = []
         self._kinds: list[str] = []
@@ -221,6 +222,16 @@ class MessageWidget(QWidget):
     def _build_footer(self, siblings: list[int]) -> None:
         m = self.message
         self.switcher: tuple[QPushButton, QLabel, QPushButton] | None = None  # ‹ k / n › between versions
+        self.buttons: dict[str, QPushButton] = {}
+        if self.queued:
+            self.meta = _label("waiting…", "Marker", rich=False)
+            self.meta.setWordWrap(True)
+            cancel = _flat("Cancel", "Do not send this message; its text goes back to the message box")
+            cancel.clicked.connect(lambda: self.action.emit("cancel", 0))
+            self.buttons["cancel"] = cancel
+            self.footer.addWidget(self.meta, 1)
+            self.footer.addWidget(cancel)
+            return
         if self.streaming or m is None:
             self.meta = _label("generating…", "Meta", rich=False)
             self.meta.setWordWrap(False)
@@ -248,11 +259,11 @@ class MessageWidget(QWidget):
                 self.footer.addWidget(w)
         names = ["copy", "edit", "delete"] if self.role == "user" else ["copy", "regenerate", "delete"]
         if m.partial and self.role == "assistant":
-            names.insert(0, "retry")
+            names[1] = "retry"  # the same action as Regenerate, named for what the user wants here
         tips = {"copy": "Copy the message", "edit": "Edit and send again (the original stays)",
-                "regenerate": "Write a new reply (the old one stays)", "delete": "Delete this message and what "
-                "follows it", "retry": "Try this reply again"}
-        self.buttons: dict[str, QPushButton] = {}
+                "regenerate": "Write a new reply (the old one stays as a version)", "delete": "Delete this "
+                "message and what follows it (you can undo)", "retry": "Write this reply again (the partial one "
+                "stays as a version)"}
         for name in names:
             b = _flat(name.capitalize(), tips[name])
             b.clicked.connect(lambda _=False, n=name: self._clicked(n))
@@ -263,6 +274,11 @@ class MessageWidget(QWidget):
         self.footer.addWidget(self.meta)
         if self.role != "user":
             self.footer.addStretch(1)
+
+    def set_waiting(self, text: str) -> None:
+        """A queued message: say what it waits for; a streaming reply: say what happens ("stopping…")."""
+        if self.queued or self.streaming:
+            self.meta.setText(text)
 
     def _clicked(self, name: str) -> None:
         assert self.message is not None

@@ -136,6 +136,16 @@ def open_planner(window: Any) -> PlannerPanel:
     """Open the panel as its own window and make the plan for the loaded model on the engine lane."""
     panel = PlannerPanel(window)
     panel.setWindowFlag(Qt.WindowType.Window, True)
+    # On the window's screen, whole: no larger than its free area, centred on the window (it opened half off a
+    # 1440 px screen when placed by the window manager alone).
+    free = window.screen().availableGeometry()
+    hint = panel.sizeHint()
+    panel.resize(min(max(hint.width(), 560), free.width() - 40), min(max(hint.height(), 420), free.height() - 60))
+    frame = panel.frameGeometry()
+    frame.moveCenter(window.frameGeometry().center())
+    frame.moveLeft(max(free.left(), min(frame.left(), free.right() - frame.width())))
+    frame.moveTop(max(free.top(), min(frame.top(), free.bottom() - frame.height())))
+    panel.move(frame.topLeft())
     panel.show()
     params = getattr(getattr(window, "ctx", None), "load_params", None)
     spec = [params.model_path] if params is not None else []

@@ -103,6 +103,45 @@ def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
     dialog.close()
 
 
+def _use_shots(app: object, window: object, out: Path, cid: int) -> None:
+    """Daily-use screens: a message queued while another chat's reply streams, the narrow window (1280×720 at
+    150 % is 853×480 logical px) with the list hidden, and the dark theme chosen from the View menu."""
+    from hisho.core.conversations import ChatSettings
+    from hisho.gui.main_window import MainWindow
+
+    assert isinstance(window, MainWindow)
+    c = window.controller
+    story = c.store.create("A long story (sample)", settings=ChatSettings(max_tokens=300, temperature=0.0))
+    c.refresh(story.id)
+    c.select(story.id)
+    _wait(app, lambda: c.current is not None and c.current.id == story.id)
+    c.send("Write a long story about a lighthouse keeper.")
+    _wait(app, lambda: window.view.stream_widget is not None and len(window.view.stream_widget.text) > 200,
+          timeout=120)
+    c.select(cid)
+    _wait(app, lambda: c.current is not None and c.current.id == cid)
+    window.composer.set_text("Can you show the pandas version as code too?")
+    window.composer.submit()
+    _wait(app, lambda: False, timeout=0.5)
+    window.grab().save(str(out / "7-queued-send.png"))
+    c.stop()
+    _wait(app, lambda: c.active is None and not window.view.queued, timeout=120)
+    _wait(app, lambda: c.active is None, timeout=120)
+    c.stop()
+    _wait(app, lambda: c.active is None and not c.sending.queue and c.sending.starting is None, timeout=120)
+    window.resize(853, 480)
+    window.toggle_sidebar()
+    _wait(app, lambda: False, timeout=0.5)
+    window.grab().save(str(out / "8-narrow-window.png"))
+    window.toggle_sidebar()
+    window.resize(1280, 900)
+    dark = next(a for a in window.theme_menu.actions() if a.text() == "Dark")
+    dark.trigger()
+    _wait(app, lambda: False, timeout=0.5)
+    window.grab().save(str(out / "9-dark-from-menu.png"))
+    next(a for a in window.theme_menu.actions() if a.text() == "System").trigger()
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "screenshots").resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -143,6 +182,7 @@ def main(argv: list[str]) -> int:
     dialog.grab().save(str(out / "4-settings.png"))
     dialog.close()
     _kv_shots(app, window, out, [c.store.conversations()[1].id, cid])
+    _use_shots(app, window, out, cid)
     from hisho.gui.models_shots import models_shots
 
     models_shots(app, window, out)

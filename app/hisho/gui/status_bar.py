@@ -1,28 +1,59 @@
-"""Status bar: model, device, speed of the last reply, time to first token, RAM in use (app + engine)."""
+"""Status bar (model, device, reply speed, time to first token, RAM) and the header's context meter.
+
+Rules of use: nothing here may widen the window. Labels elide their text to the room they get (``ElidedLabel``)
+and ask for little minimum width; whatever is added later (the summary's progress) must do the same. Reply
+figures are live while a reply streams (``set_reply_figures(..., live=True)``) and final afterwards.
+"""
 
 from __future__ import annotations
 
 import os
 
 import psutil
-from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QPainter, QPaintEvent
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
+from hisho.core.chat import FitReport
 from hisho.core.units import MIB
 
 RAM_REFRESH_MS = 2000
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that shows "…" instead of growing: its minimum width is a few characters."""
+
+    def __init__(self, text: str = "", min_chars: int = 6) -> None:
+        super().__init__(text)
+        self._min_chars = min_chars
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        hint = super().minimumSizeHint()
+        margins = self.contentsMargins().left() + self.contentsMargins().right()
+        return QSize(min(hint.width(), self.fontMetrics().averageCharWidth() * self._min_chars + margins),
+                     hint.height())
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt naming
+        painter = QPainter(self)
+        rect = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(rect, int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), text)
 
 
 class StatusBar(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setSizeGripEnabled(False)
-        self.model = QLabel("No model")
-        self.device = QLabel("")
-        self.speed = QLabel("— tok/s")
-        self.ttft = QLabel("TTFT —")
-        self.ram = QLabel("RAM —")
-        self.addWidget(self.model)
+        self.model = ElidedLabel("No model", 8)
+        self.device = ElidedLabel("", 3)
+        self.speed = ElidedLabel("— tok/s", 5)
+        self.ttft = ElidedLabel("TTFT —", 5)
+        self.ram = ElidedLabel("RAM —", 5)
+        self.speed.setToolTip("Speed of the reply (live while it streams)")
+        self.ttft.setToolTip("Time to the first token of the reply")
+        self.addWidget(self.model, 2)
         self.addWidget(self.device)
         for w in (self.speed, self.ttft, self.ram):
             self.addPermanentWidget(w)
@@ -35,6 +66,7 @@ class StatusBar(QStatusBar):
 
     def set_model(self, name: str, n_ctx: int | None = None) -> None:
         self.model.setText(name + (f"  ·  {n_ctx:,} ctx" if n_ctx else ""))
+        self.model.setToolTip(self.model.text())
 
     def set_device(self, engine_info: dict[str, object], gpu_layers: int) -> None:
         """CPU, or iGPU/GPU when llama.cpp can offload and layers are offloaded (hello's supports_gpu_offload)."""
@@ -42,9 +74,16 @@ class StatusBar(QStatusBar):
         self.device.setText("GPU offload" if offload and gpu_layers else "CPU")
         self.device.setToolTip(str(engine_info.get("system_info", "")))
 
-    def set_reply_figures(self, tokens_per_s: float | None, ttft_s: float | None) -> None:
-        self.speed.setText(f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "— tok/s")
-        self.ttft.setText(f"TTFT {ttft_s * 1000:.0f} ms" if ttft_s else "TTFT —")
+    def set_reply_figures(self, tokens_per_s: float | None, ttft_s: float | None, live: bool = False) -> None:
+        """The reply's speed and first-token time; ``live``: it is still streaming (figures so far)."""
+        if tokens_per_s:
+            self.speed.setText(f"{tokens_per_s:.1f} tok/s" + (" (live)" if live else ""))
+        else:
+            self.speed.setText("… tok/s" if live else "— tok/s")
+        if ttft_s:
+            self.ttft.setText(f"TTFT {ttft_s * 1000:,.0f} ms")
+        else:
+            self.ttft.setText("TTFT …" if live else "TTFT —")
 
     def ram_bytes(self) -> int:
         total = self._proc.memory_info().rss
@@ -60,3 +99,49 @@ class StatusBar(QStatusBar):
             self.ram.setText(f"RAM {self.ram_bytes() / MIB:,.0f} MiB")
         except psutil.Error:
             self.ram.setText("RAM —")
+
+
+class ContextMeter(QWidget):
+    """The header's "how full is this chat's context" bar and its figures."""
+
+    TIP = ("Context used by this chat: what the model reads for the next reply — system prompt, earlier "
+           "messages, your draft and the chat template's markers around each message.")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bar = QProgressBar()
+        self.bar.setObjectName("ContextMeter")
+        self.bar.setTextVisible(False)
+        self.bar.setFixedWidth(90)
+        self.bar.setRange(0, 1000)
+        self.label = ElidedLabel("", 8)
+        self.label.setObjectName("Meta")
+        self.label.setAlignment(Qt.AlignmentFlag.AlignRight)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.bar)
+        self.live = False
+
+    def show_unknown(self, text: str = "") -> None:
+        self.live = False
+        self.bar.setValue(0)
+        self._warn(False)
+        self.label.setText(text)
+        self.bar.setToolTip(self.TIP)
+
+    def show_fit(self, fit: FitReport, live: bool = False) -> None:
+        self.live = live
+        self.bar.setValue(int(min(1.0, fit.fraction) * 1000))
+        self._warn(fit.warn)
+        state = "" if not fit.warn else " · almost full" if fit.fits else " · no longer fits"
+        self.label.setText(f"{fit.prompt_tokens:,} / {fit.n_ctx:,} tokens{state}")
+        self.label.setToolTip(("With the reply streaming so far. " if live else "") + self.TIP)
+        self.bar.setToolTip(self.TIP + ("" if not fit.warn else " Nearly full: when it no longer fits you choose "
+                                        "what happens — a new chat from a summary, or dropping the oldest turns. "
+                                        "Nothing is cut silently."))
+
+    def _warn(self, on: bool) -> None:
+        self.bar.setProperty("warn", "true" if on else "false")
+        self.bar.style().unpolish(self.bar)
+        self.bar.style().polish(self.bar)

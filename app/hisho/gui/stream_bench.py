@@ -1,7 +1,7 @@
 """Decode speed while the chat view renders the stream (``hisho bench decode`` reports it as ``gui_vs_raw``).
 
-The engine streams into a ``TextBuffer`` from a producer thread exactly as in the window; the GUI thread runs
-the event loop, and the ``ChatView`` drains the buffer at display rate and renders Markdown offscreen. Tokens
+The engine streams into a ``StreamText`` from a producer thread exactly as in the window; the GUI thread runs
+the event loop, and the ``ChatView`` reads the streamed text at display rate and renders Markdown offscreen. Tokens
 per second are measured on the producer side, the same way as the plain engine run.
 """
 
@@ -31,15 +31,14 @@ def gui_decode(client: EngineClient, prompt: list[int], sampling: Sampling) -> d
     from PySide6.QtCore import QEventLoop
 
     from hisho.gui import theme
-    from hisho.gui.bridge import TextBuffer
-    from hisho.gui.chat_view import ChatView
+    from hisho.gui.chat_view import ChatView, StreamText
 
     app = _app()
     theme.apply(app, theme.LIGHT)
     view = ChatView()
     view.resize(900, 700)
     view.show()
-    buffer = TextBuffer(1)
+    buffer = StreamText()
     view.begin_stream(1, buffer)
     out: dict[str, float] = {}
 
@@ -61,7 +60,7 @@ def gui_decode(client: EngineClient, prompt: list[int], sampling: Sampling) -> d
     while worker.is_alive():  # as app.exec() does: sleep until the next event (the view's flush timer)
         app.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents)
     worker.join()
-    view.append(1, buffer.take())
+    view.append(1, buffer.text[len(view.stream_widget.text):] if view.stream_widget else "")
     wall = time.perf_counter() - start
     out.update(render_s=view.render_s, flushes=float(view.flushes), render_share=view.render_s / wall)
     view.detach_stream()

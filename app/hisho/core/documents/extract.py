@@ -4,6 +4,10 @@ Rules of use:
 - ``extract(path)`` never returns an empty document: a file with nothing to summarize is an error that says why.
 - ``extract_many(paths)`` reads every file it can and reports the rest: one bad file never stops the others.
 - ``progress(done, total)`` is called per PDF page so a caller can show honest progress on long files.
+- The type comes from the extension when it is one Hisho reads; otherwise from the content (``sniff``): a PDF or
+  DOCX by its signature, text by its bytes (no NULs, a character set that decodes the first 64 KiB cleanly), so a
+  README, LICENSE or ``notes.log`` is read as text. Known binary formats (spreadsheets, images, archives) are
+  refused by name, with the list of what Hisho reads.
 Runs on any thread; touches no Qt and no model.
 """
 
@@ -25,6 +29,12 @@ Progress = Callable[[int, int], None]
 TEXT_SUFFIXES = {".txt": "text", ".text": "text", ".md": "markdown", ".markdown": "markdown", ".rst": "rst",
                  ".html": "html", ".htm": "html", ".xhtml": "html"}
 SUPPORTED = (".pdf", ".docx", *TEXT_SUFFIXES)
+# Formats that are never plain text even when a few bytes look like it: refused without reading them.
+BINARY_SUFFIXES = frozenset((".xlsx", ".xls", ".ods", ".pptx", ".ppt", ".odp", ".odt", ".doc", ".zip", ".gz",
+                             ".tgz", ".bz2", ".xz", ".7z", ".rar", ".png", ".jpg", ".jpeg", ".gif", ".webp",
+                             ".bmp", ".tiff", ".mp3", ".mp4", ".wav", ".mov", ".exe", ".dll", ".so", ".bin",
+                             ".gguf", ".sqlite", ".db"))
+SNIFF_BYTES = 1 << 16
 # Plain text sections are cut at blank lines once they pass this size, so references stay precise.
 TEXT_SECTION_CHARS = 3000
 
@@ -43,11 +53,13 @@ def extract(path: Path | str, *, password: str | None = None, progress: Progress
     suffix = path.suffix.lower()
     if not path.is_file():
         raise DocumentError(f"{path.name}: no such file ({path})")
-    if suffix not in SUPPORTED:
-        raise DocumentError(f"{path.name}: unsupported file type '{suffix or 'none'}' "
-                            "(Hisho reads PDF, DOCX, TXT, MD, RST and HTML)")
+    if suffix in BINARY_SUFFIXES:
+        raise DocumentError(f"{path.name}: unsupported file type '{suffix}' "
+                            "(Hisho reads PDF, DOCX, and text: TXT, MD, RST, HTML or any plain-text file)")
     if path.stat().st_size == 0:
         raise DocumentError(f"{path.name}: the file is empty (0 bytes)")
+    if suffix not in SUPPORTED:
+        suffix = sniff(path)
     sha = file_sha256(path)
     if suffix == ".pdf":
         from hisho.core.documents.binary import read_pdf
@@ -79,6 +91,27 @@ def extract_many(paths: Iterable[Path | str], *, password: str | None = None,
 
 
 # ----- text formats -------------------------------------------------------------------------------------
+
+
+def sniff(path: Path) -> str:
+    """The type of a file whose extension says nothing, from its first bytes: ".pdf", ".docx", ".html" or
+    ".txt"; a ``DocumentError`` naming what it looks like otherwise."""
+    with path.open("rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+    if head.startswith(b"%PDF-"):
+        return ".pdf"
+    if head.startswith(b"PK\x03\x04"):
+        if b"word/" in head:
+            return ".docx"
+        raise DocumentError(f"{path.name}: this is an archive (ZIP, or an office file other than DOCX), not a "
+                            "document Hisho reads (PDF, DOCX or plain text)")
+    if not head.startswith((b"\xff\xfe", b"\xfe\xff")) and b"\x00" in head:
+        raise DocumentError(f"{path.name}: this looks like a binary file, not text (it holds NUL bytes)")
+    cut = head.rfind(b"\n") + 1 if len(head) == SNIFF_BYTES else len(head)  # never judge half a character
+    text, _encoding = decode_text(path, head[:cut or len(head)])
+    start = text.lstrip()[:200].lower()
+    return ".html" if start.startswith(("<!doctype html", "<html")) else ".txt"
+
 
 
 def decode_text(path: Path, data: bytes) -> tuple[str, str]:
