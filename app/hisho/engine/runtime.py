@@ -23,6 +23,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import LoadParams, Sampling, common_prefix
+from hisho.engine import backends
 from hisho.engine.chat import ChatTemplate
 
 log = logging.getLogger("hisho.engine")
@@ -165,7 +166,7 @@ class Runtime:
 
     @classmethod
     def load(cls, params: LoadParams) -> Runtime:
-        llama_cpp.llama_backend_init()
+        backends.init()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = params.n_gpu_layers
         start = time.perf_counter()

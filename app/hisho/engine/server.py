@@ -160,8 +160,12 @@ class Server:
     def op_hello(self, req_id: int, req: dict[str, Any]) -> None:
         import llama_cpp
 
+        from hisho.engine import backends
+
+        report = backends.init()  # before llama_supports_gpu_offload, which would load from the wrong place
         self.result(req_id, {
             "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "llama_cpp_version": llama_cpp.__version__,
+            "backends": report.to_dict(),
             "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
             "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
             "test_hooks": self.test_hooks,
