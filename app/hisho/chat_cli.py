@@ -38,6 +38,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from hisho.core.chat import ChatService
     from hisho.core.conversations import ConversationStore
     from hisho.core.engine_client import EngineClient
+    from hisho.core.kv_chat import attach as attach_kv
     from hisho.core.launch import load_params_for, open_model
 
     store = ConversationStore()
@@ -50,8 +51,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with EngineClient() as engine:
         load_model(engine, load_params_for(model_path))
         service = ChatService(store, engine, model_name=model_path.stem)
-        session = TerminalChat(service, args.conversation, sys.stdin, sys.stdout)
-        return session.loop()
+        # The window's KV persistence: a chat resumed here restores its saved prefix and saves after each turn.
+        kv = None if store.read_only else attach_kv(service, store.db)
+        try:
+            return TerminalChat(service, args.conversation, sys.stdin, sys.stdout).loop()
+        finally:
+            if kv is not None:
+                kv.close()  # saves in flight are written and indexed before the engine stops
 
 
 class TerminalChat:

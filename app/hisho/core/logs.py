@@ -51,3 +51,8 @@ def setup(*, stderr_level: int | None = None, file_level: int = logging.INFO) ->
         stream.setFormatter(_NoTraceback("%(levelname)s %(name)s: %(message)s"))
         stream._hisho_stderr = True  # type: ignore[attr-defined]
         root.addHandler(stream)
+
+
+def has_stderr() -> bool:
+    """Whether ``setup`` installed the stderr handler (the CLI's): then a log record already reaches the user."""
+    return any(getattr(h, "_hisho_stderr", False) for h in logging.getLogger("hisho").handlers)
