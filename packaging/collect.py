@@ -33,7 +33,7 @@ METADATA = ["llama-cpp-python", "hisho"]  # importlib.metadata.version() of both
 # Qt plugin folders (under .../plugins/) and the files kept in each; a folder not named here is dropped.
 QT_PLUGINS: dict[str, set[str] | None] = {
     "platforms": {"xcb", "wayland", "wayland-egl", "offscreen", "minimal", "windows", "cocoa"},
-    "platformthemes": None,             # GTK/xdg portal: native file dialogs and colours
+    "platformthemes": {"xdgdesktopportal"},  # native dialogs; gtk3 would drag in a second GTK stack
     "platforminputcontexts": {"composeplatforminputcontextplugin", "ibusplatforminputcontextplugin"},
     "xcbglintegrations": None,
     "wayland-shell-integration": None,
