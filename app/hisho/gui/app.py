@@ -16,7 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QGuiApplication, QIcon
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
 from hisho.core import logs, paths
 from hisho.gui import theme
@@ -71,12 +71,23 @@ def run_app(model: str | None = None) -> int:
     except Exception as exc:
         return startup_failed(exc)
     code = int(app.exec())
+    close(window)
+    return code
+
+
+def close(window: MainWindow) -> None:
+    """After the event loop: stop the engine, finish KV saves, close the database; then, if the user asked in
+    Settings → Your data, delete their folders (nothing has them open any more)."""
     window.controller.shutdown()
     kv: Any = window.ctx.extras.get("kv")
     if kv is not None:
         kv.close()  # saves in flight are written and indexed before the database closes
     window.ctx.store.close()
-    return code
+    if getattr(window, "remove_data_on_exit", False):
+        logs.close_file()  # the log file is in one of the folders
+        for folder in paths.remove_user_data():
+            if sys.stderr is not None:
+                sys.stderr.write(f"hisho: removed {folder}\n")
 
 
 def startup_failed(exc: BaseException) -> int:
@@ -103,24 +114,26 @@ def _qt_message(kind: QtMsgType, _context: Any, message: str) -> None:
 
 class _FirstPaint(QObject):
     """Writes the wall-clock time of the window's first paint to ``HISHO_FIRST_PAINT_FILE`` (the start-up
-    benchmark in packaging/linux/startup-bench.sh compares the installed app with the venv's)."""
+    benchmark in packaging/linux/startup-bench.sh compares the installed app with the venv's). Watches the whole
+    application until then: the main window itself gets no paint event when its children cover it."""
 
-    def __init__(self, target: str) -> None:
-        super().__init__()
-        self.target = target
+    def __init__(self, window: QWidget, target: str) -> None:
+        super().__init__(window)
+        self.window, self.target = window, target
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        if event.type() == QEvent.Type.Paint:
-            watched.removeEventFilter(self)
+        if event.type() == QEvent.Type.Paint and isinstance(watched, QWidget) and watched.window() is self.window:
+            app = QApplication.instance()
+            if app is not None:
+                app.removeEventFilter(self)
             with open(self.target, "w", encoding="utf-8") as out:
                 out.write(f"{time.time():.6f}\n")
             log.info("first paint written to %s", self.target)
         return False
 
 
-def _report_first_paint(window: QObject) -> None:
+def _report_first_paint(window: QWidget) -> None:
     target = os.environ.get("HISHO_FIRST_PAINT_FILE")
-    if target:
-        spy = _FirstPaint(target)
-        spy.setParent(window)
-        window.installEventFilter(spy)
+    app = QApplication.instance()
+    if target and app is not None:
+        app.installEventFilter(_FirstPaint(window, target))
