@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp-install
 export CMAKE_ARGS
 PYTEST_FLAGS ?=
 
-.PHONY: install run test test-core test-rest lint screenshots package clean
+.PHONY: install run test test-core test-rest lint screenshots package package-venv package-naive package-test clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,9 +42,31 @@ screenshots: install
 clean:
 	rm -rf $(VENV) build dist screenshots .pytest_cache .mypy_cache .ruff_cache
 
-# Installer: a PyInstaller folder bundle (packaging/hisho.spec), then a .deb around it; the bundle tests itself.
-package: install
-	$(PY) -m pip install --quiet pyinstaller
-	$(VENV)/bin/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/hisho.spec
-	dist/hisho/hisho self-test
-	bash packaging/linux/build-deb.sh
+# ----- Installer (packaging/README.md) ------------------------------------------------------------------------
+# A separate environment whose llama-cpp-python is built for distribution (all CPU variants, loaded at run time);
+# the first build is long, later ones come from its own pip cache. .venv stays native.
+PKG_VENV ?= build/pkg-venv
+PKG_STAMP := $(PKG_VENV)/.stamp-pkg
+
+$(PKG_STAMP): pyproject.toml packaging/portable-venv.sh
+	PKG_VENV=$(PKG_VENV) PYTHON=$(PYTHON) bash packaging/portable-venv.sh
+
+package-venv: $(PKG_STAMP)
+
+# The folder bundle (dist/hisho), its self-test on a fresh user folder, then the .deb and the tar.gz in dist/.
+package: $(PKG_STAMP)
+	$(PKG_VENV)/bin/python packaging/icons.py build/icons
+	rm -rf dist/hisho
+	$(PKG_VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller packaging/hisho.spec
+	rm -rf build/bundle-home
+	HISHO_HOME=$(CURDIR)/build/bundle-home dist/hisho/hisho self-test
+	rm -f dist/hisho_*.deb dist/hisho-*.tar.gz
+	bash packaging/linux/build-deb.sh dist/hisho dist
+
+# Everything PyInstaller finds, unfiltered: only for the size comparison in the package test's figures.
+package-naive: $(PKG_STAMP)
+	HISHO_NAIVE_BUNDLE=1 $(PKG_VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath build/naive --workpath build/pyinstaller-naive packaging/hisho.spec
+
+# Installs the .deb for real (root), upgrades, removes, purges; unpacks the tar.gz. CI runs it after make test.
+package-test: package install
+	bash packaging/linux/package-test.sh

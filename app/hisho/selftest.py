@@ -32,8 +32,10 @@ def _engine(ctx: dict[str, Any]) -> dict[str, Any]:
     client: EngineClient = ctx["client"]
     client.start()
     info = client.engine_info
+    backends = info.get("backends") or {}
     return {"pid": info.get("pid"), "llama_cpp": info.get("llama_cpp_version"),
-            "gpu_offload": info.get("supports_gpu_offload")}
+            "gpu_offload": info.get("supports_gpu_offload"), "cpu_variant": backends.get("cpu_variant"),
+            "variants_shipped": backends.get("variants", [])}
 
 
 def _load(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +89,11 @@ def _plan(ctx: dict[str, Any]) -> dict[str, Any]:
                      min_ctx=1024, target_ctx=4096).to_dict()
     if not plan.get("fits"):
         raise RuntimeError(f"the planner says the default model does not fit: {plan.get('reason')}")
-    return {"n_ctx": plan["n_ctx"], "resident_mib": round(plan["resident"] / MIB, 1), "quant": plan["quant"]}
+    if plan.get("estimate"):  # the probe subprocess did not answer: a bundle that cannot start it plans blind
+        raise RuntimeError("the planner could not run llama.cpp's dry run (the probe process); plan from "
+                           "formulas only")
+    return {"n_ctx": plan["n_ctx"], "resident_mib": round(plan["resident"] / MIB, 1), "quant": plan["quant"],
+            "calibrated": True}
 
 
 STEPS: list[tuple[str, Step]] = [("model", _model), ("engine", _engine), ("load", _load), ("generate", _generate),

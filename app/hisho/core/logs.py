@@ -82,3 +82,18 @@ def telling_tail(path: Path) -> str:
         if any(word in line for word in _TELLING):
             return line[:300]
     return lines[-1][:300] if lines else ""
+
+
+def has_stderr() -> bool:
+    """Whether ``setup`` installed the stderr handler (the CLI's): then a log record already reaches the user."""
+    return any(getattr(h, "_hisho_stderr", False) for h in logging.getLogger("hisho").handlers)
+
+
+def close_file() -> None:
+    """Detach and close the log file (before its folder is deleted); later records go nowhere but stderr."""
+    root = logging.getLogger("hisho")
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.handlers.RotatingFileHandler):
+            root.removeHandler(handler)
+            handler.close()
+    _configured.clear()

@@ -87,3 +87,29 @@ def resources_dir() -> Path:
         if (candidate / "icons").is_dir():
             return candidate
     return candidates[-1]
+
+
+def user_folders() -> list[Path]:
+    """Every folder that holds the user's things (data, settings, cache, logs), none of them inside the install.
+    With ``HISHO_HOME`` set, that folder's subfolders."""
+    home = _home_override()
+    if home:
+        return [home / "data", home / "config", home / "cache", home / "logs"]
+    return [Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)),
+            Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)),
+            Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)),
+            Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))]
+
+
+def remove_user_data() -> list[Path]:
+    """Delete every user folder ("Remove all my data"): conversations, KV snapshots, imported and downloaded
+    models, settings, calibration cache and logs. Call it only once nothing has them open (the app runs it after
+    its window has closed). Returns the folders that were removed."""
+    import shutil
+
+    removed = []
+    for folder in user_folders():
+        if folder.exists():
+            shutil.rmtree(folder)
+            removed.append(folder)
+    return removed

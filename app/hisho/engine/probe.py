@@ -33,6 +33,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import LoadParams
+from hisho.engine import backends
 
 MIB = 1024 * 1024
 _BUFFER = re.compile(r"(\S+)\s+(model|output|KV|compute) buffer size =\s+([\d.]+) MiB")
@@ -120,7 +121,7 @@ def dry_run(request: dict[str, Any]) -> dict[str, Any]:
     from hisho.engine.runtime import context_params, cpu_features
 
     logs = LogCapture()
-    llama_cpp.llama_backend_init()
+    backends.init()
     logs.take()
     mparams = llama_cpp.llama_model_default_params()
     mparams.no_alloc = True
@@ -175,7 +176,7 @@ def _last_error(text: str) -> str:
 
 def devices() -> dict[str, Any]:
     """ggml's device list. Types: cpu, gpu (discrete), igpu (shares system RAM), accel."""
-    llama_cpp.llama_backend_init()
+    backends.init()
     lib = _ggml()
     lib.ggml_backend_dev_count.restype = ctypes.c_size_t
     lib.ggml_backend_dev_get.restype = ctypes.c_void_p
@@ -228,7 +229,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     from hisho.engine.runtime import Runtime
 
     logs = LogCapture()
-    llama_cpp.llama_backend_init()
+    backends.init()
     params = LoadParams.from_dict(request["params"])
     fill = str(request.get("fill", "decode"))
     reset_peak()

@@ -24,6 +24,7 @@ import llama_cpp
 
 from hisho.core.protocol import ErrorKind, LoadParams, Sampling, common_prefix
 from hisho.core.units import padded_cells
+from hisho.engine import backends
 from hisho.engine.chat import ChatTemplate
 
 log = logging.getLogger("hisho.engine")
@@ -167,7 +168,7 @@ class Runtime:
 
     @classmethod
     def load(cls, params: LoadParams) -> Runtime:
-        llama_cpp.llama_backend_init()
+        backends.init()
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = params.n_gpu_layers
         mapped = params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path)

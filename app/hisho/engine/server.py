@@ -169,10 +169,13 @@ class Server:
     def op_hello(self, req_id: int, req: Hello) -> None:
         import llama_cpp
 
-        check_protocol(req.protocol, "window or command line")
+        from hisho.engine import backends
 
+        check_protocol(req.protocol, "window or command line")
+        report = backends.init()  # before llama_supports_gpu_offload, which would load from the wrong place
         self.result(req_id, {
             "pid": os.getpid(), "protocol": PROTOCOL_VERSION, "llama_cpp_version": llama_cpp.__version__,
+            "backends": report.to_dict(),
             "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
             "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
             "test_hooks": self.test_hooks,

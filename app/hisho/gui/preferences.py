@@ -335,6 +335,9 @@ class PreferencesDialog(QDialog):
         self.pages = QStackedWidget()
         self.kv_page = KVCachePage(window)
         self._add("KV cache", self.kv_page)
+        from hisho.gui.data_page import DataPage
+
+        self._add("Your data", DataPage(window))
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
         self.nav.setCurrentRow(0)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

@@ -1,0 +1,120 @@
+"""ggml's backends for this process: loaded from where they are installed, and which CPU variant runs.
+
+A distribution build of llama.cpp (``GGML_BACKEND_DL=ON``, ``GGML_CPU_ALL_VARIANTS=ON``; see
+packaging/portable-venv.sh) has no CPU code in libggml. It ships one CPU module per x86-64 level
+(``libggml-cpu-x64.so`` … ``libggml-cpu-haswell.so`` … ``libggml-cpu-zen4.so``); ggml scores each against the
+running CPU and loads the best (``ggml_backend_load_best`` in ggml-backend-reg.cpp). ``llama_backend_init`` looks
+for them only next to the executable and in the current directory, which is neither ``site-packages/bin``
+(where the wheel puts them) nor ``llama_cpp/lib`` (where the bundle puts them), and llama-cpp-python 0.3.36 does
+not bind ``ggml_backend_load_all_from_path`` (abetlen/llama-cpp-python#2069). So ``init`` calls it from libggml
+through ctypes before llama.cpp's own initialisation.
+
+A native build (the developer's ``.venv``) has its CPU backend built in: nothing is loaded, the report says so.
+Rules of use: call ``init()`` instead of ``llama_cpp.llama_backend_init()``; it is idempotent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import pathlib
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import llama_cpp
+
+log = logging.getLogger("hisho.engine")
+
+_PREFIX, _SUFFIX = ("ggml-cpu-", ".dll") if sys.platform == "win32" else ("libggml-cpu-", ".so")
+
+
+@dataclass(frozen=True)
+class BackendReport:
+    """``mode``: "dynamic" (variants loaded at run time) or "built-in" (a native build)."""
+
+    mode: str
+    cpu_variant: str
+    variants: list[str] = field(default_factory=list)
+    directory: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_report: BackendReport | None = None
+
+
+def library_dir() -> pathlib.Path:
+    return pathlib.Path(llama_cpp.__file__).parent / "lib"
+
+
+def variant_dirs() -> list[pathlib.Path]:
+    """Where CPU variant modules may be: llama_cpp/lib (the bundle), site-packages/bin (the wheel)."""
+    return [library_dir(), pathlib.Path(llama_cpp.__file__).parents[1] / "bin"]
+
+
+def variant_name(path: pathlib.Path) -> str:
+    return path.name[len(_PREFIX):-len(_SUFFIX)]
+
+
+def find_variants() -> tuple[pathlib.Path | None, list[pathlib.Path]]:
+    for directory in variant_dirs():
+        found = sorted(directory.glob(f"{_PREFIX}*{_SUFFIX}"))
+        if found:
+            return directory, found
+    return None, []
+
+
+def _ggml() -> ctypes.CDLL:
+    """libggml as llama.cpp loaded it. Wheels hold copies, not links (libggml.so, .so.0, .so.0.x.y): loading
+    another copy by path would give a second backend registry that llama.cpp never sees. On Linux and macOS
+    symbols resolve through libllama's handle, which searches its own dependencies; Windows keeps one module
+    per name."""
+    if sys.platform != "win32":
+        return llama_cpp.llama_cpp._lib  # type: ignore[attr-defined,no-any-return]
+    return ctypes.CDLL(str(library_dir() / "ggml.dll"))
+
+
+def _loaded_variant(candidates: list[pathlib.Path]) -> pathlib.Path | None:
+    """The variant this process mapped (Linux: /proc/self/maps); elsewhere the best score, ggml's own rule."""
+    maps = pathlib.Path("/proc/self/maps")
+    if maps.exists():
+        text = maps.read_text(encoding="utf-8", errors="replace")
+        mapped = [p for p in candidates if f"/{p.name}\n" in text]
+        return mapped[0] if mapped else None
+    best, best_score = None, 0
+    for path in candidates:
+        score_fn = getattr(ctypes.CDLL(str(path)), "ggml_backend_score", None)
+        score = int(score_fn()) if score_fn is not None else 0
+        if score > best_score:
+            best, best_score = path, score
+    return best
+
+
+def init() -> BackendReport:
+    """Load the backends (once per process), then ``llama_backend_init``. Raises OSError naming what is
+    missing when a distribution build finds no CPU backend this machine can run."""
+    global _report
+    if _report is not None:
+        return _report
+    directory, candidates = find_variants()
+    if directory is None:
+        llama_cpp.llama_backend_init()
+        _report = BackendReport(mode="built-in", cpu_variant="built-in")
+        log.info("ggml CPU backend: built into libggml (native build)")
+        return _report
+    ggml = _ggml()
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path.restype = None
+    ggml.ggml_backend_load_all_from_path(str(directory).encode("utf-8"))
+    chosen = _loaded_variant(candidates)
+    names = [variant_name(p) for p in candidates]
+    if chosen is None:
+        raise OSError(f"no llama.cpp CPU backend in {directory} runs on this CPU (shipped: {', '.join(names)})")
+    llama_cpp.llama_backend_init()
+    _report = BackendReport(mode="dynamic", cpu_variant=variant_name(chosen), variants=names,
+                            directory=str(directory))
+    log.info("ggml CPU backend: %s (of %d shipped: %s) from %s", _report.cpu_variant, len(names),
+             ", ".join(names), directory)
+    return _report

