@@ -9,7 +9,7 @@ import pytest
 
 from hisho.core.engine_client import EngineClient
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.protocol import PROTOCOL_VERSION, BadRequest, ErrorKind, Hello, LoadParams, Sampling
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, repeat_penalty=1.0)
 HELLO = [{"role": "user", "content": "Say hello to the world."}]
@@ -170,3 +170,12 @@ def test_engine_exits_when_parent_closes_pipe(engine_home: Path, default_model_p
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is not None
+
+
+def test_engine_refuses_another_protocol_version(engine: EngineClient) -> None:
+    with pytest.raises(EngineError, match="reinstall") as info:
+        engine.call(Hello(protocol=PROTOCOL_VERSION + 1))
+    assert info.value.kind is ErrorKind.PROTOCOL
+    assert engine.call(Hello(protocol=PROTOCOL_VERSION))["protocol"] == PROTOCOL_VERSION
+    with pytest.raises(BadRequest, match="cannot be"):
+        engine.call("seq_rm", {"seq": "zero"})  # checked before it is sent
