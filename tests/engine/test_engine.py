@@ -9,7 +9,7 @@ import pytest
 
 from hisho.core.engine_client import EngineClient
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.protocol import PROTOCOL_VERSION, BadRequest, ErrorKind, Hello, LoadParams, Sampling
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, repeat_penalty=1.0)
 HELLO = [{"role": "user", "content": "Say hello to the world."}]
@@ -177,3 +177,12 @@ def test_engine_log_keeps_llama_cpp_info_not_its_debug_lines(engine: EngineClien
     text = (engine_home / "logs" / "engine.log").read_text(errors="replace")
     assert "print_info: " in text  # the load report (INFO) is kept
     assert "llama_graph_n_input_tensors" not in text  # a DEBUG line per decode step is not
+
+
+def test_engine_refuses_another_protocol_version(engine: EngineClient) -> None:
+    with pytest.raises(EngineError, match="reinstall") as info:
+        engine.call(Hello(protocol=PROTOCOL_VERSION + 1))
+    assert info.value.kind is ErrorKind.PROTOCOL
+    assert engine.call(Hello(protocol=PROTOCOL_VERSION))["protocol"] == PROTOCOL_VERSION
+    with pytest.raises(BadRequest, match="cannot be"):
+        engine.call("seq_rm", {"seq": "zero"})  # checked before it is sent

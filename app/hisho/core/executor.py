@@ -101,7 +101,8 @@ class Executor:
             return self._busy[lane] > 0
 
     def idle(self, lane: str, timeout: float = 30.0) -> bool:
-        """Wait until ``lane`` has nothing queued, held back, running or waiting for its callback."""
+        """Wait until ``lane`` has nothing queued, held back, running or waiting for its callback. Not on the
+        thread ``post`` delivers to (the GUI thread) while callbacks may be pending: they could not run."""
         with self._cv:
             return self._cv.wait_for(lambda: self._busy[lane] == 0, timeout)
 

@@ -284,8 +284,7 @@ class KVSession:
         Safe to call twice."""
         if self._closed:
             return
-        self.flush(timeout)
-        self.executor.idle("store", timeout)  # the index writes of those saves
+        self.flush(timeout)  # a save's index writes are done when its kv job is (it waits for them)
         self._closed = True
         if self._own_executor:
             self.executor.shutdown(timeout)

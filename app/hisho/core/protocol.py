@@ -9,11 +9,14 @@ end with one "error" event whose ``kind`` is an ``ErrorKind``. Both sides check 
 
 from __future__ import annotations
 
+import functools
 import json
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 PROTOCOL_VERSION = 1  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
 
@@ -158,14 +161,42 @@ class Request:
 
     @classmethod
     def from_wire(cls: type[R], data: dict[str, Any]) -> R:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        if isinstance(kwargs.get("sampling"), dict):
-            kwargs["sampling"] = Sampling.from_dict(kwargs["sampling"])
+        hints = _hints(cast(type, cls))
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in data:
+                continue
+            value = data[f.name]
+            if f.name == "sampling" and isinstance(value, dict):
+                value = Sampling.from_dict(value)
+            if not _fits(value, hints[f.name]):
+                raise BadRequest(f"{cls.op}: field {f.name!r} cannot be {value!r}")
+            kwargs[f.name] = value
         try:
             return cls(**kwargs)
         except TypeError as exc:
             raise BadRequest(f"{cls.op}: {exc}") from None
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Does a JSON value fit a field's annotation (one level deep: int, float, str, bool, list, dict,
+    a record, or a union of those)?"""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    target = origin or hint
+    return isinstance(value, target) if isinstance(target, type) else True
 
 
 @dataclass(frozen=True)
