@@ -96,7 +96,7 @@ class MainWindow(QMainWindow):
         hl.addStretch(1)
         rl.addWidget(holder)
         self.right = right
-        self.toast = Toast(right)
+        self.toast = Toast(right, above=holder)
         self.splitter = QSplitter()
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
