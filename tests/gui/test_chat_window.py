@@ -124,7 +124,7 @@ def test_edit_and_resend_keeps_the_old_branch(qtbot: QtBot, window: MainWindow) 
     assert w.composer.text() == old_user.content and w.composer.mode.isVisible()
     assert w.composer.mode_label.text().startswith("✎  Editing your message") and "Esc to cancel" in \
         w.composer.mode_label.text() and "version 2 of 2" in w.composer.mode_label.text()
-    assert w.composer.button.text() == "Send edit" and w.controller._edited == old_user.id
+    assert w.composer.button.text() == "Send edit" and w.controller.editing.edited == old_user.id
     assert "border" in w.view.widgets[old_user.id].card.styleSheet()
     type_and_enter(qtbot, w, "What is the capital of Italy?")
     wait_idle(qtbot, w)
@@ -226,7 +226,15 @@ def test_find_in_chat_scrolls_to_match(qtbot: QtBot, window: MainWindow) -> None
     qtbot.keyClicks(w.find_edit, "needle")
     qtbot.keyClick(w.find_edit, Qt.Key.Key_Return)
     target = w.view.messages[3].id
-    assert w.controller._find_after == target and target in w.view.widgets  # older page was built on demand
+    assert w.controller.listing.find_after == target and target in w.view.widgets  # older page was built on demand
+    assert w.find_status.text() == "1 of 1"
+    w.find_edit.setText("message 1")  # 1, 10–19, 100–119: 31 matches
+    qtbot.keyClick(w.find_edit, Qt.Key.Key_Return)
+    assert w.find_status.text() == "2 of 31"  # the next after the message found before ("message 10")
+    qtbot.keyClick(w.find_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert w.find_status.text() == "1 of 31"
+    qtbot.keyClick(w.find_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)  # previous: wraps around
+    assert w.find_status.text() == "31 of 31"
 
 
 def test_delete_chat_with_undo(qtbot: QtBot, window: MainWindow) -> None:

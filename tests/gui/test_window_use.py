@@ -45,7 +45,7 @@ def test_switching_chats_mid_reply_shows_the_reply_once_and_leaves_no_ghost(qtbo
     wait_for(qtbot, lambda: len(streaming_text(w)) > 20)
     w.controller.select(other)
     wait_for(qtbot, lambda: w.view.conversation_id == other)
-    turn = w.controller.active
+    turn = w.controller.running  # the Turn, whose text is the reply so far
     assert turn is not None
     grown = len(turn.text) + 40
     wait_for(qtbot, lambda: len(turn.text) > grown)  # text produced while the chat is not on screen

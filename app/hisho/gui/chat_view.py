@@ -304,17 +304,20 @@ class ChatView(QScrollArea):
         if self._stick:
             self.verticalScrollBar().setValue(maximum)
 
-    def find(self, text: str, after: int | None = None) -> int | None:  # type: ignore[override]
+    def find(self, text: str, after: int | None = None,  # type: ignore[override]
+             backwards: bool = False) -> int | None:
         # (QWidget.find(id) is a static lookup by window id nobody here calls; this one finds message text.)
-        """Scroll to the next message (after message id ``after``) containing ``text``; returns its id."""
+        """Scroll to the next (or previous) message after message id ``after`` containing ``text``; returns its
+        id."""
         needle = text.lower().strip()
         if not needle:
             return None
+        msgs = self.messages[::-1] if backwards else self.messages
         start = 0
         if after is not None:
-            ids = [m.id for m in self.messages]
+            ids = [m.id for m in msgs]
             start = ids.index(after) + 1 if after in ids else 0
-        order = self.messages[start:] + self.messages[:start]
+        order = msgs[start:] + msgs[:start]
         hit = next((m for m in order if needle in m.content.lower()), None)
         for w in self.widgets.values():
             w.highlight(False)

@@ -104,6 +104,9 @@ class ConversationList:
         w.view.show_branch(conv.id, visible, siblings)
         c.sending.show_in_view(conv.id, visible)
         w.show_empty(not visible and w.view.stream_widget is None and not w.view.queued)
+        query = w.sidebar.search.text().split()
+        if switched and query:  # opened from a search result: show the matching message
+            self.find_after = w.view.find(query[-1])
         if switched:  # a reload of the same chat must not overwrite what is being typed
             w.composer.end_edit()
             w.composer.set_text(conv.draft)
@@ -188,10 +191,15 @@ class ConversationList:
 
     # ----- find, drafts, files -----------------------------------------------------------------------------
 
-    def find_next(self) -> None:
-        hit = self.w.view.find(self.w.find_edit.text(), self.find_after)
+    def find_next(self, backwards: bool = False) -> None:
+        text = self.w.find_edit.text()
+        hit = self.w.view.find(text, self.find_after, backwards)
         self.find_after = hit
-        self.w.find_status.setText("" if hit is not None else "No match")
+        found = self.w.view.matches(text)
+        self.w.find_status.setText(f"{found.index(hit) + 1} of {len(found)}" if hit in found else "No match")
+
+    def find_previous(self) -> None:
+        self.find_next(backwards=True)
 
     def draft_changed(self, text: str) -> None:
         cur = self.c.current

@@ -90,7 +90,8 @@ class ProgressPanel(QWidget):
 
     def show_progress(self, p: JobProgress) -> None:
         label = {"extracting": "Extracting", "planning": "Planning", "summarizing": "Summarizing",
-                 "combining": "Combining", "done": "Done", "cancelled": "Cancelled"}.get(p.stage, p.stage.capitalize())
+                 "combining": "Combining", "done": "Opening the summary as a chat",
+                 "cancelled": "Cancelled"}.get(p.stage, p.stage.capitalize())
         self.stage.setText(f"{label}: {p.message}" if p.message else label)
         self.stage.setToolTip(self.stage.text())
         self.bar.setRange(0, max(1, p.total))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeyEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -97,7 +97,7 @@ class MainWindow(QMainWindow):
         hl.addStretch(1)
         rl.addWidget(holder)
         self.right = right
-        self.toast = Toast(right)
+        self.toast = Toast(right, above=holder)
         self.splitter = QSplitter()
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)
@@ -142,14 +142,23 @@ class MainWindow(QMainWindow):
         lay = QHBoxLayout(bar)
         lay.setContentsMargins(20, 6, 14, 6)
         self.find_edit = QLineEdit()
-        self.find_edit.setPlaceholderText("Find in this chat — Enter for the next match, Esc to close")
+        self.find_edit.setPlaceholderText("Find in this chat — Enter: next, Shift+Enter: previous, Esc: close")
+        self.find_edit.installEventFilter(self)
         self.find_status = QLabel("")
         self.find_status.setObjectName("Meta")
         close = QPushButton("Close")
         close.setObjectName("Flat")
         close.clicked.connect(self.hide_find)
+        prev_b, next_b = QPushButton("↑"), QPushButton("↓")
+        for b, tip in ((prev_b, "Previous match (Shift+Enter)"), (next_b, "Next match (Enter)")):
+            b.setObjectName("Flat")
+            b.setToolTip(tip)
+        prev_b.clicked.connect(lambda: self.controller.listing.find_previous())
+        next_b.clicked.connect(lambda: self.controller.listing.find_next())
         lay.addWidget(self.find_edit, 1)
         lay.addWidget(self.find_status)
+        lay.addWidget(prev_b)
+        lay.addWidget(next_b)
         lay.addWidget(close)
         bar.hide()
         return bar
@@ -253,6 +262,14 @@ class MainWindow(QMainWindow):
         esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         esc.activated.connect(self.escape)
         self.find_edit.returnPressed.connect(self.controller.listing.find_next)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
+        if obj is self.find_edit and event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent) and \
+                event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and \
+                event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            self.controller.listing.find_previous()
+            return True
+        return super().eventFilter(obj, event)
 
     def escape(self) -> None:
         if self.controller.sending.generating_here():

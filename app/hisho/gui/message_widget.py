@@ -225,11 +225,11 @@ class MessageWidget(QWidget):
         self.buttons: dict[str, QPushButton] = {}
         if self.queued:
             self.meta = _label("waiting…", "Marker", rich=False)
-            self.meta.setWordWrap(True)
+            self.meta.setWordWrap(False)
             cancel = _flat("Cancel", "Do not send this message; its text goes back to the message box")
             cancel.clicked.connect(lambda: self.action.emit("cancel", 0))
             self.buttons["cancel"] = cancel
-            self.footer.addWidget(self.meta, 1)
+            self.footer.addWidget(self.meta)
             self.footer.addWidget(cancel)
             return
         if self.streaming or m is None:

@@ -112,7 +112,7 @@ class Sending:
 
     def hide_streaming_row(self, branch: list[Message]) -> list[Message]:
         """The branch without the row the streaming reply is being saved into (the stream widget shows it)."""
-        turn = self.active
+        turn = self.active or self.running
         if turn is None:
             return branch
         return [m for m in branch if m.id != turn.reply_id and not (m.status == STREAMING and m.parent_id ==

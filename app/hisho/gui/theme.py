@@ -144,6 +144,14 @@ QScrollBar::handle:horizontal {{ background: {t.border}; border-radius: 4px; min
 QMenu {{ background: {t.surface}; border: 1px solid {t.border}; padding: 4px; }}
 QMenu::item {{ padding: 5px 22px; border-radius: 5px; }}
 QMenu::item:selected {{ background: {t.selected}; }}
+#Toast {{ background: {t.text}; border-radius: 10px; }}
+#Toast QLabel#ToastText {{ color: {t.bg}; }}
+#Toast QPushButton#ToastAction {{ background: transparent; color: {t.bg}; border: 1px solid {t.muted};
+    font-weight: 600; padding: 4px 12px; }}
+#Toast QPushButton#Flat {{ color: {t.bg}; }}
+#Toast QPushButton#Flat:hover, #Toast QPushButton#ToastAction:hover {{ background: {t.muted}; }}
+QPushButton#JumpButton {{ background: {t.surface}; border: 1px solid {t.border}; border-radius: 14px;
+    padding: 5px 14px; color: {t.text}; }}
 QMenuBar {{ background: {t.bg}; }}
 QMenuBar::item:selected {{ background: {t.hover}; }}
 """

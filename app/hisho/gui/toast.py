@@ -18,10 +18,11 @@ TOAST_MS = 8000
 
 
 class Toast(QFrame):
-    def __init__(self, host: QWidget) -> None:
+    def __init__(self, host: QWidget, above: QWidget | None = None) -> None:
         super().__init__(host)
         self.setObjectName("Toast")
         self.host = host
+        self.above = above            # shown just above this child of ``host`` (the message box)
         self.label = QLabel("")
         self.label.setObjectName("ToastText")
         self.label.setWordWrap(True)
@@ -86,7 +87,8 @@ class Toast(QFrame):
         width = min(560, max(200, self.host.width() - 48))
         self.setFixedWidth(width)
         self.adjustSize()
-        self.move((self.host.width() - width) // 2, self.host.height() - self.height() - 16)
+        bottom = self.above.geometry().top() if self.above is not None else self.host.height()
+        self.move((self.host.width() - width) // 2, max(0, bottom - self.height() - 10))
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
         if obj is self.host and event.type() == QEvent.Type.Resize and self.isVisible():
