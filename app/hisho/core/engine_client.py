@@ -250,7 +250,7 @@ class EngineClient:
         return self.stream("generate", params)
 
     def tokenize(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None,
-                 add_generation_prompt: bool = True, special: bool = True) -> list[int]:
+                 add_generation_prompt: bool = True, special: bool = False) -> list[int]:
         params: dict[str, Any] = {"add_generation_prompt": add_generation_prompt, "special": special}
         if messages is not None:
             params["messages"] = messages
