@@ -34,6 +34,8 @@ def register(sub: Any) -> None:
     p.add_argument("--pages", type=_span, metavar="A-B",
                    help="read only these pages of each PDF (1-20, 5, 30-); the JSON then says truncated and what "
                         "was cut")
+    p.add_argument("--yes", action="store_true",
+                   help="start long jobs without asking (more than a few hundred chunks)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_summarize)
 
@@ -69,12 +71,16 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         app.load()
         job = app.documents.job(args.files, password=args.password, max_parallel=parallel,
                                 summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
-                                chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages)
-        previous = signal.signal(signal.SIGINT, lambda *_: job.cancel())
+                                chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages,
+                                confirm=lambda name, chunks, eta: confirm_long(args.yes, name, chunks, eta))
+        # Ctrl+C and SIGTERM cancel: finished chunks stay cached, the exit code is 130. The engine runs in its own
+        # session (core.spawn), so the terminal's SIGINT reaches only this process.
+        previous = {sig: signal.signal(sig, lambda *_: job.cancel()) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             result = job.run()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
         app.close()
     for line in result.skipped:
@@ -89,4 +95,19 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             sys.stderr.write("\n")
         sys.stdout.write(result.summary + "\n")
-    return 130 if result.cancelled else 0
+    if result.cancelled:
+        return 130
+    return 0 if result.documents else 2
+
+
+def confirm_long(yes: bool, name: str, chunks: int, eta_s: float) -> bool:
+    """A long job runs with --yes, or when the person at the terminal says so."""
+    from hisho.core.documents.job import duration
+
+    if yes:
+        return True
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return False
+    sys.stderr.write(f"\r{name}: about {chunks:,} chunks, roughly {duration(eta_s)}. Start it? [y/N] \033[K")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")

@@ -237,7 +237,7 @@ class EngineClient:
         return self.stream(request)
 
     def tokenize(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None,
-                 add_generation_prompt: bool = True, special: bool = True) -> list[int]:
+                 add_generation_prompt: bool = True, special: bool = False) -> list[int]:
         req = Tokenize(messages=messages, text=None if messages is not None else (text or ""),
                        add_generation_prompt=add_generation_prompt, special=special)
         return list(self.call(req)["tokens"])

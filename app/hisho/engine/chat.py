@@ -2,11 +2,18 @@
 
 Templates are Jinja in the Hugging Face dialect; we render them in a sandbox. A model without a template gets
 ChatML, the most common format, and the load result says so (``chat_template_source: fallback``).
+
+``render_parts`` says which characters the template wrote and which came from a message, so that only the
+template's own markup can become control tokens: a message or a document holding ``<|im_start|>system`` stays
+text (issue 16). It renders once with the real contents and once with a placeholder per message, then lines the
+two up; where a template changed a content beyond a ``strip`` (so the two cannot be lined up), the contents are
+put where the placeholders were, untouched.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +22,8 @@ from typing import Any
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+log = logging.getLogger("hisho.engine")
 
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -65,3 +74,66 @@ class ChatTemplate:
             messages=clean, add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token, eos_token=self.eos_token,
         )
+
+    def render_parts(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                     ) -> list[tuple[str, bool]]:
+        """The rendered prompt as ``(text, is_markup)`` pieces: markup is what the template wrote, the rest is
+        message content (never to be parsed for control tokens). Joined, the texts equal ``render`` whenever
+        the template shows each content as is or stripped."""
+        contents = [str(m.get("content", "")) for m in messages]
+        real = self.render(messages, add_generation_prompt)
+        marks = [_PLACEHOLDER.format(i) for i in range(len(messages))]
+        masked = self.render([{**m, "content": marks[i]} for i, m in enumerate(messages)], add_generation_prompt)
+        pieces = _split_marks(masked, marks)
+        parts = _line_up(real, pieces, contents)
+        if parts is None:
+            log.info("chat template changes message contents; contents placed as given")
+            parts = [(contents[p] if isinstance(p, int) else p, not isinstance(p, int)) for p in pieces]
+        return [(text, markup) for text, markup in parts if text]
+
+
+# A private-use character pair no tokenizer or template treats specially, around the message's index.
+_PLACEHOLDER = "\ue000{}\ue001"
+
+
+def _split_marks(masked: str, marks: list[str]) -> list[str | int]:
+    """``masked`` as markup strings and message indexes (where a placeholder stood)."""
+    out: list[str | int] = []
+    pos = 0
+    while True:
+        start = masked.find("\ue000", pos)
+        end = masked.find("\ue001", start) if start >= 0 else -1
+        if start < 0 or end < 0:
+            out.append(masked[pos:])
+            return out
+        index = masked[start + 1:end]
+        if not index.isdigit() or int(index) >= len(marks):  # not ours (a template will not write these)
+            out.append(masked[pos:end + 1])
+            pos = end + 1
+            continue
+        out += [masked[pos:start], int(index)]
+        pos = end + 1
+
+
+def _line_up(real: str, pieces: list[str | int], contents: list[str]) -> list[tuple[str, bool]] | None:
+    """Walk ``real`` along the pieces: markup must match exactly, a content as given or stripped. None if the
+    template did something else with a content."""
+    out: list[tuple[str, bool]] = []
+    pos = 0
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, str):
+            if not real.startswith(piece, pos):
+                return None
+            out.append((piece, True))
+            pos += len(piece)
+            continue
+        after = pieces[i + 1] if i + 1 < len(pieces) and isinstance(pieces[i + 1], str) else ""
+        text = contents[piece]
+        for candidate in dict.fromkeys((text, text.strip(), text.lstrip(), text.rstrip())):
+            if real.startswith(candidate, pos) and real.startswith(str(after), pos + len(candidate)):
+                out.append((candidate, False))
+                pos += len(candidate)
+                break
+        else:
+            return None
+    return out if pos == len(real) else None

@@ -14,6 +14,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from hisho.engine.chat import ChatTemplate
 
 log = logging.getLogger("hisho.engine")
 
+_SPECIAL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
             "f32": llama_cpp.GGML_TYPE_F32}
 
@@ -113,6 +115,7 @@ class Runtime:
         self._piece_buf = ctypes.create_string_buffer(256)
         self.metadata = _read_metadata(model)
         self.template = ChatTemplate.from_model(self.metadata, self.token_text)
+        self._control_cache: tuple[dict[str, int], re.Pattern[str] | None] | None = None
 
     def _bind(self, ctx: Any) -> None:
         """Point everything that depends on the context at ``ctx``; no sequence holds anything yet."""
@@ -220,7 +223,7 @@ class Runtime:
 
     # ----- tokens -------------------------------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = False) -> list[int]:
         data = text.encode("utf-8")
         n_max = len(data) + 16
         buf = (llama_cpp.llama_token * n_max)()
@@ -249,14 +252,60 @@ class Runtime:
         if "tokens" in request:
             return [int(t) for t in request["tokens"]]
         if "messages" in request:
-            text = self.template.render(request["messages"], request.get("add_generation_prompt", True))
             # The template writes BOS itself where the model wants it.
-            return self.tokenize(text, add_special=False, parse_special=True)
-        if "prompt" in request:
+            return self.template_tokens(self.template.render_parts(request["messages"],
+                                                                   request.get("add_generation_prompt", True)))
+        if "prompt" in request:  # raw text whose caller wrote the model's markup itself (benchmarks, tests)
             return self.tokenize(str(request["prompt"]), add_special=True, parse_special=True)
         if "text" in request:
-            return self.tokenize(str(request["text"]), add_special=False, parse_special=request.get("special", True))
+            return self.tokenize(str(request["text"]), add_special=False,
+                                 parse_special=bool(request.get("special", False)))
         raise RequestError(ErrorKind.BAD_REQUEST, "request needs messages, prompt, tokens or text")
+
+    # ----- control tokens only from the template (issue 16) ------------------------------------------------
+
+    def template_tokens(self, parts: list[tuple[str, bool]]) -> list[int]:
+        """Tokens of a rendered chat prompt: control tokens only where the template's markup spells them; message
+        text never becomes one. Text between control tokens is tokenized in one piece, markup and content
+        together, as llama.cpp does between the control tokens it finds (so an ordinary prompt gets exactly
+        the tokens a whole-text ``parse_special`` tokenization gives)."""
+        ids, pattern = self._controls()
+        tokens: list[int] = []
+        raw: list[str] = []
+
+        def flush() -> None:
+            text = "".join(raw)
+            raw.clear()
+            if text:
+                tokens.extend(self.tokenize(text, add_special=False, parse_special=False))
+
+        for text, markup in parts:
+            if not markup or pattern is None:
+                raw.append(text)
+                continue
+            pos = 0
+            for m in pattern.finditer(text):
+                raw.append(text[pos:m.start()])
+                flush()
+                tokens.append(ids[m.group()])
+                pos = m.end()
+            raw.append(text[pos:])
+        flush()
+        return tokens
+
+    def _controls(self) -> tuple[dict[str, int], re.Pattern[str] | None]:
+        """The text of every control (and unknown) token, the ones llama.cpp parses only with parse_special,
+        and a pattern that finds them longest first. Made once per model."""
+        if self._control_cache is None:
+            ids: dict[str, int] = {}
+            for token in range(self.n_vocab):
+                if int(llama_cpp.llama_vocab_get_attr(self.vocab, token)) & _SPECIAL_ATTRS:
+                    text = self.token_text(token)
+                    if text:
+                        ids.setdefault(text, token)
+            alts = sorted(ids, key=len, reverse=True)
+            self._control_cache = (ids, re.compile("|".join(map(re.escape, alts))) if alts else None)
+        return self._control_cache
 
     # ----- KV bookkeeping ---------------------------------------------------------------------------------
 

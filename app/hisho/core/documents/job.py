@@ -11,6 +11,9 @@ Rules of use:
 - ``on_progress`` gets a ``JobProgress`` from the thread running the job; the GUI marshals it itself.
 - Nothing is left out silently: files that could not be read and content that was not read (image-only pages,
   embedded pictures) are listed at the end of the summary.
+- A document estimated at more than ``CONFIRM_CHUNKS`` chunks is only started if ``confirm(name, chunks, eta_s)``
+  says yes (the CLI asks or takes ``--yes``, the window asks); otherwise it is skipped with the estimate, before
+  any token is counted (a 50 MB text file is ~16,000 chunks, days on a laptop).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ log = logging.getLogger("hisho.documents")
 
 
 AskPassword = Callable[[str, bool], str | None]  # (file name, last one was wrong) -> password, None to skip
+Confirm = Callable[[str, int, float], bool]      # (file name, estimated chunks, ETA in seconds) -> go ahead
+CONFIRM_CHUNKS = 200      # ~200K tokens, a 400-page book: about an hour on a 2-core laptop with the default model
+CHARS_PER_TOKEN = 4       # a rough estimate, made before any token is counted
 
 
 @dataclass
@@ -89,14 +95,26 @@ class Cancelled(Exception):
     pass
 
 
+class TooLarge(DocumentError):
+    """A document whose summary would take longer than anyone expects without being asked."""
+
+
+def duration(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.0f} hours"
+    if seconds >= 90:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds:.0f} seconds"
+
+
 class SummaryJob:
     def __init__(self, client: Engine, files: Sequence[Path | str], *, cache: SummaryCache | None = None,
                  password: str | None = None, max_parallel: int = P.MAX_PARALLEL,
                  summary_tokens: int = P.SUMMARY_TOKENS, final_tokens: int = P.FINAL_TOKENS,
                  chunk_target: int = P.CHUNK_TARGET,
                  on_progress: Callable[[JobProgress], None] | None = None, pages: PageSpan | None = None,
-                 ask_password: AskPassword | None = None, write: Callable[[Callable[[], Any]], Any] | None = None
-                 ) -> None:
+                 ask_password: AskPassword | None = None, confirm: Confirm | None = None,
+                 write: Callable[[Callable[[], Any]], Any] | None = None) -> None:
         self.client = client
         self.files = [Path(f) for f in files]
         self.cache = cache or SummaryCache()
@@ -108,6 +126,7 @@ class SummaryJob:
         self.pages = pages                   # a cut the user asked for: only these pages of each PDF
         self.ask_password = ask_password
         self.write = write or (lambda fn: fn())  # where cache writes run (the app: its store lane)
+        self.confirm = confirm
         info = client.load_info
         self.n_ctx = int(info.get("n_ctx", 0))
         self.max_parallel = max(1, max_parallel)
@@ -154,8 +173,13 @@ class SummaryJob:
             docs = self._extract_all(result)
             if not docs:
                 raise UserError("; ".join(result.skipped) or "no files given")
-            result.extracted = docs
             for doc in docs:
+                try:
+                    self._check_size(doc)
+                except TooLarge as exc:
+                    result.skipped.append(str(exc))
+                    continue
+                result.extracted.append(doc)
                 result.documents.append(self._summarize(doc, result.parts))
         except Cancelled:
             result.cancelled = True
@@ -189,6 +213,20 @@ class SummaryJob:
                 if not password:
                     raise DocumentError(f"{path.name}: the PDF is encrypted and no password was given") from None
         raise DocumentError(f"{path.name}: wrong password for this encrypted PDF (3 tries)")
+
+    def _check_size(self, doc: Document) -> None:
+        """Ask before a job estimated at more than CONFIRM_CHUNKS chunks (TooLarge if not confirmed)."""
+        tokens = doc.chars // CHARS_PER_TOKEN
+        chunks = -(-tokens // max(1, self.chunk_target))
+        if chunks <= CONFIRM_CHUNKS:
+            return
+        prefill, decode, gain = self.cache.speeds(self.model_fp) or self._probe_speeds()
+        eta = tokens / max(prefill, 1e-3) + chunks * self.summary_tokens * 0.6 / max(decode * gain, 1e-3)
+        log.info("%s: about %d chunks, ETA %.0fs: asking", doc.name, chunks, eta)
+        if self.confirm is not None and self.confirm(doc.name, chunks, eta):
+            return
+        raise TooLarge(f"{doc.name}: about {chunks:,} chunks of {self.chunk_target} tokens, roughly "
+                       f"{duration(eta)} on this machine; not started (confirm to run it)")
 
     def _compose(self, result: JobResult) -> str:
         parts: list[str] = []
