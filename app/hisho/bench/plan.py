@@ -120,8 +120,10 @@ def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_th
 def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozenset[str] | None,
           model_path: str, n_threads: int, fill: str) -> dict[str, Any]:
     predicted = estimate(facts, cfg, calib, cpu=cpu)
+    # As launch.load_params_for does: the plan tells the engine whether to map the file.
     params = LoadParams(model_path=model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
-                        n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v)
+                        n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v,
+                        use_mmap=predicted.mmap if cpu else None)
     m = run_probe("measure", {"params": params.to_dict(), "fill": fill, "n_swa": facts.n_swa}, timeout=1800)
     log.info("measured %s n_ctx %d %s: %.1f MiB", Path(model_path).name, cfg.n_ctx, cfg.type_k,
              int(m["peak_growth"]) / MIB)
