@@ -88,3 +88,21 @@ def test_tied_embedding_copy_is_priced(tmp_path: Path) -> None:
     assert dup == facts.tensor_bytes["token_embd"] and moved > 0
     b = estimate(facts, Config(n_ctx=1024), cpu=AVX2)
     assert b.weights == facts.weights_bytes + dup
+
+
+def test_load_params_say_how_to_load(tmp_path: Path) -> None:
+    """apply_plan tells the engine to read (not map) a file whose weights this CPU repacks, and to map one
+    whose weights it does not; with the CPU unknown it leaves the choice to the engine."""
+    import dataclasses
+
+    from hisho.core.machine import from_dict
+    from hisho.core.planner.gate import apply_plan
+    from hisho.core.protocol import LoadParams
+
+    path = q4_0_llama(tmp_path)
+    base = {"platform": "linux", "ram_total": 16 << 30, "ram_available": 12 << 30, "cpu_threads": 8}
+    for features, expect in ((["avx2"], False), (["sse3"], True), ([], None)):
+        machine = from_dict({**base, "cpu_features": features})
+        out = apply_plan(LoadParams(model_path=str(path), n_ctx=1024), want_gpu_layers=0, machine=machine)
+        assert out.use_mmap is expect, features
+        assert dataclasses.replace(out, use_mmap=None) == LoadParams(model_path=str(path), n_ctx=1024)
