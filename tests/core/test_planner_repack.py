@@ -64,3 +64,45 @@ def test_estimate_prices_repacked_weights_once_without_mmap(tmp_path: Path) -> N
     assert forced.resident == plain.resident + moved       # mapped pages beside the repacked copy
     assert engine.committed == plain.committed == forced.committed
     assert any("repacks" in n for n in engine.notes)
+
+
+def test_hub_plan_uses_the_same_rule(tmp_path: Path) -> None:
+    from hisho.core.gguf_facts import read_hub_facts
+    from tests.core.test_gguf_facts import FakeHub
+
+    (tmp_path / "hub").mkdir()
+    local = q4_0_llama(tmp_path / "hub")
+    remote = read_hub_facts("owner/repo", local.name, fs=FakeHub(tmp_path / "hub"))
+    assert remote.matmul_weights == read_facts(local).matmul_weights
+    b = estimate(remote, Config(n_ctx=1024), cpu=AVX2)
+    assert b.estimate and not b.mmap and b.repacked == repack_plan(remote, AVX2)[0]
+
+
+def test_tied_embedding_copy_is_priced(tmp_path: Path) -> None:
+    # Gemma-3-shaped (no output.weight): the output layer reads token_embd again; Q4_0 on AVX2 repacks that copy.
+    from tests.fixtures.gguf_shapes import TINY_GEMMA3
+
+    shape = Shape(**{**TINY_GEMMA3.__dict__, "weight_type": GGMLQuantizationType.Q4_0, "file_type": 2})
+    facts = read_facts(write_shape(tmp_path / "g.gguf", shape))
+    moved, dup, _largest = repack_plan(facts, AVX2)
+    assert dup == facts.tensor_bytes["token_embd"] and moved > 0
+    b = estimate(facts, Config(n_ctx=1024), cpu=AVX2)
+    assert b.weights == facts.weights_bytes + dup
+
+
+def test_load_params_say_how_to_load(tmp_path: Path) -> None:
+    """apply_plan tells the engine to read (not map) a file whose weights this CPU repacks, and to map one
+    whose weights it does not; with the CPU unknown it leaves the choice to the engine."""
+    import dataclasses
+
+    from hisho.core.machine import from_dict
+    from hisho.core.planner.gate import apply_plan
+    from hisho.core.protocol import LoadParams
+
+    path = q4_0_llama(tmp_path)
+    base = {"platform": "linux", "ram_total": 16 << 30, "ram_available": 12 << 30, "cpu_threads": 8}
+    for features, expect in ((["avx2"], False), (["sse3"], True), ([], None)):
+        machine = from_dict({**base, "cpu_features": features})
+        out = apply_plan(LoadParams(model_path=str(path), n_ctx=1024), want_gpu_layers=0, machine=machine)
+        assert out.use_mmap is expect, features
+        assert dataclasses.replace(out, use_mmap=None) == LoadParams(model_path=str(path), n_ctx=1024)

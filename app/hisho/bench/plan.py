@@ -19,6 +19,9 @@ Errors are (predicted - measured) / measured in percent; ``worst_under_pct`` is 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,8 @@ from hisho.core.planner import calibration_for
 from hisho.core.planner.calibrate import run_probe
 from hisho.core.planner.memory import MIB, Calibration, Config, estimate
 from hisho.core.protocol import LoadParams
+
+log = logging.getLogger("hisho.bench")
 
 CONTEXTS = (512, 2048, 8192)
 MATRIX_CONTEXTS = (1024, 4096)
@@ -67,6 +72,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             model_cells = _model_cells(path, MATRIX_CONTEXTS, n_batch, int(s["n_threads"]), cpu, fill="state")
             for c in model_cells:
                 c["model"] = f"{shape}:{quant}"
+                # One line per cell as it comes: a matrix takes an hour on a laptop; a stopped run keeps its cells.
+                sys.stderr.write(json.dumps(c) + "\n")
+                sys.stderr.flush()
             cells += model_cells
             models.append({"model": f"{shape}:{quant}", "path": str(path), "generate_s": round(gen_s, 2)})
         out: dict[str, Any] = {"matrix": True, "contexts": list(MATRIX_CONTEXTS), "models": models}
@@ -112,9 +120,13 @@ def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_th
 def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozenset[str] | None,
           model_path: str, n_threads: int, fill: str) -> dict[str, Any]:
     predicted = estimate(facts, cfg, calib, cpu=cpu)
+    # As launch.load_params_for does: the plan tells the engine whether to map the file.
     params = LoadParams(model_path=model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
-                        n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v)
+                        n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v,
+                        use_mmap=predicted.mmap if cpu else None)
     m = run_probe("measure", {"params": params.to_dict(), "fill": fill, "n_swa": facts.n_swa}, timeout=1800)
+    log.info("measured %s n_ctx %d %s: %.1f MiB", Path(model_path).name, cfg.n_ctx, cfg.type_k,
+             int(m["peak_growth"]) / MIB)
     buffers = m["buffers"]
     reported = sum(sum(buffers[k].values()) for k in ("model", "KV", "compute", "output"))
     measured_committed = reported + int(m["our_arrays"])

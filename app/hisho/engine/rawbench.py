@@ -12,7 +12,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import LoadParams
-from hisho.engine.runtime import physical_cores
+from hisho.engine.runtime import mmap_policy, physical_cores
 
 
 class RawModel:
@@ -22,6 +22,8 @@ class RawModel:
             model_path=params.model_path, n_ctx=params.n_ctx, n_batch=params.n_batch, n_ubatch=params.n_ubatch,
             n_threads=threads, n_threads_batch=params.n_threads_batch or threads, flash_attn=params.flash_attn,
             n_gpu_layers=params.n_gpu_layers, verbose=False,
+            # As the engine loads it: a model whose weights get repacked is read, not mapped (held once).
+            use_mmap=params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path),
         )
 
     def decode(self, prompt_tokens: list[int], n_tokens: int) -> dict[str, Any]:

@@ -445,7 +445,9 @@ def cpu_features() -> frozenset[str]:
 def mmap_policy(model_path: str) -> bool:
     """Map the model file unless llama.cpp will repack some of its weights for this CPU: with mmap, the file
     pages read to repack stay mapped beside the repacked copy (held twice; core/planner/repack.py). A file whose
-    header we cannot read is mapped (llama.cpp's load then reports what is wrong with it)."""
+    header we cannot read is mapped (llama.cpp's load then reports what is wrong with it). Only for loads whose
+    LoadParams leave ``use_mmap`` open: launch.load_params_for sets it from the plan, because reading the header
+    here imports the gguf package (~7 MiB in this process)."""
     from hisho.core.errors import UserError
     from hisho.core.gguf_facts import read_facts
     from hisho.core.planner.repack import repacked_bytes, use_mmap

@@ -71,6 +71,10 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
     plan = price(facts, cfg, budget, calib, cpu=m.cpu or None)
+    if params.use_mmap is None and (m.cpu or (calib is not None and calib.cpu_features)):
+        # The plan knows whether llama.cpp repacks weights on this CPU: tell the engine how to load, so it does
+        # not read the header itself (that imports the gguf package: ~7 MiB in the engine process).
+        params = dataclasses.replace(params, use_mmap=plan.breakdown.mmap)
     if plan.fits:
         log.info("plan: %s", plan.reason)
         return params
