@@ -96,7 +96,7 @@ class Governor:
         cost = seconds / tokens
         if self.fixed:
             self.last[threads] = cost
-            self.why = f"{threads} thread{'s' * (threads > 1)}, as set"
+            self.why = "the number set in Settings"
             return
         if self._probe is not None and threads == self.current + 1:
             self._probe.append(cost)
@@ -114,7 +114,7 @@ class Governor:
             self.best[threads] = now
         if threads == self.max and enough and (self.quiet is None or now < self.quiet):
             self.quiet = now
-            self.why = f"{threads} threads: steps run at the machine's quiet speed"
+            self.why = f"steps run at this machine's quiet speed ({_ms(now)} per token)"
         if threads > 1 and enough:
             self._maybe_drop(min(list(self._recent)[-self.decide_steps:]))
 
@@ -134,9 +134,8 @@ class Governor:
         if slow <= DROP * ref:
             return
         target = max(1, self.current // 2) if slow > COLLAPSE * ref else lower
-        self._set(target, f"{target} of {self.max} threads: other programs are using the CPU (a {self.kind} "
-                          f"step cost {_ms(slow)} per token at {self.current} threads, "
-                          f"{_ms(ref)} expected at {lower})")
+        self._set(target, f"other programs are using the CPU (a {self.kind} step cost {_ms(slow)} per token "
+                          f"at {self.current} threads, {_ms(ref)} expected at {lower})")
         self._backoff = PROBE_MIN_S
         self._next_probe = self._clock() + self._backoff
 
@@ -148,16 +147,15 @@ class Governor:
         self.last[up] = tried
         self._probe = None
         if tried < here:
-            self._set(up, f"{up} of {self.max} threads: a probe ran faster ({_ms(tried)} per token "
-                          f"at {up}, {_ms(here)} at {up - 1})")
+            self._set(up, f"a probe ran faster ({_ms(tried)} per token at {up} threads, {_ms(here)} at "
+                          f"{up - 1})")
             self._backoff = PROBE_MIN_S
             self._next_probe = self._clock() + self._backoff
         else:
             self._backoff = min(PROBE_MAX_S, self._backoff * 2)
             self._next_probe = self._clock() + self._backoff
-            self.why = (f"{self.current} of {self.max} threads: other programs are using the CPU (a probe at "
-                        f"{up} cost {_ms(tried)} per token, {_ms(here)} at {self.current}); next probe in "
-                        f"{self._backoff:.0f} s")
+            self.why = (f"other programs are using the CPU (a probe at {up} threads cost {_ms(tried)} per "
+                        f"token, {_ms(here)} at {self.current}); next probe in {self._backoff:.0f} s")
         self._idle_mark = None
 
     def _probe_due(self) -> bool:

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 from hisho.core import settings as settings_mod
 from hisho.core.kv.stored import StoreReport, list_stored
 from hisho.gui.kv_status import human_bytes, human_seconds
+from hisho.gui.performance_page import PerformancePage
 
 log = logging.getLogger("hisho.gui")
 
@@ -338,6 +339,8 @@ class PreferencesDialog(QDialog):
         self.pages = QStackedWidget()
         self.kv_page = KVCachePage(window)
         self._add("KV cache", self.kv_page)
+        self.performance_page = PerformancePage(window)
+        self._add("Performance", self.performance_page)
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
         self.nav.setCurrentRow(0)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

@@ -8,6 +8,8 @@ import psutil
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
+from hisho.gui.performance_page import status_suffix
+
 RAM_REFRESH_MS = 2000
 
 
@@ -41,7 +43,15 @@ class StatusBar(QStatusBar):
         self.device.setToolTip(str(engine_info.get("system_info", "")))
 
     def set_reply_figures(self, tokens_per_s: float | None, ttft_s: float | None) -> None:
-        self.speed.setText(f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "— tok/s")
+        # The engine's thread policy (docs/threads.md): when it ran on fewer cores because other programs held
+        # them, say so next to the speed, and why in the tooltip.
+        engine = getattr(getattr(self.parent(), "ctx", None), "engine", None)
+        threads = dict(getattr(engine, "threads", None) or {})
+        suffix = status_suffix(threads) if tokens_per_s else ""
+        self.speed.setText(f"{tokens_per_s:.1f} tok/s{suffix}" if tokens_per_s else "— tok/s")
+        decode = threads.get("decode") or {}
+        self.speed.setToolTip(f"{decode.get('threads')} of {decode.get('max')} CPU threads: {decode.get('why')}"
+                              if decode else "")
         self.ttft.setText(f"TTFT {ttft_s * 1000:.0f} ms" if ttft_s else "TTFT —")
 
     def ram_bytes(self) -> int:
