@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (median reported)")
     p.add_argument("--cold", action="store_true", help="resume: drop the KV files from the page cache first")
     p.add_argument("--kv-type", choices=("f16", "q8_0"), default=None, help="resume: KV cache type")
+    p.add_argument("--background", type=int, default=0, metavar="N",
+                   help="decode, resume: also measure beside N busy processes (other programs using the CPU)")
     p.add_argument("--model", help="model store name or GGUF path (default: the bundled model)")
     p.add_argument("--matrix", action="store_true",
                    help="plan: every generated true-shape model x quant x 2 contexts x f16/q8_0 KV")

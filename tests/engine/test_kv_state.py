@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,10 @@ def kv_engine(engine_home: Path, default_model_path: Path) -> Iterator[EngineCli
     mp = pytest.MonkeyPatch()
     mp.setenv("HISHO_HOME", str(engine_home))
     client = EngineClient(test_hooks=True)
-    client.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2))
+    # One thread, fixed: these tests compare greedy continuations token for token, and a thread change can move
+    # the last bits of attention (ggml splits the KV over the threads in decode; docs/threads.md). One thread
+    # also never collapses when other programs hold the cores.
+    client.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, n_threads=1))
     yield client
     client.close()
     mp.undo()
@@ -109,7 +113,7 @@ def test_restore_in_a_new_engine_process(default_model_path: Path, session: KVSe
                                          prompts: dict[str, list[int]]) -> None:
     save_conversation(kv_engine, session, prompts["conv"])
     with EngineClient() as fresh:
-        fresh.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2))
+        fresh.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, n_threads=1))
         other = KVSession(fresh, session.index, chunk_tokens=CHUNK, budget_bytes=1 << 40)
         assert other.restore("conv:1", prompts["full"]).restored == len(prompts["conv"])
         assert answer(fresh, prompts["full"])[0] == prompts["reference"]
@@ -144,7 +148,14 @@ def test_two_conversations_share_the_document_chunks(kv_engine: EngineClient, se
 
 
 def test_typeahead_makes_send_one_decode_step(kv_engine: EngineClient, session: KVSession,
-                                              prompts: dict[str, list[int]]) -> None:
+                                              prompts: dict[str, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Type-ahead prefills the draft in pieces whose boundaries depend on typing and scheduling (a draft
+    superseded before the draft thread saw it is never prefilled; the suffix waits for a pause). Those pieces
+    are llama_decode batches, and llama.cpp's CPU kernels round differently for another batch split, so the
+    promise is exact only against the same split: Send's continuation is the one you get by making the same
+    prefill calls at Send time (no state is lost or mixed between the draft thread and Send). Measured on
+    this model: prefilling the question in one batch or after any one split point gives tokens that can part
+    ways at token 8 (2887 vs 7302: a near tie), which is what failed here under load (docs/threads.md)."""
     save_conversation(kv_engine, session, prompts["conv"])
     cleared(kv_engine)
 
@@ -153,15 +164,31 @@ def test_typeahead_makes_send_one_decode_step(kv_engine: EngineClient, session: 
 
     suffix = suffix_length(tokens_for)
     assert 2 <= suffix <= 8
+    prefills: list[list[int]] = []  # every prefill the draft thread made, in order: its batch split
+    call = kv_engine.call
+
+    def recording(op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        if op == "prefill" and params is not None:
+            prefills.append(list(params["tokens"]))
+        return call(op, params)
+
+    monkeypatch.setattr(kv_engine, "call", recording)
     session.prefetch("conv:1", prompts["conv"])
     for draft in ("What col", "What colour is box 9", "What colour is box 5?"):  # an edit rolls back
         session.draft(tokens_for(draft), suffix)
     assert session.wait_drafted(30)
+    monkeypatch.setattr(kv_engine, "call", call)
     full = prompts["full"]
+    assert prefills and prefills[-1] == full
     assert session.restore("conv:1", full).skipped
     tokens, cached = answer(kv_engine, full)
     assert cached == len(full) - 1  # Send decoded one token
-    assert tokens == prompts["reference"]
+    # The same prefills made again from the conversation, then Send: the identical continuation.
+    cleared(kv_engine)
+    kv_engine.call("prefill", {"seq": 0, "tokens": prompts["conv"]})
+    for part in prefills:
+        kv_engine.call("prefill", {"seq": 0, "tokens": part})
+    assert answer(kv_engine, full) == (tokens, len(full) - 1)
 
 
 def test_usage_and_budget(kv_engine: EngineClient, session: KVSession, prompts: dict[str, list[int]]) -> None:
@@ -236,7 +263,7 @@ def test_file_from_another_kv_type(default_model_path: Path, kv_engine: EngineCl
     save_conversation(kv_engine, session, prompts["conv"])
     chunks = session.index.lookup(session.fingerprint(), prompts["full"])
     with EngineClient() as q8:
-        q8.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, type_k="q8_0",
+        q8.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, n_threads=1, type_k="q8_0",
                            type_v="q8_0", flash_attn=True))
         other = KVSession(q8, session.index, chunk_tokens=CHUNK, budget_bytes=1 << 40)
         assert other.fingerprint() != session.fingerprint()
@@ -287,7 +314,7 @@ def test_disk_full_during_a_write(kv_engine: EngineClient, session: KVSession, p
 
 def test_engine_killed_during_a_write(default_model_path: Path, tmp_path: Path, prompts: dict[str, list[int]]) -> None:
     client = EngineClient(test_hooks=True)
-    client.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2))
+    client.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, n_threads=1))
     index = KVIndex(Database(tmp_path / "db.sqlite3"), tmp_path / "kv")
     session = KVSession(client, index, chunk_tokens=CHUNK, budget_bytes=1 << 40)
     client.call("prefill", {"seq": 0, "tokens": prompts["conv"]})
@@ -314,7 +341,7 @@ def test_q8_0_kv_round_trip_takes_about_half_the_disk(default_model_path: Path, 
     save_conversation(kv_engine, session, prompts["conv"])
     f16_bytes = session.index.total_bytes()
     with EngineClient() as q8:
-        q8.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, type_k="q8_0",
+        q8.load(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, n_threads=1, type_k="q8_0",
                            type_v="q8_0", flash_attn=True))
         index = KVIndex(Database(tmp_path / "q8.sqlite3"), tmp_path / "kv-q8")
         other = KVSession(q8, index, chunk_tokens=CHUNK, budget_bytes=1 << 40)

@@ -4,6 +4,11 @@ Both use the same model, prompt tokens, threads, context size and batch size. Re
 the order turns each time (raw, engine, gui; engine, gui, raw; gui, raw, engine; …) so drift in machine speed
 hits all three alike. ``engine_vs_raw`` and ``gui_vs_raw`` are medians of the per-repetition ratios (``_paired``);
 the ratios of the medians are reported next to them.
+
+``--background N`` adds a second phase in the same run: N busy processes (hisho.bench.background) started, the
+same raw and engine runs again beside them (``loaded_*``; a raw run stops after ``LOADED_CAP_S``), then stopped.
+``loaded_engine_vs_raw`` is the engine's decode over raw llama-cpp-python's with its defaults, both loaded;
+``loaded_vs_quiet`` the engine loaded over the engine quiet (docs/threads.md).
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
+from hisho.bench.background import busy_processes
 from hisho.core.engine_client import EngineClient
 from hisho.core.launch import load_params_for, open_model
 from hisho.core.protocol import Sampling, common_prefix
@@ -22,55 +29,35 @@ PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from hisho.engine.rawbench import RawModel  # the only llama_cpp user outside the engine process
+    from hisho.engine.runtime import physical_cores
 
     n_tokens = max(128, args.tokens or 256)
     repeat = max(1, args.repeat)
+    background = max(0, int(getattr(args, "background", 0) or 0))
     model_path = open_model(args.model)
     params = load_params_for(model_path, n_ctx=2048)
     sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=n_tokens, ignore_eos=True)
-    raw_tps: list[float] = []
-    eng_tps: list[float] = []
-    raw_tokens: list[int] = []
-    eng_tokens: list[int] = []
-    gui_runs: list[dict[str, float]] = []
-    gui = _gui_decoder()
     with EngineClient() as client:
         client.load(params)
         prompt = client.tokenize(messages=[{"role": "user", "content": PROMPT}])
         raw = RawModel(params)
         try:
-            def run_raw() -> None:
-                nonlocal raw_tokens
-                r = raw.decode(prompt, n_tokens)
-                raw_tps.append(r["tokens_per_s"])
-                raw_tokens = r["tokens"]
-
-            def run_engine() -> None:
-                nonlocal eng_tokens
-                e = _engine_decode(client, prompt, sampling)
-                eng_tps.append(e["tokens_per_s"])
-                eng_tokens = e["tokens"]
-
-            def run_gui() -> None:  # the same engine run while the chat view renders the stream
-                if gui is not None:
-                    gui_runs.append(gui(client, prompt, sampling))
-
-            order = [run_raw, run_engine, run_gui]
-            for i in range(repeat):
-                # The order turns every repetition: a machine that slows down (or speeds up) within a
-                # repetition, as these shared boxes do, does not always favour the same contestant.
-                for step in order[i % 3:] + order[:i % 3]:
-                    step()
+            quiet = _phase(raw, client, prompt, sampling, repeat, _gui_decoder())
+            loaded = None
+            if background:
+                with busy_processes(background):
+                    loaded = _phase(raw, client, prompt, sampling, repeat, None, cap_s=LOADED_CAP_S)
         finally:
             raw.close()
+    raw_tps, eng_tps = quiet.raw_tps, quiet.eng_tps
     raw_med, eng_med = statistics.median(raw_tps), statistics.median(eng_tps)
-    same = common_prefix(raw_tokens, eng_tokens)
-    return {
+    out: dict[str, Any] = {
         "model": str(model_path),
         "tokens": n_tokens,
         "prompt_tokens": len(prompt),
         "n_ctx": params.n_ctx,
-        "n_threads": params.n_threads or "physical cores",
+        "n_threads": params.n_threads or f"automatic, up to {physical_cores()}",
+        "raw_n_threads": params.n_threads or physical_cores(),
         "repeat": repeat,
         "raw_tokens_per_s": round(raw_med, 2),
         "engine_tokens_per_s": round(eng_med, 2),
@@ -78,8 +65,72 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "engine_vs_raw_of_medians": round(eng_med / raw_med, 4) if raw_med else None,
         "raw_runs": [round(x, 2) for x in raw_tps],
         "engine_runs": [round(x, 2) for x in eng_tps],
-        "identical_prefix_tokens": same,
-        **_gui_figures(gui_runs, raw_tps),
+        "identical_prefix_tokens": common_prefix(quiet.raw_tokens, quiet.eng_tokens),
+        "engine_threads": quiet.threads,
+        **_gui_figures(quiet.gui_runs, raw_tps),
+        "background": background,
+    }
+    if loaded is not None:
+        out.update(_loaded_figures(loaded, eng_med))
+    return out
+
+
+LOADED_CAP_S = 20.0  # raw decode beside busy programs can fall to ~1 tok/s: a run stops after this long
+
+
+@dataclass
+class _Phase:
+    raw_tps: list[float] = field(default_factory=list)
+    eng_tps: list[float] = field(default_factory=list)
+    raw_tokens: list[int] = field(default_factory=list)
+    eng_tokens: list[int] = field(default_factory=list)
+    gui_runs: list[dict[str, float]] = field(default_factory=list)
+    threads: dict[str, Any] = field(default_factory=dict)
+
+
+def _phase(raw: Any, client: EngineClient, prompt: list[int], sampling: Sampling, repeat: int, gui: Any,
+           cap_s: float = 0.0) -> _Phase:
+    """``repeat`` interleaved repetitions of raw, engine (and gui) decode. ``cap_s``: a raw run stops after
+    that many seconds (tokens per second over what it did)."""
+    ph = _Phase()
+
+    def run_raw() -> None:
+        r = raw.decode(prompt, sampling.max_tokens, max_seconds=cap_s)
+        ph.raw_tps.append(r["tokens_per_s"])
+        ph.raw_tokens = r["tokens"]
+
+    def run_engine() -> None:
+        e = _engine_decode(client, prompt, sampling)
+        ph.eng_tps.append(e["tokens_per_s"])
+        ph.eng_tokens = e["tokens"]
+        ph.threads = e["threads"]
+
+    def run_gui() -> None:  # the same engine run while the chat view renders the stream
+        if gui is not None:
+            ph.gui_runs.append(gui(client, prompt, sampling))
+
+    order = [run_raw, run_engine, run_gui]
+    for i in range(repeat):
+        # The order turns every repetition: a machine that slows down (or speeds up) within a
+        # repetition, as these shared boxes do, does not always favour the same contestant.
+        for step in order[i % 3:] + order[:i % 3]:
+            step()
+    return ph
+
+
+def _loaded_figures(ph: _Phase, quiet_engine: float) -> dict[str, Any]:
+    raw_med, eng_med = statistics.median(ph.raw_tps), statistics.median(ph.eng_tps)
+    return {
+        "loaded_raw_tokens_per_s": round(raw_med, 2),
+        "loaded_engine_tokens_per_s": round(eng_med, 2),
+        "loaded_engine_vs_raw": _paired(ph.eng_tps, ph.raw_tps),
+        "loaded_engine_vs_raw_of_medians": round(eng_med / raw_med, 4) if raw_med else None,
+        "loaded_vs_quiet": round(eng_med / quiet_engine, 4) if quiet_engine else None,
+        "loaded_raw_runs": [round(x, 2) for x in ph.raw_tps],
+        "loaded_engine_runs": [round(x, 2) for x in ph.eng_tps],
+        "loaded_raw_tokens": len(ph.raw_tokens),
+        "loaded_identical_prefix_tokens": common_prefix(ph.raw_tokens, ph.eng_tokens),
+        "loaded_engine_threads": ph.threads,
     }
 
 
@@ -123,5 +174,7 @@ def _engine_decode(client: EngineClient, prompt: list[int], sampling: Sampling) 
         if not first:
             first = last
         tokens.append(int(ev["token"]))
-    return {"tokens_per_s": (len(tokens) - 1) / (last - first) if len(tokens) > 1 else 0.0, "tokens": tokens}
+    threads = stream.result.extra.get("threads", {}) if stream.result is not None else {}
+    return {"tokens_per_s": (len(tokens) - 1) / (last - first) if len(tokens) > 1 else 0.0, "tokens": tokens,
+            "threads": threads.get("decode", {})}
 

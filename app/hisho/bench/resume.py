@@ -12,6 +12,8 @@ One run, ratios against baselines from the same run (DESIGN.md "How we measure")
    starts at Send (``ttft_typeahead_s``).
 4. The chunk files read into a reused buffer (``raw_read_s``); a second conversation on the same document saved
    next to the first (``shared_prefix_bytes_ratio``: disk bytes of two ÷ one).
+``--background N``: every phase runs beside N busy processes (hisho.bench.background), so fresh prefill,
+restore and type-ahead are all measured on a loaded machine and the ratios compare like with like.
 KV files and the index live in a temporary folder: the bench never touches the user's KV cache.
 """
 
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hisho.bench.background import busy_processes
 from hisho.core.db import Database
 from hisho.core.engine_client import EngineClient
 from hisho.core.kv.index import KVIndex
@@ -53,9 +56,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     kv = args.kv_type or base.type_k
     params = dataclasses.replace(base, type_k=kv, type_v=kv, flash_attn=base.flash_attn or kv != "f16")
     greedy = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=CONTINUATION, ignore_eos=True)
-    with tempfile.TemporaryDirectory(prefix="hisho-bench-kv-") as tmp:
+    background = max(0, int(getattr(args, "background", 0) or 0))
+    with tempfile.TemporaryDirectory(prefix="hisho-bench-kv-") as tmp, busy_processes(background):
         index = KVIndex(Database(Path(tmp) / "index.sqlite3"), Path(tmp) / "kv")
-        out: dict[str, Any] = {"tokens": 0, "kv_type": kv, "cold": bool(args.cold), "n_ctx": params.n_ctx}
+        out: dict[str, Any] = {"tokens": 0, "kv_type": kv, "cold": bool(args.cold), "n_ctx": params.n_ctx,
+                               "background": background}
         a = _phase_fresh(params, index, n, greedy, out)
         _phase_restore(params, index, a, greedy, repeat, bool(args.cold), out)
     return out

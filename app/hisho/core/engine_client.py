@@ -79,6 +79,8 @@ class Stream:
                     yield ev
                 elif kind == "done":
                     self.result = GenerationResult.from_event(ev)
+                    if isinstance(ev.get("threads"), dict):
+                        self._client.threads = ev["threads"]
                     return
                 elif kind == "error":
                     raise _as_error(ev)
@@ -120,6 +122,9 @@ class EngineClient:
         self._loaded_in_proc: LoadParams | None = None
         self._load_info: dict[str, Any] = {}
         self.engine_info: dict[str, Any] = {}
+        # What the engine's thread governors chose and why, as of the last reply (docs/threads.md); one dict
+        # replaced whole, so readers on other threads see an old or a new one, never half of one.
+        self.threads: dict[str, Any] = {}
         self.restarts = 0
 
     # ----- process lifecycle -------------------------------------------------------------------------

@@ -58,7 +58,8 @@ class Setting:
 DECLARED: tuple[Setting, ...] = (
     Setting("default_model", str, "", "Model store name used when none is given ('' = bundled default)."),
     Setting("n_ctx", int, 4096, "Context length in tokens for chats.", 256, 1 << 20),
-    Setting("n_threads", int, 0, "CPU threads for decode (0 = physical cores).", 0, 512),
+    Setting("n_threads", int, 0, "CPU threads (0 = automatic: up to the physical cores, fewer while "
+            "other programs keep them busy; docs/threads.md).", 0, 512),
     Setting("n_batch", int, 512, "Prompt tokens per llama_decode call.", 32, 8192),
     Setting("flash_attn", bool, True, "Use flash attention (needed for quantized V cache)."),
     Setting("kv_type", str, "f16", "KV cache element type.", choices=("f16", "q8_0", "q4_0")),

@@ -165,7 +165,7 @@ def _step(rt: Runtime, slots: list[_Slot], stats: BatchStats) -> None:
         budget -= take
     n_prompt = batch.n - n_decode
     t0 = time.perf_counter()
-    rc = llama_cpp.llama_decode(rt.ctx, batch.raw)
+    rc = rt.run_step(batch)  # the thread governor picks the threads (hisho.engine.threads)
     if rc == 1:
         raise RequestError(ErrorKind.CONTEXT_FULL, "no KV cache slot left for the batch: prompts + replies of the "
                                            "parallel sequences exceed n_ctx")

@@ -26,8 +26,9 @@ class RawModel:
             use_mmap=params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path),
         )
 
-    def decode(self, prompt_tokens: list[int], n_tokens: int) -> dict[str, Any]:
-        """Greedy-generate ``n_tokens`` after the prompt; decode rate from first to last token."""
+    def decode(self, prompt_tokens: list[int], n_tokens: int, max_seconds: float = 0.0) -> dict[str, Any]:
+        """Greedy-generate ``n_tokens`` after the prompt (fewer if ``max_seconds`` > 0 pass first); decode rate
+        from first to last token."""
         llm = self.llm
         llm.reset()
         start = time.perf_counter()
@@ -40,7 +41,7 @@ class RawModel:
             if not first:
                 first = last
             tokens.append(int(tok))
-            if len(tokens) >= n_tokens:
+            if len(tokens) >= n_tokens or (max_seconds > 0 and last - start > max_seconds and len(tokens) > 1):
                 break
         return {
             "ttft_s": first - start,

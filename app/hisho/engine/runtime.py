@@ -27,6 +27,7 @@ from hisho.core.protocol import ErrorKind, LoadParams, Sampling, common_prefix
 from hisho.core.units import padded_cells
 from hisho.engine import backends
 from hisho.engine.chat import ChatTemplate
+from hisho.engine.threads import Governor
 
 log = logging.getLogger("hisho.engine")
 
@@ -111,6 +112,7 @@ class Runtime:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.load_s = load_s
         self.mmap = True
+        self.governors = make_governors(params)
         self._bind(ctx)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.metadata = _read_metadata(model)
@@ -127,6 +129,7 @@ class Runtime:
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ctx))
         self.batch = Batch(max(self.n_batch, self.n_seq_max), self.n_seq_max)
         self.seqs: dict[int, list[int]] = {}
+        self._threads = (-1, -1)  # (n_threads, n_threads_batch) last given to llama_set_n_threads
 
     @contextmanager
     def job_context(self, n_parallel: int, n_ctx_per_seq: int) -> Iterator[Runtime]:
@@ -353,8 +356,34 @@ class Runtime:
             held.extend(part)
         return True
 
+    def run_step(self, batch: Batch) -> int:
+        """``llama_decode`` on ``batch`` with the thread count its kind of step gets now (hisho.engine.threads);
+        the step's time goes back to that governor. Returns llama_decode's code.
+
+        llama.cpp uses ``n_threads`` for one-token batches and ``n_threads_batch`` for the rest; both are set
+        between steps with ``llama_set_n_threads`` (it only stores them: the next graph is planned with them)."""
+        n = batch.n
+        kind = step_kind(n)
+        gov = self.governors[kind]
+        threads = gov.choose()
+        want = (threads, self._threads[1]) if n == 1 else (self._threads[0], threads)
+        if want != self._threads:
+            llama_cpp.llama_set_n_threads(self.ctx, max(1, want[0]), max(1, want[1]))
+            self._threads = want
+        start = time.perf_counter()
+        rc = int(llama_cpp.llama_decode(self.ctx, batch.raw))
+        if rc == 0:
+            # Prefill costs are compared per token (the last slice is shorter); a small batch's cost is mostly
+            # reading the weights once, so it is compared per step.
+            gov.observe(threads, time.perf_counter() - start, n if kind == "prefill" else 1)
+        return rc
+
+    def threads_info(self) -> dict[str, Any]:
+        """What each governor chose and why (``done`` events, ``hisho bench decode``)."""
+        return {kind: gov.explain() for kind, gov in self.governors.items()}
+
     def _decode(self) -> None:
-        rc = llama_cpp.llama_decode(self.ctx, self.batch.raw)
+        rc = self.run_step(self.batch)
         if rc == 1:
             raise RequestError(ErrorKind.CONTEXT_FULL, "no KV cache slot left for this batch (context full)")
         if rc != 0:
@@ -458,6 +487,26 @@ def mmap_policy(model_path: str) -> bool:
         return True
     moved, dup = repacked_bytes(facts, cpu_features())
     return use_mmap(moved + dup)
+
+
+def step_kind(n_tokens: int) -> str:
+    """Decode (one token), a small batch (parallel decode, a typed-ahead word) or prefill: their costs per
+    token differ too much to share one governor."""
+    return "decode" if n_tokens == 1 else "batch" if n_tokens < PREFILL_MIN_TOKENS else "prefill"
+
+
+PREFILL_MIN_TOKENS = 64
+
+
+def make_governors(params: LoadParams) -> dict[str, Governor]:
+    """``n_threads`` 0 (the default): automatic up to the physical cores; a number: exactly that many."""
+    cores = physical_cores()
+    decode = params.n_threads
+    batch = params.n_threads_batch or params.n_threads
+    return {"decode": Governor("decode", cores, fixed=decode),
+            "batch": Governor("batch", cores, fixed=batch, decide_steps=1),
+            # A prefill step is long (512 tokens: seconds under load): one step decides, and one probe step.
+            "prefill": Governor("prefill", cores, fixed=batch, probe_steps=1, decide_steps=1)}
 
 
 def _hit_stop(recent: str, stops: list[str]) -> bool:

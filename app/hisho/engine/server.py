@@ -217,7 +217,7 @@ class Server:
         try:
             for item in rt.generate(seq, prompt, sampling, lambda: self.is_cancelled(req_id)):
                 if isinstance(item, GenStats):
-                    emit({"id": req_id, "ev": "done", **item.as_dict()})
+                    emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
                 elif first:
                     emit({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
                     first = False

@@ -47,6 +47,7 @@ from hisho.core.kv.stored import StoreReport, list_stored
 from hisho.core.kv_chat import KVChat
 from hisho.core.units import GIB, format_bytes
 from hisho.gui.kv_status import human_seconds
+from hisho.gui.performance_page import PerformancePage
 
 log = logging.getLogger("hisho.gui")
 
@@ -335,6 +336,9 @@ class PreferencesDialog(QDialog):
         self.pages = QStackedWidget()
         self.kv_page = KVCachePage(window)
         self._add("KV cache", self.kv_page)
+        self.performance_page = PerformancePage(window)
+        self._add("Performance", self.performance_page)
+
         from hisho.gui.data_page import DataPage
 
         self._add("Your data", DataPage(window))

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QS
 
 from hisho.core.chat import FitReport
 from hisho.core.units import MIB
+from hisho.gui.performance_page import status_suffix
 
 RAM_REFRESH_MS = 2000
 
@@ -75,11 +76,20 @@ class StatusBar(QStatusBar):
         self.device.setToolTip(str(engine_info.get("system_info", "")))
 
     def set_reply_figures(self, tokens_per_s: float | None, ttft_s: float | None, live: bool = False) -> None:
-        """The reply's speed and first-token time; ``live``: it is still streaming (figures so far)."""
+        """The reply's speed and first-token time; ``live``: it is still streaming (figures so far).
+
+        The engine's thread policy (docs/threads.md): when it ran on fewer cores because other programs held
+        them, say so next to the speed, and why in the tooltip."""
+        engine = getattr(getattr(self.parent(), "ctx", None), "engine", None)
+        threads = dict(getattr(engine, "threads", None) or {})
+        suffix = status_suffix(threads) if tokens_per_s else ""
         if tokens_per_s:
-            self.speed.setText(f"{tokens_per_s:.1f} tok/s" + (" (live)" if live else ""))
+            self.speed.setText(f"{tokens_per_s:.1f} tok/s{suffix}" + (" (live)" if live else ""))
         else:
             self.speed.setText("… tok/s" if live else "— tok/s")
+        decode = threads.get("decode") or {}
+        self.speed.setToolTip(f"{decode.get('threads')} of {decode.get('max')} CPU threads: {decode.get('why')}"
+                              if decode else "")
         if ttft_s:
             self.ttft.setText(f"TTFT {ttft_s * 1000:,.0f} ms")
         else:

@@ -1,0 +1,199 @@
+"""CPU thread counts for llama.cpp chosen by measurement, step by step (docs/threads.md).
+
+Why: ggml's CPU backend (OpenMP in the build pip makes) splits every graph node over its threads and makes them
+meet at a barrier after it; a thread that arrives first spins. When another program holds a core, the partner
+it waits for is descheduled for a whole time slice, hundreds of times per token: on a 2-core laptop with one
+busy program per core, 2-thread decode fell from ~145 to ~2 tok/s while 1 thread kept ~70. No fixed count is
+right (the idle machine wants all cores), and the load changes while the app runs.
+
+Policy, per kind of step (decode, small batch, prefill), engine thread only:
+- ``choose()`` before a step gives the thread count; ``observe()`` after it gives the step's wall time and
+  token count. Costs are compared per token and only against costs measured on this machine in this run.
+- Drop: two decode steps (one prefill step) in a row at ``n`` threads that cost more than ``DROP`` × the last measured cost at ``n - 1``
+  (at first: an optimistic guess from the cost at ``n``) go down a thread; far slower (a collapse): down to half.
+- Recover: a probe runs ``n + 1`` threads for a step or two and keeps them if they are faster than what ``n``
+  gives now. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
+  ``PROBE_MAX_S``), or early when the CPU shows idle time for the threads we gave up (psutil's system-wide
+  idle time; a free core is the signal that the other program stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("hisho.engine")
+
+DROP = 1.1            # a step at n threads this much slower than n - 1 threads' last cost counts as contended
+COLLAPSE = 3.0        # this much slower: drop to half at once
+PROBE_MIN_S = 2.0     # first probe after a drop
+PROBE_GIVE_UP = 1.5   # a probe step this much slower than the current count ends the probe at once
+PROBE_MAX_S = 30.0    # longest wait between probes while probes keep failing
+IDLE_CHECK_S = 0.5    # how often the system's idle CPU time is read while below the maximum
+IDLE_FREE = 0.6       # idle cores (per thread given up) that trigger an early probe
+PRIOR_SPEEDUP = 0.85  # before n - 1 threads were measured: assume n threads ran 85 % of linear speed-up
+
+
+def cpu_idle_seconds() -> float | None:
+    """Seconds all CPUs spent idle since boot (None if unknown)."""
+    try:
+        import psutil
+
+        return float(psutil.cpu_times().idle)
+    except Exception:  # psutil missing or unsupported platform: probes fall back to the back-off alone
+        return None
+
+
+@dataclass
+class Step:
+    threads: int
+    cost: float  # seconds per token
+
+
+class Governor:
+    """Thread count for one kind of step. ``fixed`` > 0: always that many (the user's setting), no measuring
+    beyond what ``explain()`` reports."""
+
+    def __init__(self, kind: str, max_threads: int, *, fixed: int = 0, probe_steps: int = 2,
+                 decide_steps: int = 2, min_tokens: int = 1, clock: Callable[[], float] = time.monotonic,
+                 idle_seconds: Callable[[], float | None] = cpu_idle_seconds) -> None:
+        self.kind = kind
+        self.max = max(1, fixed or max_threads)
+        self.fixed = fixed > 0
+        self.current = self.max
+        self.probe_steps = max(1, probe_steps)
+        self.decide_steps = max(1, decide_steps)
+        self.min_tokens = min_tokens
+        self._clock = clock
+        self._idle_seconds = idle_seconds
+        self.last: dict[int, float] = {}  # the latest median cost per token at each thread count
+        self.best: dict[int, float] = {}  # the lowest median cost seen at each thread count
+        self.quiet: float | None = None   # the lowest median cost seen at the maximum (the machine quiet)
+        self._recent: deque[float] = deque(maxlen=3)
+        self._probe: list[float] | None = None  # costs at current + 1 while a probe runs
+        self._backoff = PROBE_MIN_S
+        self._next_probe = 0.0
+        self._idle_mark: tuple[float, float] | None = None  # (clock, idle seconds) at the last idle check
+        self.changes = 0
+        self.why = "no step measured yet"
+
+    # ----- the two calls the runtime makes ---------------------------------------------------------------
+
+    def choose(self) -> int:
+        if self.fixed or self.current >= self.max:
+            return self.current
+        if self._probe is None and self._probe_due():
+            self._probe = []
+        return self.current + 1 if self._probe is not None else self.current
+
+    def observe(self, threads: int, seconds: float, tokens: int) -> None:
+        if tokens < self.min_tokens or seconds <= 0:
+            return
+        cost = seconds / tokens
+        if self.fixed:
+            self.last[threads] = cost
+            self.why = "the number set in Settings"
+            return
+        if self._probe is not None and threads == self.current + 1:
+            self._probe.append(cost)
+            here = self.last.get(self.current, cost)
+            if len(self._probe) >= self.probe_steps or cost > PROBE_GIVE_UP * here:
+                self._end_probe()  # a probe step far slower than now needs no second step to say so
+            return
+        if threads != self.current:
+            return  # a step chosen before a change (cannot happen on one thread; be safe)
+        self._recent.append(cost)
+        now = statistics.median(self._recent)
+        self.last[threads] = now
+        enough = len(self._recent) >= self.decide_steps
+        if enough and now < self.best.get(threads, now + 1):
+            self.best[threads] = now
+        if threads == self.max and enough and (self.quiet is None or now < self.quiet):
+            self.quiet = now
+            self.why = f"steps run at this machine's quiet speed ({_ms(now)} per token)"
+        if threads > 1 and enough:
+            self._maybe_drop(min(list(self._recent)[-self.decide_steps:]))
+
+    # ----- decisions --------------------------------------------------------------------------------------
+
+    def _reference(self, threads: int) -> float:
+        """The cost per token to expect at ``threads``: measured, or guessed from the current count."""
+        if threads in self.last:
+            return self.last[threads]
+        base = self.best.get(self.current, self.last[self.current])
+        return base * self.current / threads / PRIOR_SPEEDUP
+
+    def _maybe_drop(self, slow: float) -> None:
+        """``slow``: the fastest of the last ``decide_steps`` steps at the current count."""
+        lower = self.current - 1
+        ref = self._reference(lower)
+        if slow <= DROP * ref:
+            return
+        target = max(1, self.current // 2) if slow > COLLAPSE * ref else lower
+        self._set(target, f"other programs are using the CPU (a {self.kind} step cost {_ms(slow)} per token "
+                          f"at {self.current} threads, {_ms(ref)} expected at {lower})")
+        self._backoff = PROBE_MIN_S
+        self._next_probe = self._clock() + self._backoff
+
+    def _end_probe(self) -> None:
+        assert self._probe is not None
+        tried = statistics.median(self._probe)
+        here = self.last.get(self.current, tried)
+        up = self.current + 1
+        self.last[up] = tried
+        self._probe = None
+        if tried < here:
+            self._set(up, f"a probe ran faster ({_ms(tried)} per token at {up} threads, {_ms(here)} at "
+                          f"{up - 1})")
+            self._backoff = PROBE_MIN_S
+            self._next_probe = self._clock() + self._backoff
+        else:
+            self._backoff = min(PROBE_MAX_S, self._backoff * 2)
+            self._next_probe = self._clock() + self._backoff
+            self.why = (f"other programs are using the CPU (a probe at {up} threads cost {_ms(tried)} per "
+                        f"token, {_ms(here)} at {self.current}); next probe in {self._backoff:.0f} s")
+        self._idle_mark = None
+
+    def _probe_due(self) -> bool:
+        now = self._clock()
+        if now >= self._next_probe:
+            return True
+        return self._cores_free(now)
+
+    def _cores_free(self, now: float) -> bool:
+        """True when the system was idle for about the threads we gave up since the last check."""
+        if self._idle_mark is not None and now - self._idle_mark[0] < IDLE_CHECK_S:
+            return False
+        idle = self._idle_seconds()
+        if idle is None:
+            return False
+        mark, self._idle_mark = self._idle_mark, (now, idle)
+        if mark is None:
+            return False
+        free = (idle - mark[1]) / max(1e-6, now - mark[0])
+        return free >= IDLE_FREE * (self.max - self.current)
+
+    def _set(self, threads: int, why: str) -> None:
+        if threads != self.current:
+            log.info("%s threads %d -> %d: %s", self.kind, self.current, threads, why)
+            self.changes += 1
+        self.current = threads
+        self._recent.clear()
+        self._idle_mark = None
+        self.why = why
+
+    def explain(self) -> dict[str, object]:
+        """What the governor chose and why (settings page, status bar, bench JSON)."""
+        cost = self.last.get(self.current)
+        return {"kind": self.kind, "threads": self.current, "max": self.max, "automatic": not self.fixed,
+                "why": self.why, "changes": self.changes,
+                "ms_per_token": round(cost * 1000, 3) if cost else None,
+                "quiet_ms_per_token": round(self.quiet * 1000, 3) if self.quiet else None}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"

@@ -1,0 +1,147 @@
+"""The thread governor's decisions (hisho.engine.threads), driven by a simulated machine: no model, no clock.
+
+The simulated costs follow what this 2-core box measured (docs/threads.md): quiet, a decode step takes 7 ms at
+2 threads and 12 ms at 1; beside one busy program per core, 500 ms at 2 threads (the spin-wait collapse) and
+14 ms at 1.
+"""
+
+from __future__ import annotations
+
+from hisho.engine.threads import PROBE_MAX_S, PROBE_MIN_S, Governor
+
+QUIET = {1: 0.012, 2: 0.007}
+BUSY = {1: 0.014, 2: 0.5}
+
+
+class Machine:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.idle = 0.0   # idle CPU seconds since boot, as psutil reports them
+        self.busy = False
+
+    def clock(self) -> float:
+        return self.now
+
+    def idle_seconds(self) -> float:
+        return self.idle
+
+    def step(self, gov: Governor, cores: int = 2) -> int:
+        """One decode step: the governor chooses, the step takes its simulated time, the governor observes."""
+        n = gov.choose()
+        seconds = (BUSY if self.busy else QUIET)[n]
+        self.now += seconds
+        if not self.busy:
+            self.idle += (cores - n) * seconds  # the cores we leave unused are idle on a quiet machine
+        gov.observe(n, seconds, 1)
+        return n
+
+
+def governor(m: Machine, **kw: int) -> Governor:
+    return Governor("decode", 2, clock=m.clock, idle_seconds=m.idle_seconds, **kw)
+
+
+def test_quiet_machine_keeps_every_core() -> None:
+    m = Machine()
+    gov = governor(m)
+    assert {m.step(gov) for _ in range(500)} == {2}
+    assert gov.changes == 0
+    assert gov.explain()["quiet_ms_per_token"] == 7.0
+
+
+def test_one_slow_step_is_not_contention() -> None:
+    m = Machine()
+    gov = governor(m)
+    for _ in range(20):
+        m.step(gov)
+    gov.observe(2, 0.05, 1)  # a page fault, an interrupt: once
+    assert [m.step(gov) for _ in range(20)] == [2] * 20
+
+
+def test_contention_drops_a_thread_within_two_steps() -> None:
+    m = Machine()
+    gov = governor(m)
+    for _ in range(50):
+        m.step(gov)
+    m.busy = True
+    threads = [m.step(gov) for _ in range(10)]
+    assert threads[:2] == [2, 2] and threads[2:] == [1] * 8
+    assert "other programs" in str(gov.explain()["why"])
+
+
+def test_failed_probes_back_off() -> None:
+    m = Machine()
+    gov = governor(m)
+    for _ in range(10):
+        m.step(gov)
+    m.busy = True
+    while gov.current == 2:
+        m.step(gov)
+    probes: list[float] = []
+    while m.now < 120:
+        if m.step(gov) == 2:
+            probes.append(m.now)
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps and gaps[0] >= PROBE_MIN_S
+    assert all(b >= a - 0.1 for a, b in zip(gaps, gaps[1:]))  # each failed probe waits longer (up to the cap)
+    assert max(gaps) <= PROBE_MAX_S + 1.0
+    # Time lost to probes stays small: each costs one collapsed step.
+    assert len(probes) * BUSY[2] < 0.1 * m.now
+
+
+def test_recovers_when_the_other_program_stops() -> None:
+    m = Machine()
+    gov = governor(m)
+    for _ in range(10):
+        m.step(gov)
+    m.busy = True
+    while m.now < 60:
+        m.step(gov)
+    assert gov.current == 1
+    m.busy = False
+    stopped = m.now
+    while gov.current == 1:
+        m.step(gov)
+    assert m.now - stopped < 1.5  # the idle core is seen within about IDLE_CHECK_S, long before the back-off
+    assert [m.step(gov) for _ in range(100)] == [2] * 100
+
+
+def test_recovers_without_idle_figures() -> None:
+    m = Machine()
+    gov = Governor("decode", 2, clock=m.clock, idle_seconds=lambda: None)
+    for _ in range(10):
+        m.step(gov)
+    m.busy = True
+    while m.now < 60:
+        m.step(gov)
+    m.busy = False
+    stopped = m.now
+    while gov.current == 1:
+        m.step(gov)
+    assert m.now - stopped <= PROBE_MAX_S + 1.0
+
+
+def test_a_collapse_halves_many_threads_at_once() -> None:
+    m = Machine()
+    gov = Governor("decode", 8, clock=m.clock, idle_seconds=m.idle_seconds)
+    for _ in range(5):
+        gov.observe(gov.choose(), 0.004, 1)
+    gov.observe(8, 0.4, 1)
+    gov.observe(8, 0.4, 1)
+    assert gov.current == 4
+
+
+def test_a_fixed_count_never_changes() -> None:
+    m = Machine()
+    gov = governor(m, fixed=2)
+    m.busy = True
+    assert {m.step(gov) for _ in range(200)} == {2}
+    assert gov.explain()["automatic"] is False and gov.changes == 0
+
+
+def test_prefill_is_compared_per_token_and_decides_in_one_step() -> None:
+    gov = Governor("prefill", 2, probe_steps=1, decide_steps=1, idle_seconds=lambda: None)
+    gov.observe(2, 1.7, 512)            # quiet: 3.3 ms per token
+    gov.observe(2, 0.4, 120)            # a shorter last slice at the same speed per token
+    assert gov.current == 2
+    gov.observe(2, 10.0, 512)           # beside busy programs: 20 ms per token
+    assert gov.current == 1
