@@ -45,11 +45,14 @@ clean:
 # ----- Installer (packaging/README.md) ------------------------------------------------------------------------
 # A separate environment whose llama-cpp-python is built for distribution (all CPU variants, loaded at run time);
 # the first build is long, later ones come from its own pip cache. .venv stays native.
-PKG_VENV ?= build/pkg-venv
+# PKG_PORTABLE=0: the same with this machine's native engine (pip's usual cache, seconds): to test the
+# installer here, never to ship.
+PKG_PORTABLE ?= 1
+PKG_VENV ?= $(if $(filter 0,$(PKG_PORTABLE)),build/pkg-venv-native,build/pkg-venv)
 PKG_STAMP := $(PKG_VENV)/.stamp-pkg
 
 $(PKG_STAMP): pyproject.toml packaging/portable-venv.sh
-	PKG_VENV=$(PKG_VENV) PYTHON=$(PYTHON) bash packaging/portable-venv.sh
+	PKG_VENV=$(PKG_VENV) PKG_PORTABLE=$(PKG_PORTABLE) PYTHON=$(PYTHON) bash packaging/portable-venv.sh
 
 package-venv: $(PKG_STAMP)
 

@@ -36,8 +36,8 @@ QT_PLUGINS: dict[str, set[str] | None] = {
     "platformthemes": {"xdgdesktopportal"},  # native dialogs; gtk3 would drag in a second GTK stack
     "platforminputcontexts": {"composeplatforminputcontextplugin", "ibusplatforminputcontextplugin"},
     "xcbglintegrations": None,
-    "wayland-shell-integration": None,
-    "wayland-graphics-integration-client": None,
+    "wayland-shell-integration": {"xdg-shell", "wl-shell-plugin"},
+    "wayland-graphics-integration-client": {"qt-plugin-wayland-egl"},  # the others pull in QtQuick/QtQml
     "wayland-decoration-client": None,
     "iconengines": None,                # the SVG icon engine
     "imageformats": {"svg", "ico", "jpeg", "gif"},
@@ -46,12 +46,11 @@ QT_PLUGINS: dict[str, set[str] | None] = {
 }
 
 
-def _plugin_name(filename: str) -> str:
+def _plugin_names(filename: str) -> set[str]:
+    """libqxcb.so → {qxcb, xcb}; qsvg.dll → {qsvg, svg}; libxdg-shell.so → {xdg-shell}."""
     stem = filename.split(".")[0]
-    for prefix in ("libqt", "libq", "qt", "q"):
-        if stem.startswith(prefix):
-            return stem[len(prefix):]
-    return stem
+    base = stem[3:] if stem.startswith("lib") else stem
+    return {base, base[1:]} if base.startswith("q") else {base}
 
 
 def keep_qt(dest: str) -> bool:
@@ -70,8 +69,24 @@ def keep_qt(dest: str) -> bool:
     wanted = QT_PLUGINS[folder]
     if wanted is None:
         return True
-    name = _plugin_name(filename)
-    return name in wanted or name.rstrip("0123456789") in wanted
+    return bool(_plugin_names(filename) & wanted)
+
+
+# System libraries that only the dropped GTK theme plugin needs (ldd of libqgtk3.so minus what the kept Qt
+# libraries and plugins need): PyInstaller resolves dependencies before the plugin is filtered out.
+GTK_ONLY = {
+    "libgtk-3", "libgdk-3", "libgdk_pixbuf-2.0", "libpango-1.0", "libpangocairo-1.0", "libpangoft2-1.0",
+    "libharfbuzz", "libatk-1.0", "libatk-bridge-2.0", "libatspi", "libcairo", "libcairo-gobject", "libgio-2.0",
+    "libgobject-2.0", "libgmodule-2.0", "libfribidi", "libepoxy", "libXi", "libXfixes", "libXext", "libXcursor",
+    "libXdamage", "libXcomposite", "libXrandr", "libXinerama", "libXrender", "libthai", "libdatrie",
+    "libgraphite2", "libpixman-1", "libmount", "libselinux", "libblkid",
+}
+
+
+def keep(dest: str) -> bool:
+    """Whether a collected file (its path inside the bundle) is one the app uses."""
+    name = pathlib.PurePosixPath(dest.replace("\\", "/")).name
+    return keep_qt(dest) and name.split(".so")[0] not in GTK_ONLY
 
 
 def package_dir(name: str) -> pathlib.Path:

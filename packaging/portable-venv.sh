@@ -21,6 +21,14 @@ if [ "$(uname -s)" = Darwin ]; then
     PORTABLE="-DGGML_NATIVE=OFF -DGGML_METAL=ON -DLLAVA_BUILD=OFF"
 fi
 
+if [ "${PKG_PORTABLE:-1}" = 0 ]; then
+    # Native engine (pip's usual cache): a bundle only for testing the installer on this machine, never to ship;
+    # self-test then reports cpu_variant "built-in".
+    echo "packaging venv: PKG_PORTABLE=0: llama-cpp-python built for THIS CPU; do not distribute this bundle" >&2
+    PORTABLE=""
+    CACHE=$(python3 -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")
+fi
+
 test -d "$VENV" || "$PYTHON" -m venv "$VENV"
 [ -x "$VENV/bin/python" ] || ln -s Scripts "$VENV/bin" 2>/dev/null || true  # Windows venvs: Scripts/python.exe
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
@@ -29,11 +37,11 @@ CMAKE_ARGS="$PORTABLE" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-
     "$VENV/bin/python" -m pip install --quiet "llama-cpp-python==$LLAMA_VERSION"
 # The variant modules land in site-packages/bin (ggml installs backends to CMAKE_INSTALL_BINDIR).
 "$VENV/bin/python" - <<'PY'
-import pathlib, sys, sysconfig
+import os, pathlib, sys, sysconfig
 site = pathlib.Path(sysconfig.get_paths()["platlib"])
 found = sorted(p.name for d in (site / "bin", site / "llama_cpp" / "lib") for p in d.glob("*ggml-cpu-*")
                if p.suffix in (".so", ".dll"))
-if not found and sys.platform != "darwin":
+if not found and sys.platform != "darwin" and os.environ.get("PKG_PORTABLE", "1") != "0":
     sys.exit("packaging venv: llama-cpp-python has no CPU variant modules (libggml-cpu-*.so): "
              "it was built natively; remove $PKG_PIP_CACHE and build/pkg-venv and run again")
 print("CPU variants:", " ".join(found) or "none (macOS: baseline arm64 + Metal)")

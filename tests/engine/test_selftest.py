@@ -22,3 +22,5 @@ def test_self_test_passes_on_a_fresh_home(tmp_path: Path) -> None:
     assert steps["generate"]["completion_tokens"] > 0
     assert steps["kv"]["restored_tokens"] > 0
     assert steps["plan"]["n_ctx"] >= 1024
+    assert steps["plan"]["calibrated"] is True  # the probe subprocess answered
+    assert steps["engine"]["cpu_variant"]  # "built-in" for a native build, the variant's name for a portable one
