@@ -28,7 +28,7 @@ class ModelPicker(QToolButton):
         super().__init__()
         self.window_ = window
         self.setObjectName("Flat")
-        self.setText("Switch model ▾")
+        self.setText("Switch model")  # the button draws its own menu arrow
         self.setToolTip("Choose the model that answers (Ctrl+M: the Models page)")
         self.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.menu_ = QMenu(self)
