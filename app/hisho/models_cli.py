@@ -137,8 +137,9 @@ class _Bar:
         width = 30
         fill = int(width * pct / 100)
         eta = f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}" if p.eta_s is not None else "--:--"
-        sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {pct:5.1f}%  {p.done / GIB:.2f}/"
-                         f"{p.total / GIB:.2f} GiB  {p.speed / 2**20:6.1f} MiB/s  ETA {eta} ")
+        unit, div = ("GiB", GIB) if p.total >= GIB else ("MiB", 2**20)
+        sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {pct:5.1f}%  {p.done / div:.2f}/"
+                         f"{p.total / div:.2f} {unit}  {p.speed / 2**20:6.1f} MiB/s  ETA {eta} ")
         sys.stderr.flush()
 
     def end(self) -> None:
@@ -163,7 +164,7 @@ def _pull(args: argparse.Namespace) -> int:
         bar.end()
         repo, _ = resolve_spec(args.target)
         done = [j for j in Downloader().jobs() if j.repo == repo and j.state == "paused"]
-        got = f" ({done[-1].done_bytes / GIB:.2f} GiB kept)" if done else ""
+        got = f" ({done[-1].done_bytes / 2**20:,.0f} MiB kept)" if done else ""
         sys.stderr.write(f"hisho: download paused{got}; run the same command again to continue\n")
         return 130
     bar.end()

@@ -88,7 +88,7 @@ def test_download_progress_pause_resume_then_delete(qtbot: QtBot, page: ModelsPa
     page.job_table.selectRow(0)
     page.resume_button.click()
     qtbot.waitUntil(lambda: any(e.source == f"hub:{REPO}" for e in page.entries), timeout=30_000)
-    assert page.job_table.rowCount() == 0
+    qtbot.waitUntil(lambda: page.job_table.rowCount() == 0, timeout=10_000)  # listed after the models
     entry = next(e for e in page.entries if e.source == f"hub:{REPO}")
     assert Path(entry.path).read_bytes() == src.read_bytes()
     bars = page.findChildren(QProgressBar)
@@ -101,3 +101,24 @@ def test_download_progress_pause_resume_then_delete(qtbot: QtBot, page: ModelsPa
     qtbot.waitUntil(lambda: all(e.name != entry.name for e in page.entries), timeout=10_000)
     assert not Path(entry.path).exists()
     assert ModelStore().get(entry.name) is None
+
+
+def test_model_picker_lists_models_and_switches(qtbot: QtBot, window: object, tmp_path: Path) -> None:
+    from hisho.gui.main_window import MainWindow
+    from tests.core.test_models_store import write_tiny_gguf
+
+    assert isinstance(window, MainWindow)
+    picker = window.model_picker
+    picker.refresh()
+    qtbot.waitUntil(lambda: len(picker.entries) == 1, timeout=10_000)
+    [current] = [a for a in picker.menu_.actions() if a.isCheckable()]
+    assert current.isChecked()  # the loaded model is ticked
+    ModelStore().add(write_tiny_gguf(tmp_path / "Other.gguf"), name="other")
+    picker.refresh()
+    qtbot.waitUntil(lambda: len(picker.entries) == 2, timeout=10_000)
+    switched: list[str] = []
+    window.controller.switch_model = lambda name, override=False: switched.append(name)  # type: ignore[method-assign]
+    other = next(e for e in picker.entries if e.name == "other")
+    picker.choose(other)
+    assert switched == ["other"]
+    assert "KV snapshots" in window.status.currentMessage()

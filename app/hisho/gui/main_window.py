@@ -65,6 +65,9 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._build_shortcuts()
         self.documents = DocumentsController(self)  # drop zone, File → Summarize…, summary progress
+        from hisho.gui.model_picker import attach_picker
+
+        attach_picker(self)  # header: switch model in one click
         if ctx.problem:
             self.show_banner(ctx.problem)
 

@@ -421,6 +421,10 @@ class ModelsPage(QWidget):
             if not isinstance(exc, UserError):
                 log.error("download failed", exc_info=exc)
             self.toast(f"Download stopped: {exc}")
+            from hisho.core.hub import GatedRepo
+
+            if isinstance(exc, GatedRepo):
+                self.ask_token()  # then Resume tries again with it
         self.refresh_downloads()
 
     def pause_all(self) -> None:

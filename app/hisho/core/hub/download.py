@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import re
 import shutil
 import sqlite3
@@ -49,6 +50,7 @@ GIB, MIB = 1024**3, 1024**2
 RESERVE = 64 * MIB           # left free after a download (the OS and the app need some room)
 CHUNK = 256 * 1024           # bytes per write: pause and progress answer within one chunk
 PROGRESS_EVERY = 0.1
+WRITEBACK = 32 * MIB         # bytes between writeback hints
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SHA1 = re.compile(r"^[0-9a-f]{40}$")
 ACTIVE = ("queued", "running", "paused", "failed")
@@ -143,12 +145,37 @@ def partial_path(dest: Path, etag: str) -> Path:
     return dest.with_name(f".{dest.name}.{etag[:16]}.part")
 
 
+class _Hasher:
+    """sha256 on its own thread: hashlib releases the GIL, so hashing a chunk overlaps receiving the next one.
+    Only the hash lags behind (at most ``depth`` chunks); the bytes are on disk as soon as ``write`` returns."""
+
+    def __init__(self, start: Any, depth: int = 16) -> None:
+        self.h = start
+        self.q: queue.Queue[bytes | None] = queue.Queue(depth)
+        self.t = threading.Thread(target=self._run, name="hisho-sha256", daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while (data := self.q.get()) is not None:
+            self.h.update(data)
+
+    def update(self, data: bytes) -> None:
+        self.q.put(data)
+
+    def close(self) -> Any:
+        """Wait for the queued chunks; returns the hashlib object."""
+        self.q.put(None)
+        self.t.join()
+        return self.h
+
+
 class _Sink:
     """The file object http_get writes to: hashes each chunk, reports bytes, and stops between chunks."""
 
     def __init__(self, fh: BinaryIO, hasher: Any, stop: Callable[[], str | None],
                  on_bytes: Callable[[int], None]) -> None:
         self.fh, self.hasher, self.stop, self.on_bytes = fh, hasher, stop, on_bytes
+        self.flushed = fh.tell()
 
     def write(self, data: bytes) -> int:
         reason = self.stop()
@@ -157,7 +184,18 @@ class _Sink:
         n = self.fh.write(data)
         self.hasher.update(data)
         self.on_bytes(len(data))
+        self._writeback()
         return n
+
+    def _writeback(self) -> None:
+        """Start writing finished stretches to disk now (Linux: FADV_DONTNEED starts writeback without waiting),
+        so the final fsync has only the tail left to wait for instead of the whole file."""
+        pos = self.fh.tell()
+        if pos - self.flushed < WRITEBACK or not hasattr(os, "posix_fadvise"):
+            return
+        self.fh.flush()
+        os.posix_fadvise(self.fh.fileno(), self.flushed, pos - self.flushed, os.POSIX_FADV_DONTNEED)
+        self.flushed = pos
 
     def tell(self) -> int:
         return self.fh.tell()
@@ -169,10 +207,11 @@ class _Sink:
         # http_get truncates when a server ignored the Range and sent the whole file again: hash from scratch
         n = self.fh.truncate(size)
         self.fh.flush()
-        self.hasher.__init__()  # type: ignore[misc]  # hashlib objects cannot be reset otherwise
-        with open(self.fh.name, "rb") as again:
-            while chunk := again.read(CHUNK * 8):
-                self.hasher.update(chunk)
+        self.flushed = min(self.flushed, self.fh.tell())
+        self.hasher.close()
+        fresh = hashlib.sha256()
+        _hash_file(Path(self.fh.name), fresh)
+        self.hasher = _Hasher(fresh)
         return n
 
 
@@ -190,6 +229,17 @@ class _Quiet:
 
     def update(self, n: float | None = 1) -> None:
         pass
+
+
+def _larger_reads() -> None:
+    """httpcore (under huggingface_hub's httpx) reads the socket 64 KiB at a time and runs its HTTP parser per
+    read: at a few hundred MB/s that per-read Python work is a large share of a download's CPU (profile in
+    docs/hub.md). 1 MiB reads make 16x fewer of them. The class attribute is httpcore's own knob for this."""
+    try:
+        from httpcore2._sync.http11 import HTTP11Connection
+    except ImportError:  # another httpcore: leave it as it is
+        return
+    HTTP11Connection.READ_NUM_BYTES = max(HTTP11Connection.READ_NUM_BYTES, 1 << 20)
 
 
 def _hash_file(path: Path, hasher: Any) -> None:
@@ -237,14 +287,15 @@ def fetch_part(repo: str, part: str, revision: str, dest: Path, *, expected_sha:
         raise DiskFull(f"not enough free space for {Path(part).name}: it needs {_gib(missing)} more, "
                        f"{_gib(free)} is free on {dest.parent} ({_gib(missing + RESERVE - free)} short)")
     on_start(have, size)
-    hasher = hashlib.sha256()
+    start = hashlib.sha256()
     if have:
-        _hash_file(partial, hasher)
+        _hash_file(partial, start)
     same_host = urlsplit(location).netloc == urlsplit(url).netloc
     headers = build_hf_headers(token=token if same_host else False)  # the token never goes to the CDN
     constants.DOWNLOAD_CHUNK_SIZE = CHUNK  # 10 MiB by default: pause and progress would lag 10 MiB behind
+    _larger_reads()
     with partial.open("ab") as fh:
-        sink = _Sink(fh, hasher, stop, on_bytes)
+        sink = _Sink(fh, _Hasher(start), stop, on_bytes)
         try:
             http_get(location, sink, resume_size=have, headers=headers, expected_size=size,  # type: ignore[arg-type]
                      displayed_filename=Path(part).name, tqdm_class=_Quiet)  # type: ignore[arg-type]
@@ -254,9 +305,11 @@ def fetch_part(repo: str, part: str, revision: str, dest: Path, *, expected_sha:
             if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
                 raise HubError(f"{what}: the download ended early; resume to continue") from None
             raise translate(exc, what) from None
+        finally:
+            hashed = sink.hasher.close()
         fh.flush()
         os.fsync(fh.fileno())
-    got = hasher.hexdigest()
+    got = hashed.hexdigest()
     if sha and got != sha:
         partial.unlink(missing_ok=True)
         raise HashMismatch(f"{Path(part).name} arrived damaged (its sha256 differs from the hub's); "
