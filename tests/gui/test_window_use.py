@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from hisho.core.conversations import STREAMING, ChatSettings
+from hisho.core.documents.job import JobProgress
 from hisho.gui import theme
 from hisho.gui.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
@@ -190,7 +191,7 @@ def test_view_theme_dark_changes_the_palette_and_is_remembered(qtbot: QtBot, win
 def test_small_screen_with_a_summary_running_and_a_file_without_extension(qtbot: QtBot, window: MainWindow,
                                                                           tmp_path: Path) -> None:
     w = window
-    cid = open_chat(qtbot, w, SHORT, title="A chat with a rather long title that must not widen the window at all")
+    open_chat(qtbot, w, SHORT, title="A chat with a rather long title that must not widen the window at all")
     w.resize(1280, 720)
     qtbot.wait(50)
     widest = [w.minimumSizeHint().width()]
@@ -198,13 +199,24 @@ def test_small_screen_with_a_summary_running_and_a_file_without_extension(qtbot:
     licence.write_text("GNU GENERAL PUBLIC LICENSE\n\nEveryone may copy and share this text. " + FACTS)
     docs = w.documents
     docs.summarize([licence])
-    while docs.running:
+
+    def read() -> bool:  # past extraction: the file was accepted as text
+        return docs.panel.stage.text().startswith(("Planning", "Summarizing", "Combining", "Opening"))
+
+    while docs.running and not read():
         widest.append(w.minimumSizeHint().width())
         assert w.settings_button.geometry().right() <= w.width() and docs.panel.cancel.isVisible()
         qtbot.wait(100)
+    assert docs.running, docs.last_result  # not refused ("unsupported file type 'none'" before)
+    docs.panel.show_progress(JobProgress("summarizing", 3, 40, 754.0, "LICENSE", "chunk 3 of 40 of LICENSE, "
+                                         "a document with a rather long name.txt"))
+    widest.append(w.minimumSizeHint().width())
+    assert "left" in docs.panel.eta.text()
+    docs.cancel()
+    wait_for(qtbot, lambda: not docs.running, timeout=600_000)
     assert max(widest) <= 900, widest  # far below 1280: fits 1366×768 and 1280×800 at 125–150 % too
-    assert docs.last_result is not None and not docs.last_result.skipped
-    assert docs.last_conversation is not None and docs.last_conversation != cid
+    assert docs.last_result is not None and docs.last_result.cancelled and not docs.last_result.skipped
+    assert not docs.panel.isVisible() and docs.panel.eta.text() == ""
     wait_idle(qtbot, w)
     w.toggle_sidebar()
     assert not w.sidebar_shown() and w.minimumSizeHint().width() < max(widest)

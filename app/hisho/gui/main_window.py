@@ -178,6 +178,7 @@ class MainWindow(QMainWindow):
         self.empty_subtitle = QLabel("Chats run on this computer. Nothing leaves it.")
         self.empty_subtitle.setObjectName("EmptySubtitle")
         self.empty_subtitle.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_subtitle.setWordWrap(True)  # it names the model: a long name must not widen the window
         box.addWidget(title)
         box.addWidget(self.empty_subtitle)
         box.addSpacing(18)
