@@ -18,6 +18,7 @@ class Machine:
         self.now = 0.0
         self.idle = 0.0   # idle CPU seconds since boot, as psutil reports them
         self.busy = False
+        self.hog = False  # a low-priority program that takes every idle cycle but yields to us at once
 
     def clock(self) -> float:
         return self.now
@@ -30,7 +31,7 @@ class Machine:
         n = gov.choose()
         seconds = (BUSY if self.busy else QUIET)[n]
         self.now += seconds
-        if not self.busy:
+        if not self.busy and not self.hog:
             self.idle += (cores - n) * seconds  # the cores we leave unused are idle on a quiet machine
         gov.observe(n, seconds, 1)
         return n
@@ -99,7 +100,7 @@ def test_failed_probes_back_off() -> None:
     while gov.current == 2:
         m.step(gov)
     probes: list[float] = []
-    while m.now < 120:
+    while m.now < 400:
         if m.step(gov) == 2:
             probes.append(m.now)
     gaps = [b - a for a, b in zip(probes, probes[1:])]
@@ -167,3 +168,19 @@ def test_prefill_is_compared_per_token_and_decides_in_one_step() -> None:
     assert gov.current == 2
     gov.observe(2, 10.0, 512)           # beside busy programs: 20 ms per token
     assert gov.current == 1
+
+
+def test_recovers_beside_a_low_priority_program_that_leaves_no_idle_time() -> None:
+    m = Machine()
+    gov = governor(m)
+    for _ in range(10):
+        m.step(gov)
+    m.busy = True
+    while m.now < 30:
+        m.step(gov)
+    m.busy = False
+    m.hog = True
+    stopped = m.now
+    while gov.current == 1:
+        m.step(gov)
+    assert m.now - stopped <= 2 * PROBE_MAX_S

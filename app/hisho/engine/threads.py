@@ -17,7 +17,8 @@ Policy, per kind of step (decode, small batch, prefill), engine thread only:
 - Recover: a probe runs ``n + 1`` threads for a step or two and keeps them if they are faster than what ``n``
   gives now. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
   ``PROBE_MAX_S``, and never sooner than ``PROBE_SPACING`` steps' time), or early when the CPU shows idle time for the threads we gave up (psutil's system-wide
-  idle time; a free core is the signal that the other program stopped).
+  idle time; a free core is the signal that the other program stopped). A probe that comes due while the CPU
+  shows no idle time at all is put off (the wait doubles) until the longest wait.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ PROBE_MAX_S = 60.0    # longest wait between probes while probes keep failing
 PROBE_SPACING = 10    # and at least this many steps' time between probes (prefill steps take seconds)
 IDLE_CHECK_S = 0.5    # how often the system's idle CPU time is read while below the maximum
 IDLE_FREE = 0.6       # idle cores (per thread given up) that trigger an early probe
+IDLE_NONE = 0.1       # fewer idle cores than this (per thread given up): a due probe waits longer instead
 PRIOR_SPEEDUP = 0.85  # before n - 1 threads were measured: assume n threads ran 85 % of linear speed-up
 
 
@@ -82,6 +84,7 @@ class Governor:
         self._backoff = PROBE_MIN_S
         self._next_probe = 0.0
         self._idle_mark: tuple[float, float] | None = None  # (clock, idle seconds) at the last idle check
+        self._free: float | None = None  # idle cores over the last idle check's window
         self.changes = 0
         self.why = "no step measured yet"
         self._tokens = 1
@@ -201,9 +204,19 @@ class Governor:
 
     def _probe_due(self) -> bool:
         now = self._clock()
-        if now >= self._next_probe:
+        if self._cores_free(now):
             return True
-        return self._cores_free(now)
+        if now < self._next_probe:
+            return False
+        if (self._free is not None and self._free < IDLE_NONE * (self.max - self.current)
+                and self._backoff < PROBE_MAX_S):
+            # The back-off ran out but the CPU has had no idle time: a probe would only cost a collapsed step.
+            # Wait longer; at the longest wait probe anyway (a nice'd or SCHED_IDLE program also leaves no idle
+            # time, yet does not slow us down).
+            self._backoff = min(PROBE_MAX_S, self._backoff * 2)
+            self._schedule_probe()
+            return False
+        return True
 
     def _cores_free(self, now: float) -> bool:
         """True when the system was idle for about the threads we gave up since the last check."""
@@ -215,8 +228,8 @@ class Governor:
         mark, self._idle_mark = self._idle_mark, (now, idle)
         if mark is None:
             return False
-        free = (idle - mark[1]) / max(1e-6, now - mark[0])
-        return free >= IDLE_FREE * (self.max - self.current)
+        self._free = (idle - mark[1]) / max(1e-6, now - mark[0])
+        return self._free >= IDLE_FREE * (self.max - self.current)
 
     def _set(self, threads: int, why: str) -> None:
         if threads != self.current:
