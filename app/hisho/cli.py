@@ -84,6 +84,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
 # ----- bench ------------------------------------------------------------------------------------------
 
 
+def _busy_count(text: str) -> int:
+    """``--background N``: 0 to 64 busy processes."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of busy processes, got {text!r}") from None
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"{n} busy processes: use 0 to 64")
+    return n
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
@@ -160,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (median reported)")
     p.add_argument("--cold", action="store_true", help="resume: drop the KV files from the page cache first")
     p.add_argument("--kv-type", choices=("f16", "q8_0"), default=None, help="resume: KV cache type")
-    p.add_argument("--background", type=int, default=0, metavar="N",
+    p.add_argument("--background", type=_busy_count, default=0, metavar="N",
                    help="decode, resume: also measure beside N busy processes (other programs using the CPU)")
     p.add_argument("--model", help="model store name or GGUF path (default: the bundled model)")
     p.add_argument("--matrix", action="store_true",

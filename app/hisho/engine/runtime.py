@@ -194,6 +194,7 @@ class Runtime:
             )
         try:
             runtime = cls(params, model, ctx, time.perf_counter() - start)
+            runtime.calibrate_threads()
         except Exception:
             llama_cpp.llama_free(ctx)
             llama_cpp.llama_model_free(model)
@@ -378,6 +379,30 @@ class Runtime:
             gov.observe(threads, time.perf_counter() - start, n if kind == "prefill" else 1)
         return rc
 
+    def calibrate_threads(self) -> None:
+        """Time one decode step at the most threads and at one (after a warm-up step: first graph, page faults)
+        on a scratch token, so that an engine started on a busy machine does not begin with collapsed steps
+        (hisho.engine.threads). About 30 ms on an idle 2-core laptop with the default model."""
+        gov = self.governors["decode"]
+        if gov.fixed or gov.max < 2 or self.seqs:
+            return
+        token = max(0, int(llama_cpp.llama_vocab_bos(self.vocab)))
+        costs: dict[int, float] = {}
+        for n in (gov.max, 1, gov.max):
+            llama_cpp.llama_set_n_threads(self.ctx, n, n)
+            self.batch.clear()
+            self.batch.add(token, 0, 0, False)
+            start = time.perf_counter()
+            rc = llama_cpp.llama_decode(self.ctx, self.batch.raw)
+            costs[n] = time.perf_counter() - start
+            llama_cpp.llama_memory_seq_rm(self.memory, 0, 0, -1)
+            if rc != 0:
+                return
+        self._threads = (-1, -1)
+        gov.calibrated(costs)
+        log.info("threads at load: a decode step took %s; decode uses %d",
+                 ", ".join(f"{costs[n] * 1000:.1f} ms at {n}" for n in sorted(costs)), gov.current)
+
     def threads_info(self) -> dict[str, Any]:
         """What each governor chose and why (``done`` events, ``hisho bench decode``)."""
         return {kind: gov.explain() for kind, gov in self.governors.items()}
@@ -503,10 +528,13 @@ def make_governors(params: LoadParams) -> dict[str, Governor]:
     cores = physical_cores()
     decode = params.n_threads
     batch = params.n_threads_batch or params.n_threads
-    return {"decode": Governor("decode", cores, fixed=decode),
+    govs = {"decode": Governor("decode", cores, fixed=decode),
             "batch": Governor("batch", cores, fixed=batch, decide_steps=1),
             # A prefill step is long (512 tokens: seconds under load): one step decides, and one probe step.
             "prefill": Governor("prefill", cores, fixed=batch, probe_steps=1, decide_steps=1)}
+    for gov in govs.values():
+        gov.peers = [g for g in govs.values() if g is not gov]
+    return govs
 
 
 def _hit_stop(recent: str, stops: list[str]) -> bool:

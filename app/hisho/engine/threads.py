@@ -9,12 +9,16 @@ right (the idle machine wants all cores), and the load changes while the app run
 Policy, per kind of step (decode, small batch, prefill), engine thread only:
 - ``choose()`` before a step gives the thread count; ``observe()`` after it gives the step's wall time and
   token count. Costs are compared per token and only against costs measured on this machine in this run.
+- Start: at load the runtime times one decode step at each count (``calibrated``) and starts from the fastest,
+  so an engine started on a busy machine does not begin with collapsed steps.
 - Drop: two decode steps (one prefill step) in a row at ``n`` threads that cost more than ``DROP`` × the last measured cost at ``n - 1``
-  (at first: an optimistic guess from the cost at ``n``) go down a thread; far slower (a collapse): down to half.
+  (at first: an optimistic guess from the cost at ``n``) go down a thread; one step far slower (a collapse): down
+  to half at once. A drop in one kind of step moves the others too (contention is the machine's).
 - Recover: a probe runs ``n + 1`` threads for a step or two and keeps them if they are faster than what ``n``
   gives now. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
-  ``PROBE_MAX_S``), or early when the CPU shows idle time for the threads we gave up (psutil's system-wide
-  idle time; a free core is the signal that the other program stopped).
+  ``PROBE_MAX_S``, and never sooner than ``PROBE_SPACING`` steps' time), or early when the CPU shows idle time for the threads we gave up (psutil's system-wide
+  idle time; a free core is the signal that the other program stopped). A probe that comes due while the CPU
+  shows no idle time at all is put off (the wait doubles) until the longest wait.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ log = logging.getLogger("hisho.engine")
 
 DROP = 1.1            # a step at n threads this much slower than n - 1 threads' last cost counts as contended
 COLLAPSE = 3.0        # this much slower: drop to half at once
-PROBE_MIN_S = 2.0     # first probe after a drop
+PROBE_MIN_S = 8.0     # first probe after a drop (a failed probe step beside busy programs can take a second)
 PROBE_GIVE_UP = 1.5   # a probe step this much slower than the current count ends the probe at once
-PROBE_MAX_S = 30.0    # longest wait between probes while probes keep failing
+PROBE_MAX_S = 60.0    # longest wait between probes while probes keep failing
+PROBE_SPACING = 10    # and at least this many steps' time between probes (prefill steps take seconds)
 IDLE_CHECK_S = 0.5    # how often the system's idle CPU time is read while below the maximum
 IDLE_FREE = 0.6       # idle cores (per thread given up) that trigger an early probe
+IDLE_NONE = 0.1       # fewer idle cores than this (per thread given up): a due probe waits longer instead
 PRIOR_SPEEDUP = 0.85  # before n - 1 threads were measured: assume n threads ran 85 % of linear speed-up
 
 
@@ -78,8 +84,11 @@ class Governor:
         self._backoff = PROBE_MIN_S
         self._next_probe = 0.0
         self._idle_mark: tuple[float, float] | None = None  # (clock, idle seconds) at the last idle check
+        self._free: float | None = None  # idle cores over the last idle check's window
         self.changes = 0
         self.why = "no step measured yet"
+        self._tokens = 1
+        self.peers: list[Governor] = []  # the other kinds of step: contention is the machine's, not the kind's
 
     # ----- the two calls the runtime makes ---------------------------------------------------------------
 
@@ -94,6 +103,7 @@ class Governor:
         if tokens < self.min_tokens or seconds <= 0:
             return
         cost = seconds / tokens
+        self._tokens = tokens
         if self.fixed:
             self.last[threads] = cost
             self.why = "the number set in Settings"
@@ -115,7 +125,9 @@ class Governor:
         if threads == self.max and enough and (self.quiet is None or now < self.quiet):
             self.quiet = now
             self.why = f"steps run at this machine's quiet speed ({_ms(now)} per token)"
-        if threads > 1 and enough:
+        if threads > 1 and cost > COLLAPSE * self._reference(threads - 1):
+            self._maybe_drop(cost)  # one collapsed step is evidence enough: another costs up to a second
+        elif threads > 1 and enough:
             self._maybe_drop(min(list(self._recent)[-self.decide_steps:]))
 
     # ----- decisions --------------------------------------------------------------------------------------
@@ -134,10 +146,13 @@ class Governor:
         if slow <= DROP * ref:
             return
         target = max(1, self.current // 2) if slow > COLLAPSE * ref else lower
-        self._set(target, f"other programs are using the CPU (a {self.kind} step cost {_ms(slow)} per token "
-                          f"at {self.current} threads, {_ms(ref)} expected at {lower})")
+        why = (f"other programs are using the CPU (a {self.kind} step cost {_ms(slow)} per token at "
+               f"{self.current} threads, {_ms(ref)} expected at {lower})")
+        self._set(target, why)
         self._backoff = PROBE_MIN_S
-        self._next_probe = self._clock() + self._backoff
+        self._schedule_probe()
+        for peer in self.peers:
+            peer.adopt(target, why)
 
     def _end_probe(self) -> None:
         assert self._probe is not None
@@ -147,22 +162,61 @@ class Governor:
         self.last[up] = tried
         self._probe = None
         if tried < here:
-            self._set(up, f"a probe ran faster ({_ms(tried)} per token at {up} threads, {_ms(here)} at "
-                          f"{up - 1})")
+            why = f"a probe ran faster ({_ms(tried)} per token at {up} threads, {_ms(here)} at {up - 1})"
+            self._set(up, why)
             self._backoff = PROBE_MIN_S
-            self._next_probe = self._clock() + self._backoff
+            self._schedule_probe()
+            for peer in self.peers:
+                peer.adopt(up, f"a {self.kind} probe: {why}")
         else:
             self._backoff = min(PROBE_MAX_S, self._backoff * 2)
-            self._next_probe = self._clock() + self._backoff
+            self._schedule_probe()
             self.why = (f"other programs are using the CPU (a probe at {up} threads cost {_ms(tried)} per "
                         f"token, {_ms(here)} at {self.current}); next probe in {self._backoff:.0f} s")
         self._idle_mark = None
 
+    def _schedule_probe(self) -> None:
+        step = self.last.get(self.current, 0.0) * max(1, self._tokens)
+        self._next_probe = self._clock() + max(self._backoff, PROBE_SPACING * step)
+
+    def adopt(self, threads: int, why: str) -> None:
+        """Another kind of step found the machine busy (or free again): start from its count, probe as usual."""
+        if self.fixed or threads == self.current:
+            return
+        self._probe = None
+        self._set(min(threads, self.max), why)
+        self._backoff = PROBE_MIN_S
+        self._schedule_probe()
+
+    def calibrated(self, costs: dict[int, float]) -> None:
+        """Step costs measured at load (``Runtime`` decodes one token at a few counts): start from the fastest."""
+        if self.fixed or not costs:
+            return
+        self.last.update(costs)
+        best = min(costs, key=lambda n: costs[n])
+        if best < self.current and costs[best] * DROP < costs.get(self.current, float("inf")):
+            self._set(best, "other programs are using the CPU (at load a step cost "
+                      + ", ".join(f"{_ms(costs[n])} at {n}" for n in sorted(costs)) + ")")
+            self._backoff = PROBE_MIN_S
+            self._schedule_probe()
+            for peer in self.peers:
+                peer.adopt(best, self.why)
+
     def _probe_due(self) -> bool:
         now = self._clock()
-        if now >= self._next_probe:
+        if self._cores_free(now):
             return True
-        return self._cores_free(now)
+        if now < self._next_probe:
+            return False
+        if (self._free is not None and self._free < IDLE_NONE * (self.max - self.current)
+                and self._backoff < PROBE_MAX_S):
+            # The back-off ran out but the CPU has had no idle time: a probe would only cost a collapsed step.
+            # Wait longer; at the longest wait probe anyway (a nice'd or SCHED_IDLE program also leaves no idle
+            # time, yet does not slow us down).
+            self._backoff = min(PROBE_MAX_S, self._backoff * 2)
+            self._schedule_probe()
+            return False
+        return True
 
     def _cores_free(self, now: float) -> bool:
         """True when the system was idle for about the threads we gave up since the last check."""
@@ -174,8 +228,8 @@ class Governor:
         mark, self._idle_mark = self._idle_mark, (now, idle)
         if mark is None:
             return False
-        free = (idle - mark[1]) / max(1e-6, now - mark[0])
-        return free >= IDLE_FREE * (self.max - self.current)
+        self._free = (idle - mark[1]) / max(1e-6, now - mark[0])
+        return self._free >= IDLE_FREE * (self.max - self.current)
 
     def _set(self, threads: int, why: str) -> None:
         if threads != self.current:

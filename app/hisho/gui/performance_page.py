@@ -57,9 +57,9 @@ class PerformancePage(QWidget):
         lay.setSpacing(12)
         title = QLabel("Performance")
         title.setObjectName("DialogTitle")
-        intro = QLabel("Hisho runs the model on your CPU. When other programs keep the cores busy, using all of "
-                       "them makes the model wait for each other core in turn; automatic uses fewer threads "
-                       "while that lasts and all of them again when the cores are free.")
+        intro = QLabel("Hisho runs the model on your CPU. When other programs keep the cores busy, a model "
+                       "that uses all of them waits for the busy ones at every step and slows to a crawl; "
+                       "automatic then uses fewer threads, and all of them again once the cores are free.")
         intro.setWordWrap(True)
         self.threads = QComboBox()
         self.threads.setObjectName("ThreadsChoice")
@@ -71,7 +71,7 @@ class PerformancePage(QWidget):
             self.threads.addItem(f"{current} threads", current)
         self.threads.setCurrentIndex(self.threads.findData(current))
         self.threads.currentIndexChanged.connect(lambda _i: self.apply())
-        self.threads.setMinimumWidth(260)
+        self.threads.setFixedWidth(260)
         note = QLabel("Applies the next time a model is loaded.")
         note.setObjectName("Meta")
         self.chose = QLabel("")
