@@ -330,3 +330,8 @@ class ChatView(QScrollArea):
         self._stick = False
         QTimer.singleShot(0, lambda: self.ensureWidgetVisible(w, 0, 80))
         return hit.id
+
+    def matches(self, text: str) -> list[int]:
+        """Ids of the messages containing ``text``, oldest first (Find's "k of n")."""
+        needle = text.lower().strip()
+        return [m.id for m in self.messages if needle and needle in m.content.lower()]

@@ -293,10 +293,11 @@ class MainWindow(QMainWindow):
         self.composer.focus()
 
     def toggle_sidebar(self) -> None:
+        """Hide the chat list (hidden, not just squeezed: the window may then be narrower), or bring it back."""
         sizes = self.splitter.sizes()
-        if sizes[0] > 0 and self.sidebar.isVisible():
+        if self.sidebar_shown():
             self._sidebar_width = sizes[0]
-            self.splitter.setSizes([0, sizes[0] + sizes[1]])
+            self.sidebar.hide()
         else:
             self.sidebar.show()
             width = getattr(self, "_sidebar_width", 260)
