@@ -167,8 +167,9 @@ class EngineClient:
             try:
                 self._proc = subprocess.Popen(
                     engine_command(),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file, env=env,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file, env=_watch_parent(env),
                     bufsize=0,
+                    start_new_session=True,  # a Ctrl+C in the terminal reaches the client only; it cancels
                 )
             finally:
                 stderr_file.close()
@@ -375,6 +376,15 @@ class EngineClient:
         tail = _log_tail(paths.engine_log_file())
         detail = f" (last engine log line: {tail})" if tail else ""
         return f"the engine process stopped unexpectedly ({how}){detail}"
+
+
+def _watch_parent(env: dict[str, str]) -> dict[str, str]:
+    """Tell the engine who its parent is, so it exits the moment the parent is gone (hisho.engine.server
+    ``watch_parent``). PR_SET_PDEATHSIG fires when the *thread* that started the child exits, so the engine only
+    asks for it when that thread is the main thread; a watchdog covers the rest (issue 16)."""
+    env["HISHO_PARENT_PID"] = str(os.getpid())
+    env["HISHO_PDEATHSIG"] = "1" if threading.current_thread() is threading.main_thread() else "0"
+    return env
 
 
 def engine_command() -> list[str]:
