@@ -61,6 +61,7 @@ class TerminalChat:
         self.store = service.store
         self.cid = conversation_id
         self.inp, self.out = inp, out
+        self.terminated = False
 
     def say(self, text: str) -> None:
         self.out.write(text)
@@ -92,6 +93,8 @@ class TerminalChat:
                     self.send(text)
             except UserError as exc:
                 self.say(f"hisho: {exc}\n")
+            if self.terminated:
+                return 143
 
     def command(self, text: str) -> str:
         name, _, arg = text.partition(" ")
@@ -149,13 +152,20 @@ class TerminalChat:
         self.run(self.service.send(self.cid, text, drop_oldest=drop))
 
     def run(self, turn: Turn) -> None:
-        # Ctrl+C while a reply streams stops the engine; run() then saves the partial reply as "stopped".
-        previous = signal.signal(signal.SIGINT, lambda *_: turn.cancel()) if _main_thread() else None
+        # Ctrl+C or SIGTERM while a reply streams stops the engine; run() then saves the partial reply as
+        # "stopped". The engine runs in its own session, so the terminal's SIGINT does not kill it (issue 16).
+        # After a SIGTERM the session ends once the reply is saved.
+        def stop(signum: int, _frame: object) -> None:
+            self.terminated = self.terminated or signum == signal.SIGTERM
+            turn.cancel()
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)} \
+            if _main_thread() else {}
         try:
             result = self.service.run(turn, self.say)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         m = result.message
         if result.error:
             self.say(f"\n[{result.error}]\n")

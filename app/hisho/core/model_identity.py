@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import threading
 import time
@@ -37,16 +38,20 @@ def file_key(path: str | os.PathLike[str]) -> dict[str, int]:
 
 
 def hash_file(path: str | os.PathLike[str]) -> str:
-    """xxh3-128 of every byte of the file, read in blocks into one reused buffer (memory stays flat)."""
+    """xxh3-128 of every byte of the file, hashed from a read-only mapping in blocks: no copy, and memory stays
+    flat (pages already in the page cache from llama.cpp's own mmap load are not read again). Measured on a
+    1 GB file: 0.5-0.6 s mapped vs 2.6-3.2 s through readinto on the loaded 2-core box."""
     h = xxhash.xxh3_128()
-    buf = bytearray(BLOCK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
-        while True:
-            n = fh.readinto(buf)
-            if not n:
-                break
-            h.update(view[:n])
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return h.hexdigest()
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            view = memoryview(mm)
+            try:
+                for off in range(0, len(mm), BLOCK):
+                    h.update(view[off:off + BLOCK])
+            finally:
+                view.release()
     return h.hexdigest()
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,14 +55,22 @@ def child_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str
     if env.get("HISHO_ENGINE_BACKTRACE") != "1":
         env.setdefault("GGML_NO_BACKTRACE", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # Who the parent is, so the engine exits the moment it is gone (hisho.engine.server.watch_parent).
+    # PR_SET_PDEATHSIG fires when the *thread* that started the child exits, so the engine only asks for it
+    # when that thread is the main thread; a watchdog covers the rest (issue 16).
+    env["HISHO_PARENT_PID"] = str(os.getpid())
+    env["HISHO_PDEATHSIG"] = "1" if threading.current_thread() is threading.main_thread() else "0"
     env.update(extra)
     return env
 
 
 def popen_options() -> dict[str, Any]:
     """Extra ``subprocess`` arguments every child gets. The one place for process-group / parent-death
-    settings, so the engine and the probe behave the same when the app dies."""
-    return {}
+    settings, so the engine and the probe behave the same when the app dies.
+
+    Each child gets its own session: a Ctrl+C in the terminal reaches the client only, which cancels (the
+    engine would otherwise die with it and a stopped reply would read as an engine crash)."""
+    return {"start_new_session": True}
 
 
 def popen(role: str, *args: str, env: dict[str, str] | None = None, stdin: int | IO[Any] | None = None,

@@ -330,6 +330,53 @@ def keep_llama_log_at_info() -> None:
     llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
 
 
+WATCHDOG_S = 0.1
+
+
+def watch_parent() -> None:
+    """Exit at once when the client is gone, even in the middle of a long native call (a prefill slice runs
+    for seconds and only then sees stdin closed). Linux: PR_SET_PDEATHSIG, when the client started us from its
+    main thread; everywhere: a thread that polls the parent pid. Unwritten KV temp files are cleaned up by
+    the client's next ``reconcile`` (their writer pid is dead)."""
+    try:
+        parent = int(os.environ.get("HISHO_PARENT_PID", "0"))
+    except ValueError:
+        parent = 0
+    if parent <= 0:
+        return
+    if sys.platform.startswith("linux") and os.environ.get("HISHO_PDEATHSIG") == "1":
+        try:
+            import ctypes
+            import signal
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError) as exc:
+            log.warning("PR_SET_PDEATHSIG unavailable: %s", exc)
+
+    def watch() -> None:
+        while True:
+            if not _alive(parent):
+                log.warning("the client (pid %d) is gone; exiting", parent)
+                os._exit(0)
+            time.sleep(WATCHDOG_S)
+
+    if not _alive(parent):  # died before we got here
+        os._exit(0)
+    threading.Thread(target=watch, name="hisho-parent-watch", daemon=True).start()
+
+
+def _alive(parent: int) -> bool:
+    if os.name == "posix":
+        return os.getppid() == parent  # reparented to init/a subreaper when the parent dies
+    try:
+        import psutil
+
+        return bool(psutil.pid_exists(parent))
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        return True
+
+
 def main() -> int:
     # Keep fd 1 for the protocol only: native code printing to stdout would corrupt it.
     proto_fd = os.dup(1)
@@ -340,6 +387,7 @@ def main() -> int:
                         format=f"%(asctime)s engine[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
     keep_llama_log_at_info()
     log.info("engine process started at %s", time.strftime("%Y-%m-%d %H:%M:%S"))
+    watch_parent()
     server = Server(out)
     worker = threading.Thread(target=server.engine_loop, name="hisho-engine", daemon=True)
     worker.start()
