@@ -77,14 +77,13 @@ def test_map_reduce_cites_pages_and_second_run_is_all_cached(tmp_path: Path) -> 
 
 
 def test_resume_after_kill_redoes_no_finished_chunk(tmp_path: Path) -> None:
-    pdf = report_pdf(tmp_path / "resume.pdf", pages=8)
-    # One sequence at a time, so chunks finish one by one and the kill lands between them (8 pages of ~90
-    # tokens and 160-token chunks: one page per chunk). Kept small: it took over 600 s on a loaded 2-core box
-    # when the engine's threads spun against other programs (docs/threads.md).
+    pdf = report_pdf(tmp_path / "resume.pdf", pages=12)
+    # One sequence at a time, so chunks finish one by one and the kill lands between them (12 pages of ~90
+    # tokens and 160-token chunks: one page per chunk).
     proc = subprocess.Popen([sys.executable, "-m", "hisho.cli", "summarize", str(pdf), "--json", "--parallel", "1",
                              *SMALL], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
     deadline = time.monotonic() + 400
-    while len(stored_rows()) < 4:  # 4 of 8 chunks: killed at 50 %
+    while len(stored_rows()) < 6:  # 6 of 12 chunks: killed at 50 %
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "exited early"
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -94,7 +93,7 @@ def test_resume_after_kill_redoes_no_finished_chunk(tmp_path: Path) -> None:
     done = hisho("summarize", str(pdf), "--json", "--parallel", "1", *SMALL)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    assert 4 <= len(before) < out["chunks"], "the kill should land halfway"
+    assert 6 <= len(before) < out["chunks"], "the kill should land halfway"
     assert out["chunks_cached"] == len(before)
     assert out["chunks_generated"] == out["chunks"] - len(before)
     after = {key: (created, text) for key, created, text in stored_rows()}
@@ -104,7 +103,7 @@ def test_resume_after_kill_redoes_no_finished_chunk(tmp_path: Path) -> None:
 
 
 def test_cancel_mid_job_then_resume(tmp_path: Path, default_model_path: Path) -> None:
-    pdf = report_pdf(tmp_path / "cancel.pdf", pages=6)  # small: see test_resume_after_kill_redoes_no_finished_chunk
+    pdf = report_pdf(tmp_path / "cancel.pdf")
     params = LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, kv_unified=True)
     stages: list[JobProgress] = []
     with EngineClient() as client:

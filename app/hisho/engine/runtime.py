@@ -391,7 +391,7 @@ class Runtime:
         for n in (gov.max, 1, gov.max):
             llama_cpp.llama_set_n_threads(self.ctx, n, n)
             self.batch.clear()
-            self.batch.add(token, 0, 0, False)
+            self.batch.add(token, 0, 0, True)  # with logits, like every decode step
             start = time.perf_counter()
             rc = llama_cpp.llama_decode(self.ctx, self.batch.raw)
             costs[n] = time.perf_counter() - start

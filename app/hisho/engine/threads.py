@@ -28,7 +28,6 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 log = logging.getLogger("hisho.engine")
 
@@ -52,12 +51,6 @@ def cpu_idle_seconds() -> float | None:
         return float(psutil.cpu_times().idle)
     except Exception:  # psutil missing or unsupported platform: probes fall back to the back-off alone
         return None
-
-
-@dataclass
-class Step:
-    threads: int
-    cost: float  # seconds per token
 
 
 class Governor:
