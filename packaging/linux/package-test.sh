@@ -28,8 +28,8 @@ cleanup() {
 }
 trap cleanup EXIT
 # The user's environment: platformdirs folders under a fresh HOME, nothing pointing at a test folder.
-as_user() { env -u HISHO_HOME -u XDG_DATA_HOME -u XDG_CONFIG_HOME -u XDG_CACHE_HOME -u XDG_STATE_HOME \
-    HOME="$USER_HOME" "$@"; }
+USER_ENV=(-u HISHO_HOME -u XDG_DATA_HOME -u XDG_CONFIG_HOME -u XDG_CACHE_HOME -u XDG_STATE_HOME HOME="$USER_HOME")
+as_user() { env "${USER_ENV[@]}" "$@"; }
 DATA="$USER_HOME/.local/share/Hisho"
 LOGFILE="$USER_HOME/.local/state/Hisho/log/hisho.log"
 
@@ -83,7 +83,8 @@ export DISPLAY=":$DISPLAY_NUM"
 for _ in $(seq 1 50); do [ -e "/tmp/.X11-unix/X$DISPLAY_NUM" ] && break; sleep 0.1; done
 kill -0 "$XPID" 2>/dev/null || fail "Xvfb did not start on :$DISPLAY_NUM (set HISHO_TEST_DISPLAY)"
 rm -f "$OUT/painted"
-as_user env -u QT_QPA_PLATFORM HISHO_FIRST_PAINT_FILE="$OUT/painted" hisho gui > "$OUT/gui.log" 2>&1 &
+# env execs the app: $! is the app itself, so the kill below reaches it (a backgrounded function would not).
+env -u QT_QPA_PLATFORM "${USER_ENV[@]}" HISHO_FIRST_PAINT_FILE="$OUT/painted" hisho gui > "$OUT/gui.log" 2>&1 &
 GPID=$!
 for _ in $(seq 1 1200); do
     [ -s "$OUT/painted" ] && break
@@ -121,7 +122,7 @@ KV_BEFORE=$(cd "$DATA/kv" && ls | sort)
 sha256sum "$DATA/hisho.sqlite3" > "$OUT/db-before.sha"
 
 step "upgrade to a higher version"
-DEB2=$(bash packaging/linux/build-deb.sh dist/hisho "$OUT" 2 | head -1)
+DEB2=$(DEB_GZIP_LEVEL=1 bash packaging/linux/build-deb.sh dist/hisho "$OUT" 2 | head -1)
 dpkg -i "$DEB2" > "$OUT/dpkg-upgrade.log" 2>&1 || { cat "$OUT/dpkg-upgrade.log" >&2; fail "dpkg -i of the upgrade failed"; }
 dpkg-query -W -f='${Version}\n' hisho | grep -q -- '-2$' || fail "the upgrade did not install revision 2"
 sha256sum -c "$OUT/db-before.sha" >/dev/null || fail "the upgrade changed the conversations database"
