@@ -141,12 +141,12 @@ def open_planner(window: Any) -> PlannerPanel:
     free = window.screen().availableGeometry()
     hint = panel.sizeHint()
     panel.resize(min(max(hint.width(), 560), free.width() - 40), min(max(hint.height(), 420), free.height() - 60))
+    panel.show()  # first: the frame's size is known once it is shown
     frame = panel.frameGeometry()
     frame.moveCenter(window.frameGeometry().center())
-    frame.moveLeft(max(free.left(), min(frame.left(), free.right() - frame.width())))
-    frame.moveTop(max(free.top(), min(frame.top(), free.bottom() - frame.height())))
+    frame.moveLeft(max(free.left(), min(frame.left(), free.left() + free.width() - frame.width())))
+    frame.moveTop(max(free.top(), min(frame.top(), free.top() + free.height() - frame.height())))
     panel.move(frame.topLeft())
-    panel.show()
     params = getattr(getattr(window, "ctx", None), "load_params", None)
     spec = [params.model_path] if params is not None else []
 

@@ -240,6 +240,12 @@ class Sidebar(QFrame):
         return self.list.item(row).text() if row >= 0 else ""
 
     def ask_rename(self, cid: int, current: str) -> None:
-        title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=current)
-        if ok and title.strip():
-            self.rename_requested.emit(cid, title.strip())
+        dialog = QInputDialog(self)
+        dialog.setWindowTitle("Rename chat")
+        dialog.setLabelText("Title:")
+        dialog.setTextValue(current)
+        field = dialog.findChild(QLineEdit)
+        if field is not None:  # a wider dialog: the window manager cut a narrow one's title to "Renam…Hisho"
+            field.setMinimumWidth(380)
+        if dialog.exec() and dialog.textValue().strip():
+            self.rename_requested.emit(cid, dialog.textValue().strip())
