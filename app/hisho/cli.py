@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hisho import __version__
-from hisho.core import logs
+from hisho.core import logs, paths
 from hisho.core.engine_client import ENGINE_FLAG
 from hisho.core.errors import EngineCrashed, EngineError, UserError
 
@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         return engine_main()
     parser = build_parser()
     args = parser.parse_args(argv)
+    paths.protect()  # before the log file or anything else is written: nothing of the user's readable by others
     logs.setup(stderr_level=logging.INFO if args.verbose else logging.WARNING)
     if not getattr(args, "func", None):
         args = parser.parse_args(["gui", *(argv if argv is not None else sys.argv[1:])])
