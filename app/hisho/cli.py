@@ -248,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         args = parser.parse_args(["gui", *(argv if argv is not None else sys.argv[1:])])
     try:
+        if args.command in (None, "gui", "chat"):  # the two that write conversations: one per data folder
+            from hisho.core import instance
+
+            instance.acquire()
         code: int = args.func(args)
         return code
     except UserError as exc:
