@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import IO
 
@@ -55,7 +56,7 @@ def acquire(folder: Path | None = None) -> None:
 
 
 def _lock(fh: IO[str]) -> None:
-    if os.name == "nt":  # pragma: no cover - Windows
+    if sys.platform == "win32":  # pragma: no cover - Windows
         import msvcrt
 
         msvcrt.locking(fh.fileno(), msvcrt.LK_NBLCK, 1)
