@@ -55,6 +55,11 @@ def acquire(folder: Path | None = None) -> None:
     log.info("data folder %s locked by pid %d", folder, os.getpid())
 
 
+def held() -> bool:
+    """Whether this process holds the data folder's lock (no other Hisho can be writing there)."""
+    return bool(_held)
+
+
 def _lock(fh: IO[str]) -> None:
     if sys.platform == "win32":  # pragma: no cover - Windows
         import msvcrt
