@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QWidget,
@@ -31,7 +32,7 @@ from hisho.core.db import DatabaseUnavailable
 from hisho.core.documents.ask import DocumentContext, open_conversation, precompute_kv
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import SUPPORTED
-from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
+from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
 from hisho.core.kv_session import document_owner
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class DocumentsController(QObject):
         # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
         cache = self._summary_cache()
         job = SummaryJob(engine, files, cache=cache, on_progress=self._progress_from_worker,
-                         ask_password=self._ask_password)
+                         ask_password=self._ask_password, confirm=self._confirm_long)
         self.job = job
         result = job.run()
         if result.cancelled or not result.documents:
@@ -202,6 +203,27 @@ class DocumentsController(QObject):
         while not done.wait(0.2):
             if self.job is not None and self.job.cancelled:
                 return None
+        return answer[0]
+
+    def _confirm_long(self, name: str, chunks: int, eta_s: float) -> bool:
+        """Worker thread: ask on the GUI thread whether to start a summary estimated to take long."""
+        answer = [False]
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                box = QMessageBox.question(
+                    self.window, "Long summary",
+                    f"{name} is about {chunks:,} chunks: roughly {duration(eta_s)} on this computer.\n\n"
+                    "Start it? Finished chunks are kept, so you can cancel and resume later.")
+                answer[0] = box == QMessageBox.StandardButton.Yes
+            finally:
+                done.set()
+
+        self.ctx.bridge.post(ask)
+        while not done.wait(0.2):
+            if self.job is not None and self.job.cancelled:
+                return False
         return answer[0]
 
     def _progress_from_worker(self, p: JobProgress) -> None:
