@@ -64,7 +64,7 @@ class TerminalChat:
         self.terminated = False
 
     def say(self, text: str) -> None:
-        self.out.write(text)
+        self.out.write(terminal_safe(text))
         self.out.flush()
 
     def loop(self) -> int:
@@ -82,7 +82,7 @@ class TerminalChat:
             if not line:
                 self.say("\n")
                 return 0
-            text = line.rstrip("\n")
+            text = valid_text(line.rstrip("\n"))
             if not text.strip():
                 continue  # an empty message is never sent
             try:
@@ -173,6 +173,27 @@ class TerminalChat:
             self.say(f"\n[{m.status}]\n")
         elif m.tokens_per_s:
             self.say(f"\n[{m.tokens} tokens, {m.tokens_per_s:.1f} tok/s]\n")
+
+
+# C0 controls but tab and newline, DEL, and C1 controls: what starts or ends an ANSI/OSC escape sequence.
+_CONTROLS = {c: 0x2400 + c for c in range(0x20) if chr(c) not in "\t\n"} | {0x7F: 0x2421} | \
+    {c: 0xFFFD for c in range(0x80, 0xA0)}
+
+
+def terminal_safe(text: str) -> str:
+    """Text as it may reach a terminal: control characters become their visible symbols (ESC shows as ␛), so a
+    stored message or a reply cannot move the cursor, clear the screen, set the title or write a hyperlink
+    (issue 16). Works piece by piece: a sequence split across streamed pieces is disarmed all the same."""
+    return text.translate(_CONTROLS)
+
+
+def valid_text(text: str) -> str:
+    """A line read from stdin as valid Unicode: bytes that were not UTF-8 (kept as surrogates by Python's
+    surrogateescape stdin) become U+FFFD instead of failing when the message is stored."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a lone surrogate that is not an escaped byte
+        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _main_thread() -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hisho import __version__
-from hisho.core import logs, spawn
+from hisho.core import logs, paths, spawn
 from hisho.core.errors import EngineError, UserError
 
 log = logging.getLogger("hisho.cli")
@@ -217,10 +217,15 @@ def main(argv: list[str] | None = None) -> int:
         return run_child(*child)
     parser = build_parser()
     args = parser.parse_args(argv)
+    paths.protect()  # before the log file or anything else is written: nothing of the user's readable by others
     logs.setup(stderr_level=logging.INFO if args.verbose else logging.WARNING)
     if not getattr(args, "func", None):
         args = parser.parse_args(["gui", *(argv if argv is not None else sys.argv[1:])])
     try:
+        if args.command in (None, "gui", "chat"):  # the two that write conversations: one per data folder
+            from hisho.core import instance
+
+            instance.acquire()
         code: int = args.func(args)
         return code
     except UserError as exc:

@@ -55,3 +55,28 @@ def test_a_full_disk_at_launch_opens_read_only(tmp_path: Path) -> None:
         ro = ConversationStore(Database(path, read_only=True))
         assert [c.title for c in ro.conversations()] == ["kept"]
         ro.close()
+
+
+def test_logging_on_a_full_disk_prints_one_line_not_tracebacks(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from hisho.core import logs
+
+    with small_fs(tmp_path / "fs", 4 << 20) as fs:
+        monkeypatch.setenv("HISHO_HOME", str(fs))
+        logs.setup()
+        log = logging.getLogger("hisho.store")
+        log.info("before the disk fills")
+        fill(fs)
+        for i in range(50):
+            log.warning("record %d %s", i, "x" * 2000)
+        err = capsys.readouterr().err
+        assert "--- Logging error ---" not in err and "Traceback" not in err
+        assert err.count("cannot be written") == 1
+        drain(fs)
+        for handler in logging.getLogger("hisho").handlers:
+            handler.close()
+            logging.getLogger("hisho").removeHandler(handler)
+        logs._configured.clear()

@@ -233,3 +233,17 @@ def test_usage_of_a_thousand_owners_is_one_statement(index: KVIndex) -> None:
         index.db.conn.set_trace_callback(None)
     assert len(statements) == 1 and len(every) == 1001
     assert every["conv:7"].bytes == 90 and every["conv:7"].own_bytes == 10
+
+
+def test_an_unindexed_chunk_goes_at_once_when_this_instance_is_alone(tmp_path: Path) -> None:
+    """A client killed between the engine's rename and the index row leaves a chunk file (issue 16.8): with the
+    data folder's instance lock held nothing else can be saving, so it is removed now, not two minutes later."""
+    from hisho.core.db import Database
+    from hisho.core.kv.index import KVIndex
+
+    index = KVIndex(Database(tmp_path / "db.sqlite3"), tmp_path / "kv")
+    orphan = tmp_path / "kv" / "0123456789abcdef" / "feedface.hkv"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"x" * 4096)
+    assert index.reconcile()["files_removed"] == 0 and orphan.exists()  # maybe a save in flight elsewhere
+    assert index.reconcile(alone=True)["files_removed"] == 1 and not orphan.exists()

@@ -17,6 +17,7 @@ import logging
 import threading
 from typing import Any
 
+from hisho.core import instance
 from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import EngineError
 from hisho.core.executor import Executor
@@ -44,7 +45,8 @@ def attach(service: Any, db: Database, executor: Executor | None = None,
         log.warning("KV persistence off: %s", exc)
         return None
     session = KVSession(service.engine, index, executor=executor, budget_bytes=budget_bytes)
-    session.submit(index.reconcile)
+    # Holding the data folder's lock, nothing else can be saving: chunks a killed client left go at once.
+    session.submit(lambda: index.reconcile(alone=instance.held()))
     return KVChat(service, session)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import os
+import sys
 from pathlib import Path
 
 from hisho.core import paths
@@ -26,6 +27,23 @@ class _NoTraceback(logging.Formatter):
             record.exc_info, record.exc_text = saved
 
 
+class _QuietFileHandler(logging.handlers.RotatingFileHandler):
+    """The log file; when it cannot be written (a full disk) it says so once on stderr, in one line, and drops
+    the records it cannot write (each is still tried: they land again once there is space), instead of logging's "--- Logging error ---" traceback per record."""
+
+    failing = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        if not self.failing:
+            self.failing = True
+            exc = sys.exc_info()[1]
+            try:
+                sys.stderr.write(f"hisho: the log file {self.baseFilename} cannot be written ({exc}); "
+                                 "log records are dropped until it can\n")
+            except (OSError, ValueError):
+                pass
+
+
 def setup(*, stderr_level: int | None = None, file_level: int = logging.INFO) -> None:
     """Install the file handler (once per log file) and, if asked, a stderr handler.
 
@@ -39,7 +57,7 @@ def setup(*, stderr_level: int | None = None, file_level: int = logging.INFO) ->
             if isinstance(handler, logging.handlers.RotatingFileHandler):
                 root.removeHandler(handler)
                 handler.close()
-        file_handler = logging.handlers.RotatingFileHandler(
+        file_handler = _QuietFileHandler(
             target, maxBytes=2 * 1024 * 1024, backupCount=3, encoding="utf-8"
         )
         file_handler.setLevel(file_level)

@@ -6,7 +6,9 @@ temporary directory, so a test can never touch a user's data). Accessors create 
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -22,8 +24,33 @@ def _home_override() -> Path | None:
 
 
 def _ensure(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def protect() -> int:
+    """Keep the user's data private, as browsers and password managers do (issue 16): from now on this process
+    and the engine it starts create folders 700 and files 600 (umask 077), and what already exists under the
+    data, config, cache and log folders loses its group and other permissions. Returns how many were fixed.
+    Call once at start, before anything is written."""
+    os.umask(0o077)
+    if os.name != "posix":
+        return 0
+    fixed = 0
+    for root in dict.fromkeys((data_dir(), config_dir(), cache_dir(), log_dir())):
+        for folder, _dirs, files in os.walk(root):
+            for name in [folder, *(os.path.join(folder, f) for f in files)]:
+                try:
+                    st = os.lstat(name)
+                    if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o077:
+                        continue
+                    os.chmod(name, stat.S_IMODE(st.st_mode) & ~0o077)
+                    fixed += 1
+                except OSError as exc:  # a file of another user, a read-only mount: say so, go on
+                    logging.getLogger("hisho.store").warning("cannot make %s private: %s", name, exc)
+    if fixed:
+        logging.getLogger("hisho.store").info("made %d files and folders private (go-rwx)", fixed)
+    return fixed
 
 
 def data_dir() -> Path:

@@ -24,13 +24,14 @@ from PySide6.QtWidgets import (
     QInputDialog,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QWidget,
 )
 
 from hisho.core.documents.extract import SUPPORTED
-from hisho.core.documents.job import JobProgress, JobResult, SummaryJob
+from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
 from hisho.gui.status_bar import ElidedLabel
 
 if TYPE_CHECKING:
@@ -198,7 +199,8 @@ class DocumentsController(QObject):
         # No reload for batching: the engine swaps in a job context per batch (one KV stream per sequence) in
         # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
         docs = self.ctx.documents
-        job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self._ask_password)
+        job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self._ask_password,
+                        confirm=self._confirm_long)
         self.job = job
         result = job.run()
         cid, note = docs.open_result(result)
@@ -223,6 +225,27 @@ class DocumentsController(QObject):
         while not done.wait(0.2):
             if self.job is not None and self.job.cancelled:
                 return None
+        return answer[0]
+
+    def _confirm_long(self, name: str, chunks: int, eta_s: float) -> bool:
+        """Worker thread: ask on the GUI thread whether to start a summary estimated to take long."""
+        answer = [False]
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                box = QMessageBox.question(
+                    self.window, "Long summary",
+                    f"{name} is about {chunks:,} chunks: roughly {duration(eta_s)} on this computer.\n\n"
+                    "Start it? Finished chunks are kept, so you can cancel and resume later.")
+                answer[0] = box == QMessageBox.StandardButton.Yes
+            finally:
+                done.set()
+
+        self.ctx.executor.post(ask)
+        while not done.wait(0.2):
+            if self.job is not None and self.job.cancelled:
+                return False
         return answer[0]
 
     def _progress_from_worker(self, p: JobProgress) -> None:

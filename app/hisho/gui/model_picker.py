@@ -38,7 +38,7 @@ class ModelPicker(QToolButton):
         self._fill()
 
     def refresh(self) -> None:
-        self.window_.ctx.workers.submit("store", lambda: ModelStore().list(), done=self._listed)
+        self.window_.ctx.executor.submit("store", lambda: ModelStore().list(), done=self._listed)
 
     def _listed(self, entries: list[ModelEntry]) -> None:
         self.entries = entries

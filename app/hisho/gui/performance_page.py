@@ -46,7 +46,7 @@ def status_suffix(threads: dict[str, Any]) -> str:
 
 
 class PerformancePage(QWidget):
-    """The page; ``window`` gives ``ctx.settings``, ``ctx.engine`` and ``ctx.workers``."""
+    """The page; ``window`` gives ``ctx.settings``, ``ctx.engine`` and ``ctx.executor``."""
 
     def __init__(self, window: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -101,5 +101,5 @@ class PerformancePage(QWidget):
         if n == self.settings["n_threads"]:
             return
         self.settings.set("n_threads", n)
-        self.w.ctx.workers.submit("store", self.settings.save)
+        self.w.ctx.executor.submit("store", self.settings.save)
         self.refresh()

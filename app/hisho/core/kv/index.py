@@ -292,8 +292,12 @@ class KVIndex:
                     pass  # a save in flight put a file there since
         return freed
 
-    def reconcile(self) -> dict[str, int]:
-        """Repair after a crash or a user's hand: rows without files, files without rows, stale temp files."""
+    def reconcile(self, *, alone: bool = False) -> dict[str, int]:
+        """Repair after a crash or a user's hand: rows without files, files without rows, stale temp files.
+
+        ``alone``: the caller holds the data folder's instance lock (hisho.core.instance) and has not saved yet,
+        so no save can be in flight and an unindexed chunk left by a killed client goes now, not two minutes
+        later (issue 16)."""
         missing = [r["key"] for r in self.db.query("SELECT key, path FROM kv_chunks")
                    if not (self.kv_dir / r["path"]).exists()]
         for key in missing:
@@ -302,7 +306,7 @@ class KVIndex:
         gone = len(missing)
         known = {r["path"] for r in self.db.query("SELECT path FROM kv_chunks")}
         strays = 0
-        cutoff = time.time() - RECENT_S
+        cutoff = float("inf") if alone else time.time() - RECENT_S
         for path in self.kv_dir.glob("*/*"):
             rel = path.relative_to(self.kv_dir).as_posix()
             if rel in known or not path.is_file():
