@@ -107,7 +107,7 @@ print(f"screenshot: {colours} colours")
 sys.exit(0 if colours > 16 else 1)
 PY
 
-if [ -x .venv/bin/hisho ]; then
+if [ -x .venv/bin/hisho ] && [ "${HISHO_STARTUP_REPEAT:-3}" != 0 ]; then
     step "start-up to first paint: installed app vs .venv (same run)"
     bash packaging/linux/startup-bench.sh /usr/bin/hisho "$PWD/.venv/bin/hisho" "${HISHO_STARTUP_REPEAT:-3}" \
         | tee "$OUT/startup.json" || fail "the start-up benchmark could not open a window"

@@ -35,7 +35,7 @@ class DataPage(QWidget):
         lay.addWidget(intro)
         lay.addWidget(where)
         lay.addSpacing(12)
-        lay.addWidget(self.remove)
+        lay.addWidget(self.remove, 0, Qt.AlignmentFlag.AlignLeft)
         lay.addStretch(1)
 
     def confirm_remove(self) -> bool:
