@@ -160,12 +160,13 @@ def _gui_stall(spec_big_repo: str, spec_dl: str) -> float:
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from hisho.core.executor import Executor
     from hisho.core.hub import repo_files
-    from hisho.gui.bridge import Bridge, Workers
+    from hisho.gui.bridge import Bridge
     from hisho.gui.models_page import ModelsPage
 
     app = QApplication.instance() or QApplication([])
-    workers = Workers(Bridge())
+    workers = Executor(Bridge().post)
     page = ModelsPage(workers)
     page.show()
     clock = QElapsedTimer()

@@ -27,6 +27,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -260,8 +261,9 @@ class _Handler(BaseHTTPRequestHandler):
         items = [r for r in hub.repos.values() if text in r.repo_id.lower()
                  and all(f in r.tags for f in filters)]
         sort = (q.get("sort") or ["downloads"])[0]
-        key = {"downloads": lambda r: r.downloads, "likes": lambda r: r.likes,
-               "lastModified": lambda r: r.last_modified}.get(sort, lambda r: r.downloads)
+        keys: dict[str, Callable[[HubRepo], Any]] = {"downloads": lambda r: r.downloads, "likes": lambda r: r.likes,
+                                                  "lastModified": lambda r: r.last_modified}
+        key = keys.get(sort, keys["downloads"])
         items.sort(key=lambda r: (key(r), r.repo_id), reverse=True)
         limit = int((q.get("limit") or [str(hub.page_size)])[0])
         cursor = int((q.get("cursor") or ["0"])[0])

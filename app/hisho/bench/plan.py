@@ -32,8 +32,9 @@ from hisho.core.launch import open_model
 from hisho.core.machine import detect
 from hisho.core.planner import calibration_for
 from hisho.core.planner.calibrate import run_probe
-from hisho.core.planner.memory import MIB, Calibration, Config, estimate
+from hisho.core.planner.memory import Calibration, Config, estimate
 from hisho.core.protocol import LoadParams
+from hisho.core.units import MIB
 
 log = logging.getLogger("hisho.bench")
 

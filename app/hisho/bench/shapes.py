@@ -195,12 +195,12 @@ _PADDED = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml
 def _skip_value(buf: bytes, pos: int, vtype: int) -> int:
     if vtype == _STRING:
         (n,) = struct.unpack_from("<Q", buf, pos)
-        return pos + 8 + n
+        return pos + 8 + int(n)
     if vtype == _ARRAY:
         sub, count = struct.unpack_from("<IQ", buf, pos)
         pos += 12
         if sub in _SCALAR_SIZE:
-            return pos + _SCALAR_SIZE[sub] * count
+            return pos + _SCALAR_SIZE[sub] * int(count)
         for _ in range(count):
             pos = _skip_value(buf, pos, sub)
         return pos

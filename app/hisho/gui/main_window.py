@@ -241,8 +241,8 @@ class MainWindow(QMainWindow):
         group = QActionGroup(self)
         chosen = str(self.ctx.settings["theme"])
         for name in ("system", "light", "dark"):
-            # triggered(bool) passes "checked" first: the name must not be the lambda's first parameter
-            act = self._action(self.theme_menu, name.capitalize(), lambda _c=False, n=name: c.set_theme(n))
+            # triggered(bool) passes "checked" to a slot that takes it: the name must come from a closure
+            act = self._action(self.theme_menu, name.capitalize(), _theme_slot(c, name))
             act.setCheckable(True)
             act.setChecked(name == chosen)
             group.addAction(act)
@@ -334,3 +334,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt naming
         self.controller.shutdown()
         event.accept()
+
+
+def _theme_slot(controller: ChatController, name: str) -> Callable[[], object]:
+    return lambda: controller.set_theme(name)

@@ -138,6 +138,10 @@ class ModelsPage(QWidget):
     def say(self, text: str) -> None:
         self.installed_status.setText(text)
 
+    def _after(self, message: str) -> None:
+        self.toast(message)
+        self.refresh()
+
     def refresh(self) -> None:
         self.workers.submit("store", lambda: ModelStore().list(), done=self._listed)
 
@@ -238,7 +242,7 @@ class ModelsPage(QWidget):
             return
         name = e.name
         self.workers.submit("store", lambda: ModelStore().remove(name),
-                            done=lambda _r: (self.toast(f"Deleted {name}"), self.refresh()),
+                            done=lambda _r: self._after(f"Deleted {name}"),
                             failed=lambda exc: self.toast(str(exc)))
 
     def reveal_selected(self) -> None:
@@ -266,7 +270,7 @@ class ModelsPage(QWidget):
             return
         self.say(f"Importing {path.name}…")
         self.workers.submit("store", lambda: ModelStore().add(path, copy=mode == "copy", link=mode == "link"),
-                            done=lambda e: (self.toast(f"Imported {e.name}"), self.refresh()),
+                            done=lambda e: self._after(f"Imported {e.name}"),
                             failed=lambda exc: self.say(f"Not imported: {exc}"))
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt naming
@@ -324,8 +328,9 @@ class ModelsPage(QWidget):
         t = self.job_table
         t.setRowCount(len(jobs))
         for row, j in enumerate(jobs):
-            t.setItem(row, 0, QTableWidgetItem(f"{j.repo} · {Path(j.name).name}"))
-            t.item(row, 0).setData(Qt.ItemDataRole.UserRole, j.id)
+            item = QTableWidgetItem(f"{j.repo} · {Path(j.name).name}")
+            item.setData(Qt.ItemDataRole.UserRole, j.id)
+            t.setItem(row, 0, item)
             bar = QProgressBar()
             bar.setRange(0, 1000)
             t.setCellWidget(row, 1, bar)

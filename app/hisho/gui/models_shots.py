@@ -37,6 +37,11 @@ Run it with any llama.cpp-based app.
 """
 
 
+def _cell_text(table: Any, row: int, column: int) -> str:
+    item = table.item(row, column)
+    return str(item.text()) if item is not None else ""
+
+
 def _wait(app: Any, until: Any, timeout: float = 60.0) -> None:
     end = time.monotonic() + timeout
     while not until() and time.monotonic() < end:
@@ -97,7 +102,7 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         for job_id in list(page.queued):
             page.pause(job_id)
         _wait(app, lambda: not page.queued and page.job_table.rowCount() == 1
-              and "paused" in (page.job_table.item(0, 5).text() if page.job_table.item(0, 5) else ""))
+              and "paused" in _cell_text(page.job_table, 0, 5))
         page.job_table.selectRow(0)
         page.grab().save(str(out / "9b-models-download-paused.png"))
         for job_id in list(page.jobs):
