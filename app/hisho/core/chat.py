@@ -186,7 +186,11 @@ class ChatService:
         old = self.store.message(user_message_id)
         if old.role != "user":
             raise UserError("only your own messages can be edited")
-        msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+        with self.store.tx():
+            msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+            conv = self.store.get(old.conversation_id)
+            if old.parent_id is None and conv.title == title_from(old.content):  # a title made from the message
+                self.store.update(old.conversation_id, title=title_from(text))
         return self._turn(old.conversation_id, msg.id, False)
 
     def _turn(self, conversation_id: int, parent_id: int, drop_oldest: bool) -> Turn:
