@@ -49,8 +49,10 @@ def test_greedy_regenerate_and_edit_make_siblings(service: ChatService, store: C
     assert again.content == first.content  # greedy: same prompt, same reply
     assert store.siblings(again.id) == [first.id, again.id]
     user = store.branch(cid)[0]
+    assert store.get(cid).title == "Name a fruit."
     edited = service.run(service.edit(user.id, "Name a vegetable.")).message
     assert [m.content for m in store.branch(cid)][0] == "Name a vegetable."
+    assert store.get(cid).title == "Name a vegetable."  # the title made from the first message follows it
     assert store.siblings(store.branch(cid)[0].id) == [user.id, store.branch(cid)[0].id]
     assert edited.parent_id == store.branch(cid)[0].id
     with pytest.raises(UserError):

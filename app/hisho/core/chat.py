@@ -195,7 +195,15 @@ class ChatService:
         old = self.store.message(user_message_id)
         if old.role != "user":
             raise UserError("only your own messages can be edited")
-        msg = self.write(lambda: self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id))
+        def record() -> Message:
+            with self.store.tx():
+                msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+                conv = self.store.get(old.conversation_id)
+                if old.parent_id is None and conv.title == title_from(old.content):  # a title made from it
+                    self.store.update(old.conversation_id, title=title_from(text))
+            return msg
+
+        msg = self.write(record)
         return self._turn(old.conversation_id, msg.id, False)
 
     def _turn(self, conversation_id: int, parent_id: int, drop_oldest: bool) -> Turn:
