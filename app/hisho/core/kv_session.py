@@ -119,7 +119,7 @@ class KVSession:
 
     def restore(self, owner: str, tokens: Sequence[int]) -> RestoreReport:
         """Make the engine's sequence hold the longest saved prefix of ``tokens``. Never raises for a bad file.
-        Runs on the caller's thread (the engine lane); its index updates go to the store lane."""
+        Runs on the caller's thread (the engine lane); its index updates run on the store lane, waited for."""
         start = time.perf_counter()
         fp = self.fingerprint()
         match = self.index.lookup(fp, tokens)
@@ -139,7 +139,7 @@ class KVSession:
             if res.get("bytes") and not res.get("skipped"):
                 self.index.record_speed(fp, restore_bytes_s=res["bytes"] / max(seconds, 1e-6))
 
-        self.submit(record)
+        self._write(record)  # before returning, as callers read the index next (engine lane may wait for store)
         engine_s = sum(float(res.get(k, 0.0)) for k in ("read_s", "verify_s", "set_s"))
         return RestoreReport(int(res.get("restored", 0)), int(res.get("bytes", 0)), seconds,
                              bool(res.get("skipped")), len(failed), engine_s)
