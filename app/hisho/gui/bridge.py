@@ -6,14 +6,13 @@ Rules of use (napari's ``ensure_main_thread``):
   ``done(result)`` or ``failed(exc)`` on the GUI thread through this ``Bridge``. Widgets never start threads.
 - ``Bridge.post(fn)`` may be called from any thread; ``fn`` runs later on the GUI thread. If the bridge is gone
   (window closed), posted callables are dropped.
-- Streaming text does not go through the bridge token by token: the producer appends to a ``TextBuffer`` and
-  the view drains it on a display-rate timer.
+- Streaming text does not go through the bridge token by token: it has one owner, the running ``Turn``
+  (``hisho.core.chat``), and the chat view reads ``turn.text`` on a display-rate timer (``gui/sending.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -43,21 +42,3 @@ class Bridge(QObject):
             fn()
         except Exception:
             log.exception("GUI callback failed")
-
-
-class TextBuffer:
-    """Pieces of streamed text from a producer thread, drained by the GUI at display rate."""
-
-    def __init__(self, turn_id: int) -> None:
-        self.turn_id = turn_id
-        self._parts: list[str] = []
-        self._lock = threading.Lock()
-
-    def append(self, piece: str) -> None:
-        with self._lock:
-            self._parts.append(piece)
-
-    def take(self) -> str:
-        with self._lock:
-            text, self._parts = "".join(self._parts), []
-        return text
