@@ -5,6 +5,7 @@ the bundled model filled both ways). Slow: the whole matrix."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,9 @@ def test_matrix_only_filter() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("HISHO_PLAN_MATRIX") != "1",
+                    reason="the whole matrix writes ~32 GB of true-shape models and runs about an hour on 2 cores: "
+                           "opt in with HISHO_PLAN_MATRIX=1 (not part of make test / CI)")
 def test_whole_matrix_within_limits() -> None:
     """Every shape x quant x 2 contexts x f16/q8_0 KV: within 5 %, never more than 2 % under (CPU-heavy:
     about an hour on 2 cores)."""
