@@ -88,7 +88,9 @@ def test_real_load_matches_prediction(default_model_path: Path) -> None:
     calib = calibrate(facts)
     cfg = Config(n_ctx=512)
     predicted = estimate(facts, cfg, calib)
-    params = LoadParams(model_path=str(default_model_path), n_ctx=512, n_threads=2)
+    # As launch.load_params_for does: the plan tells the engine whether to map the file (left open, the engine
+    # reads the header itself to decide, and that import costs ~7 MiB the plan does not count).
+    params = LoadParams(model_path=str(default_model_path), n_ctx=512, n_threads=2, use_mmap=predicted.mmap)
     m = run_probe("measure", {"params": params.to_dict()}, timeout=600)
     assert m["filled"] == 512
     committed = sum(sum(m["buffers"][k].values()) for k in ("model", "KV", "compute", "output")) + m["our_arrays"]
