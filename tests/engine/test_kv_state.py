@@ -18,7 +18,7 @@ from hisho.core.engine_client import EngineClient
 from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv_session import KVSession, suffix_length
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.protocol import LoadParams, Prefill, Request, Sampling
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=12, ignore_eos=True)
 CHUNK = 64
@@ -167,8 +167,10 @@ def test_typeahead_makes_send_one_decode_step(kv_engine: EngineClient, session: 
     prefills: list[list[int]] = []  # every prefill the draft thread made, in order: its batch split
     call = kv_engine.call
 
-    def recording(op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        if op == "prefill" and params is not None:
+    def recording(op: Request | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        if isinstance(op, Prefill) and op.tokens is not None:  # the client sends typed requests
+            prefills.append(list(op.tokens))
+        elif op == "prefill" and params is not None:
             prefills.append(list(params["tokens"]))
         return call(op, params)
 
