@@ -104,7 +104,7 @@ def test_read_only_view_of_a_locked_database(qtbot: QtBot, default_model_path: o
     locker = sqlite3.connect(paths.database_path(), timeout=0)
     locker.execute("BEGIN EXCLUSIVE")  # another process holds the file
     try:
-        from hisho.gui.context import open_store
+        from hisho.core.services import open_store
 
         s, problem = open_store()
         assert "locked" in problem and "read-only" in problem

@@ -121,4 +121,4 @@ def test_model_picker_lists_models_and_switches(qtbot: QtBot, window: object, tm
     other = next(e for e in picker.entries if e.name == "other")
     picker.choose(other)
     assert switched == ["other"]
-    assert "KV snapshots" in window.status.currentMessage()
+    assert "KV snapshots" in window.toast.text()  # messages with an action are toasts over the chat

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from hisho.core import paths
-from hisho.core.db import Database
+from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import ModelFileError, UserError
 from hisho.core.gguf_check import validate_gguf
 
@@ -149,7 +149,15 @@ def describe(path: Path) -> dict[str, Any]:
 class ModelStore:
     def __init__(self, db: Database | None = None, legacy: Path | None = None) -> None:
         self.registry = legacy or (paths.data_dir() / "models.json")  # the old JSON file, read once
-        self.db = db or Database()
+        if db is None:
+            try:
+                db = Database()
+            except DatabaseUnavailable as exc:
+                # A corrupt or locked database must not stop the app from loading a model: the window then opens
+                # its read-only or temporary store and says why; the registry lives in memory for this run.
+                log.warning("model registry unavailable (%s); using a temporary one for this run", exc)
+                db = Database(":memory:")
+        self.db = db
         self.db.migrate(COMPONENT, [_v1_table, _import_json(self.registry)])
 
     # ----- reading ---------------------------------------------------------------------------------------

@@ -37,7 +37,13 @@ def protect() -> int:
     if os.name != "posix":
         return 0
     fixed = 0
-    for root in dict.fromkeys((data_dir(), config_dir(), cache_dir(), log_dir())):
+    roots: list[Path] = []
+    for folder_of in (data_dir, config_dir, cache_dir, log_dir):
+        try:
+            roots.append(folder_of())
+        except OSError as exc:  # not creatable (a file in the way, no space): whoever needs it says so
+            logging.getLogger("hisho.store").info("cannot protect %s: %s", folder_of.__name__, exc)
+    for root in dict.fromkeys(roots):
         for folder, _dirs, files in os.walk(root):
             for name in [folder, *(os.path.join(folder, f) for f in files)]:
                 try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QVBoxLayout, QWidget
 
 from hisho.core import paths
 
@@ -39,15 +39,12 @@ class DataPage(QWidget):
         lay.addStretch(1)
 
     def confirm_remove(self) -> bool:
-        box = QMessageBox(QMessageBox.Icon.Warning, "Remove all my data",
-                          "Delete every conversation, KV snapshot, downloaded or imported model, setting and log "
-                          "of Hisho?\n\nThis cannot be undone. Hisho closes and removes them.",
-                          QMessageBox.StandardButton.Cancel, self)
-        box.setObjectName("ConfirmRemoveData")
-        remove = box.addButton("Remove and close", QMessageBox.ButtonRole.DestructiveRole)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        if box.clickedButton() is not remove:
+        from hisho.gui.preferences import confirm_destructive
+
+        if not confirm_destructive(self, "Remove all my data",
+                                   "Delete every conversation, KV snapshot, downloaded or imported model, setting "
+                                   "and log of Hisho?\n\nThis cannot be undone. Hisho closes and removes them.",
+                                   "Remove and close", "ConfirmRemoveData"):
             return False
         self.window_.remove_data_on_exit = True
         dialog = self.window()

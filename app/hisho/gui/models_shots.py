@@ -8,10 +8,12 @@ small real file to download. Nothing comes from the internet.
 
 from __future__ import annotations
 
+import functools
 import os
-import time
 from pathlib import Path
 from typing import Any
+
+from hisho.gui.screenshots import _wait as screen_wait
 
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
 TINY = "TheBlock/TinyStories-GGUF"
@@ -42,13 +44,8 @@ def _cell_text(table: Any, row: int, column: int) -> str:
     return str(item.text()) if item is not None else ""
 
 
-def _wait(app: Any, until: Any, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not until() and time.monotonic() < end:
-        app.processEvents()
-        time.sleep(0.01)
-    for _ in range(20):
-        app.processEvents()
+# Downloads and hub plans take longer than the chat screens' waits.
+_wait = functools.partial(screen_wait, timeout=60.0)
 
 
 def models_shots(app: Any, window: Any, out: Path) -> None:

@@ -284,15 +284,10 @@ class KVCachePage(QWidget):
     def clear_all(self) -> None:
         if self.kv is None:
             return
-        box = QMessageBox(QMessageBox.Icon.Warning, "Clear all KV cache",
-                          "Delete every saved KV file?\n\nYour conversations and documents are kept; each "
-                          "re-reads once (slower) the next time you use it.",
-                          QMessageBox.StandardButton.Cancel, self)
-        box.setObjectName("ConfirmClearKV")
-        clear = box.addButton("Delete all", QMessageBox.ButtonRole.DestructiveRole)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        if box.buttonRole(box.clickedButton()) != box.buttonRole(clear) or self.kv is None:
+        if not confirm_destructive(self, "Clear all KV cache",
+                                   "Delete every saved KV file?\n\nYour conversations and documents are kept; "
+                                   "each re-reads once (slower) the next time you use it.",
+                                   "Delete all", "ConfirmClearKV") or self.kv is None:
             return
         # The kv lane: clearing waits for saves in flight (kv), then deletes through the store lane.
         self.w.ctx.executor.submit("kv", self.kv.session.clear, done=self._cleared, failed=self._failed)
@@ -377,3 +372,14 @@ def open_preferences(window: Any) -> PreferencesDialog:
     window._preferences = dialog
     dialog.show()
     return dialog
+
+
+def confirm_destructive(parent: QWidget, title: str, text: str, action: str, name: str) -> bool:
+    """A warning box whose default is Cancel; True when the user chose ``action`` (object name ``name``, for
+    tests)."""
+    box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Cancel, parent)
+    box.setObjectName(name)
+    chosen = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    return box.clickedButton() is chosen
