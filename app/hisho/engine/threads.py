@@ -11,7 +11,7 @@ Policy, per kind of step (decode, small batch, prefill), engine thread only:
   token count. Costs are compared per token and only against costs measured on this machine in this run.
 - Start: at load the runtime times one decode step at each count (``calibrated``) and starts from the fastest,
   so an engine started on a busy machine does not begin with collapsed steps.
-- Drop: two decode steps (one prefill step) in a row at ``n`` threads that cost more than ``DROP`` × the last measured cost at ``n - 1``
+- Drop: three decode steps (one prefill step) in a row at ``n`` threads that cost more than ``DROP`` × the last measured cost at ``n - 1``
   (at first: an optimistic guess from the cost at ``n``) go down a thread; one step far slower (a collapse): down
   to half at once. A drop in one kind of step moves the others too (contention is the machine's).
 - Recover: a probe runs ``n + 1`` threads for a step or two and keeps them if they are faster than what ``n``
@@ -31,7 +31,10 @@ from collections.abc import Callable
 
 log = logging.getLogger("hisho.engine")
 
-DROP = 1.1            # a step at n threads this much slower than n - 1 threads' last cost counts as contended
+DROP = 1.25           # a step at n threads this much slower than n - 1 threads' last cost counts as contended.
+# Not less: on a 2-core laptop 2 threads decode only ~1.3x faster than 1 (the default model, measured), so a few
+# steps disturbed by the app's own threads would otherwise drop a thread on an idle machine and cost ~25 %; a real
+# collapse is many times slower (COLLAPSE) and milder contention costs us at most DROP while we keep the thread.
 COLLAPSE = 3.0        # this much slower: drop to half at once
 PROBE_MIN_S = 8.0     # first probe after a drop (a failed probe step beside busy programs can take a second)
 PROBE_GIVE_UP = 1.5   # a probe step this much slower than the current count ends the probe at once
@@ -58,7 +61,7 @@ class Governor:
     beyond what ``explain()`` reports."""
 
     def __init__(self, kind: str, max_threads: int, *, fixed: int = 0, probe_steps: int = 2,
-                 decide_steps: int = 2, min_tokens: int = 1, clock: Callable[[], float] = time.monotonic,
+                 decide_steps: int = 3, min_tokens: int = 1, clock: Callable[[], float] = time.monotonic,
                  idle_seconds: Callable[[], float | None] = cpu_idle_seconds) -> None:
         self.kind = kind
         self.max = max(1, fixed or max_threads)
@@ -72,7 +75,7 @@ class Governor:
         self.last: dict[int, float] = {}  # the latest median cost per token at each thread count
         self.best: dict[int, float] = {}  # the lowest median cost seen at each thread count
         self.quiet: float | None = None   # the lowest median cost seen at the maximum (the machine quiet)
-        self._recent: deque[float] = deque(maxlen=3)
+        self._recent: deque[float] = deque(maxlen=max(3, self.decide_steps))
         self._probe: list[float] | None = None  # costs at current + 1 while a probe runs
         self._backoff = PROBE_MIN_S
         self._next_probe = 0.0
@@ -202,7 +205,7 @@ class Governor:
         if now < self._next_probe:
             return False
         if (self._free is not None and self._free < IDLE_NONE * (self.max - self.current)
-                and self._backoff < PROBE_MAX_S):
+                and self._backoff < PROBE_MAX_S and self._slowed()):
             # The back-off ran out but the CPU has had no idle time: a probe would only cost a collapsed step.
             # Wait longer; at the longest wait probe anyway (a nice'd or SCHED_IDLE program also leaves no idle
             # time, yet does not slow us down).
@@ -210,6 +213,13 @@ class Governor:
             self._schedule_probe()
             return False
         return True
+
+    def _slowed(self) -> bool:
+        """True when steps at the current count run slower than their best here: the busy program competes with
+        us. A low-priority (nice'd, SCHED_IDLE) program that takes every idle cycle leaves no idle time either,
+        but yields to us at once, so our steps keep their best speed; then a due probe is not put off."""
+        now, best = self.last.get(self.current), self.best.get(self.current)
+        return now is None or best is None or now > DROP * best
 
     def _cores_free(self, now: float) -> bool:
         """True when the system was idle for about the threads we gave up since the last check."""
