@@ -37,7 +37,7 @@ test-rest: install
 test: lint test-core test-rest
 
 screenshots: install
-	QT_QPA_PLATFORM=offscreen $(PY) -m hisho.gui.screenshots screenshots
+	QT_QPA_PLATFORM=offscreen $(PY) -m hisho.bench.screenshots screenshots
 
 clean:
 	rm -rf $(VENV) build dist screenshots .pytest_cache .mypy_cache .ruff_cache

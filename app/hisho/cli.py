@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hisho import __version__
-from hisho.core import logs, paths, spawn
+from hisho.core import instance, logs, paths, spawn
 from hisho.core.errors import EngineError, UserError
 
 log = logging.getLogger("hisho.cli")
@@ -141,6 +141,24 @@ def cmd_gui(args: argparse.Namespace) -> int:
     return run_app(model=getattr(args, "model", None))
 
 
+def _bring_forward(running: instance.AlreadyRunning, model: str | None) -> bool:
+    """A second window launch: bring the first window forward (hisho.gui.single). False when the folder is held
+    by a terminal chat, PySide6 is missing or the window did not answer (the caller then refuses as before)."""
+    if running.role not in ("gui", ""):
+        return False
+    try:
+        from hisho.gui.single import hand_over
+    except ImportError:
+        return False
+    if not hand_over(running.folder, model):
+        return False
+    log.info("the running window (process %s) was brought to the front", running.pid)
+    if sys.stderr is not None:
+        sys.stderr.write(f"hisho: Hisho is already open (process {running.pid}); its window was brought to the "
+                         "front\n")
+    return True
+
+
 # ----- parser -----------------------------------------------------------------------------------------
 
 
@@ -223,9 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["gui", *(argv if argv is not None else sys.argv[1:])])
     try:
         if args.command in (None, "gui", "chat"):  # the two that write conversations: one per data folder
-            from hisho.core import instance
-
-            instance.acquire()
+            try:
+                instance.acquire(role="chat" if args.command == "chat" else "gui")
+            except instance.AlreadyRunning as running:
+                if args.command == "chat" or not _bring_forward(running, getattr(args, "model", None)):
+                    raise
+                return EXIT_OK
         code: int = args.func(args)
         return code
     except UserError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -67,21 +68,33 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         if not args.json and sys.stderr.isatty():
             sys.stderr.write(f"\r{p.stage}: {p.message or ''} (ETA {p.eta_s:.0f}s)\033[K")
 
+    # Ctrl+C and SIGTERM cancel: finished chunks stay cached, the exit code is 130. The engine runs in its own
+    # session (core.spawn), so the terminal's SIGINT reaches only this process. Caught from the start: a Ctrl+C
+    # while the model loads cancels the job before it begins; a second one then interrupts at once.
+    asked = threading.Event()
+    running: list[Any] = []
+
+    def on_signal(*_: object) -> None:
+        if asked.is_set() and not running:
+            raise KeyboardInterrupt
+        asked.set()
+        for job in running:
+            job.cancel()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         app.load()
         job = app.documents.job(args.files, password=args.password, max_parallel=parallel,
                                 summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
                                 chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages,
                                 confirm=lambda name, chunks, eta: confirm_long(args.yes, name, chunks, eta))
-        # Ctrl+C and SIGTERM cancel: finished chunks stay cached, the exit code is 130. The engine runs in its own
-        # session (core.spawn), so the terminal's SIGINT reaches only this process.
-        previous = {sig: signal.signal(sig, lambda *_: job.cancel()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            result = job.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        running.append(job)
+        if asked.is_set():
+            job.cancel()
+        result = job.run()
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         app.close()
     for line in result.skipped:
         sys.stderr.write(f"hisho: error: {line}\n")

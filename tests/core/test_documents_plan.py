@@ -3,6 +3,7 @@ and the resumable SQLite cache."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -130,3 +131,17 @@ def test_model_fingerprint_tracks_file(tmp_path: Path) -> None:
     first = model_fingerprint(a)
     a.write_bytes(b"GGUF" + b"\x01" * 100)
     assert model_fingerprint(a) != first
+
+
+def test_model_fingerprint_covers_every_byte(tmp_path: Path) -> None:
+    """A byte changed past the header (same size, mtime put back) is another model: its summaries are not reused."""
+    a = tmp_path / "m.gguf"
+    data = bytearray(b"GGUF" + bytes(3 << 20))
+    a.write_bytes(data)
+    before = a.stat()
+    first = model_fingerprint(a)
+    data[2 << 20] = 1
+    a.write_bytes(data)
+    os.utime(a, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert model_fingerprint(a) != first
+    assert model_fingerprint(a) == model_fingerprint(a)

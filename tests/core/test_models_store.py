@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hisho.core.errors import ModelFileError, UserError
-from hisho.core.gguf_check import validate_gguf
+from hisho.core.gguf_facts import validate_gguf
 from hisho.core.models import DEFAULT_MODEL_NAME, ModelStore, bundled_model_path
 
 

@@ -1,13 +1,16 @@
-"""What the memory planner needs to know about a model, read from its GGUF header with the ``gguf`` package.
+"""The one GGUF header reader: validation before a load and what the planner needs to know about a model.
 
-``read_facts(path)`` reads a local file; ``read_hub_facts(repo, filename)`` reads the same from a file on the
+``validate_gguf(path)`` checks a local file before the engine touches it (llama.cpp aborts the process on some
+malformed files: a clear message first is better). ``read_facts(path)`` reads a local file; ``read_hub_facts(repo, filename)`` reads the same from a file on the
 Hugging Face hub by fetching only the header with HTTP range requests (never the weights). Both give a
 ``ModelFacts``: architecture, layer count, per-layer attention heads and KV heads, key/value lengths, the sliding
 window and which layers use it, context length, vocabulary size and the exact bytes of every tensor grouped by
 block (``blk.N``, ``token_embd``, ``output``, ...).
 
-Rules: a file that is not GGUF, or whose header is cut short, raises ``ModelFileError`` (a UserError) with a
-one-line message. An architecture whose KV layout we do not model (recurrent, MLA, hybrid) still gives facts,
+Rules: both go through ``open_header`` — missing, a folder, empty, not GGUF, an unsupported version, a header
+cut short, tensor data past the end of the file or no tensors at all raise ``ModelFileError`` (a UserError)
+with a one-line message. The header is walked by ``gguf_header`` (milliseconds); the ``gguf`` package's reader
+only where that walk does not understand it (its failure becomes the message). An architecture whose KV layout we do not model (recurrent, MLA, hybrid) still gives facts,
 with ``known_architecture`` False, and plans built on them say "estimate only".
 """
 
@@ -17,6 +20,7 @@ import hashlib
 import json
 import logging
 import re
+import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,39 +92,72 @@ FACTS_VERSION = 3  # 2, 3: matmul_weights
 _MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
+GGUF_MAGIC = b"GGUF"
+GGUF_VERSIONS = (2, 3)
+
+
+def validate_gguf(path: str | Path) -> Path:
+    """The resolved path if it is a loadable GGUF file (header and tensor table checked), else ModelFileError."""
+    return open_header(path)[0]
+
+
+def open_header(path: str | Path) -> tuple[Path, Any]:
+    """``(resolved path, reader)`` of a checked local GGUF file; the reader has ``fields`` and ``tensors`` (the
+    ``gguf_header`` walk or, where it fails, ``gguf.GGUFReader``). Raises ModelFileError with the reason."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFileError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelFileError(f"model path is a directory, not a GGUF file: {p}")
+    p = p.resolve()
+    size = p.stat().st_size
+    if size == 0:
+        raise ModelFileError(f"model file is empty (0 bytes): {p}")
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read model file {p}: {exc.strerror or exc}") from None
+    if len(head) < 8 or head[:4] != GGUF_MAGIC:
+        raise ModelFileError(f"not a GGUF model file (wrong magic bytes): {p}")
+    version = struct.unpack("<I", head[4:8])[0]
+    if version not in GGUF_VERSIONS:
+        raise ModelFileError(f"unsupported GGUF version {version}: {p}")
+    reader = _open_reader(p)
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        raise ModelFileError(f"GGUF file is truncated: tensor data needs {end} bytes, the file has {size}: {p}")
+    if not len(reader.tensors):
+        raise ModelFileError(f"GGUF file holds no tensors (metadata only?): {p}")
+    return p, reader
+
+
 def read_facts(path: str | Path, *, use_cache: bool = True) -> ModelFacts:
-    """Facts of a local GGUF file. Raises ModelFileError for a missing, non-GGUF or truncated file.
+    """Facts of a local GGUF file. Raises ModelFileError as ``open_header`` does.
 
     Parsing a header with a large vocabulary takes seconds with the ``gguf`` reader, so the result is cached
     in paths.cache_dir()/facts, keyed by path, size and modification time."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise ModelFileError(f"model file not found: {p}")
-    p = p.resolve()
-    with p.open("rb") as fh:
-        magic = fh.read(4)
-    if magic != b"GGUF":
-        raise ModelFileError(f"not a GGUF model file (wrong magic bytes): {p}")
-    st = p.stat()
-    memo_key = (str(p), st.st_size, st.st_mtime_ns)
-    if use_cache and memo_key in _MEMO:
-        return _MEMO[memo_key]
-    cache = _facts_cache(p) if use_cache else None
-    if cache is not None and cache.is_file():
-        try:
-            return ModelFacts.from_dict(json.loads(cache.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError, KeyError):
-            log.warning("facts cache %s unreadable; reading the header again", cache)
-    reader = _open_reader(p)
+    if p.is_file():  # the cached answer for an unchanged file (checked when it was cached)
+        p = p.resolve()
+        st = p.stat()
+        memo_key = (str(p), st.st_size, st.st_mtime_ns)
+        if use_cache and memo_key in _MEMO:
+            return _MEMO[memo_key]
+        cache = _facts_cache(p) if use_cache else None
+        if cache is not None and cache.is_file():
+            try:
+                return ModelFacts.from_dict(json.loads(cache.read_text(encoding="utf-8")))
+            except (OSError, ValueError, TypeError, KeyError):
+                log.warning("facts cache %s unreadable; reading the header again", cache)
+    p, reader = open_header(path)
     facts = facts_from_reader(reader, source=str(p), file_size=p.stat().st_size)
-    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
-    if end > facts.file_size:
-        raise ModelFileError(f"GGUF file is truncated: tensor data needs {end} bytes, the file has "
-                             f"{facts.file_size}: {p}")
-    if cache is not None:
+    if use_cache:
+        cache = _facts_cache(p)
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(facts.to_dict()), encoding="utf-8")
-        _MEMO[memo_key] = facts
+        st = p.stat()
+        _MEMO[(str(p), st.st_size, st.st_mtime_ns)] = facts
     return facts
 
 
@@ -135,13 +172,13 @@ def _facts_cache(p: Path) -> Path:
 def _open_reader(p: Path) -> Any:
     """The fast header walk (gguf_header); on anything it does not understand, the ``gguf`` package's reader,
     whose failure becomes the user's message."""
-    from gguf import GGUFReader
-
     try:
         return gguf_header.read(p)
-    except (gguf_header.HeaderError, OSError, ValueError) as exc:
+    except (gguf_header.HeaderError, OSError, ValueError, struct.error) as exc:
         log.debug("fast header walk failed for %s (%s); using gguf.GGUFReader", p, exc)
     try:
+        from gguf import GGUFReader
+
         return GGUFReader(str(p))
     except Exception as exc:  # the reader raises many types on a damaged or cut-short header
         raise ModelFileError(f"GGUF header is damaged or truncated ({type(exc).__name__}): {p}") from None

@@ -29,7 +29,7 @@ from typing import Any
 
 from hisho.core import paths
 from hisho.core.engine import Engine
-from hisho.core.errors import EngineError
+from hisho.core.errors import EngineError, UserError
 from hisho.core.executor import Executor
 from hisho.core.kv.index import KVIndex, Usage
 from hisho.core.protocol import StateLoad, StateSave, common_prefix
@@ -180,6 +180,7 @@ class KVSession:
     def _finish_save(self, owner: str, stream: Any, on_done: Callable[[int], None] | None,
                      pinned: bool | None) -> None:
         saved = 0
+        chunks: list[dict[str, Any]] = []
         try:
             report = stream.collect().extra
             self.last_save = {k: v for k, v in report.items() if k != "chunks"}
@@ -197,10 +198,11 @@ class KVSession:
                 return n
 
             saved = int(self._write(record))
-        except EngineError as exc:
+        except (EngineError, UserError) as exc:  # UserError: the index database is on a full disk
             log.warning("KV save for %s failed: %s", owner, exc)
         except Exception:
             log.exception("KV save for %s failed", owner)
+        drop_unrecorded(owner, chunks, saved)
         self.changed()
         if on_done is not None:
             on_done(saved)
@@ -302,3 +304,22 @@ def _budget_setting() -> int:
     from hisho.core import settings
 
     return int(settings.load()["kv_disk_budget_bytes"])
+
+
+def drop_unrecorded(owner: str, chunks: list[dict[str, Any]], saved_tokens: int) -> int:
+    """Remove the chunk files this save wrote that the index did not take (issue 16, point 8): the chunks after
+    a hole (an earlier chunk hit ENOSPC and a smaller later one still fit) and every chunk when the index write
+    itself failed. Unindexed, they would only take disk space until the next ``reconcile``. Files this save did
+    not write (already there, maybe another owner's) are never touched. Returns the number removed."""
+    removed = 0
+    for c in chunks:
+        if not c.get("written") or int(c["start"]) + int(c["n_tokens"]) <= saved_tokens:
+            continue
+        try:
+            Path(str(c["path"])).unlink(missing_ok=True)
+            removed += 1
+        except OSError as exc:
+            log.warning("KV chunk %s of a failed save not removed: %s", c["path"], exc)
+    if removed:
+        log.warning("KV save for %s: removed %d chunk file(s) the index did not take", owner, removed)
+    return removed

@@ -22,6 +22,7 @@ from typing import Any
 import xxhash
 
 from hisho.core import paths
+from hisho.core.atomic import write_text_atomic
 
 log = logging.getLogger("hisho.kv")
 
@@ -88,14 +89,7 @@ def _read(cache: Path) -> dict[str, Any]:
 
 
 def _write(cache: Path, entries: dict[str, Any]) -> None:
-    tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(entries, fh)
-        os.replace(tmp, cache)
+        write_text_atomic(cache, json.dumps(entries))
     except OSError as exc:  # a cache: losing it costs one more hash, never a wrong answer
         log.warning("could not write %s: %s", cache, exc)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass

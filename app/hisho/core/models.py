@@ -30,7 +30,7 @@ from typing import Any, cast
 from hisho.core import paths
 from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import ModelFileError, UserError
-from hisho.core.gguf_check import validate_gguf
+from hisho.core.gguf_facts import validate_gguf
 
 log = logging.getLogger("hisho.store")
 

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+from functools import partial
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QtMsgType, qInstallMessageHandler
@@ -23,6 +24,7 @@ from hisho.gui import theme
 from hisho.gui.bridge import Bridge
 from hisho.gui.context import AppContext, build
 from hisho.gui.main_window import MainWindow
+from hisho.gui.single import FirstInstance
 
 log = logging.getLogger("hisho.gui")
 
@@ -65,14 +67,29 @@ def run_app(model: str | None = None) -> int:
     qInstallMessageHandler(_qt_message)
     try:
         app = application()
+        first = FirstInstance(paths.data_dir(), app)  # listening before the window: a second launch waits for it
         window = open_window(model)
+        welcome_second_launches(first, window)
         _report_first_paint(window)
         window.show()
     except Exception as exc:
         return startup_failed(exc)
     code = int(app.exec())
+    first.close()
     close(window)
     return code
+
+
+def welcome_second_launches(first: FirstInstance, window: MainWindow) -> None:
+    """A second ``hisho gui`` brings ``window`` forward (hisho.gui.single) and is answered in it."""
+    first.attach(window)
+    first.activated.connect(partial(_second_launch, window))
+
+
+def _second_launch(window: MainWindow, message: dict[str, Any]) -> None:
+    model = message.get("model")
+    if model:
+        window.controller.toast(f"Hisho was already open; to use {model}, choose it in the model picker")
 
 
 def close(window: MainWindow) -> None:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hisho.core import model_identity
 from hisho.core.db import Database
 
 log = logging.getLogger("hisho.documents")
@@ -45,17 +46,14 @@ STEPS = [_v1, _v2]
 
 
 def model_fingerprint(model_path: str | Path) -> str:
-    """Name, size and a hash of the first MiB (the GGUF header and metadata) of the model file."""
-    path = Path(model_path)
-    digest = hashlib.sha256()
-    digest.update(path.name.encode("utf-8"))
+    """The model file's identity (hisho.core.model_identity: every byte, cached per file version): a model
+    changed in place (a re-download, a fixed quant) never reuses the old weights' summaries. The hash of the
+    first MiB used before missed changes past the header; summaries cached under it are simply not found again."""
     try:
-        digest.update(str(path.stat().st_size).encode())
-        with path.open("rb") as fh:
-            digest.update(fh.read(1 << 20))
-    except OSError:
-        pass
-    return digest.hexdigest()[:24]
+        return str(model_identity.identity(model_path)["xxh3_128"])[:24]
+    except OSError as exc:
+        log.warning("cannot read %s for its identity (%s); summaries are cached under its name", model_path, exc)
+        return "name-" + hashlib.sha256(Path(model_path).name.encode("utf-8")).hexdigest()[:19]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hisho.gui.screenshots import _wait as screen_wait
+from hisho.bench.screenshots import wait_until
 
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
 TINY = "TheBlock/TinyStories-GGUF"
@@ -45,7 +45,7 @@ def _cell_text(table: Any, row: int, column: int) -> str:
 
 
 # Downloads and hub plans take longer than the chat screens' waits.
-_wait = functools.partial(screen_wait, timeout=60.0)
+_wait = functools.partial(wait_until, timeout=60.0)
 
 
 def models_shots(app: Any, window: Any, out: Path) -> None:

@@ -1,4 +1,4 @@
-"""``python -m hisho.gui.screenshots OUT_DIR``: render the main screens to PNG (``make screenshots``).
+"""``python -m hisho.bench.screenshots OUT_DIR``: render the main screens to PNG (``make screenshots``).
 
 Runs offscreen in a throw-away HISHO_HOME with the real bundled model loaded (the status bar shows real
 figures). The sample conversation is written into the store by this script, so the pictures show the same
@@ -69,7 +69,7 @@ def _seed(store: object) -> int:
     return conv.id
 
 
-def _wait(app: object, until: Callable[[], bool], timeout: float = 30.0) -> None:
+def wait_until(app: object, until: Callable[[], bool], timeout: float = 30.0) -> None:
     from PySide6.QtWidgets import QApplication
 
     assert isinstance(app, QApplication)
@@ -92,13 +92,13 @@ def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
     for cid in cids:
         c.store.update(cid, settings=ChatSettings(max_tokens=24, temperature=0.0))
         c.select(cid)
-        _wait(app, functools.partial(lambda n: c.current is not None and c.current.id == n, cid))
+        wait_until(app, functools.partial(lambda n: c.current is not None and c.current.id == n, cid))
         c.send("One more tip, briefly?")
-        _wait(app, functools.partial(
+        wait_until(app, functools.partial(
             lambda n: c.active is None and bool((window.sidebar.kv_badge(n) or ("", ""))[0]), cid), timeout=120)
     window.grab().save(str(out / "5-kv-sidebar.png"))
     dialog = open_preferences(window)
-    _wait(app, lambda: dialog.kv_page.refreshes > 0)
+    wait_until(app, lambda: dialog.kv_page.refreshes > 0)
     dialog.grab().save(str(out / "6-settings-kv-cache.png"))
     dialog.close()
 
@@ -114,30 +114,30 @@ def _use_shots(app: object, window: object, out: Path, cid: int) -> None:
     story = c.store.create("A long story (sample)", settings=ChatSettings(max_tokens=300, temperature=0.0))
     c.refresh(story.id)
     c.select(story.id)
-    _wait(app, lambda: c.current is not None and c.current.id == story.id)
+    wait_until(app, lambda: c.current is not None and c.current.id == story.id)
     c.send("Write a long story about a lighthouse keeper.")
-    _wait(app, lambda: window.view.stream_widget is not None and len(window.view.stream_widget.text) > 200,
+    wait_until(app, lambda: window.view.stream_widget is not None and len(window.view.stream_widget.text) > 200,
           timeout=120)
     c.select(cid)
-    _wait(app, lambda: c.current is not None and c.current.id == cid)
+    wait_until(app, lambda: c.current is not None and c.current.id == cid)
     window.composer.set_text("Can you show the pandas version as code too?")
     window.composer.submit()
-    _wait(app, lambda: False, timeout=0.5)
+    wait_until(app, lambda: False, timeout=0.5)
     window.grab().save(str(out / "7-queued-send.png"))
     c.stop()
-    _wait(app, lambda: c.active is None and not window.view.queued, timeout=120)
-    _wait(app, lambda: c.active is None, timeout=120)
+    wait_until(app, lambda: c.active is None and not window.view.queued, timeout=120)
+    wait_until(app, lambda: c.active is None, timeout=120)
     c.stop()
-    _wait(app, lambda: c.active is None and not c.sending.queue and c.sending.starting is None, timeout=120)
+    wait_until(app, lambda: c.active is None and not c.sending.queue and c.sending.starting is None, timeout=120)
     window.resize(853, 480)
     window.toggle_sidebar()
-    _wait(app, lambda: False, timeout=0.5)
+    wait_until(app, lambda: False, timeout=0.5)
     window.grab().save(str(out / "8-narrow-window.png"))
     window.toggle_sidebar()
     window.resize(1280, 900)
     dark = next(a for a in window.theme_menu.actions() if a.text() == "Dark")
     dark.trigger()
-    _wait(app, lambda: False, timeout=0.5)
+    wait_until(app, lambda: False, timeout=0.5)
     window.grab().save(str(out / "9-dark-from-menu.png"))
     next(a for a in window.theme_menu.actions() if a.text() == "System").trigger()
 
@@ -156,18 +156,18 @@ def main(argv: list[str]) -> int:
     window.resize(1280, 900)
     window.show()
     c = window.controller
-    _wait(app, lambda: c.model_ready)
+    wait_until(app, lambda: c.model_ready)
     window.grab().save(str(out / "1-empty-state.png"))
     cid = _seed(c.store)
     c.store.update(cid, draft="Can you show the pandas version as code too?")
     c.refresh(cid)
     c.select(cid)
-    _wait(app, lambda: c.current is not None and c.current.id == cid and window.view.built_count() == 4
+    wait_until(app, lambda: c.current is not None and c.current.id == cid and window.view.built_count() == 4
           and window.meter_label.text() != "")
     window.grab().save(str(out / "2-conversation.png"))
     theme.apply(app, theme.DARK)
     c.reload()
-    _wait(app, lambda: False, timeout=0.5)
+    wait_until(app, lambda: False, timeout=0.5)
     window.grab().save(str(out / "3-conversation-dark.png"))
     theme.apply(app, theme.LIGHT)
     assert c.current is not None
@@ -178,12 +178,12 @@ def main(argv: list[str]) -> int:
     dialog = ConversationSettingsDialog(c.current, models, window)
     dialog.system.setPlainText("You are a concise assistant for Python questions.")
     dialog.show()
-    _wait(app, lambda: False, timeout=0.3)
+    wait_until(app, lambda: False, timeout=0.3)
     dialog.grab().save(str(out / "4-settings.png"))
     dialog.close()
     _kv_shots(app, window, out, [c.store.conversations()[1].id, cid])
     _use_shots(app, window, out, cid)
-    from hisho.gui.models_shots import models_shots
+    from hisho.bench.models_shots import models_shots
 
     models_shots(app, window, out)
     window.close()
