@@ -37,6 +37,7 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 log = logging.getLogger("hisho.bench")
 
 CHUNK = 1 << 16
+BURST = 0.005  # seconds of a throttled link's rate it may send at once after the reader fell behind
 
 
 @dataclass
@@ -380,7 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
                 hub.count(key, sent)
                 return
             fh.seek(start)
-            pos, t0, done = start, time.perf_counter(), 0
+            pos, due = start, time.perf_counter()
             while pos < end:
                 chunk = bytearray(fh.read(min(CHUNK, end - pos)))
                 if key in hub.corrupt and pos <= f.size // 2 < pos + len(chunk):
@@ -395,11 +396,13 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 self.wfile.write(bytes(chunk))
                 pos += len(chunk)
-                done += len(chunk)
                 if hub.throttle:
-                    ahead = done / hub.throttle - (time.perf_counter() - t0)
-                    if ahead > 0:
-                        time.sleep(ahead)
+                    # A link of this rate: it never delivers faster, also not to make up for a reader that
+                    # stopped reading for a while (beyond a burst of BURST seconds' worth).
+                    now = time.perf_counter()
+                    due = max(due, now - BURST) + len(chunk) / hub.throttle
+                    if due > now:
+                        time.sleep(due - now)
 
 
 def main() -> None:  # pragma: no cover - a manual tool: python -m hisho.bench.hub_server DIR...

@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 
 from hisho.core.executor import Executor
 from hisho.core.hub import Downloader, Job, Progress, QuantFile, Stopped
+from hisho.core.hub.child import run_child
 from hisho.core.models import ModelEntry, ModelStore
 from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, human
 
@@ -390,7 +391,8 @@ class ModelsPage(QWidget):
         def work() -> ModelEntry:
             if job_id not in self.queued:  # paused or cancelled while it waited for the lane
                 raise Stopped("pause")
-            entry: ModelEntry = self.downloader.run(job_id, progress)
+            # in a process of its own: it shares no GIL with this window (docs/hub.md)
+            entry: ModelEntry = run_child(self.downloader, job_id, progress)
             return entry
 
         self.workers.submit("download", work,
