@@ -199,7 +199,7 @@ def _gui_stall(spec_big_repo: str, spec_dl: str) -> float:
     timer.start()
     page.hub.open_repo(spec_big_repo)
     page.download(f)
-    pump(lambda: bool(page.hub.fits) and not page.queued and not workers.busy("download")
+    pump(lambda: bool(page.hub.fits) and not page.downloads.queued and not workers.busy("download")
          and any(e.source == f"hub:{repo}" for e in page.entries))
     timer.stop()
     workers.shutdown(10)

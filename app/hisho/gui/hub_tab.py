@@ -51,6 +51,21 @@ def human(n: int) -> str:
     return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / 2**20:.0f} MiB"
 
 
+def table(headers: list[str], stretch: int) -> QTableWidget:
+    """A read-only, row-selecting table; column ``stretch`` takes the spare width."""
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().hide()
+    t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+    t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    head = t.horizontalHeader()
+    for col in range(len(headers)):
+        head.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col == stretch
+                                  else QHeaderView.ResizeMode.ResizeToContents)
+    return t
+
+
 class HubTab(QWidget):
     download_requested = Signal(object)   # a QuantFile
     token_requested = Signal()
