@@ -125,6 +125,7 @@ def test_remote_plan_reads_only_the_header(hub: FakeHub, tmp_path: Path) -> None
     ratio = by[big.name].header_bytes / big.stat().st_size
     assert 0 < ratio < 0.001
     assert hub.served[f"org/Llama-8B-GGUF/{big.name}"] == by[big.name].header_bytes
+    assert 8.0e9 < by[big.name].params < 8.1e9  # Llama-3.1-8B: 8,030,261,248 weights, from the header alone
 
     roomy = {f.file.name: f for f in fit_files(files, machine(64).budget(), target_ctx=4096)}
     assert roomy[big.name].verdict == "fits" and roomy[big.name].recommended  # Q4_K_M beats Q2_K

@@ -55,6 +55,7 @@ def test_search_pages_and_fit_badges(qtbot: QtBot, page: ModelsPage, hub: FakeHu
     qtbot.waitUntil(lambda: page.hub.results.count() == 25, timeout=20_000)
     page.hub.results.setCurrentRow(0)
     qtbot.waitUntil(lambda: len(page.hub.fits) == 2, timeout=60_000)
+    assert all(page.hub.files.item(row, 1).text()[-1] in "MB" for row in range(2))  # the parameter count
     badges = [page.hub.files.cellWidget(r, 2) for r in range(2)]
     assert all(isinstance(b, QLabel) and b.property("verdict") in ("fits", "tight", "wont_fit") for b in badges)
     assert sum(1 for f in page.hub.fits if f.recommended) == 1

@@ -39,9 +39,10 @@ from hisho.core.executor import Executor
 from hisho.core.hub import Downloader, Job, QuantFile
 from hisho.core.models import ModelEntry, ModelStore
 from hisho.gui.downloads_tab import DownloadsTab
-from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, human, table
+from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, human, params_label, table
 
 log = logging.getLogger("hisho.gui")
+PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
 
 
 def planner_budget() -> tuple[Any, dict[str, Any]]:
@@ -89,9 +90,10 @@ class ModelsPage(QWidget):
         page = QWidget()
         lay = QVBoxLayout(page)
         lay.setContentsMargins(12, 12, 12, 12)
-        self.model_table = table(["Name", "Architecture", "Quant", "Size", "Context", "Source", "Fit"], 0)
-        self.model_table.horizontalHeader().setSectionResizeMode(6, QHeaderView.ResizeMode.Fixed)
-        self.model_table.setColumnWidth(6, BADGE_WIDTH)
+        self.model_table = table(["Name", "Architecture", "Params", "Quant", "Size", "Context", "Source",
+                                  "Fit"], 0)
+        self.model_table.horizontalHeader().setSectionResizeMode(FIT_COL, QHeaderView.ResizeMode.Fixed)
+        self.model_table.setColumnWidth(FIT_COL, BADGE_WIDTH)
         self.model_table.itemSelectionChanged.connect(self._selection_changed)
         self.installed_status = QLabel("Drop a .gguf file here to import it.")
         self.installed_status.setObjectName("Meta")
@@ -134,21 +136,21 @@ class ModelsPage(QWidget):
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
             src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
-            values = [e.name, e.arch or "?", e.quant or "?", human(e.size), f"{e.n_ctx_train:,}" if e.n_ctx_train
-                      else "?", src]
+            values = [e.name, e.arch or "?", "…", e.quant or "?", human(e.size),
+                      f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
                 item.setToolTip(e.path)
                 t.setItem(row, col, item)
             pending = QLabel("…")
             pending.setObjectName("Meta")
-            t.setCellWidget(row, 6, pending)
+            t.setCellWidget(row, FIT_COL, pending)
         self._selection_changed()
         names = [e.name for e in entries]
         self.workers.submit("hub", lambda: self._fits(names), done=self._show_fits, failed=lambda exc: None)
 
-    def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str]]:
-        """name -> (verdict, label, why) from the planner (formulas and cached dry runs only: no probe here)."""
+    def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
+        """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
         from hisho.core import machine as machine_mod
         from hisho.core.hub.fit import LABELS, verdict
         from hisho.core.planner import make_plan
@@ -162,23 +164,26 @@ class ModelsPage(QWidget):
                               calibrate_missing=False)
                 wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
                 v, why = verdict(p, budget, wanted or opts["target_ctx"])
-                out[name] = (v, LABELS[v], why)
+                out[name] = (v, LABELS[v], why, p.facts.n_params if p.facts else 0)
             except Exception as exc:  # a damaged or missing file: say so in the row
-                out[name] = ("unknown", "Unknown", str(exc))
+                out[name] = ("unknown", "Unknown", str(exc), 0)
         return out
 
-    def _show_fits(self, fits: dict[str, tuple[str, str, str]]) -> None:
+    def _show_fits(self, fits: dict[str, tuple[str, str, str, int]]) -> None:
         for row, e in enumerate(self.entries):
             if e.name not in fits:
                 continue
-            v, label, why = fits[e.name]
+            v, label, why, n_params = fits[e.name]
+            params = QTableWidgetItem(params_label(n_params))
+            params.setToolTip(f"{n_params:,} parameters" if n_params else "not known")
+            self.model_table.setItem(row, PARAMS_COL, params)
             badge = QLabel(label)
             badge.setObjectName("FitBadge")
             badge.setProperty("verdict", v)
             badge.setStyleSheet(badge_style(v))
             badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
             badge.setToolTip(why)
-            self.model_table.setCellWidget(row, 6, badge)
+            self.model_table.setCellWidget(row, FIT_COL, badge)
 
     def selected(self) -> ModelEntry | None:
         rows = self.model_table.selectionModel().selectedRows() if self.model_table.selectionModel() else []

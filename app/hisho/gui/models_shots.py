@@ -71,8 +71,8 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
             hub.add_repo(repo, downloads=downloads, likes=likes, gated="Gated" in repo)
         page = open_models(window)
         page.resize(1180, 760)
-        _wait(app, lambda: bool(page.entries) and page.model_table.cellWidget(0, 6) is not None
-              and page.model_table.cellWidget(0, 6).objectName() == "FitBadge")
+        _wait(app, lambda: bool(page.entries) and page.model_table.cellWidget(0, 7) is not None
+              and page.model_table.cellWidget(0, 7).objectName() == "FitBadge")
         page.model_table.selectRow(0)
         page.grab().save(str(out / "7-models-installed.png"))
 
