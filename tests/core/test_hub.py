@@ -38,6 +38,7 @@ from hisho.core.hub import (
     search,
 )
 from hisho.core.hub import download as download_mod
+from hisho.core.hub import fetch as fetch_mod
 from hisho.core.hub import token as token_mod
 from hisho.core.machine import Machine
 from hisho.core.models import ModelStore
@@ -124,6 +125,7 @@ def test_remote_plan_reads_only_the_header(hub: FakeHub, tmp_path: Path) -> None
     ratio = by[big.name].header_bytes / big.stat().st_size
     assert 0 < ratio < 0.001
     assert hub.served[f"org/Llama-8B-GGUF/{big.name}"] == by[big.name].header_bytes
+    assert 8.0e9 < by[big.name].params < 8.1e9  # Llama-3.1-8B: 8,030,261,248 weights, from the header alone
 
     roomy = {f.file.name: f for f in fit_files(files, machine(64).budget(), target_ctx=4096)}
     assert roomy[big.name].verdict == "fits" and roomy[big.name].recommended  # Q4_K_M beats Q2_K
@@ -197,10 +199,10 @@ def test_a_damaged_download_is_caught_by_the_hash(hub: FakeHub, tmp_path: Path) 
 def test_a_full_disk_is_refused_with_the_shortfall(hub: FakeHub, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     src = serve_tiny(hub, tmp_path, 2)
-    monkeypatch.setattr(download_mod, "free_bytes", lambda folder: 10 * MIB)
+    monkeypatch.setattr(fetch_mod, "free_bytes", lambda folder: 10 * MIB)
     with pytest.raises(DiskFull) as err:
         pull(f"{REPO}:tiny-Q4_K_M.gguf")
-    short = src.stat().st_size + download_mod.RESERVE - 10 * MIB
+    short = src.stat().st_size + fetch_mod.RESERVE - 10 * MIB
     assert f"({short / MIB:.0f} MiB short)" in str(err.value)
     assert hub.served.get(f"{REPO}/tiny-Q4_K_M.gguf", 0) == 0  # nothing was fetched
 

@@ -30,7 +30,7 @@ def page(qtbot: QtBot, hub: FakeHub) -> Iterator[ModelsPage]:
     qtbot.addWidget(p)
     p.show()
     yield p
-    p.pause_all()
+    p.downloads.pause_all()
     workers.shutdown(10)
 
 
@@ -55,6 +55,7 @@ def test_search_pages_and_fit_badges(qtbot: QtBot, page: ModelsPage, hub: FakeHu
     qtbot.waitUntil(lambda: page.hub.results.count() == 25, timeout=20_000)
     page.hub.results.setCurrentRow(0)
     qtbot.waitUntil(lambda: len(page.hub.fits) == 2, timeout=60_000)
+    assert all(page.hub.files.item(row, 1).text()[-1] in "MB" for row in range(2))  # the parameter count
     badges = [page.hub.files.cellWidget(r, 2) for r in range(2)]
     assert all(isinstance(b, QLabel) and b.property("verdict") in ("fits", "tight", "wont_fit") for b in badges)
     assert sum(1 for f in page.hub.fits if f.recommended) == 1
@@ -77,18 +78,18 @@ def test_download_progress_pause_resume_then_delete(qtbot: QtBot, page: ModelsPa
 
     [f] = repo_files(REPO)
     page.download(f)
-    qtbot.waitUntil(lambda: any(p.done > 2 * MIB for p in page.live.values()), timeout=30_000)
-    [job_id] = list(page.queued)
-    page.pause(job_id)
-    qtbot.waitUntil(lambda: not page.queued, timeout=20_000)
-    qtbot.waitUntil(lambda: "paused" in (page.job_table.item(0, 5).text() if page.job_table.item(0, 5) else ""),
+    qtbot.waitUntil(lambda: any(p.done > 2 * MIB for p in page.downloads.live.values()), timeout=30_000)
+    [job_id] = list(page.downloads.queued)
+    page.downloads.pause(job_id)
+    qtbot.waitUntil(lambda: not page.downloads.queued, timeout=20_000)
+    qtbot.waitUntil(lambda: "paused" in (page.downloads.job_table.item(0, 5).text() if page.downloads.job_table.item(0, 5) else ""),
                     timeout=10_000)
-    assert page.resume_banner.isVisible()
+    assert page.downloads.resume_banner.isVisible()
     hub.throttle = None
-    page.job_table.selectRow(0)
-    page.resume_button.click()
+    page.downloads.job_table.selectRow(0)
+    page.downloads.resume_button.click()
     qtbot.waitUntil(lambda: any(e.source == f"hub:{REPO}" for e in page.entries), timeout=30_000)
-    qtbot.waitUntil(lambda: page.job_table.rowCount() == 0, timeout=10_000)  # listed after the models
+    qtbot.waitUntil(lambda: page.downloads.job_table.rowCount() == 0, timeout=10_000)  # listed after the models
     entry = next(e for e in page.entries if e.source == f"hub:{REPO}")
     assert Path(entry.path).read_bytes() == src.read_bytes()
     bars = page.findChildren(QProgressBar)

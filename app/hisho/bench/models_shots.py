@@ -71,8 +71,8 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
             hub.add_repo(repo, downloads=downloads, likes=likes, gated="Gated" in repo)
         page = open_models(window)
         page.resize(1180, 760)
-        _wait(app, lambda: bool(page.entries) and page.model_table.cellWidget(0, 6) is not None
-              and page.model_table.cellWidget(0, 6).objectName() == "FitBadge")
+        _wait(app, lambda: bool(page.entries) and page.model_table.cellWidget(0, 7) is not None
+              and page.model_table.cellWidget(0, 7).objectName() == "FitBadge")
         page.model_table.selectRow(0)
         page.grab().save(str(out / "7-models-installed.png"))
 
@@ -93,17 +93,17 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
 
         hub.throttle = 12 * 2**20
         page.download(repo_files(TINY)[0])
-        _wait(app, lambda: any(p.done > 20 * 2**20 and p.eta_s for p in page.live.values()))
-        page.job_table.selectRow(0)
+        _wait(app, lambda: any(p.done > 20 * 2**20 and p.eta_s for p in page.downloads.live.values()))
+        page.downloads.job_table.selectRow(0)
         page.grab().save(str(out / "9-models-downloading.png"))
-        for job_id in list(page.queued):
-            page.pause(job_id)
-        _wait(app, lambda: not page.queued and page.job_table.rowCount() == 1
-              and "paused" in _cell_text(page.job_table, 0, 5))
-        page.job_table.selectRow(0)
+        for job_id in list(page.downloads.queued):
+            page.downloads.pause(job_id)
+        _wait(app, lambda: not page.downloads.queued and page.downloads.job_table.rowCount() == 1
+              and "paused" in _cell_text(page.downloads.job_table, 0, 5))
+        page.downloads.job_table.selectRow(0)
         page.grab().save(str(out / "9b-models-download-paused.png"))
-        for job_id in list(page.jobs):
-            page.cancel(job_id)
+        for job_id in list(page.downloads.jobs):
+            page.downloads.cancel(job_id)
         page.close()
     finally:
         hub.stop()

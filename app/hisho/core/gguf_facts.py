@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import struct
 from dataclasses import asdict, dataclass, field
@@ -69,6 +70,7 @@ class ModelFacts:
     # CPU backend may repack (core/planner/repack.py). A tied embedding (no output.weight) appears again as
     # "dup:...": llama.cpp loads it a second time for the output layer, which may put it in the repack buffer.
     matmul_weights: dict[str, int] = field(default_factory=dict)
+    n_params: int = 0  # weights' element count (the "7B" of a 7B model)
 
     @property
     def weights_bytes(self) -> int:
@@ -88,7 +90,7 @@ class ModelFacts:
         return cls(**data)
 
 
-FACTS_VERSION = 3  # 2, 3: matmul_weights
+FACTS_VERSION = 4  # 2, 3: matmul_weights; 4: n_params
 _MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
@@ -214,6 +216,7 @@ def facts_from_reader(reader: Any, *, source: str, file_size: int) -> ModelFacts
         swa_layers=_swa_layers(arch, n_swa, n_layer, key("attention.sliding_window_pattern", None)),
         context_length=int(key("context_length", 0) or 0), vocab_size=vocab, file_size=file_size,
         tensor_bytes=_group_tensors(reader), known_architecture=known, matmul_weights=_matmul_weights(reader),
+        n_params=sum(math.prod(int(d) for d in getattr(t, "shape", ())) for t in reader.tensors),
     )
 
 

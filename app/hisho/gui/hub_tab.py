@@ -47,8 +47,32 @@ def badge_style(verdict: str) -> str:
     return f"color: white; background: {color}; border-radius: 8px; padding: 2px 8px; font-weight: 600;"
 
 
+def params_label(n: int) -> str:
+    """A parameter count the way model names say it: 135M, 1.7B, 8.0B, 70B."""
+    if n <= 0:
+        return "?"
+    if n >= 10**10:
+        return f"{n / 10**9:.0f}B"
+    return f"{n / 10**9:.1f}B" if n >= 10**9 else f"{n / 10**6:.0f}M"
+
+
 def human(n: int) -> str:
     return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / 2**20:.0f} MiB"
+
+
+def table(headers: list[str], stretch: int) -> QTableWidget:
+    """A read-only, row-selecting table; column ``stretch`` takes the spare width."""
+    t = QTableWidget(0, len(headers))
+    t.setHorizontalHeaderLabels(headers)
+    t.verticalHeader().hide()
+    t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+    t.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+    t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    head = t.horizontalHeader()
+    for col in range(len(headers)):
+        head.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col == stretch
+                                  else QHeaderView.ResizeMode.ResizeToContents)
+    return t
 
 
 class HubTab(QWidget):
@@ -125,17 +149,17 @@ class HubTab(QWidget):
         self.repo_title.setWordWrap(True)
         self.recommend = QLabel("")
         self.recommend.setWordWrap(True)
-        self.files = QTableWidget(0, 5)
-        self.files.setHorizontalHeaderLabels(["Quant", "Size", "Fit", "Why", ""])
+        self.files = QTableWidget(0, 6)
+        self.files.setHorizontalHeaderLabels(["Quant", "Params", "Size", "Fit", "Why", ""])
         self.files.verticalHeader().hide()
         self.files.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.files.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         head = self.files.horizontalHeader()
-        head.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
-        for col in (0, 1, 4):
+        head.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        for col in (0, 1, 2, 5):
             head.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        head.setSectionResizeMode(2, QHeaderView.ResizeMode.Fixed)
-        self.files.setColumnWidth(2, BADGE_WIDTH)
+        head.setSectionResizeMode(3, QHeaderView.ResizeMode.Fixed)
+        self.files.setColumnWidth(3, BADGE_WIDTH)
         self.card = QTextBrowser()
         self.card.setOpenExternalLinks(True)
         self.card.setPlaceholderText("The repository's model card appears here.")
@@ -251,14 +275,15 @@ class HubTab(QWidget):
             quant = QTableWidgetItem(f.quant)
             quant.setToolTip(f.name)
             self.files.setItem(row, 0, quant)
-            self.files.setItem(row, 1, QTableWidgetItem(human(f.size) + parts))
+            self.files.setItem(row, 1, QTableWidgetItem("…"))
+            self.files.setItem(row, 2, QTableWidgetItem(human(f.size) + parts))
             pending = QLabel("checking…")
             pending.setObjectName("Meta")
-            self.files.setCellWidget(row, 2, pending)
-            self.files.setItem(row, 3, QTableWidgetItem(""))
+            self.files.setCellWidget(row, 3, pending)
+            self.files.setItem(row, 4, QTableWidgetItem(""))
             button = QPushButton("Download")
             button.clicked.connect(lambda _=False, q=f: self.download_requested.emit(q))
-            self.files.setCellWidget(row, 4, button)
+            self.files.setCellWidget(row, 5, button)
 
     def _planned(self, seq: int, fits: list[Fit]) -> None:
         if seq != self._seq:
@@ -275,10 +300,13 @@ class HubTab(QWidget):
                 badge.setToolTip(f"context {p['n_ctx']} · KV {p['type_k']} · GPU layers {p['n_gpu_layers']}\n"
                                  f"resident {human(p['resident'])} · committed {human(p['committed'])}\n"
                                  f"{p['budget']}")
-            self.files.setCellWidget(row, 2, badge)
+            self.files.setCellWidget(row, 3, badge)
+            params = QTableWidgetItem(params_label(fit.params))
+            params.setToolTip(f"{fit.params:,} parameters" if fit.params else "not known")
+            self.files.setItem(row, 1, params)
             why = QTableWidgetItem(fit.why)
             why.setToolTip(fit.why)
-            self.files.setItem(row, 3, why)
+            self.files.setItem(row, 4, why)
         best = next((f for f in fits if f.recommended), None)
         self.recommend.setText(f"★ Recommended: {best.file.name} — {best.why}" if best else "")
         self.say(f"{len(fits)} GGUF models in {self.repo}")

@@ -28,9 +28,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMessageBox,
-    QProgressBar,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
@@ -38,11 +36,13 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.executor import Executor
-from hisho.core.hub import Downloader, Job, Progress, QuantFile, Stopped
+from hisho.core.hub import Downloader, Job, QuantFile
 from hisho.core.models import ModelEntry, ModelStore
-from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, human
+from hisho.gui.downloads_tab import DownloadsTab
+from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, human, params_label, table
 
 log = logging.getLogger("hisho.gui")
+PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
 
 
 def planner_budget() -> tuple[Any, dict[str, Any]]:
@@ -54,20 +54,6 @@ def planner_budget() -> tuple[Any, dict[str, Any]]:
     return machine_mod.detect().budget(), {"min_ctx": int(s["min_ctx"]),
                                            "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
                                            "n_batch": int(s["n_batch"])}
-
-
-def _table(headers: list[str], stretch: int) -> QTableWidget:
-    t = QTableWidget(0, len(headers))
-    t.setHorizontalHeaderLabels(headers)
-    t.verticalHeader().hide()
-    t.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-    t.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
-    t.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-    head = t.horizontalHeader()
-    for col in range(len(headers)):
-        head.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col == stretch
-                                  else QHeaderView.ResizeMode.ResizeToContents)
-    return t
 
 
 class ModelsPage(QWidget):
@@ -82,9 +68,6 @@ class ModelsPage(QWidget):
         self.toast = toast or (lambda text: self.say(text))
         self.downloader = Downloader()
         self.entries: list[ModelEntry] = []
-        self.jobs: dict[int, Job] = {}
-        self.live: dict[int, Progress] = {}
-        self.queued: set[int] = set()
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.tabs = QTabWidget()
@@ -92,13 +75,14 @@ class ModelsPage(QWidget):
         self.hub = HubTab(workers, planner_budget)
         self.hub.download_requested.connect(self.download)
         self.hub.token_requested.connect(self.ask_token)
-        self.downloads = self._build_downloads()
+        self.downloads = DownloadsTab(workers, self.downloader, self.toast)
+        self.downloads.finished.connect(lambda _entry: self.refresh())
+        self.downloads.token_needed.connect(self.ask_token)
         self.tabs.addTab(self.installed, "Installed")
         self.tabs.addTab(self.hub, "Hub")
         self.tabs.addTab(self.downloads, "Downloads")
         lay.addWidget(self.tabs)
         self.refresh()
-        self.refresh_downloads()
 
     # ----- Installed -------------------------------------------------------------------------------------
 
@@ -106,9 +90,10 @@ class ModelsPage(QWidget):
         page = QWidget()
         lay = QVBoxLayout(page)
         lay.setContentsMargins(12, 12, 12, 12)
-        self.model_table = _table(["Name", "Architecture", "Quant", "Size", "Context", "Source", "Fit"], 0)
-        self.model_table.horizontalHeader().setSectionResizeMode(6, QHeaderView.ResizeMode.Fixed)
-        self.model_table.setColumnWidth(6, BADGE_WIDTH)
+        self.model_table = table(["Name", "Architecture", "Params", "Quant", "Size", "Context", "Source",
+                                  "Fit"], 0)
+        self.model_table.horizontalHeader().setSectionResizeMode(FIT_COL, QHeaderView.ResizeMode.Fixed)
+        self.model_table.setColumnWidth(FIT_COL, BADGE_WIDTH)
         self.model_table.itemSelectionChanged.connect(self._selection_changed)
         self.installed_status = QLabel("Drop a .gguf file here to import it.")
         self.installed_status.setObjectName("Meta")
@@ -151,21 +136,21 @@ class ModelsPage(QWidget):
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
             src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
-            values = [e.name, e.arch or "?", e.quant or "?", human(e.size), f"{e.n_ctx_train:,}" if e.n_ctx_train
-                      else "?", src]
+            values = [e.name, e.arch or "?", "…", e.quant or "?", human(e.size),
+                      f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
                 item.setToolTip(e.path)
                 t.setItem(row, col, item)
             pending = QLabel("…")
             pending.setObjectName("Meta")
-            t.setCellWidget(row, 6, pending)
+            t.setCellWidget(row, FIT_COL, pending)
         self._selection_changed()
         names = [e.name for e in entries]
         self.workers.submit("hub", lambda: self._fits(names), done=self._show_fits, failed=lambda exc: None)
 
-    def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str]]:
-        """name -> (verdict, label, why) from the planner (formulas and cached dry runs only: no probe here)."""
+    def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
+        """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
         from hisho.core import machine as machine_mod
         from hisho.core.hub.fit import LABELS, verdict
         from hisho.core.planner import make_plan
@@ -179,23 +164,26 @@ class ModelsPage(QWidget):
                               calibrate_missing=False)
                 wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
                 v, why = verdict(p, budget, wanted or opts["target_ctx"])
-                out[name] = (v, LABELS[v], why)
+                out[name] = (v, LABELS[v], why, p.facts.n_params if p.facts else 0)
             except Exception as exc:  # a damaged or missing file: say so in the row
-                out[name] = ("unknown", "Unknown", str(exc))
+                out[name] = ("unknown", "Unknown", str(exc), 0)
         return out
 
-    def _show_fits(self, fits: dict[str, tuple[str, str, str]]) -> None:
+    def _show_fits(self, fits: dict[str, tuple[str, str, str, int]]) -> None:
         for row, e in enumerate(self.entries):
             if e.name not in fits:
                 continue
-            v, label, why = fits[e.name]
+            v, label, why, n_params = fits[e.name]
+            params = QTableWidgetItem(params_label(n_params))
+            params.setToolTip(f"{n_params:,} parameters" if n_params else "not known")
+            self.model_table.setItem(row, PARAMS_COL, params)
             badge = QLabel(label)
             badge.setObjectName("FitBadge")
             badge.setProperty("verdict", v)
             badge.setStyleSheet(badge_style(v))
             badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
             badge.setToolTip(why)
-            self.model_table.setCellWidget(row, 6, badge)
+            self.model_table.setCellWidget(row, FIT_COL, badge)
 
     def selected(self) -> ModelEntry | None:
         rows = self.model_table.selectionModel().selectedRows() if self.model_table.selectionModel() else []
@@ -297,162 +285,15 @@ class ModelsPage(QWidget):
 
     # ----- Downloads -------------------------------------------------------------------------------------
 
-    def _build_downloads(self) -> QWidget:
-        page = QWidget()
-        lay = QVBoxLayout(page)
-        lay.setContentsMargins(12, 12, 12, 12)
-        self.resume_banner = QLabel("")
-        self.resume_banner.setObjectName("Banner")
-        self.resume_banner.hide()
-        self.job_table = _table(["Model", "Progress", "Bytes", "Speed", "ETA", "State"], 0)
-        row = QHBoxLayout()
-        self.pause_button = QPushButton("Pause")
-        self.resume_button = QPushButton("Resume")
-        self.cancel_button = QPushButton("Cancel")
-        self.pause_button.clicked.connect(lambda: self._on_job(self.pause))
-        self.resume_button.clicked.connect(lambda: self._on_job(self.resume))
-        self.cancel_button.clicked.connect(lambda: self._on_job(self.cancel))
-        for b in (self.pause_button, self.resume_button, self.cancel_button):
-            row.addWidget(b)
-        row.addStretch(1)
-        lay.addWidget(self.resume_banner)
-        lay.addWidget(self.job_table, 1)
-        lay.addLayout(row)
-        return page
-
-    def refresh_downloads(self) -> None:
-        self.workers.submit("store", self.downloader.unfinished, done=self._show_jobs)
-
-    def _show_jobs(self, jobs: list[Job]) -> None:
-        self.jobs = {j.id: j for j in jobs}
-        t = self.job_table
-        t.setRowCount(len(jobs))
-        for row, j in enumerate(jobs):
-            item = QTableWidgetItem(f"{j.repo} · {Path(j.name).name}")
-            item.setData(Qt.ItemDataRole.UserRole, j.id)
-            t.setItem(row, 0, item)
-            bar = QProgressBar()
-            bar.setRange(0, 1000)
-            t.setCellWidget(row, 1, bar)
-            self._paint_job(row, j, self.live.get(j.id))
-        paused = [j for j in jobs if j.state in ("paused", "failed") and j.id not in self.queued]
-        self.resume_banner.setText(f"{len(paused)} download(s) stopped before they finished. Select one and "
-                                   "press Resume." if paused else "")
-        self.resume_banner.setVisible(bool(paused))
-
-    def _row_of(self, job_id: int) -> int:
-        for row in range(self.job_table.rowCount()):
-            item = self.job_table.item(row, 0)
-            if item is not None and item.data(Qt.ItemDataRole.UserRole) == job_id:
-                return row
-        return -1
-
-    def _paint_job(self, row: int, j: Job, p: Progress | None) -> None:
-        t = self.job_table
-        done = p.done if p else j.done_bytes
-        total = p.total if p else j.size
-        bar = t.cellWidget(row, 1)
-        if isinstance(bar, QProgressBar):
-            bar.setValue(int(1000 * done / total) if total else 0)
-        speed = f"{p.speed / 2**20:.1f} MiB/s" if p and p.speed else ""
-        eta = f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}" if p and p.eta_s is not None else ""
-        state = "downloading" if j.id in self.queued and p else ("queued" if j.id in self.queued else j.state)
-        if j.error and state == "failed":
-            state = f"failed: {j.error}"
-        for col, text in ((2, f"{human(done)} / {human(total)}"), (3, speed), (4, eta), (5, state)):
-            item = QTableWidgetItem(text)
-            item.setToolTip(text)
-            t.setItem(row, col, item)
-
-    def _on_job(self, fn: Callable[[int], None]) -> None:
-        rows = self.job_table.selectionModel().selectedRows()
-        if not rows and self.job_table.rowCount() == 1:
-            rows = [self.job_table.model().index(0, 0)]
-        for r in rows:
-            item = self.job_table.item(r.row(), 0)
-            if item is not None:
-                fn(int(item.data(Qt.ItemDataRole.UserRole)))
-
     def download(self, f: QuantFile) -> None:
-        """Queue ``f`` and start it on the download lane (one download at a time)."""
+        """Queue ``f`` and start it (``DownloadsTab.download``), showing the Downloads tab."""
         self.tabs.setCurrentWidget(self.downloads)
-        self.workers.submit("store", lambda: self.downloader.enqueue(f), done=lambda job: self.resume(job.id))
-
-    def resume(self, job_id: int) -> None:
-        if job_id in self.queued:
-            return
-        self.queued.add(job_id)
-        post = self.workers.post
-
-        def progress(p: Progress) -> None:
-            post(lambda: self._progress(p))
-
-        def work() -> ModelEntry:
-            if job_id not in self.queued:  # paused or cancelled while it waited for the lane
-                raise Stopped("pause")
-            entry: ModelEntry = self.downloader.run(job_id, progress)
-            return entry
-
-        self.workers.submit("download", work,
-                            done=lambda entry: self._finished(job_id, entry),
-                            failed=lambda exc: self._stopped(job_id, exc))
-        self.refresh_downloads()
-
-    def _progress(self, p: Progress) -> None:
-        if p.job_id not in self.queued:
-            return  # a late report of a download that was paused or cancelled meanwhile
-        self.live[p.job_id] = p
-        row = self._row_of(p.job_id)
-        job = self.jobs.get(p.job_id)
-        if row >= 0 and job is not None:
-            self._paint_job(row, job, p)
-
-    def _finished(self, job_id: int, entry: ModelEntry) -> None:
-        self.queued.discard(job_id)
-        self.live.pop(job_id, None)
-        self.toast(f"Downloaded {entry.name} (sha256 verified). Select it and press Load to chat with it.")
-        self.refresh()
-        self.refresh_downloads()
-
-    def _stopped(self, job_id: int, exc: BaseException) -> None:
-        self.queued.discard(job_id)
-        self.live.pop(job_id, None)
-        if isinstance(exc, Stopped):
-            self.toast("Download cancelled; the partial file was removed." if exc.reason == "cancel"
-                       else "Download paused.")
-        else:
-            from hisho.core.errors import UserError
-
-            if not isinstance(exc, UserError):
-                log.error("download failed", exc_info=exc)
-            self.toast(f"Download stopped: {exc}")
-            from hisho.core.hub import GatedRepo
-
-            if isinstance(exc, GatedRepo):
-                self.ask_token()  # then Resume tries again with it
-        self.refresh_downloads()
-
-    def pause_all(self) -> None:
-        """Pause what is downloading (the window is closing): the next start offers to resume it."""
-        for job_id in list(self.queued):
-            self.downloader.pause(job_id)
+        self.downloads.download(f)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
         if event.type() == QEvent.Type.Close and watched is self.parent():
-            self.pause_all()  # before the window waits for its worker lanes
+            self.downloads.pause_all()  # before the window waits for its worker lanes
         return False
-
-    def pause(self, job_id: int) -> None:
-        self.downloader.pause(job_id)
-        if not self.downloader.running(job_id):
-            self.queued.discard(job_id)
-            self.refresh_downloads()
-
-    def cancel(self, job_id: int) -> None:
-        self.downloader.cancel(job_id)
-        if not self.downloader.running(job_id):
-            self.queued.discard(job_id)
-            self.refresh_downloads()
 
 
 def open_models(window: Any, tab: str = "Installed") -> ModelsPage:

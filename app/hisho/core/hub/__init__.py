@@ -5,8 +5,9 @@ No Qt here: the window runs these calls on a worker lane; the CLI calls them dir
 """
 
 from hisho.core.hub.catalog import QuantFile, RepoSummary, group_files, model_card, repo_files, search
-from hisho.core.hub.download import DiskFull, Downloader, HashMismatch, Job, Progress, Stopped, pull
+from hisho.core.hub.download import Downloader, Job, Progress, pull
 from hisho.core.hub.errors import GatedRepo, HubError, HubOffline, NotFound, offline
+from hisho.core.hub.fetch import DiskFull, HashMismatch, Stopped
 from hisho.core.hub.fit import Fit, fit_files
 
 __all__ = ["DiskFull", "Downloader", "Fit", "GatedRepo", "HashMismatch", "HubError", "HubOffline", "Job",

@@ -1,84 +1,44 @@
-"""Downloads from the hub: a queue kept in SQLite (component ``downloads``) so that a download paused, cut off or
-interrupted by quitting resumes where it stopped, also after a restart.
+"""The download queue (docs/hub.md): kept in SQLite (component ``downloads``) so that a download paused, cut
+off or interrupted by quitting resumes where it stopped, also after a restart. The bytes themselves move in
+``hisho.core.hub.fetch``; the window runs a download in a process of its own (``hisho.core.hub.child``).
 
-How a file comes down (docs/hub.md):
-1. huggingface_hub's ``get_hf_file_metadata`` (HEAD on ``resolve``) gives the commit, the ETag (an LFS file's
-   sha256), the size and the CDN location;
-2. the free space is checked against what is still missing (``free_bytes``; the message says the shortfall);
-3. huggingface_hub's ``http_get`` streams the bytes into ``.<name>.<etag>.part`` beside the final file, starting
-   with an HTTP Range at the partial's size. (``hf_hub_download`` itself writes to a per-process temporary file
-   and deletes it on failure since huggingface_hub 1.x, so it cannot resume across runs.) Each chunk is hashed as
-   it is written; pause and cancel are checked between chunks;
-4. the sha256 is compared with the hub's; a mismatch removes the partial and says so; a match renames the file
-   into place and registers it in the model store with its sha256 and revision.
+Each part of a job is fetched into a resumable partial and verified against the hub's sha256 (``fetch_part``);
+when every part is in place the model is registered in the model store with its sha256 and revision.
 
-Rules of use: ``Downloader.run`` blocks (the window calls it on a worker lane, the CLI directly); ``pause`` and
-``cancel`` may be called from any thread. Progress callbacks come from the running thread, at most every
-``PROGRESS_EVERY`` seconds, plus one at the end of each part.
+Rules of use: ``Downloader.run`` blocks (the window calls it through ``child.run_child`` on a worker lane, the CLI
+directly); ``pause`` and ``cancel`` may be called from any thread. Progress callbacks come from the running
+thread, at most every ``PROGRESS_EVERY`` seconds, plus one at the end of each part.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import queue
 import re
-import shutil
 import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, cast
-from urllib.parse import urlsplit
+from typing import Any, cast
 
 from hisho.core import paths
 from hisho.core.db import Database
 from hisho.core.errors import UserError
 from hisho.core.hub.catalog import QuantFile
-from hisho.core.hub.errors import HubError, endpoint, hub_call, translate
-from hisho.core.hub.token import get_token
+from hisho.core.hub.fetch import DiskFull, HashMismatch, Stopped, fetch_part
 
 log = logging.getLogger("hisho.hub")
 
+__all__ = ["DiskFull", "Downloader", "HashMismatch", "Job", "Progress", "Stopped", "pick", "pull", "resolve_spec",
+           "target_dir"]
+
 COMPONENT = "downloads"
-GIB, MIB = 1024**3, 1024**2
-RESERVE = 64 * MIB           # left free after a download (the OS and the app need some room)
-CHUNK = 256 * 1024           # bytes per write: pause and progress answer within one chunk
 PROGRESS_EVERY = 0.1
-WRITEBACK = 32 * MIB         # bytes between writeback hints
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-SHA1 = re.compile(r"^[0-9a-f]{40}$")
 ACTIVE = ("queued", "running", "paused", "failed")
-
-
-class DiskFull(UserError):
-    pass
-
-
-class HashMismatch(UserError):
-    pass
-
-
-class Stopped(Exception):
-    """The download was paused or cancelled (``reason``)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def free_bytes(folder: Path) -> int:
-    """Free bytes where ``folder`` lives (tests patch this to play a full disk)."""
-    return shutil.disk_usage(folder).free
-
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= 100 * MIB else f"{n / MIB:.0f} MiB"
 
 
 @dataclass
@@ -141,187 +101,6 @@ def target_dir(repo: str) -> Path:
     return paths.models_dir() / slug(repo.replace("/", "--"))
 
 
-def partial_path(dest: Path, etag: str) -> Path:
-    return dest.with_name(f".{dest.name}.{etag[:16]}.part")
-
-
-class _Hasher:
-    """sha256 on its own thread: hashlib releases the GIL, so hashing a chunk overlaps receiving the next one.
-    Only the hash lags behind (at most ``depth`` chunks); the bytes are on disk as soon as ``write`` returns."""
-
-    def __init__(self, start: Any, depth: int = 16) -> None:
-        self.h = start
-        self.q: queue.Queue[bytes | None] = queue.Queue(depth)
-        self.t = threading.Thread(target=self._run, name="hisho-sha256", daemon=True)
-        self.t.start()
-
-    def _run(self) -> None:
-        while (data := self.q.get()) is not None:
-            self.h.update(data)
-
-    def update(self, data: bytes) -> None:
-        self.q.put(data)
-
-    def close(self) -> Any:
-        """Wait for the queued chunks; returns the hashlib object."""
-        self.q.put(None)
-        self.t.join()
-        return self.h
-
-
-class _Sink:
-    """The file object http_get writes to: hashes each chunk, reports bytes, and stops between chunks."""
-
-    def __init__(self, fh: BinaryIO, hasher: Any, stop: Callable[[], str | None],
-                 on_bytes: Callable[[int], None]) -> None:
-        self.fh, self.hasher, self.stop, self.on_bytes = fh, hasher, stop, on_bytes
-        self.flushed = fh.tell()
-
-    def write(self, data: bytes) -> int:
-        reason = self.stop()
-        if reason:
-            raise Stopped(reason)
-        n = self.fh.write(data)
-        self.hasher.update(data)
-        self.on_bytes(len(data))
-        self._writeback()
-        return n
-
-    def _writeback(self) -> None:
-        """Start writing finished stretches to disk now (Linux: FADV_DONTNEED starts writeback without waiting),
-        so the final fsync has only the tail left to wait for instead of the whole file."""
-        pos = self.fh.tell()
-        if pos - self.flushed < WRITEBACK or not hasattr(os, "posix_fadvise"):
-            return
-        self.fh.flush()
-        os.posix_fadvise(self.fh.fileno(), self.flushed, pos - self.flushed, os.POSIX_FADV_DONTNEED)
-        self.flushed = pos
-
-    def tell(self) -> int:
-        return self.fh.tell()
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        return self.fh.seek(pos, whence)
-
-    def truncate(self, size: int | None = None) -> int:
-        # http_get truncates when a server ignored the Range and sent the whole file again: hash from scratch
-        n = self.fh.truncate(size)
-        self.fh.flush()
-        self.flushed = min(self.flushed, self.fh.tell())
-        self.hasher.close()
-        fresh = hashlib.sha256()
-        _hash_file(Path(self.fh.name), fresh)
-        self.hasher = _Hasher(fresh)
-        return n
-
-
-class _Quiet:
-    """A progress-bar class for http_get that shows nothing (our own progress comes from the sink)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __enter__(self) -> _Quiet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def update(self, n: float | None = 1) -> None:
-        pass
-
-
-def _larger_reads() -> None:
-    """httpcore (under huggingface_hub's httpx) reads the socket 64 KiB at a time and runs its HTTP parser per
-    read: at a few hundred MB/s that per-read Python work is a large share of a download's CPU (profile in
-    docs/hub.md). 1 MiB reads make 16x fewer of them. The class attribute is httpcore's own knob for this."""
-    try:
-        from httpcore2._sync.http11 import HTTP11Connection
-    except ImportError:  # another httpcore: leave it as it is
-        return
-    HTTP11Connection.READ_NUM_BYTES = max(HTTP11Connection.READ_NUM_BYTES, 1 << 20)
-
-
-def _hash_file(path: Path, hasher: Any) -> None:
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK * 8):
-            hasher.update(chunk)
-
-
-def _git_oid(path: Path) -> str:
-    h = hashlib.sha1(usedforsecurity=False)
-    h.update(f"blob {path.stat().st_size}\0".encode())
-    _hash_file(path, h)
-    return h.hexdigest()
-
-
-def fetch_part(repo: str, part: str, revision: str, dest: Path, *, expected_sha: str = "",
-               stop: Callable[[], str | None] = lambda: None,
-               on_bytes: Callable[[int], None] = lambda n: None,
-               on_start: Callable[[int, int], None] = lambda have, size: None) -> tuple[str, str]:
-    """Download one file of ``repo`` into ``dest``, resuming a partial; returns (sha256, commit)."""
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # lazily exported
-
-    what = f"{repo}:{part}"
-    url = hf_hub_url(repo, part, revision=revision or None, endpoint=endpoint())
-    token = get_token()
-    with hub_call(what):
-        meta = get_hf_file_metadata(url, token=token, endpoint=endpoint())
-    etag, size, location = str(meta.etag or ""), int(meta.size or 0), str(meta.location)
-    sha = etag if SHA256.match(etag) else expected_sha
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = partial_path(dest, etag or "noetag")
-    for stale in dest.parent.glob(f".{dest.name}.*.part"):
-        if stale != partial:  # a partial of an older version of the file: it cannot be continued
-            log.info("removing %s: the file changed on the hub", stale.name)
-            stale.unlink(missing_ok=True)
-    have = partial.stat().st_size if partial.exists() else 0
-    if have > size:
-        partial.unlink()
-        have = 0
-    missing = size - have
-    free = free_bytes(dest.parent)
-    if free < missing + RESERVE:
-        raise DiskFull(f"not enough free space for {Path(part).name}: it needs {_gib(missing)} more, "
-                       f"{_gib(free)} is free on {dest.parent} ({_gib(missing + RESERVE - free)} short)")
-    on_start(have, size)
-    start = hashlib.sha256()
-    if have:
-        _hash_file(partial, start)
-    same_host = urlsplit(location).netloc == urlsplit(url).netloc
-    headers = build_hf_headers(token=token if same_host else False)  # the token never goes to the CDN
-    constants.DOWNLOAD_CHUNK_SIZE = CHUNK  # 10 MiB by default: pause and progress would lag 10 MiB behind
-    _larger_reads()
-    with partial.open("ab") as fh:
-        sink = _Sink(fh, _Hasher(start), stop, on_bytes)
-        try:
-            http_get(location, sink, resume_size=have, headers=headers, expected_size=size,  # type: ignore[arg-type]
-                     displayed_filename=Path(part).name, tqdm_class=_Quiet)  # type: ignore[arg-type]
-        except (Stopped, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # network, server and HTTP errors: one line, the partial is kept
-            if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
-                raise HubError(f"{what}: the download ended early; resume to continue") from None
-            raise translate(exc, what) from None
-        finally:
-            hashed = sink.hasher.close()
-        fh.flush()
-        os.fsync(fh.fileno())
-    got = hashed.hexdigest()
-    if sha and got != sha:
-        partial.unlink(missing_ok=True)
-        raise HashMismatch(f"{Path(part).name} arrived damaged (its sha256 differs from the hub's); "
-                           "the partial file was removed — download it again")
-    if not sha and SHA1.match(etag) and _git_oid(partial) != etag:
-        partial.unlink(missing_ok=True)
-        raise HashMismatch(f"{Path(part).name} arrived damaged (its git hash differs from the hub's); "
-                           "the partial file was removed — download it again")
-    os.replace(partial, dest)
-    return got, str(meta.commit_hash or revision)
-
-
 class _Rate:
     """Bytes per second over the last few seconds."""
 
@@ -341,6 +120,7 @@ class _Rate:
 class _Run:
     stop: str | None = None
     thread: int = field(default_factory=threading.get_ident)
+    notify: Callable[[str], None] | None = None  # passes pause/cancel on to a download running elsewhere
 
 
 class Downloader:
@@ -416,23 +196,40 @@ class Downloader:
 
     # ----- control (any thread) --------------------------------------------------------------------------
 
-    def pause(self, job_id: int) -> None:
+    def _signal(self, job_id: int, word: str) -> bool:
         with self._lock:
             run = self._runs.get(job_id)
-            if run is not None:
-                run.stop = "pause"
-                return
+            if run is None:
+                return False
+            run.stop = word
+        if run.notify is not None:
+            run.notify(word)
+        return True
+
+    @contextmanager
+    def claim(self, job_id: int, notify: Callable[[str], None] | None = None) -> Iterator[_Run]:
+        """Mark ``job_id`` as running in this process for the duration (one run of a job at a time)."""
+        with self._lock:
+            if job_id in self._runs:
+                raise UserError(f"{self.get(job_id).spec} is already downloading")
+            run = self._runs[job_id] = _Run(notify=notify)
+        try:
+            yield run
+        finally:
+            with self._lock:
+                self._runs.pop(job_id, None)
+
+    def pause(self, job_id: int) -> None:
+        if self._signal(job_id, "pause"):
+            return
         job = self.get(job_id)
         if job.state in ("queued", "running"):
             self._set(job_id, state="paused")
 
     def cancel(self, job_id: int) -> None:
         """Stop and remove the partial files; the job is forgotten."""
-        with self._lock:
-            run = self._runs.get(job_id)
-            if run is not None:
-                run.stop = "cancel"
-                return
+        if self._signal(job_id, "cancel"):
+            return
         self._discard(self.get(job_id))
 
     def _discard(self, job: Job) -> None:
@@ -449,19 +246,23 @@ class Downloader:
 
     # ----- running (blocking) ----------------------------------------------------------------------------
 
-    def run(self, job_id: int, progress: Callable[[Progress], None] | None = None) -> Any:
+    def run(self, job_id: int, progress: Callable[[Progress], None] | None = None,
+            stop: Callable[[], str | None] = lambda: None) -> Any:
         """Download every part of the job, verify, register; returns the ModelEntry. Raises ``Stopped`` when
-        paused or cancelled, a UserError (one line) on failure; the job's row says the same."""
+        paused or cancelled (``pause``/``cancel``, or ``stop`` returning the reason), a UserError (one line) on
+        failure; the job's row says the same."""
         job = self.get(job_id)
-        with self._lock:
-            if job_id in self._runs:
-                raise UserError(f"{job.spec} is already downloading")
-            run = self._runs[job_id] = _Run()
+        with self.claim(job_id) as run:
+            return self._run_claimed(job, run, progress, stop)
+
+    def _run_claimed(self, job: Job, run: _Run, progress: Callable[[Progress], None] | None,
+                     stop: Callable[[], str | None]) -> Any:
+        job_id = job.id
         self._set(job_id, state="running", error="")
         try:
-            entry = self._run_parts(job, run, progress)
-        except Stopped as stop:
-            if stop.reason == "cancel":
+            entry = self._run_parts(job, lambda: run.stop or stop(), progress)
+        except Stopped as halt:
+            if halt.reason == "cancel":
                 self._discard(job)
             else:
                 self._set(job_id, state="paused", done_bytes=self.on_disk(job))
@@ -475,13 +276,11 @@ class Downloader:
         except Exception as exc:
             self._set(job_id, state="failed", error=f"{type(exc).__name__}: {exc}", done_bytes=self.on_disk(job))
             raise
-        finally:
-            with self._lock:
-                self._runs.pop(job_id, None)
         self._set(job_id, state="done", done_bytes=job.size, model=entry.name)
         return entry
 
-    def _run_parts(self, job: Job, run: _Run, progress: Callable[[Progress], None] | None) -> Any:
+    def _run_parts(self, job: Job, stop: Callable[[], str | None],
+                   progress: Callable[[Progress], None] | None) -> Any:
         folder = target_dir(job.repo)
         rate = _Rate()
         last = [0.0]
@@ -515,7 +314,7 @@ class Downloader:
                 report()
 
             sha, commit = fetch_part(job.repo, part, revision, dest, expected_sha=job.sha256[i],
-                                     stop=lambda: run.stop, on_bytes=on_bytes, on_start=on_start)
+                                     stop=stop, on_bytes=on_bytes, on_start=on_start)
             revision = revision or commit
             shas.append(sha)
             self._set(job.id, done_bytes=state["done"], revision=revision)

@@ -43,6 +43,7 @@ class Fit:
     plan: dict[str, Any] | None = None
     recommended: bool = False
     header_bytes: int = 0              # bytes read from the hub to decide
+    params: int = 0                    # the model's parameter count, from its header
 
     @property
     def label(self) -> str:
@@ -50,7 +51,8 @@ class Fit:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.file.to_dict(), "fit": self.verdict, "fit_label": self.label, "why": self.why,
-                "recommended": self.recommended, "plan": self.plan, "header_bytes": self.header_bytes}
+                "recommended": self.recommended, "plan": self.plan, "header_bytes": self.header_bytes,
+                "params": self.params}
 
 
 class RangeReader:
@@ -99,7 +101,7 @@ def file_facts(f: QuantFile) -> tuple[ModelFacts, int]:
                 tensors = dict(merged.tensor_bytes)
                 for k, v in facts.tensor_bytes.items():
                     tensors[k] = tensors.get(k, 0) + v
-                merged = dataclasses.replace(merged, tensor_bytes=tensors)
+                merged = dataclasses.replace(merged, tensor_bytes=tensors, n_params=merged.n_params + facts.n_params)
     assert merged is not None
     return dataclasses.replace(merged, file_size=f.size), reader.bytes_read
 
@@ -143,7 +145,7 @@ def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, ta
             p = planner.plan([facts], budget, min_ctx=min(min_ctx, wanted), target_ctx=target_ctx,
                              n_batch=n_batch, n_ubatch=n_batch)
             v, why = verdict(p, budget, wanted)
-            fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes)
+            fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes, params=facts.n_params)
         fits.append(fit)
         if on_fit is not None:
             on_fit(fit)
