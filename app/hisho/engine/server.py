@@ -14,6 +14,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from typing import IO, Any
 
 from hisho.core.protocol import (
@@ -30,6 +31,7 @@ from hisho.core.protocol import (
     Prefill,
     Request,
     SeqRm,
+    Serve,
     StateLoad,
     StateSave,
     Tokenize,
@@ -60,6 +62,7 @@ class Server:
         self._last_write = 0.0
         self._kv: Any = None          # hisho.engine.kvstate.KVState of the current runtime, made on first use
         self._kv_writer: Any = None
+        self._deferred: deque[dict[str, Any] | None] = deque()  # jobs a serving batch put off (engine/serving.py)
 
     # ----- output (engine thread only, except the final shutdown) ----------------------------------------
 
@@ -116,30 +119,49 @@ class Server:
         self._jobs.put(None)
 
     def engine_loop(self) -> None:
-        """Engine thread: run requests one at a time."""
+        """Engine thread: run requests one at a time (a serving batch runs many; engine/serving.py)."""
         while True:
-            req = self._jobs.get()
-            if req is None:
+            req = self._deferred.popleft() if self._deferred else self._jobs.get()
+            if req is None or self.run_job(req):
                 break
-            req_id = int(req.get("id", -1))
-            op = str(req.get("op", ""))
-            if op == "shutdown":
-                self.emit({"id": req_id, "ev": "result", "result": {}})
-                break
-            try:
-                self.dispatch(req_id, parse_request(req))
-            except Exception as exc:
-                kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
-                if kind is ErrorKind.INTERNAL:
-                    log.exception("request %s (%s) failed", req_id, op)
-                self.error(req_id, kind, str(exc) or type(exc).__name__)
-            finally:
-                with self._cancel_lock:
-                    self._cancelled.discard(req_id)
         if self._kv_writer is not None:
             self._kv_writer.wait_idle(10.0)  # KV files in flight land before the process exits
         if self.runtime is not None:
             self.runtime.close()
+
+    def run_job(self, req: dict[str, Any]) -> bool:
+        """Run one request; True when it was ``shutdown``."""
+        req_id = int(req.get("id", -1))
+        op = str(req.get("op", ""))
+        if op == "shutdown":
+            self.emit({"id": req_id, "ev": "result", "result": {}})
+            return True
+        try:
+            self.dispatch(req_id, parse_request(req))
+        except Exception as exc:
+            kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
+            if kind is ErrorKind.INTERNAL:
+                log.exception("request %s (%s) failed", req_id, op)
+            self.error(req_id, kind, str(exc) or type(exc).__name__)
+        finally:
+            self.forget_cancel([req_id])
+        return False
+
+    def next_job_nowait(self) -> dict[str, Any] | None:
+        """The next queued request, or None if there is none now (a serving batch between steps). The end of
+        input (the parent is gone) comes back as ``{"op": "shutdown", "stop": True}``."""
+        try:
+            req = self._jobs.get_nowait()
+        except queue.Empty:
+            return None
+        return req if req is not None else {"op": "shutdown", "id": -1, "stop": True}
+
+    def defer(self, req: dict[str, Any]) -> None:
+        self._deferred.append(None if req.get("stop") else req)
+
+    def forget_cancel(self, req_ids: list[int]) -> None:
+        with self._cancel_lock:
+            self._cancelled.difference_update(req_ids)
 
     def is_cancelled(self, req_id: int) -> bool:
         with self._cancel_lock:
@@ -250,6 +272,21 @@ class Server:
             stats = run(rt)
         self.emit({"id": req_id, "ev": "done", "stop_reason": "cancelled" if stats.cancelled else "done",
                    **stats.as_dict()})
+
+    def op_serve(self, req_id: int, req: Serve) -> None:
+        """An API request: starts the serving batch, or joins it when it arrives between steps."""
+        from hisho.engine.serving import run_serving
+
+        run_serving(self, req_id, req)
+
+    def restorer(self, req: Serve) -> Any:
+        """The disk prompt cache's restore for a ``serve`` request: (seq, prompt) -> tokens now in seq."""
+        chunks, keep = list(req.chunks or []), req.keep
+
+        def restore(seq: int, prompt: list[int]) -> int:
+            return int(self.kvstate().restore(seq, chunks, keep, prompt)["restored"])
+
+        return restore
 
     # ----- KV persistence (hisho.engine.kvstate; docs/kv-format.md) ----------------------------------------
 
