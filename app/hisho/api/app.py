@@ -62,7 +62,8 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
         return run
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": backend.model_id, "busy": backend.busy})
+        return JSONResponse({"status": "ok", "model": backend.model_id, "busy": backend.busy,
+                             "cancelled": backend.cancelled})
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [

@@ -51,7 +51,7 @@ class Reply:
     """One request's engine stream, read on a worker thread. Iterate (async) for token texts; ``result`` when
     it ends."""
 
-    def __init__(self, stream: TokenStream, loop: asyncio.AbstractEventLoop, on_end: Callable[[], None]) -> None:
+    def __init__(self, stream: TokenStream, loop: asyncio.AbstractEventLoop, on_end: Callable[[Reply], None]) -> None:
         self.stream = stream
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.result: GenerationResult | None = None
@@ -77,7 +77,7 @@ class Reply:
         except Exception as exc:  # every engine failure becomes an OpenAI-shaped error
             self.error = api_error(exc)
         finally:
-            self._on_end()
+            self._on_end(self)
             self._put(_END)
 
     async def started(self) -> None:
@@ -103,6 +103,7 @@ class Backend:
         self.defaults = defaults
         self.max_tokens = max_tokens
         self._busy = 0
+        self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away)
         self._lock = threading.Lock()
         self.on_busy: Callable[[int], None] | None = None  # the window's indicator (any thread)
 
@@ -125,6 +126,12 @@ class Backend:
             return stream
         return self.engine.generate(sampling=job.sampling, **fields)
 
+    def _ended(self, reply: Reply) -> None:
+        if reply.result is not None and reply.result.stop_reason == "cancelled":
+            with self._lock:
+                self.cancelled += 1
+        self._count(-1)
+
     async def open(self, job: Job) -> Reply:
         if job.model != self.model_id:
             raise ApiError(404, f"the model '{job.model}' does not exist; this server has '{self.model_id}'",
@@ -135,7 +142,7 @@ class Backend:
         except Exception as exc:
             raise api_error(exc) from None
         self._count(1)
-        reply = Reply(stream, loop, lambda: self._count(-1))
+        reply = Reply(stream, loop, self._ended)
         try:
             await reply.started()
         except asyncio.CancelledError:

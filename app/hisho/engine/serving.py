@@ -169,8 +169,10 @@ class ServingBatch:
         if not self.unified:
             return  # one KV stream per sequence: nobody else's cells are in the way
         need = len(job.prompt) + job.sampling.max_tokens
-        running = sum(len(s.held) + (s.job.sampling.max_tokens if s.job else 0)
-                      for s in self.slots if s.job is not None)
+        running = 0
+        for other in self.slots:
+            if other.job is not None:
+                running += len(other.held) + other.job.sampling.max_tokens
         if running + need + len(slot.held) <= self.rt.n_ctx:
             return
         for other in self.slots:
