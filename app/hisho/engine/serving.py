@@ -228,7 +228,7 @@ class ServingBatch:
                       "stop_reason": reason})
 
 
-QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush"})  # run between steps
+QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
 
 
 def run_serving(server: Any, req_id: int, req: Any) -> None:
