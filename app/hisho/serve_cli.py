@@ -49,6 +49,7 @@ def register(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from hisho.api import keys
     from hisho.api.backend import Backend
+    from hisho.api.cache import PromptCache
     from hisho.api.server import ApiServer
     from hisho.core import services
     from hisho.core import settings as settings_mod
@@ -60,14 +61,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = settings_mod.load()
     per_seq = int(args.n_ctx or settings["n_ctx"])
     # One KV stream per sequence (docs/api.md): the plan is made for all of them together.
-    app = services.build(args.model, n_ctx=per_seq * args.parallel, n_seq_max=args.parallel, kv=False,
+    app = services.build(args.model, n_ctx=per_seq * args.parallel, n_seq_max=args.parallel, kv=True,
                          strict=True, override=args.force, settings=settings)
     try:
         assert app.load_params is not None and app.model_path is not None
         app.load(dataclasses.replace(app.load_params, kv_unified=False))
         backend = Backend(app.engine, app.model_path.stem, {
             "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]},
-            int(settings["max_tokens"]))
+            int(settings["max_tokens"]), PromptCache(app.kv.session) if app.kv is not None else None)
         server = ApiServer(backend, key, port=args.port)
         server.bind()
         where = "given with --api-key" if args.api_key else f"in {keys.key_file()}"

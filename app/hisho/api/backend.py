@@ -18,6 +18,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from hisho.api.cache import PromptCache
 from hisho.api.shapes import ApiError, Job
 from hisho.core.engine import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
@@ -97,8 +98,10 @@ class Reply:
 
 
 class Backend:
-    def __init__(self, engine: Engine, model_id: str, defaults: dict[str, Any], max_tokens: int) -> None:
+    def __init__(self, engine: Engine, model_id: str, defaults: dict[str, Any], max_tokens: int,
+                 cache: PromptCache | None = None) -> None:
         self.engine = engine
+        self.cache = cache  # the disk prompt cache (chat requests on an engine with SERVE and KV_STATE)
         self.model_id = model_id
         self.defaults = defaults
         self.max_tokens = max_tokens
@@ -122,11 +125,20 @@ class Backend:
         fields: dict[str, Any] = {"messages": job.messages} if job.kind == "chat" else {"prompt": job.prompt}
         serve = getattr(self.engine, "serve", None)
         if Capability.SERVE.value in self.engine.capabilities and serve is not None:
-            stream: TokenStream = serve(Serve(sampling=job.sampling, **fields))
+            extra: dict[str, Any] = {}
+            if self.cache is not None and job.kind == "chat":
+                tokens = self.engine.tokenize(messages=job.messages)
+                plan = self.cache.plan(tokens)
+                fields = {"tokens": tokens}
+                extra = {"chunks": plan.chunks or None, "keep": plan.keep, "save_dir": plan.save_dir}
+                self.cache.used(plan)
+            stream: TokenStream = serve(Serve(sampling=job.sampling, **fields, **extra))
             return stream
         return self.engine.generate(sampling=job.sampling, **fields)
 
     def _ended(self, reply: Reply) -> None:
+        if reply.result is not None and self.cache is not None:
+            self.cache.record(reply.result.extra)
         if reply.result is not None and reply.result.stop_reason == "cancelled":
             with self._lock:
                 self.cancelled += 1

@@ -288,6 +288,17 @@ class Server:
 
         return restore
 
+    def saver(self, req: Serve) -> Any:
+        """The disk prompt cache's save for a ``serve`` request: (seq, done) saves what seq holds."""
+        from pathlib import Path
+
+        kv_dir, chunk_tokens = Path(str(req.save_dir)), req.chunk_tokens
+
+        def save(seq: int, done: Any) -> None:
+            self.kvstate().save(seq, kv_dir, chunk_tokens, done)
+
+        return save
+
     # ----- KV persistence (hisho.engine.kvstate; docs/kv-format.md) ----------------------------------------
 
     def kvstate(self) -> Any:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,7 +50,13 @@ class Job:
     emit: Emit             # token events (may be coalesced)
     emit_now: Emit         # the first token, queue positions and the end: never held back
     restore: Callable[[int, list[int]], int] | None = None  # (seq, prompt) -> tokens now in seq (disk cache)
+    save: Callable[[int, Emit], None] | None = None  # (seq, done) saves seq's KV once the prompt is in (disk cache)
     arrived: float = field(default_factory=time.perf_counter)
+    # A save in flight holds the "done" event back until its files are written, so the client can index them.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    saving: bool = False
+    saved: dict[str, Any] | None = None
+    held_done: dict[str, Any] | None = None
 
 
 @dataclass
@@ -115,8 +122,26 @@ class ServingBatch:
             slot.held = prompt[:slot.pos] if slot.pos <= len(prompt) else prompt + slot.out[:slot.pos - len(prompt)]
             self.rt.seqs[slot.seq] = slot.held
             if slot.logits_at >= 0:
+                if not slot.out and slot.job is not None and slot.job.save is not None:
+                    self._save(slot.seq, slot.job)  # the whole prompt is in the cells now, nothing else yet
                 self._sample(slot)
         self._fill()
+
+    def _save(self, seq: int, job: Job) -> None:
+        assert job.save is not None
+
+        def done(report: dict[str, Any]) -> None:  # the engine thread, or the KV writer's
+            with job.lock:
+                job.saved, job.saving, event = report, False, job.held_done
+            if event is not None:
+                job.emit_now({**event, "saved": report})
+
+        job.saving = True
+        try:
+            job.save(seq, done)
+        except Exception as exc:  # a save that fails costs only the next prefill
+            log.warning("disk prompt cache: save failed (%s)", exc)
+            done({"error": str(exc)})
 
     def close(self, reason: str = "cancelled") -> None:
         """End everything (engine shutting down): every request gets its "done"."""
@@ -222,10 +247,16 @@ class ServingBatch:
     def _done_event(self, job: Job, reason: str, tokens: list[int], text: str, cached: int, ttft: float,
                     decode_s: float) -> None:
         n = len(tokens)
-        job.emit_now({"id": job.req_id, "ev": "done", "text": text, "prompt_tokens": len(job.prompt),
-                      "cached_tokens": cached, "completion_tokens": n, "ttft_s": ttft, "decode_s": decode_s,
-                      "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
-                      "stop_reason": reason})
+        event = {"id": job.req_id, "ev": "done", "text": text, "prompt_tokens": len(job.prompt),
+                 "cached_tokens": cached, "completion_tokens": n, "ttft_s": ttft, "decode_s": decode_s,
+                 "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason}
+        with job.lock:
+            if job.saving:
+                job.held_done = event  # sent by the save's callback
+                return
+            if job.saved is not None:
+                event["saved"] = job.saved
+        job.emit_now(event)
 
 
 QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
@@ -280,7 +311,8 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         assert isinstance(req, Serve)
         prompt = batch.rt.prompt_tokens(req.spec())
         restore = server.restorer(req) if req.chunks else None
-        batch.add(Job(req_id, prompt, req.sampling, server.emit_soon, server.emit, restore))
+        save = server.saver(req) if req.save_dir else None
+        batch.add(Job(req_id, prompt, req.sampling, server.emit_soon, server.emit, restore, save))
     except Exception as exc:
         kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
         server.error(req_id, kind, str(exc) or type(exc).__name__)
