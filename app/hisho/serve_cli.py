@@ -4,7 +4,6 @@ window. Prints the URL and where the key is; runs until Ctrl-C."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 from typing import Any
@@ -48,34 +47,21 @@ def register(sub: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from hisho.api import keys
-    from hisho.api.backend import Backend
-    from hisho.api.cache import PromptCache
-    from hisho.api.server import ApiServer
-    from hisho.core import services
-    from hisho.core import settings as settings_mod
+    from hisho.api.launch import build_api
     from hisho.core.errors import UserError
 
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty")
     key = args.api_key.strip() if args.api_key else keys.api_key()
-    settings = settings_mod.load()
-    per_seq = int(args.n_ctx or settings["n_ctx"])
-    # One KV stream per sequence (docs/api.md): the plan is made for all of them together.
-    app = services.build(args.model, n_ctx=per_seq * args.parallel, n_seq_max=args.parallel, kv=True,
-                         strict=True, override=args.force, settings=settings)
+    app, server, per_seq = build_api(args.model, parallel=args.parallel, n_ctx=args.n_ctx, key=key,
+                                     port=args.port, force=args.force)
     try:
-        assert app.load_params is not None and app.model_path is not None
-        app.load(dataclasses.replace(app.load_params, kv_unified=False))
-        backend = Backend(app.engine, app.model_path.stem, {
-            "temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]},
-            int(settings["max_tokens"]), PromptCache(app.kv.session) if app.kv is not None else None)
-        server = ApiServer(backend, key, port=args.port)
-        server.bind()
         where = "given with --api-key" if args.api_key else f"in {keys.key_file()}"
-        sys.stdout.write(f"hisho serve: {server.url} (model {backend.model_id}, {args.parallel} parallel "
+        sys.stdout.write(f"hisho serve: {server.url} (model {server.backend.model_id}, {args.parallel} parallel "
                          f"sequences of {per_seq} tokens); API key {where}\n")
         sys.stdout.flush()
         server.run()
     finally:
+        server.stop()
         app.close()
     return 0

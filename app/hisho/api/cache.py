@@ -19,11 +19,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from hisho.core.kv.stored import API_PREFIX
 from hisho.core.kv_session import KVSession
 
 log = logging.getLogger("hisho.api")
 
-API_PREFIX = "api:"
 MIN_NEW_TOKENS = 256
 
 

@@ -33,7 +33,8 @@ import llama_cpp
 
 from hisho.core.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.batched import BatchStats, Item, _Slot, _step
-from hisho.engine.runtime import RequestError, Runtime, build_sampler
+from hisho.engine.llama_setup import build_sampler
+from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
 
