@@ -109,7 +109,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume", "summarize", "plan", "hub")
+BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -212,9 +212,10 @@ def _extra_commands() -> list[Callable[[Any], None]]:
     from hisho.chat_cli import register as register_chat
     from hisho.models_cli import register as register_models
     from hisho.plan_cli import register as register_plan
+    from hisho.serve_cli import register as register_serve
     from hisho.summarize_cli import register as register_summarize
 
-    return [register_summarize, register_plan, register_chat, register_models]
+    return [register_summarize, register_plan, register_chat, register_models, register_serve]
 
 
 def run_child(role: str, args: list[str]) -> int:

@@ -11,7 +11,8 @@ from hisho.bench.shapes import QUANTS, SHAPES, VALUES_PER_BLOCK, nbytes, tensor_
 from hisho.core.gguf_facts import read_facts
 from hisho.core.planner.repack import repacked_bytes
 from hisho.core.protocol import LoadParams, Sampling
-from hisho.engine.runtime import Runtime, cpu_features, mmap_policy
+from hisho.engine.llama_setup import cpu_features, mmap_policy
+from hisho.engine.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
 MIB = 1024 * 1024

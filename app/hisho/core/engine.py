@@ -27,6 +27,7 @@ class Capability(str, Enum):
     PREFILL = "prefill"       # evaluate a prompt without sampling (type-ahead, precomputed documents)
     BATCH = "batch"           # several prompts as parallel sequences of one context
     SEQUENCES = "sequences"   # more than one sequence id (KV saves use a scratch sequence)
+    SERVE = "serve"           # ``serve``: requests join one long-lived batch as they come (hisho.api)
 
 
 class TokenStream(Protocol):

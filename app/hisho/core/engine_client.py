@@ -41,6 +41,7 @@ from hisho.core.protocol import (
     Request,
     Sampling,
     SeqRm,
+    Serve,
     Shutdown,
     StateLoad,
     StateSave,
@@ -239,6 +240,10 @@ class EngineClient:
 
     def batch(self, request: BatchGenerate) -> Stream:
         """Several prompts as parallel sequences; one "token" event per finished item."""
+        return self.stream(request)
+
+    def serve(self, request: Serve) -> Stream:
+        """An API request: joins the engine's serving batch at its next step (Capability.SERVE)."""
         return self.stream(request)
 
     def tokenize(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None,

@@ -255,6 +255,24 @@ class Generate(Prompt):
 
 
 @dataclass(frozen=True)
+class Serve(Prompt):
+    """An API request (``hisho serve``): joins the engine's serving batch (engine/serving.py) as a parallel
+    sequence. Events: "queued" (its position while every sequence is busy), "token"s, one "done". ``chunks`` /
+    ``keep``: a KV restore (as in ``StateLoad``) of the prompt's longest saved prefix, done when it gets a
+    sequence (the disk prompt cache); ``save_dir`` / ``save_tokens``: save the prompt's first ``save_tokens``
+    tokens' KV there once prefilled (its own "saved" event)."""
+
+    op = "serve"
+    streaming = True
+    sampling: Sampling = field(default_factory=Sampling)
+    chunks: list[dict[str, Any]] | None = None
+    keep: int = 0
+    save_dir: str | None = None
+    save_tokens: int = 0
+    chunk_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class Tokenize(Prompt):
     op = "tokenize"
 
@@ -344,7 +362,7 @@ class Shutdown(Request):
 
 REQUESTS: dict[str, type[Request]] = {r.op: r for r in (
     Hello, Load, Unload, Generate, Tokenize, Prefill, Detokenize, SeqRm, BatchGenerate, KvInfo, StateSave,
-    StateLoad, KvFlush, Abort, Shutdown)}
+    StateLoad, KvFlush, Abort, Shutdown, Serve)}
 OPS = frozenset(REQUESTS) | {"cancel"}  # cancel is handled by the engine's reader thread, never queued
 
 

@@ -55,7 +55,7 @@ def child_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str
     if env.get("HISHO_ENGINE_BACKTRACE") != "1":
         env.setdefault("GGML_NO_BACKTRACE", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    # Who the parent is, so the engine exits the moment it is gone (hisho.engine.server.watch_parent).
+    # Who the parent is, so the engine exits the moment it is gone (hisho.engine.process.watch_parent).
     # PR_SET_PDEATHSIG fires when the *thread* that started the child exits, so the engine only asks for it
     # when that thread is the main thread; a watchdog covers the rest (issue 16).
     env["HISHO_PARENT_PID"] = str(os.getpid())

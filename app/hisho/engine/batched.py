@@ -27,7 +27,8 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import ErrorKind, Sampling
-from hisho.engine.runtime import RequestError, Runtime, build_sampler
+from hisho.engine.llama_setup import build_sampler
+from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
 

@@ -118,7 +118,7 @@ def library_version() -> str:
 def dry_run(request: dict[str, Any]) -> dict[str, Any]:
     """``request``: model_path, n_gpu_layers, contexts: [{n_ctx, n_batch, n_ubatch, type_k, type_v, flash_attn,
     n_seq_max, swa_full}], touched (bool: also probe n_outputs_max=1)."""
-    from hisho.engine.runtime import context_params, cpu_features
+    from hisho.engine.llama_setup import context_params, cpu_features
 
     logs = LogCapture()
     backends.init()
@@ -199,7 +199,7 @@ def devices() -> dict[str, Any]:
             "type": _DEV_TYPES.get(int(lib.ggml_backend_dev_type(dev)), "unknown"),
             "free": int(free.value), "total": int(total.value),
         })
-    from hisho.engine.runtime import cpu_features
+    from hisho.engine.llama_setup import cpu_features
 
     return {"ok": True, "library": library_version(), "cpu_features": sorted(cpu_features()),
             "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "devices": out}

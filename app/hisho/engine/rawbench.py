@@ -12,7 +12,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import LoadParams
-from hisho.engine.runtime import mmap_policy, physical_cores
+from hisho.engine.llama_setup import mmap_policy, physical_cores
 
 
 class RawModel:

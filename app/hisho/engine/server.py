@@ -14,6 +14,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from typing import IO, Any
 
 from hisho.core.protocol import (
@@ -30,6 +31,7 @@ from hisho.core.protocol import (
     Prefill,
     Request,
     SeqRm,
+    Serve,
     StateLoad,
     StateSave,
     Tokenize,
@@ -39,7 +41,9 @@ from hisho.core.protocol import (
     encode,
     parse_request,
 )
-from hisho.engine.runtime import GenStats, RequestError, Runtime
+from hisho.engine.llama_setup import GenStats
+from hisho.engine.process import keep_llama_log_at_info, watch_parent
+from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
 
@@ -60,6 +64,7 @@ class Server:
         self._last_write = 0.0
         self._kv: Any = None          # hisho.engine.kvstate.KVState of the current runtime, made on first use
         self._kv_writer: Any = None
+        self._deferred: deque[dict[str, Any] | None] = deque()  # jobs a serving batch put off (engine/serving.py)
 
     # ----- output (engine thread only, except the final shutdown) ----------------------------------------
 
@@ -116,30 +121,49 @@ class Server:
         self._jobs.put(None)
 
     def engine_loop(self) -> None:
-        """Engine thread: run requests one at a time."""
+        """Engine thread: run requests one at a time (a serving batch runs many; engine/serving.py)."""
         while True:
-            req = self._jobs.get()
-            if req is None:
+            req = self._deferred.popleft() if self._deferred else self._jobs.get()
+            if req is None or self.run_job(req):
                 break
-            req_id = int(req.get("id", -1))
-            op = str(req.get("op", ""))
-            if op == "shutdown":
-                self.emit({"id": req_id, "ev": "result", "result": {}})
-                break
-            try:
-                self.dispatch(req_id, parse_request(req))
-            except Exception as exc:
-                kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
-                if kind is ErrorKind.INTERNAL:
-                    log.exception("request %s (%s) failed", req_id, op)
-                self.error(req_id, kind, str(exc) or type(exc).__name__)
-            finally:
-                with self._cancel_lock:
-                    self._cancelled.discard(req_id)
         if self._kv_writer is not None:
             self._kv_writer.wait_idle(10.0)  # KV files in flight land before the process exits
         if self.runtime is not None:
             self.runtime.close()
+
+    def run_job(self, req: dict[str, Any]) -> bool:
+        """Run one request; True when it was ``shutdown``."""
+        req_id = int(req.get("id", -1))
+        op = str(req.get("op", ""))
+        if op == "shutdown":
+            self.emit({"id": req_id, "ev": "result", "result": {}})
+            return True
+        try:
+            self.dispatch(req_id, parse_request(req))
+        except Exception as exc:
+            kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
+            if kind is ErrorKind.INTERNAL:
+                log.exception("request %s (%s) failed", req_id, op)
+            self.error(req_id, kind, str(exc) or type(exc).__name__)
+        finally:
+            self.forget_cancel([req_id])
+        return False
+
+    def next_job_nowait(self) -> dict[str, Any] | None:
+        """The next queued request, or None if there is none now (a serving batch between steps). The end of
+        input (the parent is gone) comes back as ``{"op": "shutdown", "stop": True}``."""
+        try:
+            req = self._jobs.get_nowait()
+        except queue.Empty:
+            return None
+        return req if req is not None else {"op": "shutdown", "id": -1, "stop": True}
+
+    def defer(self, req: dict[str, Any]) -> None:
+        self._deferred.append(None if req.get("stop") else req)
+
+    def forget_cancel(self, req_ids: list[int]) -> None:
+        with self._cancel_lock:
+            self._cancelled.difference_update(req_ids)
 
     def is_cancelled(self, req_id: int) -> bool:
         with self._cancel_lock:
@@ -251,6 +275,32 @@ class Server:
         self.emit({"id": req_id, "ev": "done", "stop_reason": "cancelled" if stats.cancelled else "done",
                    **stats.as_dict()})
 
+    def op_serve(self, req_id: int, req: Serve) -> None:
+        """An API request: starts the serving batch, or joins it when it arrives between steps."""
+        from hisho.engine.serving import run_serving
+
+        run_serving(self, req_id, req)
+
+    def restorer(self, req: Serve) -> Any:
+        """The disk prompt cache's restore for a ``serve`` request: (seq, prompt) -> tokens now in seq."""
+        chunks, keep = list(req.chunks or []), req.keep
+
+        def restore(seq: int, prompt: list[int]) -> int:
+            return int(self.kvstate().restore(seq, chunks, keep, prompt)["restored"])
+
+        return restore
+
+    def saver(self, req: Serve) -> Any:
+        """The disk prompt cache's save for a ``serve`` request: (seq, done) saves what seq holds."""
+        from pathlib import Path
+
+        kv_dir, chunk_tokens = Path(str(req.save_dir)), req.chunk_tokens
+
+        def save(seq: int, done: Any) -> None:
+            self.kvstate().save(seq, kv_dir, chunk_tokens, done)
+
+        return save
+
     # ----- KV persistence (hisho.engine.kvstate; docs/kv-format.md) ----------------------------------------
 
     def kvstate(self) -> Any:
@@ -300,81 +350,6 @@ class Server:
         from hisho.engine.native import ggml_abort
 
         ggml_abort("hisho test hook: simulated GGML_ASSERT failure")
-
-
-_GGML_DEBUG, _GGML_WARN, _GGML_CONT = 1, 3, 5  # ggml.h's ggml_log_level
-
-
-def keep_llama_log_at_info() -> None:
-    """llama.cpp's log lines go to stderr (engine.log) from INFO up; DEBUG lines are dropped.
-
-    llama-cpp-python installs a callback whose level table predates ggml renumbering its levels (it reads
-    DEBUG=1 as INFO), so it printed a DEBUG line per input tensor of every decode step: 2.7 MB of engine.log
-    in half an hour of chatting. A continuation line follows the decision for the line it continues."""
-    import ctypes
-
-    import llama_cpp
-
-    keep = [True]
-
-    @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
-    def _callback(level: int, text: bytes, _user_data: Any) -> None:
-        if level != _GGML_CONT:
-            keep[0] = level != _GGML_DEBUG
-        if keep[0]:
-            sys.stderr.write(text.decode("utf-8", "replace"))
-            if level >= _GGML_WARN and level != _GGML_CONT:
-                sys.stderr.flush()
-
-    keep_llama_log_at_info._callback = _callback  # type: ignore[attr-defined]  # ctypes keeps no reference
-    llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
-
-
-WATCHDOG_S = 0.1
-
-
-def watch_parent() -> None:
-    """Exit at once when the client is gone, even in the middle of a long native call (a prefill slice runs
-    for seconds and only then sees stdin closed). Linux: PR_SET_PDEATHSIG, when the client started us from its
-    main thread; everywhere: a thread that polls the parent pid. Unwritten KV temp files are cleaned up by
-    the client's next ``reconcile`` (their writer pid is dead)."""
-    try:
-        parent = int(os.environ.get("HISHO_PARENT_PID", "0"))
-    except ValueError:
-        parent = 0
-    if parent <= 0:
-        return
-    if sys.platform.startswith("linux") and os.environ.get("HISHO_PDEATHSIG") == "1":
-        try:
-            import ctypes
-            import signal
-
-            pr_set_pdeathsig = 1
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError) as exc:
-            log.warning("PR_SET_PDEATHSIG unavailable: %s", exc)
-
-    def watch() -> None:
-        while True:
-            if not _alive(parent):
-                log.warning("the client (pid %d) is gone; exiting", parent)
-                os._exit(0)
-            time.sleep(WATCHDOG_S)
-
-    if not _alive(parent):  # died before we got here
-        os._exit(0)
-    threading.Thread(target=watch, name="hisho-parent-watch", daemon=True).start()
-
-
-def _alive(parent: int) -> bool:
-    if os.name == "posix":
-        return os.getppid() == parent  # reparented to init/a subreaper when the parent dies
-    try:
-        import psutil
-
-        return bool(psutil.pid_exists(parent))
-    except ImportError:  # pragma: no cover - psutil is a dependency
-        return True
 
 
 def main() -> int:

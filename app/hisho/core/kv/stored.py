@@ -18,12 +18,13 @@ from hisho.core.kv.index import DOCUMENT_PREFIX, KVIndex, Usage, protected
 log = logging.getLogger("hisho.kv")
 
 CONVERSATION_PREFIX = "conv:"  # hisho.core.kv_session.conversation_owner
+API_PREFIX = "api:"  # hisho.api.cache: one prompt an API client sent
 
 
 @dataclass
 class StoredItem:
     owner: str
-    kind: str                     # "chat", "document" or "other"
+    kind: str                     # "chat", "document", "api" or "other"
     name: str
     conversation_id: int | None   # the chat (for a document: the chat its summary opened as, if any)
     usage: Usage
@@ -69,6 +70,8 @@ def list_stored(index: KVIndex, budget_bytes: int, db: Database | None = None) -
             name = titles.get(chat, "") if chat is not None else ""
             name = name.removeprefix("Summary: ") if name else f"Document {sha[:12]}"
             items.append(StoredItem(owner, "document", name, chat, usage))
+        elif owner.startswith(API_PREFIX):
+            items.append(StoredItem(owner, "api", f"API prompt ({usage.n_tokens:,} tokens)", None, usage))
         else:
             items.append(StoredItem(owner, "other", owner, None, usage))
     items.sort(key=lambda i: i.usage.last_used, reverse=True)

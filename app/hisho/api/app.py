@@ -1,0 +1,159 @@
+"""The Starlette application: routes, the API key check, CORS, OpenAI-shaped errors.
+
+Rules of use: ``make_app(backend, key, cors_origins)``; every response, an error included, is JSON or SSE in
+OpenAI's shapes, never a traceback. Every route but ``/health`` needs ``Authorization: Bearer <key>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from hisho.api.backend import Backend, Reply
+from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
+
+log = logging.getLogger("hisho.api")
+
+
+def error_response(exc: ApiError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _sse(data: dict[str, Any] | str) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not valid JSON") from None
+
+
+def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) -> Starlette:
+    def authorized(request: Request) -> bool:
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), key.encode())
+
+    Handler = Callable[[Request], Awaitable[Response]]
+
+    def guarded(handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            if not authorized(request):
+                return error_response(ApiError(401, "missing or wrong API key (Settings → API shows it)",
+                                               code="invalid_api_key"))
+            try:
+                return await handler(request)
+            except ApiError as exc:
+                return error_response(exc)
+        return run
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": backend.model_id, "busy": backend.busy,
+                             "cancelled": backend.cancelled})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": backend.model_id, "object": "model", "created": 0, "owned_by": "hisho"}]})
+
+    async def chat(request: Request) -> Response:
+        job = parse_chat(await _body(request), backend.defaults, backend.max_tokens)
+        return await _answer(backend, job)
+
+    async def completions(request: Request) -> Response:
+        job = parse_completion(await _body(request), backend.defaults, backend.max_tokens)
+        return await _answer(backend, job)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        message = {404: "no such route", 405: "method not allowed"}.get(status, "request failed")
+        return error_response(ApiError(status, f"{message}: {request.method} {request.url.path}"))
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("API route failed")
+        return error_response(ApiError(500, f"internal error ({type(exc).__name__}); details in the log",
+                                       type_="server_error"))
+
+    routes = [
+        Route("/health", health),
+        Route("/v1/models", guarded(models)),
+        Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
+        Route("/v1/completions", guarded(completions), methods=["POST"]),
+    ]
+    middleware = []
+    if cors_origins:  # off unless the user adds an origin (Settings → API)
+        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
+                                     allow_headers=["authorization", "content-type"]))
+    return Starlette(routes=routes, middleware=middleware,
+                     exception_handlers={HTTPException: http_error, Exception: internal})
+
+
+async def _answer(backend: Backend, job: Job) -> Response:
+    reply = await backend.open(job)
+    ids = Ids(job.kind, backend.model_id)
+    if not job.stream:
+        return await _whole(reply, job, ids)
+    if reply.error is not None and reply.queue.qsize() <= 1:  # refused before any token: a plain HTTP error
+        return error_response(reply.error)
+    return StreamingResponse(_events(reply, job, ids), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _whole(reply: Reply, job: Job, ids: Ids) -> Response:
+    try:
+        parts = [text async for text in reply.texts()]
+    finally:
+        reply.close()
+    if reply.error is not None:
+        return error_response(reply.error)
+    result = reply.result
+    assert result is not None
+    stops = StopFilter(job.stops)
+    text = stops.feed("".join(parts)) + stops.flush()
+    finish = "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
+    return JSONResponse(ids.whole(text, finish, usage(result.prompt_tokens, result.completion_tokens,
+                                                      result.cached_tokens)))
+
+
+async def _events(reply: Reply, job: Job, ids: Ids) -> AsyncIterator[bytes]:
+    """The SSE stream. When the client goes away Starlette cancels this generator: ``finally`` cancels the
+    engine's sequence at once."""
+    stops = StopFilter(job.stops)
+    try:
+        if job.kind == "chat":
+            yield _sse(ids.delta(None, role=True))
+        async for text in reply.texts():
+            out = stops.feed(text)
+            if out:
+                yield _sse(ids.delta(out))
+            if stops.stopped:
+                reply.close()  # the engine may still be a token or two behind the stop string
+        tail = stops.flush()
+        if tail:
+            yield _sse(ids.delta(tail))
+        if reply.error is not None:
+            yield _sse(reply.error.body())
+        else:
+            result = reply.result
+            assert result is not None
+            finish = "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
+            yield _sse(ids.delta(None, finish))
+            if job.include_usage:
+                yield _sse({**ids.envelope([], chunk=True),
+                            "usage": usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens)})
+        yield _sse("[DONE]")
+    finally:
+        reply.close()

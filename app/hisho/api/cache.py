@@ -1,0 +1,77 @@
+"""The disk prompt cache of the API: a chat request whose tokens share a prefix with a KV state the store holds
+(an earlier API request, a saved chat or document under the same fingerprint) restores it in the engine and
+prefills only the rest; a request that prefilled many new tokens leaves its prompt's KV in the store. No Qt.
+
+Rules of use:
+- ``PromptCache(session)`` over the app's ``KVSession`` (same index, folder, budget and eviction as chats).
+  ``plan(tokens)`` runs on a request's worker thread before it is sent; ``record(owner, result)`` after its
+  "done" (the engine holds "done" back until the files are written, so they exist when indexed).
+- Owners are ``api:<first 16 hex of the tip chunk's key>``: one per distinct prompt, so Settings → KV cache
+  lists them as "API" and deleting one never touches another. Identical prompts are one file (keys are hashes
+  chained over the tokens, docs/kv-format.md).
+- Only prompts that prefilled at least ``min_new_tokens`` are saved: below that a prefill costs less than
+  reading the file back would save (and every saved file costs disk).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from hisho.core.kv.stored import API_PREFIX
+from hisho.core.kv_session import KVSession
+
+log = logging.getLogger("hisho.api")
+
+MIN_NEW_TOKENS = 256
+
+
+@dataclass
+class CachePlan:
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    keep: int = 0
+    save_dir: str | None = None
+    keys: list[str] = field(default_factory=list)
+
+
+class PromptCache:
+    def __init__(self, session: KVSession, min_new_tokens: int = MIN_NEW_TOKENS) -> None:
+        self.session = session
+        self.min_new_tokens = min_new_tokens
+
+    def plan(self, tokens: list[int]) -> CachePlan:
+        """What to restore for ``tokens`` and whether to save them (a worker thread; reads on the store lane)."""
+        session = self.session
+        fp = session.fingerprint()
+        match = session.executor.call("store", lambda: session.index.lookup(fp, tokens))
+        plan = CachePlan(match.request(), match.keep, keys=[str(c["key"]) for c in match.chunks])
+        if len(tokens) - match.keep >= self.min_new_tokens:
+            plan.save_dir = str(session.kv_dir)
+        return plan
+
+    def used(self, plan: CachePlan) -> None:
+        """A restore happened: its chunks are recently used (eviction is least recently used first)."""
+        if plan.keys:
+            keys = plan.keys
+            self.session.submit(lambda: self.session.index.touch("", keys))
+
+    def record(self, extra: dict[str, Any]) -> None:
+        """Index what the engine saved for a request (``GenerationResult.extra["saved"]``), then keep the store
+        within its budget. Queued on the store lane; never raises."""
+        report = extra.get("saved")
+        if not isinstance(report, dict) or not report.get("chunks"):
+            if isinstance(report, dict) and report.get("error"):
+                log.warning("disk prompt cache: save failed: %s", report["error"])
+            return
+        session = self.session
+        chunks = list(report["chunks"])
+        owner = API_PREFIX + str(chunks[-1]["key"])[:16]
+        fp = str(report["fingerprint"])
+
+        def write() -> None:
+            session.index.record_save(owner, fp, chunks)
+            session.index.evict(session.budget_bytes)
+            session.changed()
+
+        session.submit(write)  # the store lane: the database's one writer

@@ -1,0 +1,223 @@
+"""OpenAI's request and response shapes: parse a request body into what the engine runs, and build the
+response bodies and stream chunks. No I/O.
+
+Rules of use: ``parse_chat`` / ``parse_completion`` raise ``ApiError`` (an OpenAI-shaped error with its HTTP
+status) for anything a client got wrong; nothing here raises anything else for bad input.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hisho.core.protocol import Sampling
+
+MAX_STOPS = 4  # OpenAI's limit
+
+
+class ApiError(Exception):
+    """An error a client sees as OpenAI's ``{"error": {message, type, param, code}}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass
+class Job:
+    """What one request asks the engine for."""
+
+    kind: str                                  # "chat" or "text"
+    model: str
+    stream: bool
+    include_usage: bool
+    sampling: Sampling
+    messages: list[dict[str, str]] | None = None
+    prompt: str | None = None
+    stops: tuple[str, ...] = ()
+
+
+def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ApiError(400, f"'{name}' must be a number", param=name)
+    if not lo <= value <= hi:
+        raise ApiError(400, f"'{name}' must be between {lo:g} and {hi:g}", param=name)
+    return float(value)
+
+
+def _integer(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"'{name}' must be an integer", param=name)
+    return value
+
+
+def _stops(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
+    if len(stops) > MAX_STOPS:
+        raise ApiError(400, f"'stop' takes at most {MAX_STOPS} strings", param="stop")
+    return tuple(s for s in stops if s)
+
+
+def _common(body: dict[str, Any], kind: str, defaults: dict[str, Any], max_default: int) -> Job:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "'model' is required", param="model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ApiError(400, "'stream' must be true or false", param="stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object", param="stream_options")
+    max_tokens = _integer(body, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = _integer(body, "max_tokens")
+    if max_tokens is not None and max_tokens < 1:
+        raise ApiError(400, "'max_tokens' must be at least 1", param="max_tokens")
+    seed = _integer(body, "seed")
+    stops = _stops(body)
+    sampling = Sampling(
+        temperature=_number(body, "temperature", float(defaults.get("temperature", 0.7)), 0.0, 2.0),
+        top_p=_number(body, "top_p", float(defaults.get("top_p", 0.95)), 0.0, 1.0),
+        top_k=int(defaults.get("top_k", 40)),
+        repeat_penalty=1.0,  # OpenAI's API has no repeat penalty (frequency/presence penalties are 0 by default)
+        seed=seed if seed is not None and seed >= 0 else -1,
+        max_tokens=max_tokens or max_default,
+        stop=list(stops),
+    )
+    return Job(kind, model, stream, bool(options.get("include_usage", False)), sampling, stops=stops)
+
+
+def parse_chat(body: Any, defaults: dict[str, Any], max_default: int) -> Job:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    job = _common(body, "chat", defaults, max_default)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(400, f"messages[{i}] needs a 'role'", param=f"messages[{i}]")
+        out.append({"role": m["role"], "content": _content(m.get("content"), i)})
+    job.messages = out
+    return job
+
+
+def _content(content: Any, i: int) -> str:
+    """A message's text: a string, or OpenAI's list of parts (text parts only: the models here see no images)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ApiError(400, f"messages[{i}].content: only text parts are supported",
+                               param=f"messages[{i}].content")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise ApiError(400, f"messages[{i}].content must be a string", param=f"messages[{i}].content")
+
+
+def parse_completion(body: Any, defaults: dict[str, Any], max_default: int) -> Job:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    job = _common(body, "text", defaults, max_default)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise ApiError(400, "'prompt' must be a non-empty string (one prompt per request)", param="prompt")
+    job.prompt = prompt
+    return job
+
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context_full": "length"}
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+class Ids:
+    """The id and creation time every chunk of one response shares."""
+
+    def __init__(self, kind: str, model: str) -> None:
+        self.kind, self.model = kind, model
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def envelope(self, choices: list[dict[str, Any]], chunk: bool = False) -> dict[str, Any]:
+        obj = "chat.completion" if self.kind == "chat" else "text_completion"
+        return {"id": self.id, "object": obj + (".chunk" if chunk and self.kind == "chat" else ""),
+                "created": self.created, "model": self.model, "choices": choices}
+
+    def delta(self, text: str | None, finish: str | None = None, role: bool = False) -> dict[str, Any]:
+        if self.kind == "chat":
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            if text:
+                delta["content"] = text
+            return self.envelope([{"index": 0, "delta": delta, "finish_reason": finish}], chunk=True)
+        return self.envelope([{"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}])
+
+    def whole(self, text: str, finish: str, use: dict[str, Any]) -> dict[str, Any]:
+        if self.kind == "chat":
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        return {**self.envelope([choice]), "usage": use}
+
+
+class StopFilter:
+    """Cuts streamed text at the first stop string, which itself is never sent (OpenAI's rule). Text that could
+    be the start of a stop string is held back until the next piece says it is not."""
+
+    def __init__(self, stops: tuple[str, ...]) -> None:
+        self.stops = stops
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        if not self.stops:
+            return text
+        self.pending += text
+        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self.pending, self.stopped = self.pending[:cut], "", True
+            return out
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
+                if self.pending.endswith(s[:n]):
+                    hold = max(hold, n)
+                    break
+        out = self.pending[:len(self.pending) - hold]
+        self.pending = self.pending[len(out):]
+        return out
+
+    def flush(self) -> str:
+        out, self.pending = ("" if self.stopped else self.pending), ""
+        return out

@@ -1,0 +1,165 @@
+"""``hisho bench api``: the API (``hisho serve``'s server, in-process on loopback) against the engine it runs on.
+
+In a throw-away HISHO_HOME, one model loaded for 4 sequences of ``PER_SEQ`` tokens (one KV stream each):
+- ``api_vs_engine``: decode tokens/s of one streamed chat request through HTTP over the same reply asked of the
+  engine directly (``Engine.generate``), both greedy, both from an empty sequence; median of per-repetition
+  ratios. ``ttfb_overhead_ms``: the API's first content chunk minus the engine's first token, both timed from
+  the request.
+- ``concurrent_gain``: tokens/s of 4 concurrent API streams (4 prompts) over one stream alone.
+- ``prefix_restart_speedup``: first-token time of a chat with a ~4096-token system prompt on an empty store over
+  the same request after the server (and engine) were stopped and started again (the disk prompt cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from hisho.api.launch import build_api
+from hisho.core.protocol import Sampling
+
+KEY = "bench"
+PARALLEL = 4
+PER_SEQ = 4608
+PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
+
+
+@contextmanager
+def _home() -> Iterator[str]:
+    old = os.environ.get("HISHO_HOME")
+    with tempfile.TemporaryDirectory(prefix="hisho-bench-api-") as home:
+        os.environ["HISHO_HOME"] = home
+        try:
+            yield home
+        finally:
+            if old is None:
+                os.environ.pop("HISHO_HOME", None)
+            else:
+                os.environ["HISHO_HOME"] = old
+
+
+def _stream(url: str, model: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, float]:
+    """One streamed chat request: first content chunk, last chunk, tokens (from usage), cached tokens."""
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    first = last = 0.0
+    usage: dict[str, Any] = {}
+    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=600,
+                      headers={"Authorization": f"Bearer {KEY}"}) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                last = time.perf_counter()
+                first = first or last
+    n = int(usage.get("completion_tokens", 0))
+    return {"ttft_s": first - start, "tokens": n, "wall_s": last - start,
+            "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
+            "cached": int(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0))}
+
+
+def _engine(engine: Any, messages: list[dict[str, str]], max_tokens: int) -> dict[str, float]:
+    start = time.perf_counter()
+    stream = engine.generate(messages=messages, sampling=Sampling(temperature=0.0, repeat_penalty=1.0,
+                                                                   max_tokens=max_tokens))
+    first = last = 0.0
+    for _ in stream:
+        last = time.perf_counter()
+        first = first or last
+    n = stream.result.completion_tokens
+    return {"ttft_s": first - start, "tokens": n,
+            "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0}
+
+
+def _clear(engine: Any) -> None:
+    for seq in range(PARALLEL):
+        engine.seq_rm(seq, 0)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    n_tokens = max(32, args.tokens or 200)
+    repeat = max(1, args.repeat)
+    ask = [{"role": "user", "content": PROMPT}]
+    out: dict[str, Any] = {"tokens": n_tokens, "repeat": repeat, "parallel": PARALLEL, "n_ctx_per_seq": PER_SEQ}
+    with _home():
+        app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
+        try:
+            server.start()
+            model, url, engine = server.backend.model_id, server.url, app.engine
+            out["model"] = model
+            ratios, overheads, api_tps, eng_tps = [], [], [], []
+            for i in range(repeat):
+                pair = []
+                for which in (("engine", "api") if i % 2 == 0 else ("api", "engine")):
+                    _clear(engine)
+                    pair.append((which, _engine(engine, ask, n_tokens) if which == "engine"
+                                 else _stream(url, model, ask, n_tokens)))
+                got = dict(pair)
+                api_tps.append(got["api"]["tokens_per_s"])
+                eng_tps.append(got["engine"]["tokens_per_s"])
+                ratios.append(got["api"]["tokens_per_s"] / max(got["engine"]["tokens_per_s"], 1e-9))
+                overheads.append((got["api"]["ttft_s"] - got["engine"]["ttft_s"]) * 1000)
+            out.update(api_tokens_per_s=statistics.median(api_tps), engine_tokens_per_s=statistics.median(eng_tps),
+                       api_vs_engine=statistics.median(ratios), ttfb_overhead_ms=statistics.median(overheads))
+            out.update(_concurrent(engine, url, model, n_tokens, repeat))
+            fresh = _stream(url, model, _long_prefix(), 8)
+        finally:
+            server.stop()
+            app.close()
+        # The restart: a new engine process and server on the same store.
+        app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
+        try:
+            server.start()
+            restored = _stream(server.url, server.backend.model_id, _long_prefix(), 8)
+        finally:
+            server.stop()
+            app.close()
+    out.update(prefix_tokens_cached=restored["cached"], ttft_fresh_s=fresh["ttft_s"],
+               ttft_restored_s=restored["ttft_s"],
+               prefix_restart_speedup=fresh["ttft_s"] / max(restored["ttft_s"], 1e-9))
+    return out
+
+
+def _concurrent(engine: Any, url: str, model: str, n_tokens: int, repeat: int) -> dict[str, float]:
+    prompts = [[{"role": "user", "content": f"{PROMPT} Chapter {i + 1}."}] for i in range(PARALLEL)]
+    one, many = [], []
+    for _ in range(repeat):
+        _clear(engine)
+        alone = _stream(url, model, prompts[0], n_tokens)
+        one.append(alone["tokens"] / alone["wall_s"])
+        _clear(engine)
+        results: list[dict[str, float]] = []
+        start = time.perf_counter()
+        threads = [threading.Thread(target=lambda p=p, out=results: out.append(_stream(url, model, p, n_tokens)))
+                   for p in prompts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        many.append(sum(r["tokens"] for r in results) / (time.perf_counter() - start))
+    one_tps, many_tps = statistics.median(one), statistics.median(many)
+    return {"one_stream_tokens_per_s": one_tps, "concurrent_tokens_per_s": many_tps,
+            "concurrent_gain": many_tps / max(one_tps, 1e-9)}
+
+
+def _long_prefix() -> list[dict[str, str]]:
+    """A system prompt of about 4096 tokens and a short question."""
+    rules = "\n".join(f"Rule {i}: a report on site {i} names its author, its date, the tool it used and every "
+                      f"figure it measured, with units." for i in range(150))
+    return [{"role": "system", "content": "You are the project's careful assistant. The handbook:\n" + rules},
+            {"role": "user", "content": "Who signs a report?"}]

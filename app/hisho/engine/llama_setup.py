@@ -1,0 +1,213 @@
+"""How a model and its context are set up for llama.cpp: context parameters, sampler chains, thread governors,
+the mmap policy and the model's metadata. Split out of ``hisho.engine.runtime`` (the one owner of the context)
+so that module stays about driving it. Engine thread only, like everything that touches llama.cpp objects.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp
+
+from hisho.core.protocol import LoadParams, Sampling
+from hisho.engine.threads import Governor
+
+_SPECIAL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
+
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+            "f32": llama_cpp.GGML_TYPE_F32}
+
+
+def physical_cores() -> int:
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # psutil missing or unsupported platform
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+def cpu_features() -> frozenset[str]:
+    """This build's CPU features as ggml reports them (what decides which weights it repacks)."""
+    from hisho.core.planner.repack import features_from_system_info
+
+    return features_from_system_info(llama_cpp.llama_print_system_info().decode("utf-8", "replace"))
+
+
+def mmap_policy(model_path: str) -> bool:
+    """Map the model file unless llama.cpp will repack some of its weights for this CPU: with mmap, the file
+    pages read to repack stay mapped beside the repacked copy (held twice; core/planner/repack.py). A file whose
+    header we cannot read is mapped (llama.cpp's load then reports what is wrong with it). Only for loads whose
+    LoadParams leave ``use_mmap`` open: launch.load_params_for sets it from the plan, because reading the header
+    here imports the gguf package (~7 MiB in this process)."""
+    from hisho.core.errors import UserError
+    from hisho.core.gguf_facts import read_facts
+    from hisho.core.planner.repack import repacked_bytes, use_mmap
+
+    try:
+        facts = read_facts(model_path)
+    except UserError:
+        return True
+    moved, dup = repacked_bytes(facts, cpu_features())
+    return use_mmap(moved + dup)
+
+
+def step_kind(n_tokens: int) -> str:
+    """Decode (one token), a small batch (parallel decode, a typed-ahead word) or prefill: their costs per
+    token differ too much to share one governor."""
+    return "decode" if n_tokens == 1 else "batch" if n_tokens < PREFILL_MIN_TOKENS else "prefill"
+
+
+PREFILL_MIN_TOKENS = 64
+
+
+def make_governors(params: LoadParams) -> dict[str, Governor]:
+    """``n_threads`` 0 (the default): automatic up to the physical cores; a number: exactly that many."""
+    cores = physical_cores()
+    decode = params.n_threads
+    batch = params.n_threads_batch or params.n_threads
+    govs = {"decode": Governor("decode", cores, fixed=decode),
+            "batch": Governor("batch", cores, fixed=batch, decide_steps=1),
+            # A prefill step is long (512 tokens: seconds under load): one step decides, and one probe step.
+            "prefill": Governor("prefill", cores, fixed=batch, probe_steps=1, decide_steps=1)}
+    for gov in govs.values():
+        gov.peers = [g for g in govs.values() if g is not gov]
+    return govs
+
+
+def context_params(params: LoadParams) -> Any:
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = params.n_ctx
+    cparams.n_batch = params.n_batch
+    cparams.n_ubatch = min(params.n_ubatch, params.n_batch)
+    threads = params.n_threads or physical_cores()
+    cparams.n_threads = threads
+    cparams.n_threads_batch = params.n_threads_batch or threads
+    cparams.n_seq_max = params.n_seq_max
+    cparams.kv_unified = params.kv_unified
+    cparams.swa_full = params.swa_full
+    cparams.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if params.flash_attn
+                               else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    cparams.type_k = KV_TYPES[params.type_k]
+    cparams.type_v = KV_TYPES[params.type_v]
+    cparams.no_perf = True
+    return cparams
+
+
+def build_sampler(rt: Any, s: Sampling) -> Any:
+    """A sampler chain: (logit bias), top-k, penalties, top-p, min-p, temperature, dist; greedy if temp <= 0."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+    add = llama_cpp.llama_sampler_chain_add
+    if s.ignore_eos:
+        eos = int(llama_cpp.llama_vocab_eos(rt.vocab))
+        eot = int(llama_cpp.llama_vocab_eot(rt.vocab))
+        banned = sorted({t for t in (eos, eot) if t >= 0})
+        biases = (llama_cpp.llama_logit_bias * len(banned))()
+        for i, tok in enumerate(banned):
+            biases[i].token = tok  # type: ignore[assignment]
+            biases[i].bias = float("-inf")
+        add(chain, llama_cpp.llama_sampler_init_logit_bias(rt.n_vocab, len(banned), biases))
+    # Penalties scan the candidate list for repeats: run them after top-k, never on the full vocabulary.
+    if s.top_k > 0 and s.temperature > 0:
+        add(chain, llama_cpp.llama_sampler_init_top_k(s.top_k))
+    if s.repeat_penalty != 1.0:
+        add(chain, llama_cpp.llama_sampler_init_penalties(rt.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0))
+    if s.temperature <= 0:
+        add(chain, llama_cpp.llama_sampler_init_greedy())
+        return chain
+    if 0 < s.top_p < 1:
+        add(chain, llama_cpp.llama_sampler_init_top_p(s.top_p, 1))
+    if s.min_p > 0:
+        add(chain, llama_cpp.llama_sampler_init_min_p(s.min_p, 1))
+    add(chain, llama_cpp.llama_sampler_init_temp(s.temperature))
+    seed = s.seed if s.seed >= 0 else llama_cpp.LLAMA_DEFAULT_SEED
+    add(chain, llama_cpp.llama_sampler_init_dist(seed))
+    return chain
+
+
+def read_metadata(model: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    count = int(llama_cpp.llama_model_meta_count(model))
+    buf = ctypes.create_string_buffer(1 << 16)
+    for i in range(count):
+        n = llama_cpp.llama_model_meta_key_by_index(model, i, buf, len(buf))
+        if n < 0:
+            continue
+        key = buf.value.decode("utf-8", "replace")
+        n = llama_cpp.llama_model_meta_val_str_by_index(model, i, buf, len(buf))
+        if n < 0:
+            continue
+        if n >= len(buf):
+            big = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str_by_index(model, i, big, len(big))
+            out[key] = big.value.decode("utf-8", "replace")
+        else:
+            out[key] = buf.value.decode("utf-8", "replace")
+    return out
+
+
+@dataclass
+class GenStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+    stop_reason: str = ""
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        tps = (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 and self.completion_tokens > 1 else 0.0
+        return {
+            "text": self.text, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens, "ttft_s": self.ttft_s, "decode_s": self.decode_s,
+            "tokens_per_s": tps, "stop_reason": self.stop_reason,
+        }
+
+
+class Batch:
+    """One ``llama_batch`` allocated once, refilled per decode call."""
+
+    def __init__(self, capacity: int, n_seq_max: int) -> None:
+        self.capacity = capacity
+        self.raw = llama_cpp.llama_batch_init(capacity, 0, n_seq_max)
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+        self.raw.n_tokens = 0
+
+    def add(self, token: int, pos: int, seq: int, logits: bool) -> None:
+        i = self.n
+        raw = self.raw
+        raw.token[i] = token
+        raw.pos[i] = pos
+        raw.n_seq_id[i] = 1
+        raw.seq_id[i][0] = seq
+        raw.logits[i] = logits
+        self.n = i + 1
+        raw.n_tokens = self.n
+
+    def free(self) -> None:
+        llama_cpp.llama_batch_free(self.raw)
+
+
+def control_tokens(vocab: Any, n_vocab: int, token_text: Callable[[int], str]) -> tuple[dict[str, int],
+                                                                                        re.Pattern[str] | None]:
+    """The text of every control (and unknown) token, the ones llama.cpp parses only with parse_special,
+    and a pattern that finds them longest first (issue 16: control tokens only from the template)."""
+    ids: dict[str, int] = {}
+    for token in range(n_vocab):
+        if int(llama_cpp.llama_vocab_get_attr(vocab, token)) & _SPECIAL_ATTRS:
+            text = token_text(token)
+            if text:
+                ids.setdefault(text, token)
+    alts = sorted(ids, key=len, reverse=True)
+    return ids, (re.compile("|".join(map(re.escape, alts))) if alts else None)

@@ -1,0 +1,92 @@
+"""One reply on one sequence: prefill what the sequence does not hold yet, then sample token by token (the
+window's chats, ``hisho generate``). Engine thread only. Parallel replies are ``hisho.engine.batched`` and
+``hisho.engine.serving``."""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable, Iterator
+
+import llama_cpp
+
+from hisho.core.protocol import ErrorKind, Sampling
+from hisho.engine.llama_setup import GenStats, build_sampler
+from hisho.engine.runtime import RequestError, Runtime
+
+
+def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
+             cancelled: Callable[[], bool]) -> Iterator[tuple[int, str] | GenStats]:
+    """Prefill ``prompt`` into ``seq`` (reusing its cached prefix) and sample a reply.
+
+    Yields ``(token, text)`` per token, then the final ``GenStats``. ``cancelled`` is checked before every
+    token, so a cancel takes effect within one token.
+    """
+    rt.check_seq(seq)
+    if not prompt:
+        raise RequestError(ErrorKind.BAD_REQUEST, "empty prompt")
+    if len(prompt) >= rt.n_ctx:
+        raise RequestError(ErrorKind.CONTEXT_FULL,
+                            f"the prompt has {len(prompt)} tokens; the context holds {rt.n_ctx}")
+    stats = GenStats(prompt_tokens=len(prompt))
+    start = time.perf_counter()
+    stats.cached_tokens = rt.reuse_prefix(seq, prompt)
+    if not rt.decode_tokens(seq, prompt[stats.cached_tokens:], should_stop=cancelled):
+        stats.stop_reason = "cancelled"
+        yield stats
+        return
+    sampler = build_sampler(rt, sampling)
+    utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+    held = rt.seqs[seq]
+    text_parts: list[str] = []
+    stops = [s for s in sampling.stop if s]
+    first_at = 0.0
+    try:
+        while True:
+            if cancelled():
+                stats.stop_reason = "cancelled"
+                break
+            if stats.completion_tokens >= sampling.max_tokens:
+                stats.stop_reason = "length"
+                break
+            if len(held) >= rt.n_ctx:
+                stats.stop_reason = "context_full"
+                break
+            token = int(llama_cpp.llama_sampler_sample(sampler, rt.ctx, -1))
+            if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(rt.vocab, token):
+                stats.stop_reason = "eos"
+                break
+            stats.completion_tokens += 1
+            stats.tokens.append(token)
+            piece = utf8.decode(rt.piece(token))
+            if stats.completion_tokens == 1:
+                first_at = time.perf_counter()
+                stats.ttft_s = first_at - start
+            text_parts.append(piece)
+            yield token, piece
+            if stops and _hit_stop("".join(text_parts[-8:]), stops):
+                stats.stop_reason = "stop"
+                # The stop token is sampled but not yet in the cache; keep the cache as is.
+                break
+            if stats.completion_tokens >= sampling.max_tokens:
+                # Nothing will be sampled after the last token: decoding it would only delay "done" by a
+                # step. The next prompt re-evaluates it (reuse_prefix keeps what the cache holds).
+                stats.stop_reason = "length"
+                break
+            rt.batch.clear()
+            rt.batch.add(token, len(held), seq, True)
+            rt.decode_batch()
+            held.append(token)
+    finally:
+        llama_cpp.llama_sampler_free(sampler)
+    if stats.completion_tokens:
+        stats.decode_s = time.perf_counter() - first_at
+    tail = utf8.decode(b"", final=True)
+    if tail:
+        text_parts.append(tail)
+    stats.text = "".join(text_parts)
+    yield stats
+
+
+def _hit_stop(recent: str, stops: list[str]) -> bool:
+    return any(s in recent for s in stops)

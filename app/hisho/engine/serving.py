@@ -1,0 +1,319 @@
+"""The serving batch: API requests decoded as parallel sequences of the chat context (``hisho serve``).
+
+Runs on the engine thread only. It is the continuous batching of ``hisho.engine.batched`` (same slots, same
+step: decode tokens first, then prompt tokens up to ``n_batch``) kept alive while requests arrive: a ``serve``
+request joins at the next step, a cancelled or finished one leaves without stopping the others, and requests
+beyond the free sequences wait in arrival order (their position is reported as a ``queued`` event).
+
+Differences from a summary batch: each request has its own sampling and stop strings, tokens are streamed as
+they are sampled, and a sequence keeps its cells after its request ends, so a client resending the same prefix
+(a system prompt, a file, the conversation so far) prefills only what differs: a new request takes the free
+sequence that shares the longest prefix with it (``cached_tokens``). ``Runtime.seqs`` is kept in step, so the
+window's own ``generate`` on sequence 0 afterwards reuses what is there, as it does after its own turns.
+
+In a unified KV cache the last sequence is left alone (KV saves use it as their scratch sequence,
+``hisho.engine.kvstate``). ``hisho serve`` loads the model with one KV stream per sequence (``kv_unified`` off):
+there, greedy replies of parallel requests are exactly those of each request alone (measured: 8 of 8 equal;
+in a unified cache 5 of 8, because every token's attention then spans all sequences' cells), and the cost of
+attention does not grow with the other sequences' lengths.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp
+
+from hisho.core.protocol import ErrorKind, Sampling, common_prefix
+from hisho.engine.batched import BatchStats, Item, _Slot, _step
+from hisho.engine.llama_setup import build_sampler
+from hisho.engine.runtime import RequestError, Runtime
+
+log = logging.getLogger("hisho.engine")
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Job:
+    """One ``serve`` request: its prompt tokens, sampling and where its events go."""
+
+    req_id: int
+    prompt: list[int]
+    sampling: Sampling
+    emit: Emit             # token events (may be coalesced)
+    emit_now: Emit         # the first token, queue positions and the end: never held back
+    restore: Callable[[int, list[int]], int] | None = None  # (seq, prompt) -> tokens now in seq (disk cache)
+    save: Callable[[int, Emit], None] | None = None  # (seq, done) saves seq's KV once the prompt is in (disk cache)
+    arrived: float = field(default_factory=time.perf_counter)
+    # A save in flight holds the "done" event back until its files are written, so the client can index them.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    saving: bool = False
+    saved: dict[str, Any] | None = None
+    held_done: dict[str, Any] | None = None
+
+
+@dataclass
+class _ServeSlot(_Slot):
+    job: Job | None = None
+    held: list[int] = field(default_factory=list)   # tokens in this sequence's cells (== rt.seqs[seq])
+    cached: int = 0
+    first_at: float = 0.0
+    stops: list[str] = field(default_factory=list)
+
+
+class ServingBatch:
+    """Sequences ``0 .. n-1`` of ``rt`` serving requests; see the module docstring."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.unified = bool(rt.params.kv_unified) and rt.n_seq_max > 1
+        n = rt.n_seq_max - 1 if self.unified else rt.n_seq_max
+        self.slots = [_ServeSlot(seq=s) for s in range(n)]
+        for slot in self.slots:
+            slot.held = list(rt.seqs.get(slot.seq, []))
+        self.waiting: deque[Job] = deque()
+        self.stats = BatchStats(n_parallel=n)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(s.job is not None for s in self.slots)
+
+    def active_ids(self) -> list[int]:
+        return [s.job.req_id for s in self.slots if s.job is not None] + [j.req_id for j in self.waiting]
+
+    def add(self, job: Job) -> None:
+        """Queue ``job``; it takes a sequence at once if one is free. Raises RequestError if it can never fit."""
+        if not job.prompt:
+            raise RequestError(ErrorKind.BAD_REQUEST, "empty prompt")
+        if len(job.prompt) >= self.rt.n_ctx_seq:
+            raise RequestError(ErrorKind.CONTEXT_FULL, f"the prompt has {len(job.prompt)} tokens; the context "
+                                                       f"holds {self.rt.n_ctx_seq}")
+        self.waiting.append(job)
+        self._fill()
+        for pos, waiting in enumerate(self.waiting, 1):
+            if waiting is job:
+                job.emit_now({"id": job.req_id, "ev": "queued", "position": pos})
+
+    def cancel_where(self, cancelled: Callable[[int], bool]) -> None:
+        """End every request ``cancelled(req_id)`` says is cancelled (waiting or running), at once."""
+        for job in [j for j in self.waiting if cancelled(j.req_id)]:
+            self.waiting.remove(job)
+            self._done_event(job, "cancelled", [], "", 0, 0.0, 0.0)
+        for slot in self.slots:
+            if slot.job is not None and cancelled(slot.job.req_id):
+                self._finish(slot, "cancelled")
+        self._fill()
+
+    def step(self) -> None:
+        """One llama_decode for every running sequence, then sample those whose logits came out."""
+        _step(self.rt, self.slots, self.stats)  # type: ignore[arg-type]  # a _ServeSlot is a _Slot
+        for slot in self.slots:
+            if slot.item is None:
+                continue
+            prompt = slot.item.prompt
+            # What the cells hold now: the prompt fed so far, then the sampled tokens fed back (not the last).
+            slot.held = prompt[:slot.pos] if slot.pos <= len(prompt) else prompt + slot.out[:slot.pos - len(prompt)]
+            self.rt.seqs[slot.seq] = slot.held
+            if slot.logits_at >= 0:
+                if not slot.out and slot.job is not None and slot.job.save is not None:
+                    self._save(slot.seq, slot.job)  # the whole prompt is in the cells now, nothing else yet
+                self._sample(slot)
+        self._fill()
+
+    def _save(self, seq: int, job: Job) -> None:
+        assert job.save is not None
+
+        def done(report: dict[str, Any]) -> None:  # the engine thread, or the KV writer's
+            with job.lock:
+                job.saved, job.saving, event = report, False, job.held_done
+            if event is not None:
+                job.emit_now({**event, "saved": report})
+
+        job.saving = True
+        try:
+            job.save(seq, done)
+        except Exception as exc:  # a save that fails costs only the next prefill
+            log.warning("disk prompt cache: save failed (%s)", exc)
+            done({"error": str(exc)})
+
+    def close(self, reason: str = "cancelled") -> None:
+        """End everything (engine shutting down): every request gets its "done"."""
+        for job in list(self.waiting):
+            self._done_event(job, reason, [], "", 0, 0.0, 0.0)
+        self.waiting.clear()
+        for slot in self.slots:
+            if slot.job is not None:
+                self._finish(slot, reason)
+
+    # ----- slots -----------------------------------------------------------------------------------------
+
+    def _fill(self) -> None:
+        while self.waiting:
+            free = [s for s in self.slots if s.job is None]
+            if not free:
+                return
+            job = self.waiting.popleft()
+            slot = max(free, key=lambda s: common_prefix(s.held, job.prompt))
+            self._assign(slot, job)
+
+    def _assign(self, slot: _ServeSlot, job: Job) -> None:
+        rt = self.rt
+        self._make_room(slot, job)
+        keep = min(common_prefix(slot.held, job.prompt), len(job.prompt) - 1)
+        if job.restore is not None and keep < len(job.prompt) - 1:
+            rt.seq_rm(slot.seq, 0)
+            slot.held = []
+            try:
+                keep = min(job.restore(slot.seq, job.prompt), len(job.prompt) - 1)
+            except Exception as exc:  # a bad file only costs the prefill (core/kv_session.py says the same)
+                log.warning("disk prompt cache: restore failed (%s); prefilling", exc)
+                keep = 0
+            slot.held = list(rt.seqs.get(slot.seq, []))[:keep]
+        rt.seq_rm(slot.seq, keep)
+        slot.held = slot.held[:keep]
+        slot.job, slot.cached = job, keep
+        slot.item = Item(job.req_id, job.prompt, job.sampling.max_tokens)
+        slot.fed = slot.pos = keep
+        slot.last, slot.out, slot.text, slot.logits_at = -1, [], [], -1
+        slot.sampler = build_sampler(rt, job.sampling)
+        slot.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        slot.started, slot.first_at = job.arrived, 0.0
+        slot.stops = [s for s in job.sampling.stop if s]
+        rt.seqs[slot.seq] = slot.held
+
+    def _make_room(self, slot: _ServeSlot, job: Job) -> None:
+        """Wipe idle sequences' kept cells when the running ones plus this job could need more than the
+        context has (a unified cache: every sequence takes cells from one pool)."""
+        if not self.unified:
+            return  # one KV stream per sequence: nobody else's cells are in the way
+        need = len(job.prompt) + job.sampling.max_tokens
+        running = 0
+        for other in self.slots:
+            if other.job is not None:
+                running += len(other.held) + other.job.sampling.max_tokens
+        if running + need + len(slot.held) <= self.rt.n_ctx:
+            return
+        for other in self.slots:
+            if other.job is None and other is not slot and other.held:
+                self.rt.seq_rm(other.seq, 0)
+                other.held = []
+
+    def _sample(self, slot: _ServeSlot) -> None:
+        rt, job, item = self.rt, slot.job, slot.item
+        assert job is not None and item is not None
+        token = int(llama_cpp.llama_sampler_sample(slot.sampler, rt.ctx, slot.logits_at))
+        if not job.sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(rt.vocab, token):
+            self._finish(slot, "eos")
+            return
+        now = time.perf_counter()
+        first = not slot.out
+        if first:
+            slot.first_at = now
+        slot.out.append(token)
+        piece = slot.utf8.decode(rt.piece(token))
+        slot.text.append(piece)
+        slot.last = token
+        self.stats.decode_tokens += 1
+        event = {"id": job.req_id, "ev": "token", "token": token, "text": piece}
+        (job.emit_now if first else job.emit)(event)
+        if slot.stops and any(s in "".join(slot.text[-8:]) for s in slot.stops):
+            self._finish(slot, "stop")
+        elif len(slot.out) >= item.max_tokens:
+            self._finish(slot, "length")
+        elif slot.pos + 1 >= rt.n_ctx_seq:
+            self._finish(slot, "context_full")
+
+    def _finish(self, slot: _ServeSlot, reason: str) -> None:
+        job = slot.job
+        assert job is not None
+        tail = slot.utf8.decode(b"", final=True) if slot.utf8 is not None else ""
+        decode_s = time.perf_counter() - slot.first_at if slot.first_at else 0.0
+        ttft = slot.first_at - job.arrived if slot.first_at else 0.0
+        self._done_event(job, reason, slot.out, "".join(slot.text) + tail, slot.cached, ttft, decode_s)
+        if slot.sampler is not None:
+            llama_cpp.llama_sampler_free(slot.sampler)
+        # The cells stay (the next request with this prefix reuses them); only what they hold is recorded.
+        self.rt.seqs[slot.seq] = slot.held
+        slot.job, slot.item, slot.sampler, slot.utf8 = None, None, None, None
+        slot.fed, slot.last, slot.logits_at = 0, -1, -1
+
+    def _done_event(self, job: Job, reason: str, tokens: list[int], text: str, cached: int, ttft: float,
+                    decode_s: float) -> None:
+        n = len(tokens)
+        event = {"id": job.req_id, "ev": "done", "text": text, "prompt_tokens": len(job.prompt),
+                 "cached_tokens": cached, "completion_tokens": n, "ttft_s": ttft, "decode_s": decode_s,
+                 "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason}
+        with job.lock:
+            if job.saving:
+                job.held_done = event  # sent by the save's callback
+                return
+            if job.saved is not None:
+                event["saved"] = job.saved
+        job.emit_now(event)
+
+
+QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
+
+
+def run_serving(server: Any, req_id: int, req: Any) -> None:
+    """The engine thread while API requests run: ``req`` (a ``Serve``) starts the batch; between steps the
+    engine's queue is drained: more ``serve`` requests join, quick ops (token counts) run at once, anything
+    else (a window's reply, a load, a KV save) waits until the batch is empty, then runs in arrival order.
+    ``server`` is ``hisho.engine.server.Server``."""
+    rt = server.need_runtime()
+    batch = ServingBatch(rt)
+    joined = [req_id]
+    _join(server, batch, req_id, req)
+    try:
+        while batch.busy:
+            while True:
+                job = server.next_job_nowait()
+                if job is None:
+                    break
+                if job.get("op") == "serve":
+                    joined.append(int(job.get("id", -1)))
+                    _join(server, batch, joined[-1], job)
+                elif job.get("op") in QUICK_OPS:
+                    server.run_job(job)
+                else:
+                    server.defer(job)
+                    if job.get("op") == "shutdown" or job.get("stop"):
+                        batch.close("cancelled")
+            batch.cancel_where(server.is_cancelled)
+            if not batch.busy:
+                break
+            batch.step()
+    except Exception as exc:
+        kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
+        if kind is ErrorKind.INTERNAL:
+            log.exception("serving batch failed")
+        for rid in batch.active_ids():
+            server.error(rid, kind, str(exc) or type(exc).__name__)
+        for slot in batch.slots:  # what the cells hold is unknown now
+            rt.seq_rm(slot.seq, 0)
+    finally:
+        server.flush_pending()
+        server.forget_cancel(joined)
+
+
+def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
+    from hisho.core.protocol import Serve, parse_request
+
+    try:
+        req = message if isinstance(message, Serve) else parse_request(message)
+        assert isinstance(req, Serve)
+        prompt = batch.rt.prompt_tokens(req.spec())
+        restore = server.restorer(req) if req.chunks else None
+        save = server.saver(req) if req.save_dir else None
+        batch.add(Job(req_id, prompt, req.sampling, server.emit_soon, server.emit, restore, save))
+    except Exception as exc:
+        kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
+        server.error(req_id, kind, str(exc) or type(exc).__name__)

@@ -1,0 +1,57 @@
+"""``hisho serve`` on loopback with the bundled model, once per module, in its own HISHO_HOME."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+N_CTX = 1024     # per sequence
+PARALLEL = 4
+
+
+@dataclass
+class Served:
+    url: str
+    key: str
+    model: str
+    home: Path
+    proc: subprocess.Popen[str]
+
+
+def start_serve(home: Path, *args: str) -> Served:
+    env = {**os.environ, "HISHO_HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-c", "from hisho.cli import main; raise SystemExit(main())", "serve", "--port", "0", "--n-ctx", str(N_CTX),
+                             "--parallel", str(PARALLEL), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("hisho serve: "):
+        proc.kill()
+        pytest.fail(f"hisho serve did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    url = line.split()[2]
+    model = line.split("(model ")[1].split(",")[0]
+    key = (home / "config" / "api_key").read_text().strip() if "--api-key" not in args else \
+        args[args.index("--api-key") + 1]
+    return Served(url, key, model, home, proc)
+
+
+def stop_serve(served: Served) -> None:
+    served.proc.terminate()
+    try:
+        served.proc.wait(30)
+    except subprocess.TimeoutExpired:
+        served.proc.kill()
+        served.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    s = start_serve(tmp_path_factory.mktemp("serve_home"))
+    yield s
+    stop_serve(s)
