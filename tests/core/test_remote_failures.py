@@ -12,7 +12,7 @@ import pytest
 from hisho.core.chat import ChatService
 from hisho.core.conversations import DONE, FAILED, STOPPED, ConversationStore
 from hisho.core.db import Database
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.protocol import LoadParams
 from hisho.core.remote import engine as engine_mod
 from hisho.core.remote.engine import RemoteEngine
 from hisho.core.remote.http import Endpoint, RemoteError
@@ -43,6 +43,7 @@ def test_stream_reply_usage_and_cached_tokens() -> None:
     assert result.message.content == "Hello from the stub."
     assert result.message.status == DONE
     assert result.message.prompt_tokens == 40
+    assert (result.message.engine, result.message.model) == ("box", MODEL)   # who answered is recorded
     body = srv.requests[-1]
     assert body["stream"] is True and body["model"] == MODEL
     assert body["messages"][-1] == {"role": "user", "content": "hi"}
@@ -137,3 +138,18 @@ def test_stop_closes_the_stream_and_keeps_text() -> None:
 
 def test_endpoint_repr_hides_key() -> None:
     assert KEY not in repr(Endpoint("box", "http://x", api_key=KEY))
+
+
+def test_old_database_gains_engine_column(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from hisho.core.conversations import STEPS
+
+    path = tmp_path / "old.sqlite"
+    old = Database(path)
+    old.migrate("conversations", STEPS[:3])                    # a database from before this change
+    old.execute("INSERT INTO conversations (title, created_at, updated_at) VALUES ('t', 0, 0)")
+    old.execute("INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'x', 0)")
+    old.close()
+    store = ConversationStore(Database(path))
+    assert store.messages(1)[0].engine == ""
+    msg = store.add_message(1, "assistant", "y", parent_id=1, engine="box")
+    assert store.message(msg.id).engine == "box"

@@ -85,7 +85,7 @@ def probe(ep: Endpoint, timeout: float = 10.0) -> ServerInfo:
             ver = _optional(ep, "/version", timeout)
             info.version = str((ver or {}).get("version", ""))
         for m in models:
-            meta = m.get("meta") if isinstance(m.get("meta"), dict) else {}
+            meta: dict[str, Any] = m["meta"] if isinstance(m.get("meta"), dict) else {}
             n = int(meta.get("n_ctx", 0) or m.get("max_model_len", 0) or 0)  # llama-server / vLLM
             info.n_ctx = info.n_ctx or n
     except RemoteError as exc:
