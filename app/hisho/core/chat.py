@@ -234,9 +234,10 @@ class ChatService:
             messages = self.fitted(messages, turn.sampling.max_tokens)
         for hook in self.before_prompt:
             hook(turn, messages)
+        engine_name = str(self.engine.engine_info.get("engine") or "local")   # which engine answers
         reply = self.write(lambda: self.store.add_message(turn.conversation_id, "assistant", "",
                                                           parent_id=turn.parent_id, status=STREAMING,
-                                                          model=self.model_name))
+                                                          model=self.model_name, engine=engine_name))
         turn.reply_id = reply.id
         status, error, result = DONE, "", None
         try:

@@ -20,162 +20,36 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
-import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from hisho.core.conversation_schema import (
+    _SUBTREE,
+    COMPONENT,
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    PARTIAL_STATES,
+    STEPS,
+    STOPPED,
+    STREAMING,
+    ChatSettings,
+    Conversation,
+    DeletedMessages,
+    Message,
+    SearchHit,
+    _fts_query,
+)
+from hisho.core.conversation_schema import conversation_from_row as _conversation
+from hisho.core.conversation_schema import message_from_row as _message
+from hisho.core.conversation_schema import meta_fields as _meta
 from hisho.core.db import Database, DatabaseUnavailable
 
 log = logging.getLogger("hisho.store")
 
-COMPONENT = "conversations"
-
-# Message status values.
-DONE, STREAMING, STOPPED, FAILED, INTERRUPTED = "done", "streaming", "stopped", "error", "interrupted"
-PARTIAL_STATES = (STOPPED, FAILED, INTERRUPTED)
-
-
-@dataclass
-class ChatSettings:
-    """Per-conversation sampling. ``seed`` -1 means random."""
-
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    repeat_penalty: float = 1.1
-    max_tokens: int = 1024
-    seed: int = -1
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> ChatSettings:
-        known = {f.name: f.type for f in fields(cls)}
-        out = cls()
-        for key, value in (data or {}).items():
-            if key in known:
-                try:
-                    setattr(out, key, type(getattr(out, key))(value))
-                except (TypeError, ValueError):
-                    log.warning("ignoring bad chat setting %s=%r", key, value)
-        return out
-
-
-@dataclass
-class Conversation:
-    id: int
-    title: str
-    model: str = ""
-    system_prompt: str = ""
-    settings: ChatSettings = field(default_factory=ChatSettings)
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    pinned: bool = False
-    leaf_id: int | None = None
-    draft: str = ""
-    deleted_at: float | None = None
-
-
-@dataclass
-class Message:
-    id: int
-    conversation_id: int
-    parent_id: int | None
-    role: str
-    content: str
-    created_at: float = 0.0
-    status: str = DONE
-    tokens: int | None = None
-    prompt_tokens: int | None = None
-    ttft_s: float | None = None
-    tokens_per_s: float | None = None
-    model: str = ""
-    error: str = ""
-
-    @property
-    def partial(self) -> bool:
-        return self.status in PARTIAL_STATES
-
-
-@dataclass
-class SearchHit:
-    conversation_id: int
-    message_id: int | None
-    title: str
-    snippet: str
-
-
-_SUBTREE = """WITH RECURSIVE sub(id) AS (SELECT ? UNION ALL SELECT m.id FROM messages m JOIN sub
-               ON m.parent_id = sub.id) SELECT id FROM sub"""
-
-
-@dataclass
-class DeletedMessages:
-    """What ``take_messages`` removed: enough for ``put_back`` to restore it exactly."""
-
-    conversation_id: int
-    rows: list[dict[str, Any]]
-    leaf_id: int | None
-
-    @property
-    def count(self) -> int:
-        return len(self.rows)
-
-
-# ----- schema ----------------------------------------------------------------------------------------------
-
-
-def _v1_tables(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE conversations (
-        id INTEGER PRIMARY KEY, title TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
-        system_prompt TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}',
-        created_at REAL NOT NULL, updated_at REAL NOT NULL, pinned INTEGER NOT NULL DEFAULT 0,
-        leaf_id INTEGER)""")
-    db.execute("""CREATE TABLE messages (
-        id INTEGER PRIMARY KEY,
-        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
-        role TEXT NOT NULL, content TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL,
-        status TEXT NOT NULL DEFAULT 'done', tokens INTEGER, prompt_tokens INTEGER, ttft_s REAL,
-        tokens_per_s REAL, model TEXT NOT NULL DEFAULT '', error TEXT NOT NULL DEFAULT '')""")
-    db.execute("CREATE INDEX messages_conversation ON messages(conversation_id)")
-    db.execute("CREATE INDEX messages_parent ON messages(parent_id)")
-
-
-def _v2_fts(db: sqlite3.Connection) -> None:
-    # External-content FTS over messages.content, kept in step by triggers; filled from existing rows.
-    db.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id')")
-    db.execute("""CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""")
-    db.execute("""CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content); END""")
-    db.execute("""CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""")
-    db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
-
-
-def _v3_drafts_and_trash(db: sqlite3.Connection) -> None:
-    db.execute("ALTER TABLE conversations ADD COLUMN draft TEXT NOT NULL DEFAULT ''")
-    db.execute("ALTER TABLE conversations ADD COLUMN deleted_at REAL")
-
-
-STEPS = (_v1_tables, _v2_fts, _v3_drafts_and_trash)
-
-
-def _fts_query(text: str) -> str:
-    """User words -> an FTS5 query that cannot be a syntax error: each word quoted, the last one a prefix."""
-    words = re.findall(r"\w+", text, flags=re.UNICODE)
-    if not words:
-        return ""
-    quoted = ['"' + w.replace('"', '""') + '"' for w in words]
-    quoted[-1] += "*"
-    return " ".join(quoted)
-
+__all__ = ["COMPONENT", "DONE", "FAILED", "INTERRUPTED", "PARTIAL_STATES", "STEPS", "STOPPED", "STREAMING",
+           "ChatSettings", "Conversation", "ConversationStore", "DeletedMessages", "Message", "SearchHit"]
 
 # ----- the store -------------------------------------------------------------------------------------------
 
@@ -276,7 +150,7 @@ class ConversationStore:
     def add_message(self, conversation_id: int, role: str, content: str, *, parent_id: int | None = None,
                     status: str = DONE, make_leaf: bool = True, **meta: Any) -> Message:
         """Append a message under ``parent_id`` (None: a root). ``meta``: tokens, prompt_tokens, ttft_s,
-        tokens_per_s, model, error, created_at."""
+        tokens_per_s, model, engine, error, created_at."""
         self._writable()
         if role not in ("system", "user", "assistant"):
             raise ValueError(f"unknown role {role!r}")
@@ -430,29 +304,3 @@ class ConversationStore:
             if cid not in hits or hits[cid].message_id is None:
                 hits[cid] = SearchHit(cid, int(r["mid"]), r["title"], r["snip"])
         return list(hits.values())[:limit]
-
-
-_META = ("tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error")
-
-
-def _meta(values: dict[str, Any]) -> dict[str, Any]:
-    bad = set(values) - set(_META)
-    if bad:
-        raise ValueError(f"unknown message fields {', '.join(sorted(bad))}")
-    return dict(values)
-
-
-def _conversation(row: Any) -> Conversation:  # Database.query rows are dicts
-    try:
-        settings = ChatSettings.from_dict(json.loads(row.get("settings") or "{}"))
-    except ValueError:
-        settings = ChatSettings()
-    return Conversation(
-        id=int(row["id"]), title=row["title"], model=row["model"], system_prompt=row["system_prompt"],
-        settings=settings, created_at=row["created_at"], updated_at=row["updated_at"],
-        pinned=bool(row["pinned"]), leaf_id=row["leaf_id"], draft=row.get("draft") or "",
-        deleted_at=row.get("deleted_at"))
-
-
-def _message(row: Any) -> Message:
-    return Message(**{f.name: row[f.name] for f in fields(Message) if f.name in row})

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 log = logging.getLogger("hisho.executor")
 
 T = TypeVar("T")
-LANES = ("engine", "store", "kv", "hub", "download")
+LANES = ("engine", "store", "kv", "hub", "download", "remote")  # remote: network waits (probes)
 Post = Callable[[Callable[[], None]], None]
 
 

@@ -31,6 +31,7 @@ class ErrorKind(str, Enum):
     CONTEXT_FULL = "context_full"  # prompt (+ reply) does not fit n_ctx
     STATE = "state"                # a KV state could not be saved or restored
     CRASHED = "crashed"            # the engine process died (set by the client, never sent by the engine)
+    REMOTE = "remote"              # a remote engine (OpenAI-compatible server) failed; the message says how
     INTERNAL = "internal"          # anything else (a bug); the message says what
 
     @classmethod

@@ -54,6 +54,7 @@ class Services:
     problem: str = ""                    # why conversations are read-only / not saved (a banner in the window)
     model_problem: str = ""
     plan_refused: bool = False
+    local_engine: Engine | None = None   # the built-in engine, kept while a remote one answers (use_engine)
 
     def load(self, params: LoadParams | None = None) -> dict[str, Any]:
         """Load ``params`` (default: the planned ones) into the engine; a file the engine cannot load is the
@@ -70,6 +71,8 @@ class Services:
             self.kv.close(timeout)
         self.executor.shutdown(timeout)
         self.engine.close()
+        if self.local_engine is not None and self.local_engine is not self.engine:
+            self.local_engine.close()
         self.store.close()
 
 
@@ -156,4 +159,16 @@ def build(model: str | None = None, *, db_path: Path | None = None, post: Post |
                           write=lambda fn: executor.call("store", fn))
     install_hooks(chat, documents, kv_chat)
     return Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
-                    model_problem, plan_refused)
+                    model_problem, plan_refused, local_engine=engine)
+
+
+def use_engine(services: Services, engine: Engine, model_name: str) -> None:
+    """Answer from now on with ``engine`` (a remote one, or ``services.local_engine`` again). Call on the
+    ``engine`` lane between turns. KV persistence follows the engine's capabilities: a remote server keeps its
+    own cache (docs/remote-engines.md), so the local KV hooks step aside while it answers."""
+    services.engine = engine
+    services.chat.engine = engine
+    services.chat.model_name = model_name
+    services.documents.engine = engine
+    kv = services.kv if Capability.KV_STATE.value in engine.capabilities else None
+    install_hooks(services.chat, services.documents, kv)

@@ -34,11 +34,19 @@ class ModelPicker(QToolButton):
         self.menu_ = QMenu(self)
         self.setMenu(self.menu_)
         self.entries: list[ModelEntry] = []
+        self.remote: list[Any] = []     # (Endpoint, ServerInfo) of the remote engines that answered
         self.menu_.aboutToShow.connect(self.refresh)
         self._fill()
 
     def refresh(self) -> None:
         self.window_.ctx.executor.submit("store", lambda: ModelStore().list(), done=self._listed)
+        from hisho.gui.remote_switch import reachable
+
+        self.window_.ctx.executor.submit("remote", reachable, done=self._reached, key="picker")
+
+    def _reached(self, found: list[Any]) -> None:
+        self.remote = found
+        self._fill()
 
     def _listed(self, entries: list[ModelEntry]) -> None:
         self.entries = entries
@@ -49,20 +57,40 @@ class ModelPicker(QToolButton):
         m.clear()
         params = self.window_.ctx.engine.load_params
         current = str(params.model_path) if params is not None else ""
+        remote_on = bool(self.window_.ctx.engine.engine_info.get("remote"))
+        if self.remote:
+            m.addSection("This computer")
         for e in self.entries:
             act = m.addAction(_label(e))
             act.setCheckable(True)
-            act.setChecked(bool(current) and e.path == current)
+            act.setChecked(bool(current) and e.path == current and not remote_on)
             act.triggered.connect(lambda _=False, entry=e: self.choose(entry))
+        for ep, info in self.remote:               # grouped by engine (Settings → Engines)
+            m.addSection(f"{ep.name} — {info.kind}")
+            for model in info.models:
+                act = m.addAction(model)
+                act.setCheckable(True)
+                act.setChecked(remote_on and current == model and
+                               self.window_.ctx.engine.engine_info.get("engine") == ep.name)
+                act.triggered.connect(lambda _=False, ep=ep, model=model: self.choose_remote(ep, model))
         if self.entries:
             m.addSeparator()
         from hisho.gui.models_page import open_models
 
         m.addAction("Find more models…").triggered.connect(lambda: open_models(self.window_, "Hub"))
 
+    def choose_remote(self, ep: Any, model: str) -> None:
+        from hisho.gui.remote_switch import use_remote
+
+        use_remote(self.window_, ep, model)
+
     def choose(self, e: ModelEntry) -> None:
+        from hisho.gui.remote_switch import use_local
+
         params = self.window_.ctx.engine.load_params
-        if params is not None and str(params.model_path) == e.path:
+        remote_on = bool(self.window_.ctx.engine.engine_info.get("remote"))
+        use_local(self.window_)                     # the built-in engine answers again (engine lane, first)
+        if params is not None and str(params.model_path) == e.path and not remote_on:
             return
         c = self.window_.controller
         c.switch_model(e.name)

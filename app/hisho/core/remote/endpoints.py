@@ -1,0 +1,130 @@
+"""The user's remote engines (Settings → Engines): names, addresses and TLS choice in
+``config_dir()/engines.json``; API keys stored like the Hugging Face token — the OS keyring when one is usable,
+else a file only the user can read (``config_dir()/engine-keys/<name>``, mode 0600). No Qt.
+
+Rules of use:
+- ``load_endpoints()`` never raises: an unreadable file gives an empty list and a log line.
+- Keys are read only when an ``Endpoint`` is made for a request (``with_key``); they are never written to
+  ``engines.json``, a log line or an error message.
+- ``LOCAL`` is the name of the built-in engine; a remote one may not take it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from hisho.core import paths
+from hisho.core.atomic import write_text_atomic
+from hisho.core.hub.token import _keyring
+from hisho.core.remote.http import Endpoint
+
+log = logging.getLogger("hisho.remote")
+
+LOCAL = "local"
+SERVICE = "hisho"
+
+
+def engines_file() -> Path:
+    return paths.config_dir() / "engines.json"
+
+
+def _key_file(name: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return paths.config_dir() / "engine-keys" / safe
+
+
+def check(name: str, base_url: str, existing: list[Endpoint], replacing: str | None = None) -> str:
+    """'' when ``name``/``base_url`` may be saved, else the one line saying why not."""
+    name = name.strip()
+    if not name:
+        return "give the engine a name"
+    if name.lower() == LOCAL:
+        return f"{LOCAL!r} is the built-in engine's name"
+    if any(e.name == name and e.name != replacing for e in existing):
+        return f"there is already an engine named {name!r}"
+    if not re.match(r"^https?://[^/\s]+", base_url.strip()):
+        return "the address must start with http:// or https:// (for example http://workstation:8080)"
+    return ""
+
+
+def load_endpoints(path: Path | None = None) -> list[Endpoint]:
+    path = path or engines_file()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("engines file %s unreadable (%s); no remote engines", path, exc)
+        return []
+    out = []
+    for item in raw.get("engines", []) if isinstance(raw, dict) else []:
+        if isinstance(item, dict) and item.get("name") and item.get("base_url"):
+            out.append(Endpoint(str(item["name"]), str(item["base_url"]), bool(item.get("verify_tls", True))))
+    return out
+
+
+def save_endpoints(endpoints: list[Endpoint], path: Path | None = None) -> None:
+    data: dict[str, Any] = {"schema_version": 1, "engines": [
+        {"name": e.name, "base_url": e.base_url, "verify_tls": e.verify_tls} for e in endpoints]}
+    write_text_atomic(path or engines_file(), json.dumps(data, indent=2))
+
+
+def get_key(name: str) -> str:
+    kr = _keyring()
+    if kr is not None:
+        try:
+            value = kr.get_password(SERVICE, f"engine:{name}")
+            if value:
+                return str(value)
+        except Exception as exc:
+            log.warning("keyring unreadable (%s); trying the key file", type(exc).__name__)
+    try:
+        return _key_file(name).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def set_key(name: str, key: str) -> str:
+    """Store (or, with an empty ``key``, remove) an engine's API key; returns where it went."""
+    key = key.strip()
+    kr = _keyring()
+    if not key:
+        if kr is not None:
+            try:
+                kr.delete_password(SERVICE, f"engine:{name}")
+            except Exception:   # absent is fine
+                pass
+        _key_file(name).unlink(missing_ok=True)
+        return ""
+    if kr is not None:
+        try:
+            kr.set_password(SERVICE, f"engine:{name}", key)
+            _key_file(name).unlink(missing_ok=True)
+            log.info("API key of engine %s stored in the OS keyring", name)
+            return "keyring"
+        except Exception as exc:
+            log.warning("keyring refused the key (%s); using a private file", type(exc).__name__)
+    path = _key_file(name)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(key)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    log.info("API key of engine %s stored in %s (readable by this user only)", name, path)
+    return str(path)
+
+
+def with_key(ep: Endpoint) -> Endpoint:
+    """``ep`` carrying its stored API key (for a request; never keep it around longer)."""
+    return Endpoint(ep.name, ep.base_url, ep.verify_tls, get_key(ep.name))
+
+
+def masked(key: str) -> str:
+    return "none" if not key else f"…{key[-4:]}"

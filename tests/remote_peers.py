@@ -1,0 +1,12 @@
+"""The loopback peers live in ``hisho.bench.peers`` (the bench starts the same servers)."""
+
+from hisho.bench.peers import (
+    NOT_BUILT,
+    Peer,
+    free_port,
+    llama_cpp_python_server,
+    llama_server,
+    llama_server_binary,
+)
+
+__all__ = ["NOT_BUILT", "Peer", "free_port", "llama_cpp_python_server", "llama_server", "llama_server_binary"]
