@@ -16,8 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent, QKeySequence
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QColor,
+    QDragEnterEvent,
+    QDropEvent,
+    QIcon,
+    QKeyEvent,
+    QKeySequence,
+    QPainter,
+    QPainterPath,
+    QPalette,
+    QPen,
+    QPixmap,
+)
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from hisho.gui.status_bar import ElidedLabel
@@ -32,6 +44,30 @@ ATTACH_TIP = ("Attach a document to this chat (PDF, DOCX or any text file; or dr
               "The model reads it with your questions.")
 MAX_LINES_SHOWN = 10
 COUNT_DELAY_MS = 400
+
+
+def paperclip_icon(colour: QColor, size: int = 32) -> QIcon:
+    """A paperclip drawn as a path (no emoji font needed), tilted like the usual attach symbol."""
+    pix = QPixmap(size, size)
+    pix.fill(Qt.GlobalColor.transparent)
+    u = size / 16
+    path = QPainterPath(QPointF(10.5 * u, 5 * u))
+    path.lineTo(10.5 * u, 11.5 * u)
+    path.arcTo(QRectF(5.5 * u, 9 * u, 5 * u, 5 * u), 0, -180)
+    path.lineTo(5.5 * u, 3.75 * u)
+    path.arcTo(QRectF(5.5 * u, 2 * u, 3.5 * u, 3.5 * u), 180, -180)
+    path.lineTo(9 * u, 11 * u)
+    path.arcTo(QRectF(7.25 * u, 10.25 * u, 1.75 * u, 1.75 * u), 0, -180)
+    path.lineTo(7.25 * u, 5 * u)
+    painter = QPainter(pix)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.translate(size / 2, size / 2)
+    painter.rotate(40)
+    painter.translate(-size / 2, -size / 2)
+    painter.setPen(QPen(colour, 1.3 * u, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap, Qt.PenJoinStyle.RoundJoin))
+    painter.drawPath(path)
+    painter.end()
+    return QIcon(pix)
 
 
 class Composer(QFrame):
@@ -72,7 +108,8 @@ class Composer(QFrame):
         self.tokens.setToolTip(TOKENS_TIP)
         self.hint = ElidedLabel(HINT, 4)
         self.hint.setObjectName("Hint")
-        self.attach_button = QPushButton("📎")
+        self.attach_button = QPushButton()
+        self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)))
         self.attach_button.setObjectName("Flat")
         self.attach_button.setAccessibleName("Attach a document")
         self.attach_button.setToolTip(ATTACH_TIP)
@@ -196,6 +233,11 @@ class Composer(QFrame):
                 return True
         return super().eventFilter(obj, event)
 
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt naming
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange) and hasattr(self, "attach_button"):
+            self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)))
+        super().changeEvent(event)
+
     def _drop_event(self, event: QEvent) -> bool:
         """Files dragged onto the box are attached to the chat (not pasted as their path)."""
         kind = event.type()
@@ -238,7 +280,10 @@ class Composer(QFrame):
             row = QHBoxLayout(chip)
             row.setContentsMargins(8, 2, 2, 2)
             row.setSpacing(2)
-            row.addWidget(ElidedLabel(f"📎 {name}", 6))
+            icon = QLabel()
+            icon.setPixmap(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)).pixmap(14, 14))
+            row.addWidget(icon)
+            row.addWidget(ElidedLabel(name, 6))
             if doc_id:
                 remove = QPushButton("×")
                 remove.setObjectName("Flat")
@@ -252,7 +297,7 @@ class Composer(QFrame):
 
     def attachment_names(self) -> list[str]:
         """The chips' texts (tests)."""
-        return [lab.text().removeprefix("📎 ") for lab in self.chips.findChildren(ElidedLabel)]
+        return [lab.text() for lab in self.chips.findChildren(ElidedLabel)]
 
     def submit(self) -> None:
         if not self.text().strip():

@@ -8,6 +8,7 @@ settings whether the dialog is then saved or cancelled (naming a preset is its o
 
 from __future__ import annotations
 
+from PySide6.QtCore import QSize
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -99,6 +100,9 @@ class ConversationSettingsDialog(QDialog):
         lay.addLayout(form)
         lay.addWidget(note)
         lay.addWidget(buttons)
+        # Nothing here grows with the window; a fixed size also spares it the window manager's resize handle
+        # (openbox draws it as a stray line along the bottom edge of resizable dialogs).
+        self.setFixedSize(self.sizeHint().expandedTo(QSize(520, 0)))
 
     def _preset_chosen(self, index: int) -> None:
         text = self.preset.itemData(index)
