@@ -62,3 +62,27 @@ def test_newer_schema_is_read_but_never_overwritten() -> None:
     s.set("n_ctx", 1024)
     s.save()
     assert paths.settings_path().read_text() == original
+
+
+def test_system_prompt_presets_are_checked_and_round_trip() -> None:
+    s = settings.load()
+    assert s["system_prompt_presets"] == [] and s["default_system_prompt"] == ""
+    s.set("system_prompt_presets", [{"name": "  Concise   English ", "prompt": "Be brief.\n"},
+                                    {"name": "Pirate", "prompt": "Talk like a pirate."}])
+    s.set("default_system_prompt", "Be brief.")
+    s.save()
+    again = settings.load()
+    assert again["system_prompt_presets"] == [{"name": "Concise English", "prompt": "Be brief."},
+                                              {"name": "Pirate", "prompt": "Talk like a pirate."}]
+    assert again["default_system_prompt"] == "Be brief."
+    for bad, why in (([{"name": "A", "prompt": "x"}, {"name": "a", "prompt": "y"}], "already a preset named 'a'"),
+                     ([{"name": "   ", "prompt": "x"}], "entry 1 has no name"),
+                     ([{"prompt": "x"}], "entry 1 is not a name"),
+                     ("Pirate", "expected a list")):
+        with pytest.raises(ValueError, match=why):
+            again.set("system_prompt_presets", bad)
+    assert len(again["system_prompt_presets"]) == 2  # a refused change changes nothing
+    # The default list is not shared between Settings objects.
+    fresh = settings.Settings()
+    fresh["system_prompt_presets"].append({"name": "x", "prompt": ""})
+    assert settings.Settings()["system_prompt_presets"] == []

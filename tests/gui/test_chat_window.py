@@ -11,6 +11,7 @@ from pytestqt.qtbot import QtBot
 
 from hisho.core.conversations import DONE, FAILED, STOPPED, ChatSettings
 from hisho.gui.main_window import MainWindow
+from hisho.gui.sidebar import SNIPPET_ROLE
 from tests.gui.conftest import make_window, wait_for, wait_idle
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=24, repeat_penalty=1.0)
@@ -207,7 +208,7 @@ def test_search_finds_a_message(qtbot: QtBot, window: MainWindow) -> None:
     assert w.sidebar.search.hasFocus()
     qtbot.keyClicks(w.sidebar.search, "quokk")
     wait_for(qtbot, lambda: w.sidebar.ids() == [a.id])
-    assert "quokka" in w.sidebar.list.item(1).text()
+    assert "<b>quokka</b>" in w.sidebar.list.item(1).data(SNIPPET_ROLE)  # the match, in bold under the title
     w.sidebar.search.clear()
     wait_for(qtbot, lambda: set(w.sidebar.ids()) == {a.id, b.id})
 

@@ -142,6 +142,40 @@ def _use_shots(app: object, window: object, out: Path, cid: int) -> None:
     next(a for a in window.theme_menu.actions() if a.text() == "System").trigger()
 
 
+def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
+    """At 1280×720: a document attached to the chat on screen (chip on the message box, the toast saying how
+    it is read), a search whose results show the matching text, and Settings → System prompts with a preset."""
+    from hisho.gui.main_window import MainWindow
+    from hisho.gui.preferences import open_preferences
+
+    assert isinstance(window, MainWindow)
+    c = window.controller
+    window.resize(1280, 720)
+    c.select(cid)
+    _wait(app, lambda: c.current is not None and c.current.id == cid)
+    notes = Path(tempfile.mkdtemp(prefix="hisho-shots-doc-")) / "sales-notes.md"
+    notes.write_text("# Sales notes\n\nThe March export has 2.4 million rows; the amount column is in cents.\n",
+                     encoding="utf-8")
+    window.attach.attach([notes])
+    _wait(app, lambda: window.attach.attached_count > 0, timeout=120)
+    window.grab().save(str(out / "10-attach-to-chat.png"))
+    window.sidebar.search.setText("chunks")
+    _wait(app, lambda: len(window.sidebar.ids()) >= 1 and window.sidebar.list.count() <= 3, timeout=10)
+    window.grab().save(str(out / "11-search-snippets.png"))
+    window.sidebar.search.clear()
+    settings = window.ctx.settings
+    settings.set("system_prompt_presets", [{"name": "Concise Python", "prompt": "You are a concise assistant "
+                                            "for Python questions. Show code first."},
+                                           {"name": "Plain English", "prompt": "Explain simply, without jargon."}])
+    dialog = open_preferences(window)
+    dialog.nav.setCurrentRow(dialog.pages.indexOf(dialog.prompts_page))
+    dialog.prompts_page.reload()
+    _wait(app, lambda: False, timeout=0.3)
+    dialog.grab().save(str(out / "12-settings-system-prompts.png"))
+    dialog.close()
+    window.resize(1280, 900)
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "screenshots").resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -183,6 +217,7 @@ def main(argv: list[str]) -> int:
     dialog.close()
     _kv_shots(app, window, out, [c.store.conversations()[1].id, cid])
     _use_shots(app, window, out, cid)
+    _attach_shots(app, window, out, cid)
     from hisho.bench.models_shots import models_shots
 
     models_shots(app, window, out)

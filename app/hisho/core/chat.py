@@ -122,6 +122,9 @@ class ChatService:
         self.model_name = model_name
         self.write: Write = write or _inline
         self.before_prompt: list[Callable[[Turn, list[dict[str, str]]], None]] = []
+        # Context every prompt of a chat carries (documents attached to it): applied wherever the prompt is
+        # built, so the meter, KV prefetch and type-ahead see what the reply's prompt will hold.
+        self.prompt_context: list[Callable[[int, list[dict[str, str]]], None]] = []
         self.after_turn: list[Callable[[TurnResult], None]] = []
         self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
         self._unsaved_lock = threading.Lock()
@@ -139,6 +142,8 @@ class ChatService:
         out = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
         out += [{"role": m.role, "content": m.content} for m in self.store.branch(conversation_id, leaf_id)
                 if m.content or m.role == "user"]
+        for add in self.prompt_context:
+            add(conversation_id, out)
         if extra_user is not None:
             out.append({"role": "user", "content": extra_user})
         return out

@@ -121,8 +121,11 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) ->
       2. kv: the saved KV of that final prompt is restored (it tokenizes exactly what the engine will see).
     after the reply is saved:
       1. kv: the sequence is saved for the next turn.
+    wherever a chat's prompt is built (prompt_context): documents attached to the chat that fit go in its
+    system message.
     """
     chat.before_prompt[:] = [documents.before_prompt]
+    chat.prompt_context[:] = [documents.prompt_context]
     chat.after_turn[:] = []
     if kv is not None:
         chat.before_prompt.append(kv.before_prompt)

@@ -7,6 +7,7 @@ Unknown keys are kept so a downgrade-then-upgrade round trip loses nothing.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Callable
@@ -32,9 +33,12 @@ class Setting:
     minimum: float | None = None
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
+    check: Callable[[Any], Any] | None = None   # for structured values (lists): returns the checked copy
 
     def coerce(self, value: Any) -> Any:
         """Return ``value`` as this setting's type, or raise ValueError with a message for the user."""
+        if self.check is not None:
+            return self.check(value)
         if self.type is bool:
             if isinstance(value, bool):
                 return value
@@ -54,6 +58,32 @@ class Setting:
         return result
 
 
+PRESET_NAME_MAX = 60
+
+
+def check_presets(value: Any) -> list[dict[str, str]]:
+    """System-prompt presets: a list of {"name", "prompt"}; names non-empty, at most PRESET_NAME_MAX characters
+    and unique ignoring case. Returns a clean copy or raises ValueError saying which entry is wrong."""
+    if not isinstance(value, list):
+        raise ValueError(f"system_prompt_presets: expected a list, got {type(value).__name__}")
+    out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(value, 1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) \
+                or not isinstance(entry.get("prompt", ""), str):
+            raise ValueError(f"system_prompt_presets: entry {i} is not a name and a prompt")
+        name = " ".join(entry["name"].split())
+        if not name:
+            raise ValueError(f"system_prompt_presets: entry {i} has no name")
+        if len(name) > PRESET_NAME_MAX:
+            raise ValueError(f"system_prompt_presets: the name {name[:20]!r}… is longer than {PRESET_NAME_MAX} "
+                             "characters")
+        if name.casefold() in seen:
+            raise ValueError(f"system_prompt_presets: there is already a preset named {name!r}")
+        seen.add(name.casefold())
+        out.append({"name": name, "prompt": str(entry.get("prompt", "")).strip()})
+    return out
+
 
 DECLARED: tuple[Setting, ...] = (
     Setting("default_model", str, "", "Model store name used when none is given ('' = bundled default)."),
@@ -72,6 +102,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("max_tokens", int, 1024, "Default reply length limit.", 1, 1 << 20),
     Setting("kv_disk_budget_bytes", int, 10 * GIB, "Disk space for KV snapshots.", 0, 1 << 50),
     Setting("theme", str, "system", "Window theme.", choices=("system", "light", "dark")),
+    Setting("default_system_prompt", str, "", "System prompt every new chat starts with ('' = none)."),
+    Setting("system_prompt_presets", list, [], "Named system prompts offered in Chat settings: a list of "
+            "{\"name\": ..., \"prompt\": ...}.", check=check_presets),
 )
 
 _BY_NAME = {s.name: s for s in DECLARED}
@@ -88,7 +121,7 @@ class Settings:
         self._path = path
         self._read_only = read_only
         self._extra: dict[str, Any] = {}
-        self._values: dict[str, Any] = {s.name: s.default for s in DECLARED}
+        self._values: dict[str, Any] = {s.name: copy.deepcopy(s.default) for s in DECLARED}
         for key, value in (values or {}).items():
             if key == "schema_version":
                 continue

@@ -232,13 +232,30 @@ class ChatController(QObject):
             self.toast("Start a chat first.")
             return
         models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
-        dialog = ConversationSettingsDialog(self.current, models, self.w)
-        if not dialog.exec():
+        dialog = ConversationSettingsDialog(self.current, models, self.w,
+                                            presets=list(self.ctx.settings["system_prompt_presets"]))
+        accepted = dialog.exec()
+        if dialog.new_preset is not None:
+            self.add_preset(dialog.new_preset)
+        if not accepted:
             return
         model, system, settings = dialog.values()
         cid, old_model = self.current.id, self.current.model
         self.store_job(lambda: self.store.update(cid, model=model, system_prompt=system, settings=settings),
                        lambda conv: self._settings_saved(conv, old_model))
+
+    def new_chat_system_prompt(self) -> str:
+        """What a new chat's system prompt starts as (Settings → System prompts)."""
+        return str(self.ctx.settings["default_system_prompt"])
+
+    def add_preset(self, preset: dict[str, str]) -> None:
+        """Keep a preset named in Chat settings ("Save as preset…") in the app's settings."""
+        try:
+            self.ctx.settings.set("system_prompt_presets", [*self.ctx.settings["system_prompt_presets"], preset])
+        except ValueError as exc:
+            self.toast(f"The preset was not saved: {exc}")
+            return
+        self.ctx.executor.submit("store", self.ctx.settings.save, failed=self.report)
 
     def _settings_saved(self, conv: Conversation, old_model: str) -> None:
         if self.current is not None and self.current.id == conv.id:

@@ -127,7 +127,8 @@ class ConversationList:
             return
         self.save_draft()
         model = c.current.model if c.current else ""
-        c.store_job(lambda: self.store.create(model=model), lambda conv: self.created(conv.id))
+        system = c.new_chat_system_prompt()
+        c.store_job(lambda: self.store.create(model=model, system_prompt=system), lambda conv: self.created(conv.id))
 
     def created(self, cid: int) -> None:
         self.refresh(cid)

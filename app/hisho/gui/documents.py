@@ -47,7 +47,8 @@ class DropOverlay(QLabel):
     """The highlight over the window while files are dragged over it."""
 
     def __init__(self, parent: QWidget) -> None:
-        super().__init__("Drop files to summarize\nPDF · DOCX · any text file (TXT, MD, HTML, README…)", parent)
+        super().__init__("Drop files to summarize them in a new chat\nPDF · DOCX · any text file (TXT, MD, HTML, "
+                         "README…)\n\nDrop on the message box to attach them to this chat", parent)
         self.setObjectName("dropOverlay")
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
@@ -199,14 +200,14 @@ class DocumentsController(QObject):
         # No reload for batching: the engine swaps in a job context per batch (one KV stream per sequence) in
         # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
         docs = self.ctx.documents
-        job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self._ask_password,
+        job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self.ask_password,
                         confirm=self._confirm_long)
         self.job = job
         result = job.run()
         cid, note = docs.open_result(result)
         return result, cid, note
 
-    def _ask_password(self, name: str, wrong: bool) -> str | None:
+    def ask_password(self, name: str, wrong: bool) -> str | None:
         """Worker thread: ask for an encrypted PDF's password on the GUI thread and wait for the answer.
         None (Cancel, or the window closing) skips the file; the summary then names it."""
         answer: list[str | None] = [None]

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from hisho.gui.attach import AttachController
 from hisho.gui.chat_view import ChatView
 from hisho.gui.composer import Composer
 from hisho.gui.context import AppContext
@@ -65,6 +66,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._build_shortcuts()
         self.documents = DocumentsController(self)  # drop zone, File → Summarize…, summary progress
+        self.attach = AttachController(self)        # paperclip and drop on the message box: attach to this chat
         from hisho.gui.model_picker import attach_picker
 
         attach_picker(self)  # header: switch model in one click

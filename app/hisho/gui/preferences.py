@@ -335,7 +335,10 @@ class PreferencesDialog(QDialog):
         self._add("Performance", self.performance_page)
 
         from hisho.gui.data_page import DataPage
+        from hisho.gui.prompts_page import PromptsPage
 
+        self.prompts_page = PromptsPage(window)
+        self._add("System prompts", self.prompts_page)
         self._add("Your data", DataPage(window))
         from hisho.gui.engines_page import EnginesPage
 

@@ -137,7 +137,9 @@ class Sending:
             return
         current = self.c.current
         if current is None:
-            self.c.store_job(lambda: self.c.store.create(), lambda conv: self._created_for_send(conv, text))
+            system = self.c.new_chat_system_prompt()
+            self.c.store_job(lambda: self.c.store.create(system_prompt=system),
+                             lambda conv: self._created_for_send(conv, text))
             return
         editing = self.w.composer.editing_id
         if editing is not None:

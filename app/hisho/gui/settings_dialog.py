@@ -1,16 +1,26 @@
 """Per-conversation settings: model, system prompt and sampling. Values are checked by the widgets' bounds,
-so what comes back is always valid; Cancel changes nothing."""
+so what comes back is always valid; Cancel changes nothing.
+
+The system prompt can be picked from the user's presets (Settings → System prompts): choosing one copies its
+text into the box (the chat keeps its own copy); the list shows "Custom" while the text matches no preset.
+"Save as preset…" adds the box's text as a new preset; ``new_preset`` holds it and the caller saves it to the
+settings whether the dialog is then saved or cancelled (naming a preset is its own action)."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import QSize
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
+    QHBoxLayout,
+    QInputDialog,
     QLabel,
+    QMessageBox,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -20,9 +30,12 @@ from hisho.core.conversations import ChatSettings, Conversation
 
 
 class ConversationSettingsDialog(QDialog):
-    def __init__(self, conv: Conversation, models: list[tuple[str, str]], parent: QWidget | None = None) -> None:
-        """``models``: (store name, label) pairs; the first is the default."""
+    def __init__(self, conv: Conversation, models: list[tuple[str, str]], parent: QWidget | None = None,
+                 presets: list[dict[str, str]] | None = None) -> None:
+        """``models``: (store name, label) pairs; the first is the default. ``presets``: {"name", "prompt"}."""
         super().__init__(parent)
+        self.presets = list(presets or [])
+        self.new_preset: dict[str, str] | None = None
         self.setWindowTitle("Chat settings")
         self.setMinimumWidth(520)
         s = conv.settings
@@ -34,6 +47,21 @@ class ConversationSettingsDialog(QDialog):
         self.system = QPlainTextEdit(conv.system_prompt)
         self.system.setPlaceholderText("e.g. You are a concise assistant. Answer in English.")
         self.system.setFixedHeight(110)
+        self.preset = QComboBox()
+        self.preset.setObjectName("PresetChoice")
+        self.preset.addItem("Custom", None)
+        for p in self.presets:
+            self.preset.addItem(p["name"], p["prompt"])
+        self.preset.activated.connect(self._preset_chosen)
+        self.system.textChanged.connect(self._match_preset)
+        self.save_preset = QPushButton("Save as preset…")
+        self.save_preset.setObjectName("Flat")
+        self.save_preset.clicked.connect(self.ask_preset_name)
+        self._match_preset()
+        preset_row = QHBoxLayout()
+        preset_row.setContentsMargins(0, 0, 0, 0)
+        preset_row.addWidget(self.preset, 1)
+        preset_row.addWidget(self.save_preset)
         self.temperature = self._double(s.temperature, 0.0, 2.0, 0.05, "0 = always the most likely word")
         self.top_p = self._double(s.top_p, 0.0, 1.0, 0.01, "Sample from the smallest set of words whose "
                                                              "probabilities add up to this")
@@ -45,6 +73,7 @@ class ConversationSettingsDialog(QDialog):
         form = QFormLayout()
         form.setSpacing(10)
         form.addRow("Model", self.model)
+        form.addRow("Preset", preset_row)
         form.addRow("System prompt", self.system)
         form.addRow("Temperature", self.temperature)
         form.addRow("Top-p", self.top_p)
@@ -71,6 +100,50 @@ class ConversationSettingsDialog(QDialog):
         lay.addLayout(form)
         lay.addWidget(note)
         lay.addWidget(buttons)
+        # Nothing here grows with the window; a fixed size also spares it the window manager's resize handle
+        # (openbox draws it as a stray line along the bottom edge of resizable dialogs).
+        self.setFixedSize(self.sizeHint().expandedTo(QSize(520, 0)))
+
+    def _preset_chosen(self, index: int) -> None:
+        text = self.preset.itemData(index)
+        if isinstance(text, str):
+            self.system.setPlainText(text)
+
+    def _match_preset(self) -> None:
+        """Show the preset whose text is in the box, or "Custom"."""
+        text = self.system.toPlainText().strip()
+        index = next((i for i in range(1, self.preset.count()) if self.preset.itemData(i) == text), 0)
+        self.preset.setCurrentIndex(index)
+        self.save_preset.setEnabled(index == 0 and bool(text))
+
+    def choose_preset(self, name: str) -> bool:
+        """Pick a preset by name (as the list does). False if there is none of that name."""
+        index = self.preset.findText(name)
+        if index <= 0:
+            return False
+        self.preset.setCurrentIndex(index)
+        self._preset_chosen(index)
+        return True
+
+    def ask_preset_name(self) -> None:
+        name, ok = QInputDialog.getText(self, "Save as preset", "Name for this system prompt:")
+        why = self.add_preset(name) if ok else ""
+        if why:
+            QMessageBox.information(self, "Save as preset", why)
+
+    def add_preset(self, name: str) -> str:
+        """Keep the box's text as a new preset named ``name``; returns "" or why it was refused."""
+        name = " ".join(name.split())
+        if not name:
+            return "A preset needs a name."
+        if any(p["name"].casefold() == name.casefold() for p in self.presets):
+            why = f"There is already a preset named “{name}”."
+            return why
+        self.new_preset = {"name": name, "prompt": self.system.toPlainText().strip()}
+        self.presets.append(self.new_preset)
+        self.preset.addItem(name, self.new_preset["prompt"])
+        self._match_preset()
+        return ""
 
     @staticmethod
     def _double(value: float, lo: float, hi: float, step: float, tip: str) -> QDoubleSpinBox:

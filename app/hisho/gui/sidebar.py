@@ -7,11 +7,23 @@ the store worker in the window, KV figures on the KV session's worker (``hisho.g
 
 from __future__ import annotations
 
+import html
+import re
 import time
 from datetime import datetime, timedelta
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPoint, QRect, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette
+from PySide6.QtCore import (
+    QModelIndex,
+    QPersistentModelIndex,
+    QPoint,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette, QTextDocument
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -35,7 +47,10 @@ from hisho.core.conversations import Conversation, SearchHit
 ID_ROLE = Qt.ItemDataRole.UserRole
 TITLE_ROLE = Qt.ItemDataRole.UserRole + 1
 KV_ROLE = Qt.ItemDataRole.UserRole + 2      # the saved-KV badge text ("12 MB · 9 s"), "" when none
+SNIPPET_ROLE = Qt.ItemDataRole.UserRole + 3  # a search result's matching text, as rich text ("" for chat rows)
 BADGE_SCALE = 0.82
+SNIPPET_LINES = 2                            # a search result shows this many lines of its match, wrapped
+SNIPPET_SCALE = 0.9
 SEARCH_DELAY_MS = 200
 
 
@@ -53,34 +68,90 @@ def date_group(ts: float, now: float | None = None) -> str:
     return "Older"
 
 
+def snippet_html(snippet: str, query: str) -> str:
+    """A search snippet as rich text: the words that matched (SQLite's snippet() brackets them) in bold. A
+    bracket that does not enclose a query word is the message's own text and stays as it is."""
+    terms = [t.strip('"*').casefold() for t in query.split() if t.strip('"*')]
+
+    def mark(m: re.Match[str]) -> str:
+        word = m.group(1)
+        if any(word.casefold().startswith(t) or t.startswith(word.casefold()) for t in terms):
+            return f"<b>{html.escape(word)}</b>"
+        return html.escape(m.group(0))
+
+    out, last = [], 0
+    for m in re.finditer(r"\[([^\[\]\n]{1,80})\]", snippet):
+        out.append(html.escape(snippet[last:m.start()]))
+        out.append(mark(m))
+        last = m.end()
+    out.append(html.escape(snippet[last:]))
+    return "".join(out).replace("\n", " ")
+
+
 class BadgeDelegate(QStyledItemDelegate):
-    """Draws a row as usual, its first line elided to leave room for a small grey right-aligned badge."""
+    """Draws a row as usual, its first line elided to leave room for a small grey right-aligned badge; a search
+    result gets its matching text under the title, wrapped on up to SNIPPET_LINES lines, the match in bold."""
+
+    @staticmethod
+    def _small(font: QFont, scale: float = BADGE_SCALE) -> QFont:
+        small = QFont(font)
+        small.setPointSizeF(small.pointSizeF() * scale)
+        return small
+
+    def sizeHint(self, option: QStyleOptionViewItem,  # noqa: N802 - Qt naming
+                 index: QModelIndex | QPersistentModelIndex) -> QSize:
+        size = super().sizeHint(option, index)
+        if index.data(SNIPPET_ROLE):
+            font = index.data(Qt.ItemDataRole.FontRole) or option.font  # type: ignore[attr-defined]
+            lines = SNIPPET_LINES * QFontMetrics(self._small(font, SNIPPET_SCALE)).lineSpacing()
+            size.setHeight(size.height() + lines + 4)
+        return size
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem,
               index: QModelIndex | QPersistentModelIndex) -> None:
         text = index.data(KV_ROLE)
-        if not text:
+        snippet = index.data(SNIPPET_ROLE)
+        if not text and not snippet:
             super().paint(painter, option, index)
             return
         opt = QStyleOptionViewItem(option)
         self.initStyleOption(opt, index)
         widget = opt.widget  # type: ignore[attr-defined]
         style = widget.style() if widget is not None else QApplication.style()
-        small = QFont(opt.font)  # type: ignore[attr-defined]
-        small.setPointSizeF(small.pointSizeF() * BADGE_SCALE)
-        width = QFontMetrics(small).horizontalAdvance(text) + 12
+        small = self._small(opt.font)  # type: ignore[attr-defined]
+        width = QFontMetrics(small).horizontalAdvance(text) + 12 if text else 0
         area = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, opt, widget)
         fm = opt.fontMetrics  # type: ignore[attr-defined]
         lines = str(opt.text).split("\n")  # type: ignore[attr-defined]
         lines[0] = fm.elidedText(lines[0], Qt.TextElideMode.ElideRight, max(20, area.width() - width))
         opt.text = "\n".join(lines)  # type: ignore[attr-defined]
+        if snippet:
+            opt.displayAlignment = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop  # type: ignore
         style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)
-        top = area.center().y() - len(lines) * fm.lineSpacing() // 2
+        if snippet:
+            self._paint_snippet(painter, opt, area, str(snippet), self._small(opt.font, SNIPPET_SCALE))  # type: ignore
+        if not text:
+            return
+        top = area.top() if snippet else area.center().y() - len(lines) * fm.lineSpacing() // 2
         painter.save()
         painter.setFont(small)
         painter.setPen(opt.palette.color(QPalette.ColorRole.PlaceholderText))  # type: ignore[attr-defined]
         painter.drawText(QRect(area.right() - width, top, width, fm.lineSpacing()),
                          int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter), text)
+        painter.restore()
+
+    @staticmethod
+    def _paint_snippet(painter: QPainter, opt: QStyleOptionViewItem, area: QRect, rich: str, font: QFont) -> None:
+        doc = QTextDocument()
+        doc.setDefaultFont(font)
+        doc.setDocumentMargin(0)
+        colour = opt.palette.color(QPalette.ColorRole.PlaceholderText).name()  # type: ignore[attr-defined]
+        doc.setHtml(f'<span style="color:{colour}">{rich}</span>')
+        doc.setTextWidth(area.width())
+        height = SNIPPET_LINES * QFontMetrics(font).lineSpacing() + 2  # + the last line's underscores
+        painter.save()
+        painter.translate(area.left(), area.top() + opt.fontMetrics.lineSpacing() + 2)  # type: ignore[attr-defined]
+        doc.drawContents(painter, QRectF(0, 0, area.width(), height))
         painter.restore()
 
 
@@ -148,7 +219,8 @@ class Sidebar(QFrame):
         self._fill([(name, [(c.id, c.title or "Untitled", "") for c in items]) for name, items in groups], current)
 
     def set_search_results(self, hits: list[SearchHit], current: int | None) -> None:
-        rows = [(h.conversation_id, h.title or "Untitled", h.snippet) for h in hits]
+        rows = [(h.conversation_id, h.title or "Untitled", snippet_html(h.snippet, self.search.text()))
+                for h in hits]
         self._fill([(f"{len(hits)} result{'s' if len(hits) != 1 else ''}", rows)], current)
 
     def _fill(self, groups: list[tuple[str, list[tuple[int, str, str]]]], current: int | None) -> None:
@@ -164,9 +236,10 @@ class Sidebar(QFrame):
             head.setFont(font)
             self.list.addItem(head)
             for cid, title, snippet in rows:
-                item = QListWidgetItem(title + (f"\n{snippet}" if snippet else ""))
+                item = QListWidgetItem(title)
                 item.setData(ID_ROLE, cid)
                 item.setData(TITLE_ROLE, title)
+                item.setData(SNIPPET_ROLE, snippet)
                 self._show_kv(item)
                 self.list.addItem(item)
                 if cid == current:
@@ -247,5 +320,6 @@ class Sidebar(QFrame):
         field = dialog.findChild(QLineEdit)
         if field is not None:  # a wider dialog: the window manager cut a narrow one's title to "Renam…Hisho"
             field.setMinimumWidth(380)
+        dialog.setFixedSize(dialog.sizeHint())  # no resize handle (a stray line along the bottom under openbox)
         if dialog.exec() and dialog.textValue().strip():
             self.rename_requested.emit(cid, dialog.textValue().strip())

@@ -42,7 +42,13 @@ def _v2(db: sqlite3.Connection) -> None:
     migrate_v2(db)
 
 
-STEPS = [_v1, _v2]
+def _v3(db: sqlite3.Connection) -> None:
+    from hisho.core.documents.attached import migrate_v3
+
+    migrate_v3(db)
+
+
+STEPS = [_v1, _v2, _v3]
 
 
 def model_fingerprint(model_path: str | Path) -> str:

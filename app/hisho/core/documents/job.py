@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core.documents import plan as P
+from hisho.core.documents.attached import read_document
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
-from hisho.core.documents.extract import extract
-from hisho.core.documents.model import Document, DocumentError, PageSpan, PasswordNeeded
+from hisho.core.documents.model import Document, DocumentError, PageSpan
 from hisho.core.engine import Engine
 from hisho.core.errors import UserError
 from hisho.core.protocol import BatchGenerate, Prompt, Sampling
@@ -202,17 +202,8 @@ class SummaryJob:
 
     def _extract(self, path: Path) -> Document:
         """Extract one file; an encrypted PDF asks ``ask_password`` (up to 3 tries) when there is one."""
-        password = self.password
-        for _ in range(3):
-            try:
-                return extract(path, password=password, progress=self._page_progress(path.name), pages=self.pages)
-            except PasswordNeeded as exc:
-                if self.ask_password is None or self._cancel.is_set():
-                    raise
-                password = self.ask_password(path.name, exc.wrong)
-                if not password:
-                    raise DocumentError(f"{path.name}: the PDF is encrypted and no password was given") from None
-        raise DocumentError(f"{path.name}: wrong password for this encrypted PDF (3 tries)")
+        return read_document(path, self.password, self.ask_password, self._cancel.is_set,
+                             progress=self._page_progress(path.name), pages=self.pages)
 
     def _check_size(self, doc: Document) -> None:
         """Ask before a job estimated at more than CONFIRM_CHUNKS chunks (TooLarge if not confirmed)."""

@@ -1,9 +1,10 @@
 """Documents as a service of the composition root: summary jobs on the app's engine and store, the chat hook
-that adds a long document's relevant parts to a question, and opening a summary as a conversation. No Qt.
+that adds a long document's relevant parts to a question, opening a summary as a conversation, and documents
+attached to an ordinary chat (``hisho.core.documents.attached``). No Qt.
 
 Rules of use: made once by ``hisho.core.services.build``; the window and ``hisho summarize`` both call ``job``
 (and the window ``open_result``) on a worker thread. ``before_prompt`` is installed on the chat service by the
-root, in the order declared there. A store that cannot hold the documents tables (read-only, too new) has no
+root, in the order declared there, and ``prompt_context`` on its ``prompt_context``. A store that cannot hold the documents tables (read-only, too new) has no
 attachments: chats go on without them.
 """
 
@@ -17,10 +18,12 @@ from typing import Any
 from hisho.core.conversations import ConversationStore
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.documents.ask import DocumentContext, attach, precompute_kv, save_conversation
+from hisho.core.documents.attached import AskPassword, ChatDocument, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.job import JobResult, SummaryJob
 from hisho.core.engine import Engine
-from hisho.core.kv_session import KVSession, document_owner
+from hisho.core.errors import UserError
+from hisho.core.kv_session import KVSession, conversation_owner, document_owner
 
 log = logging.getLogger("hisho.documents")
 
@@ -33,12 +36,51 @@ class Documents:
         self.kv = kv
         self.write = write or (lambda fn: fn())  # where store writes run (the app: the executor's store lane)
         self._cache: SummaryCache | None = None
+        self._chat: ChatDocuments | None = None
 
     def cache(self) -> SummaryCache:
         """The summary cache in the conversations database (raises DatabaseUnavailable if it cannot be)."""
         if self._cache is None:
             self._cache = SummaryCache(self.store.db)
         return self._cache
+
+    def chat_documents(self) -> ChatDocuments:
+        """Documents attached to chats (raises DatabaseUnavailable if the database cannot hold them)."""
+        if self._chat is None:
+            self._chat = ChatDocuments(self.cache().db, self.engine.count_tokens, self.n_ctx)
+        return self._chat
+
+    def attach_to_chat(self, conversation_id: int, files: Sequence[Path], *, ask_password: AskPassword | None = None,
+                       prompt: Callable[[int], list[dict[str, str]]] | None = None
+                       ) -> tuple[list[ChatDocument], list[str]]:
+        """Read ``files`` and keep them with the chat (the engine lane: tokens are counted). Returns (documents
+        attached, one line per file refused). With ``prompt`` (the chat service's ``prompt_messages``) and a
+        KV session, a chat whose documents are read whole gets its prefix prefilled and saved now, so the
+        first question prefills only itself."""
+        chat = self.chat_documents()
+        added: list[ChatDocument] = []
+        refused: list[str] = []
+        for path in files:
+            try:
+                doc = read_document(Path(path), ask_password=ask_password)
+                added.append(self.write(lambda d=doc: chat.add(conversation_id, d)))  # type: ignore[misc]
+            except UserError as exc:
+                log.info("not attached: %s", exc)
+                refused.append(str(exc))
+        if added and prompt is not None and self.kv is not None and chat.approach(conversation_id) == "whole":
+            precompute_kv(self.engine, prompt(conversation_id), self.kv, conversation_owner(conversation_id))
+        return added, refused
+
+    def detach(self, document_id: int) -> None:
+        self.write(lambda: self.chat_documents().remove(document_id))
+
+    def prompt_context(self, conversation_id: int, messages: list[dict[str, str]]) -> None:
+        """ChatService ``prompt_context`` hook: attached documents short enough go in the system message."""
+        try:
+            chat = self.chat_documents()
+        except DatabaseUnavailable:
+            return
+        chat.context(conversation_id, messages)
 
     def n_ctx(self) -> int:
         return int(self.engine.load_info.get("n_ctx", 0))
@@ -72,3 +114,4 @@ class Documents:
             log.info("no document attachments: %s", exc)
             return
         DocumentContext(db, self.engine.count_tokens, self.n_ctx)(turn, messages)
+        self.chat_documents().before_prompt(turn, messages)

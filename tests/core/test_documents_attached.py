@@ -1,0 +1,95 @@
+"""Documents attached to an ordinary chat (issue 11, point 9): kept with the chat, shown whole in its system
+message while they fit half the context, otherwise their relevant parts go with each question; removing one
+takes it out of the next prompt; an encrypted PDF asks for its password. A real ConversationStore and database;
+a word counter stands in for the tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hisho.core.conversations import ConversationStore
+from hisho.core.db import Database
+from hisho.core.documents.attached import CHAT_HEAD, MAX_CHARS, ChatDocuments, read_document
+from hisho.core.documents.cache import SummaryCache
+from hisho.core.documents.extract import extract
+from hisho.core.documents.model import Document, DocumentError, Section
+from tests.fixtures.docs.make import make_encrypted_pdf
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def chat_docs(tmp_path: Path, n_ctx: int = 4096) -> tuple[ConversationStore, ChatDocuments]:
+    db = Database(tmp_path / "h.sqlite3")
+    store = ConversationStore(db)
+    SummaryCache(db)  # the documents component's tables
+    return store, ChatDocuments(db, words, lambda: n_ctx)
+
+
+def test_a_short_document_goes_whole_into_the_system_message_and_leaves_with_its_chip(tmp_path: Path) -> None:
+    store, chat = chat_docs(tmp_path)
+    conv = store.create("Holiday plans", system_prompt="Answer in English.")
+    other = store.create("Something else")
+    note = tmp_path / "NOTES"   # no extension: read by content
+    note.write_text("The ferry to the island leaves at 7:15 every morning.\n", encoding="utf-8")
+    added = chat.add(conv.id, extract(note))
+    assert chat.add(conv.id, extract(note)).id == added.id           # the same file twice is kept once
+    assert [d.name for d in chat.attached(conv.id)] == ["NOTES"] and chat.attached(other.id) == []
+    assert chat.approach(conv.id) == "whole" and "read whole" in chat.note(conv.id)
+
+    messages = [{"role": "system", "content": "Answer in English."}, {"role": "user", "content": "When?"}]
+    chat.context(conv.id, messages)
+    assert messages[0]["content"].startswith("Answer in English.\n\n" + CHAT_HEAD)
+    assert "# NOTES" in messages[0]["content"] and "7:15" in messages[0]["content"]
+    assert messages[1] == {"role": "user", "content": "When?"}      # the question itself is untouched
+    bare = [{"role": "user", "content": "When?"}]
+    chat.context(conv.id, bare)                                       # a chat without a system prompt gets one
+    assert bare[0]["role"] == "system" and "7:15" in bare[0]["content"]
+    chat.before_prompt(SimpleNamespace(conversation_id=conv.id), messages)
+    assert messages[1]["content"] == "When?"                          # whole: nothing added to the question
+    untouched = [{"role": "user", "content": "When?"}]
+    chat.context(other.id, untouched)
+    assert untouched == [{"role": "user", "content": "When?"}]
+
+    chat.remove(added.id)
+    after = [{"role": "user", "content": "When?"}]
+    chat.context(conv.id, after)
+    assert after == [{"role": "user", "content": "When?"}] and chat.approach(conv.id) == ""
+
+
+def test_a_long_document_sends_its_relevant_parts_with_each_question(tmp_path: Path) -> None:
+    store, chat = chat_docs(tmp_path, n_ctx=600)
+    conv = store.create("Town report")
+    topics = ["harbour ferry schedule", "library opening hours", "bridge painting budget"]
+    sections = [Section(f"Page {i} is about the {topics[i % 3]}. " + "filler words here " * 40, f"p. {i}", i)
+                for i in range(1, 10)]
+    chat.add(conv.id, Document(Path("town.pdf"), "pdf", "sha-town", sections))
+    assert chat.approach(conv.id) == "parts" and "most relevant parts" in chat.note(conv.id)
+    messages = [{"role": "user", "content": "What is the bridge painting budget?"}]
+    chat.context(conv.id, messages)
+    assert len(messages) == 1                                        # too long to go whole
+    chat.before_prompt(SimpleNamespace(conversation_id=conv.id), messages)
+    sent = messages[-1]["content"]
+    assert sent.startswith("Relevant parts of the document:") and "[p. 2]" in sent and "bridge" in sent
+    assert sent.endswith("Question: What is the bridge painting budget?")
+    assert "[p. 1]" not in sent                                       # a part that shares no word is not sent
+    assert store.get(conv.id).system_prompt == ""                     # nothing stored was changed
+
+
+def test_refusals_say_why_and_an_encrypted_pdf_asks_for_its_password(tmp_path: Path) -> None:
+    store, chat = chat_docs(tmp_path)
+    conv = store.create("x")
+    huge = Document(Path("huge.txt"), "text", "sha-huge", [Section("word " * (MAX_CHARS // 5 + 1), "line 1")])
+    with pytest.raises(DocumentError, match="huge.txt: too long to attach"):
+        chat.add(conv.id, huge)
+    assert chat.attached(conv.id) == []
+    locked = make_encrypted_pdf(tmp_path / "locked.pdf", "s3cret")
+    with pytest.raises(DocumentError, match="locked.pdf: the PDF is encrypted and no password was given"):
+        read_document(locked, ask_password=lambda name, wrong: None)
+    tries: list[bool] = []
+    doc = read_document(locked, ask_password=lambda name, wrong: tries.append(wrong) or ("nope", "s3cret")[wrong])
+    assert tries == [False, True] and "Secret quarterly figures" in doc.text

@@ -1,0 +1,80 @@
+"""Smaller things of issue 11 point 8, checked on the real window: search results show their matching text on
+two lines with the match in bold; the chat list keeps its width whatever is selected, badged or searched; the
+dialogs that have nothing to grow are fixed-size (no resize handle along their bottom edge); the paperclip is
+drawn, not an emoji glyph that may be missing."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QFontMetrics
+from PySide6.QtWidgets import QApplication, QInputDialog
+from pytestqt.qtbot import QtBot
+
+from hisho.gui.main_window import MainWindow
+from hisho.gui.settings_dialog import ConversationSettingsDialog
+from hisho.gui.sidebar import SNIPPET_ROLE, snippet_html
+from tests.gui.conftest import settle, wait_for
+
+LONG = ("To keep memory low, read the file with pandas in chunks of one hundred thousand rows, filter each "
+        "chunk by date, and append the kept rows to a list you concatenate once at the end.")
+
+
+def test_snippet_html_bolds_the_match_and_keeps_the_text_s_own_brackets() -> None:
+    assert snippet_html("…keep chunk[chunk.date] and [chunks]…", "chunks") == \
+        "…keep chunk[chunk.date] and <b>chunks</b>…"
+    assert snippet_html("a <b> [tag]", "tag") == "a &lt;b&gt; <b>tag</b>"
+
+
+def test_search_rows_show_two_lines_of_the_match_and_the_list_keeps_its_width(
+        qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    store = w.ctx.store
+    ids = []
+    for i in range(6):
+        conv = store.create(f"Chat {i} with a title long enough to be elided in the list")
+        store.add_message(conv.id, "user", LONG if i == 3 else f"hello {i}")
+        ids.append(conv.id)
+    w.controller.refresh(ids[0])
+    wait_for(qtbot, lambda: set(ids) <= set(w.sidebar.ids()))
+    widths = {w.sidebar.width()}
+    for cid in ids[:4]:
+        w.controller.select(cid)
+        wait_for(qtbot, lambda cid=cid: w.controller.current is not None and w.controller.current.id == cid)
+        widths.add(w.sidebar.width())
+    w.sidebar.set_kv({cid: ("123 MiB · 45 s", "saved") for cid in ids[:3]}, ("", ""))
+    settle(qtbot)
+    widths.add(w.sidebar.width())
+
+    w.sidebar.search.setText("concatenate")
+    wait_for(qtbot, lambda: w.sidebar.ids() == [ids[3]])
+    settle(qtbot)
+    widths.add(w.sidebar.width())
+    assert widths == {w.sidebar.width()}, widths
+    item = w.sidebar.list.item(1)
+    assert "<b>concatenate</b>" in item.data(SNIPPET_ROLE) and item.text().startswith("Chat 3")
+    line = QFontMetrics(w.sidebar.list.font()).lineSpacing()
+    height = w.sidebar.list.visualItemRect(item).height()
+    assert height >= 2.5 * line, (height, line)       # the title and two lines of the match (was one line)
+    w.sidebar.search.clear()
+
+
+def test_dialogs_with_nothing_to_grow_are_fixed_size(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    conv = w.ctx.store.create("Settings")
+    dialog = ConversationSettingsDialog(conv, [("", "Default model")], w)
+    assert dialog.minimumSize() == dialog.maximumSize() and dialog.width() >= 520
+    seen: list[tuple[bool, int]] = []
+
+    def look() -> None:
+        for top in QApplication.topLevelWidgets():
+            if isinstance(top, QInputDialog) and top.isVisible():
+                seen.append((top.minimumSize() == top.maximumSize(), top.width()))
+                top.reject()
+                return
+        QTimer.singleShot(50, look)
+
+    QTimer.singleShot(50, look)
+    w.sidebar.ask_rename(conv.id, "Settings")
+    assert seen and seen[0][0] and seen[0][1] >= 380
+    icon = w.composer.attach_button.icon()
+    assert not icon.isNull() and w.composer.attach_button.text() == ""
