@@ -72,6 +72,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("max_tokens", int, 1024, "Default reply length limit.", 1, 1 << 20),
     Setting("kv_disk_budget_bytes", int, 10 * GIB, "Disk space for KV snapshots.", 0, 1 << 50),
     Setting("theme", str, "system", "Window theme.", choices=("system", "light", "dark")),
+    Setting("api_enabled", bool, False, "Serve the OpenAI-compatible API while the window is open (docs/api.md)."),
+    Setting("api_port", int, 8765, "Loopback port of the window's API.", 1024, 65535),
+    Setting("api_cors_origins", str, "", "Web origins allowed to call the API, comma-separated ('' = none)."),
 )
 
 _BY_NAME = {s.name: s for s in DECLARED}

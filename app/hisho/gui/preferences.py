@@ -337,6 +337,9 @@ class PreferencesDialog(QDialog):
         from hisho.gui.data_page import DataPage
 
         self._add("Your data", DataPage(window))
+        from hisho.gui.api_page import ApiPage
+
+        self._add("API", ApiPage(window))
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
         self.nav.setCurrentRow(0)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
