@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from hisho.api import keys
 from hisho.api.backend import Backend
+from hisho.api.cache import PromptCache
 from hisho.api.server import ApiServer
 from hisho.core.errors import UserError
 
@@ -49,7 +50,8 @@ def start_api(window: Any) -> ApiServer:
     settings = ctx.settings
     model = ctx.model_path.stem if ctx.model_path else "hisho"
     defaults = {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]}
-    backend = Backend(ctx.engine, model, defaults, int(settings["max_tokens"]))
+    cache = PromptCache(ctx.kv.session) if ctx.kv is not None else None  # the same KV store as the chats
+    backend = Backend(ctx.engine, model, defaults, int(settings["max_tokens"]), cache)
     server = ApiServer(backend, keys.api_key(), port=int(settings["api_port"]),
                        cors_origins=_origins(str(settings["api_cors_origins"])))
     server.start()
