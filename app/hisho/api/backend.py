@@ -126,7 +126,7 @@ class Backend:
         serve = getattr(self.engine, "serve", None)
         if Capability.SERVE.value in self.engine.capabilities and serve is not None:
             extra: dict[str, Any] = {}
-            if self.cache is not None and job.kind == "chat":
+            if self.cache is not None and job.kind == "chat" and self.cache.worth_it(job.messages or []):
                 tokens = self.engine.tokenize(messages=job.messages)
                 plan = self.cache.plan(tokens)
                 fields = {"tokens": tokens}

@@ -57,7 +57,9 @@ def _stream(url: str, model: str, messages: list[dict[str, str]], max_tokens: in
     usage: dict[str, Any] = {}
     with httpx.stream("POST", url + "/chat/completions", json=body, timeout=600,
                       headers={"Authorization": f"Bearer {KEY}"}) as r:
-        r.raise_for_status()
+        if r.status_code != 200:
+            r.read()
+            raise RuntimeError(f"the API answered {r.status_code}: {r.text[:300]}")
         for line in r.iter_lines():
             if not line.startswith("data: {"):
                 continue
@@ -160,6 +162,6 @@ def _concurrent(engine: Any, url: str, model: str, n_tokens: int, repeat: int) -
 def _long_prefix() -> list[dict[str, str]]:
     """A system prompt of about 4096 tokens and a short question."""
     rules = "\n".join(f"Rule {i}: a report on site {i} names its author, its date, the tool it used and every "
-                      f"figure it measured, with units." for i in range(150))
+                      f"figure it measured, with units." for i in range(128))
     return [{"role": "system", "content": "You are the project's careful assistant. The handbook:\n" + rules},
             {"role": "user", "content": "Who signs a report?"}]

@@ -105,6 +105,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("default_system_prompt", str, "", "System prompt every new chat starts with ('' = none)."),
     Setting("system_prompt_presets", list, [], "Named system prompts offered in Chat settings: a list of "
             "{\"name\": ..., \"prompt\": ...}.", check=check_presets),
+    Setting("api_enabled", bool, False, "Serve the OpenAI-compatible API while the window is open (docs/api.md)."),
+    Setting("api_port", int, 8765, "Loopback port of the window's API.", 1024, 65535),
+    Setting("api_cors_origins", str, "", "Web origins allowed to call the API, comma-separated ('' = none)."),
 )
 
 _BY_NAME = {s.name: s for s in DECLARED}

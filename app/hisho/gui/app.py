@@ -74,6 +74,9 @@ def run_app(model: str | None = None) -> int:
         window.show()
     except Exception as exc:
         return startup_failed(exc)
+    from hisho.gui.api_page import start_at_launch
+
+    start_at_launch(window)  # Settings → API, if the user turned it on
     code = int(app.exec())
     first.close()
     close(window)

@@ -343,6 +343,10 @@ class PreferencesDialog(QDialog):
         from hisho.gui.engines_page import EnginesPage
 
         self._add("Engines", EnginesPage(window))
+
+        from hisho.gui.api_page import ApiPage
+
+        self._add("API", ApiPage(window))
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
         self.nav.setCurrentRow(0)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

@@ -1,0 +1,86 @@
+"""Settings → API in the real window on the real model: off by default; on, the window's own engine answers
+OpenAI clients (also while a chat is being answered), the status bar says when API requests run; off again,
+nothing listens."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from pytestqt.qtbot import QtBot
+
+from hisho.api import keys
+from hisho.core.conversations import ChatSettings
+from hisho.gui.api_page import ApiPage, stop_api
+from hisho.gui.main_window import MainWindow
+from hisho.gui.preferences import PreferencesDialog
+from tests.gui.conftest import wait_for, wait_idle
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def open_page(w: MainWindow) -> ApiPage:
+    next(a for a in w.file_menu.actions() if a.text() == "Settings…").trigger()
+    dialog = w._preferences  # type: ignore[attr-defined]
+    assert isinstance(dialog, PreferencesDialog)
+    page = next(dialog.pages.widget(i) for i in range(dialog.pages.count())
+                if isinstance(dialog.pages.widget(i), ApiPage))
+    dialog.nav.setCurrentRow(dialog.pages.indexOf(page))
+    assert isinstance(page, ApiPage)
+    return page
+
+
+def test_api_switch_serves_the_window_engine(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    page = open_page(w)
+    assert not page.enabled.isChecked() and page.status.text() == "Off."
+    port = free_port()
+    page.port.setValue(port)
+    page.enabled.setChecked(True)
+    try:
+        assert w.ctx.settings["api_enabled"] and w.ctx.settings["api_port"] == port
+        assert page.key.text() == keys.api_key() and f"127.0.0.1:{port}" in page.status.text()
+        model = w.ctx.model_path.stem if w.ctx.model_path else ""
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=page.key.text(), max_retries=0,
+                               timeout=300)
+        # A request sent while the window is answering a chat: both finish, neither is lost.
+        conv = w.ctx.store.create("Both", settings=ChatSettings(max_tokens=24, temperature=0.0))
+        w.controller.refresh(conv.id)
+        w.controller.select(conv.id)
+        wait_for(qtbot, lambda: w.controller.current is not None and w.controller.current.id == conv.id)
+        w.controller.send("Say hello.")
+        got: dict[str, Any] = {}
+
+        def ask() -> None:
+            got["r"] = client.completions.create(model=model, prompt="Count: 1, 2, 3, 4,", max_tokens=300,
+                                                 temperature=0)
+
+        t = threading.Thread(target=ask)
+        t.start()
+        wait_for(qtbot, lambda: w._api_label.isVisible())  # type: ignore[attr-defined]
+        assert "API: 1 request running" == w._api_label.text()  # type: ignore[attr-defined]
+        wait_idle(qtbot, w)
+        wait_for(qtbot, lambda: not t.is_alive(), timeout=300_000)
+        assert got["r"].usage.completion_tokens > 0
+        assert [m.role for m in w.ctx.store.messages(conv.id)][-2:] == ["user", "assistant"]
+        wait_for(qtbot, lambda: not w._api_label.isVisible())  # type: ignore[attr-defined]
+        # A new key: the old one is refused from now on.
+        old = page.key.text()
+        page.regenerate()
+        assert page.key.text() != old
+        with pytest.raises(openai.AuthenticationError):
+            client.models.list()
+        page.enabled.setChecked(False)
+        assert page.status.text() == "Off." and not w.ctx.settings["api_enabled"]
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        stop_api(w)
