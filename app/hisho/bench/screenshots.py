@@ -152,15 +152,15 @@ def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
     c = window.controller
     window.resize(1280, 720)
     c.select(cid)
-    _wait(app, lambda: c.current is not None and c.current.id == cid)
+    wait_until(app, lambda: c.current is not None and c.current.id == cid)
     notes = Path(tempfile.mkdtemp(prefix="hisho-shots-doc-")) / "sales-notes.md"
     notes.write_text("# Sales notes\n\nThe March export has 2.4 million rows; the amount column is in cents.\n",
                      encoding="utf-8")
     window.attach.attach([notes])
-    _wait(app, lambda: window.attach.attached_count > 0, timeout=120)
+    wait_until(app, lambda: window.attach.attached_count > 0, timeout=120)
     window.grab().save(str(out / "10-attach-to-chat.png"))
     window.sidebar.search.setText("chunks")
-    _wait(app, lambda: len(window.sidebar.ids()) >= 1 and window.sidebar.list.count() <= 3, timeout=10)
+    wait_until(app, lambda: len(window.sidebar.ids()) >= 1 and window.sidebar.list.count() <= 3, timeout=10)
     window.grab().save(str(out / "11-search-snippets.png"))
     window.sidebar.search.clear()
     settings = window.ctx.settings
@@ -170,7 +170,7 @@ def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
     dialog = open_preferences(window)
     dialog.nav.setCurrentRow(dialog.pages.indexOf(dialog.prompts_page))
     dialog.prompts_page.reload()
-    _wait(app, lambda: False, timeout=0.3)
+    wait_until(app, lambda: False, timeout=0.3)
     dialog.grab().save(str(out / "12-settings-system-prompts.png"))
     dialog.close()
     window.resize(1280, 900)
