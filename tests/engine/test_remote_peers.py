@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 
 from hisho.core.chat import ChatService
-from hisho.core.conversations import DONE, STOPPED, ConversationStore
+from hisho.core.conversations import DONE, STOPPED, ChatSettings, ConversationStore
 from hisho.core.db import Database
 from hisho.core.protocol import LoadParams, Sampling
 from hisho.core.remote.engine import RemoteEngine
 from hisho.core.remote.http import Endpoint
 from tests.remote_peers import NOT_BUILT, Peer, llama_cpp_python_server, llama_server, llama_server_binary
 
-pytestmark = pytest.mark.slow
+# Real servers on a shared 2-core machine: behaviour only, with room for a loaded box.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+SHORT = ChatSettings(temperature=0.0, max_tokens=16, seed=1)
 GREEDY = Sampling(temperature=0.0, max_tokens=24, seed=1)
 SYSTEM = ("You are a careful assistant. " * 40).strip()      # a long, fixed prefix (~240 tokens)
 
@@ -49,7 +51,7 @@ def test_llama_server_chat_prefix_hit_and_stop(llama: Peer) -> None:
     assert eng.info.kind == "llama.cpp" and eng.info.slot_save and eng.load_info["n_ctx"] == 4096
     store = ConversationStore(Database(":memory:"))
     chat = ChatService(store, eng, model_name=eng.model)
-    cid = store.create("remote", system_prompt=SYSTEM).id
+    cid = store.create("remote", system_prompt=SYSTEM, settings=SHORT).id
     first = chat.run(chat.send(cid, "Say hello."))
     assert first.message.status == DONE and first.message.content and first.message.engine == "workstation"
     stream = eng.generate(messages=chat.prompt_messages(cid, extra_user="And now?"), sampling=GREEDY)
@@ -98,7 +100,7 @@ def test_llama_cpp_python_server_is_a_second_peer(tmp_path: Path) -> None:
         assert eng.slots is None                                # no slot files there: resume is its job
         store = ConversationStore(Database(":memory:"))
         chat = ChatService(store, eng, model_name=eng.model)
-        cid = store.create("remote").id
+        cid = store.create("remote", settings=SHORT).id
         out = chat.run(chat.send(cid, "Say hello."))
         assert out.message.status == DONE and out.message.content
         assert out.message.tokens and out.message.tokens > 0

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
 
 import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.core.remote import endpoints
+from hisho.gui.app import open_window
 from hisho.gui.engines_page import EnginesPage
 from hisho.gui.main_window import MainWindow
 from hisho.gui.preferences import PreferencesDialog
@@ -31,10 +33,21 @@ def open_engines(w: MainWindow) -> EnginesPage:
     return page
 
 
-def test_add_test_pick_and_chat_remote(qtbot: QtBot, window: MainWindow,
+@pytest.fixture
+def slow_window(qtbot: QtBot, default_model_path: object) -> Iterator[MainWindow]:
+    """The real window; the local model may take minutes to load on a shared machine (behaviour, not speed)."""
+    w = open_window(None)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.controller.model_ready, timeout=600_000)
+    yield w
+    w.close()
+
+
+def test_add_test_pick_and_chat_remote(qtbot: QtBot, slow_window: MainWindow,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HISHO_NO_KEYRING", "1")
-    w = window
+    w = slow_window
     with StubServer("ok") as srv:
         page = open_engines(w)
         assert page.list.item(0).text().startswith("Local — this computer")
@@ -70,14 +83,14 @@ def test_add_test_pick_and_chat_remote(qtbot: QtBot, window: MainWindow,
         w.controller.select(conv.id)
         wait_for(qtbot, lambda: w.controller.current is not None and w.controller.current.id == conv.id)
         w.controller.send("Hello?")
-        wait_idle(qtbot, w)
+        wait_idle(qtbot, w, 600_000)
         reply = w.ctx.store.branch(conv.id)[-1]
         assert reply.content == "Hello from the stub." and (reply.engine, reply.model) == ("box", MODEL)
 
         local = next(e for e in picker.entries)
         picker.choose(local)
-        wait_for(qtbot, lambda: w.ctx.engine is w.ctx.local_engine and w.controller.model_ready, 120_000)
+        wait_for(qtbot, lambda: w.ctx.engine is w.ctx.local_engine and w.controller.model_ready, 600_000)
         w.controller.send("Hi again.")
-        wait_idle(qtbot, w)
+        wait_idle(qtbot, w, 600_000)
         assert w.ctx.store.branch(conv.id)[-1].engine == "local"
     assert json.loads(endpoints.engines_file().read_text())["engines"][0]["name"] == "box"
