@@ -109,7 +109,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote")
+BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity")
 
 
 # ----- self-test --------------------------------------------------------------------------------------

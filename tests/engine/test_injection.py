@@ -78,7 +78,9 @@ def template_engine(request: pytest.FixtureRequest, engine: EngineClient, defaul
 
 
 def test_no_control_token_from_messages(template_engine: EngineClient, controls: dict[str, int]) -> None:
-    assert injected(template_engine, conversation, controls) == 0
+    n = injected(template_engine, conversation, controls)
+    print(f"\ncontrol tokens injected from messages ({len(controls)} control tokens tried): {n}")  # figure (-s)
+    assert n == 0
     tokens = template_engine.tokenize(messages=conversation(hostile(controls)))
     starts = counts(tokens, controls)[controls["<|im_start|>"]]
     assert starts == 5  # system, user, assistant, user, and the generation prompt: the template's own

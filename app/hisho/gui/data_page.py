@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QWidget
 
 from hisho.core import paths
+from hisho.gui.settings_page import page_layout
 
 
 class DataPage(QWidget):
@@ -22,19 +23,15 @@ class DataPage(QWidget):
         super().__init__(parent)
         self.window_ = window
         folders = "\n".join(str(p) for p in paths.user_folders())
-        intro = QLabel("Your conversations, KV snapshots, models, settings and logs are kept in these folders, "
-                       "outside the installed app. Upgrading or uninstalling Hisho keeps them.")
-        intro.setWordWrap(True)
         where = QLabel(folders)
         where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.remove = QPushButton("Remove all my data…")
         self.remove.setObjectName("RemoveAllData")
         self.remove.clicked.connect(self.confirm_remove)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(intro)
+        lay = page_layout(self, "Your data",
+                          "Your conversations, KV snapshots, models, settings and logs are kept in these folders, "
+                          "outside the installed app. Upgrading or uninstalling Hisho keeps them.")
         lay.addWidget(where)
-        lay.addSpacing(12)
         lay.addWidget(self.remove, 0, Qt.AlignmentFlag.AlignLeft)
         lay.addStretch(1)
 

@@ -14,9 +14,10 @@ import os
 from typing import Any
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QWidget
 
 from hisho.core import settings as settings_mod
+from hisho.gui.settings_page import page_layout
 
 REFRESH_MS = 1000
 
@@ -52,15 +53,10 @@ class PerformancePage(QWidget):
         super().__init__(parent)
         self.w = window
         self.settings: settings_mod.Settings = window.ctx.settings
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(12)
-        title = QLabel("Performance")
-        title.setObjectName("DialogTitle")
-        intro = QLabel("Hisho runs the model on your CPU. When other programs keep the cores busy, a model "
-                       "that uses all of them waits for the busy ones at every step and slows to a crawl; "
-                       "automatic then uses fewer threads, and all of them again once the cores are free.")
-        intro.setWordWrap(True)
+        lay = page_layout(self, "Performance",
+                          "Hisho runs the model on your CPU. When other programs keep the cores busy, a model "
+                          "that uses all of them waits for the busy ones at every step and slows to a crawl; "
+                          "automatic then uses fewer threads, and all of them again once the cores are free.")
         self.threads = QComboBox()
         self.threads.setObjectName("ThreadsChoice")
         self.threads.addItem("Automatic (recommended)", 0)
@@ -82,8 +78,6 @@ class PerformancePage(QWidget):
         form.addRow("CPU threads", self.threads)
         form.addRow("", note)
         form.addRow("Now", self.chose)
-        lay.addWidget(title)
-        lay.addWidget(intro)
         lay.addLayout(form)
         lay.addStretch(1)
         self._timer = QTimer(self)

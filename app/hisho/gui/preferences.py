@@ -48,6 +48,7 @@ from hisho.core.kv_chat import KVChat
 from hisho.core.units import GIB, format_bytes
 from hisho.gui.kv_status import human_seconds
 from hisho.gui.performance_page import PerformancePage
+from hisho.gui.settings_page import page_layout
 
 log = logging.getLogger("hisho.gui")
 
@@ -74,18 +75,10 @@ class KVCachePage(QWidget):
         self._budget_timer.setSingleShot(True)
         self._budget_timer.setInterval(APPLY_MS)
         self._budget_timer.timeout.connect(self.apply_budget)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(12)
-        title = QLabel("KV cache")
-        title.setObjectName("DialogTitle")
-        intro = QLabel("Hisho keeps the model's memory of your chats and documents (its KV cache) on disk, so "
-                       "coming back to one answers at once instead of re-reading it. It is only a cache: "
-                       "deleting it never touches your conversations.")
-        intro.setObjectName("Meta")
-        intro.setWordWrap(True)
-        lay.addWidget(title)
-        lay.addWidget(intro)
+        lay = page_layout(self, "KV cache",
+                          "Hisho keeps the model's memory of your chats and documents (its KV cache) on disk, so "
+                          "coming back to one answers at once instead of re-reading it. It is only a cache: "
+                          "deleting it never touches your conversations.")
         lay.addLayout(self._build_form())
         lay.addWidget(self._build_table(), 1)
         lay.addLayout(self._build_footer())
