@@ -5,12 +5,13 @@ drawn, not an emoji glyph that may be missing."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QEvent, QTimer
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QInputDialog
 from pytestqt.qtbot import QtBot
 
 from hisho.gui.main_window import MainWindow
+from hisho.gui.preferences import open_preferences
 from hisho.gui.settings_dialog import ConversationSettingsDialog
 from hisho.gui.sidebar import SNIPPET_ROLE, snippet_html
 from tests.gui.conftest import settle, wait_for
@@ -76,5 +77,13 @@ def test_dialogs_with_nothing_to_grow_are_fixed_size(qtbot: QtBot, window: MainW
     QTimer.singleShot(50, look)
     w.sidebar.ask_rename(conv.id, "Settings")
     assert seen and seen[0][0] and seen[0][1] >= 380
+    # Settings opened a second time (the first one was closed, so deleted) opens again instead of raising.
+    first = open_preferences(w)
+    first.close()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    settle(qtbot)
+    second = open_preferences(w)
+    assert second.isVisible()
+    second.close()
     icon = w.composer.attach_button.icon()
     assert not icon.isNull() and w.composer.attach_button.text() == ""
