@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLabel,
+    QLayout,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -324,6 +325,8 @@ class Sidebar(QFrame):
         field = dialog.findChild(QLineEdit)
         if field is not None:  # a wider dialog: the window manager cut a narrow one's title to "Renam…Hisho"
             field.setMinimumWidth(380)
-        dialog.setFixedSize(dialog.sizeHint())  # no resize handle (a stray line along the bottom under openbox)
+        layout = dialog.layout()
+        if layout is not None:  # fixed size: no resize handle (a stray line along the bottom under openbox)
+            layout.setSizeConstraint(QLayout.SizeConstraint.SetFixedSize)
         if dialog.exec() and dialog.textValue().strip():
             self.rename_requested.emit(cid, dialog.textValue().strip())
