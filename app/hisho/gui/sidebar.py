@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLabel,
-    QLayout,
     QLineEdit,
     QListWidget,
     QListWidgetItem,
@@ -325,8 +324,5 @@ class Sidebar(QFrame):
         field = dialog.findChild(QLineEdit)
         if field is not None:  # a wider dialog: the window manager cut a narrow one's title to "Renam…Hisho"
             field.setMinimumWidth(380)
-        layout = dialog.layout()
-        if layout is not None:  # fixed size: no resize handle (a stray line along the bottom under openbox)
-            layout.setSizeConstraint(QLayout.SizeConstraint.SetFixedSize)
         if dialog.exec() and dialog.textValue().strip():
             self.rename_requested.emit(cid, dialog.textValue().strip())
