@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     window.resize(1280, 900)
     window.show()
     c = window.controller
-    wait_until(app, lambda: c.model_ready)
+    wait_until(app, lambda: c.model_ready, timeout=600)  # a loaded machine: the shots must show the model loaded
     window.grab().save(str(out / "1-empty-state.png"))
     cid = _seed(c.store)
     c.store.update(cid, draft="Can you show the pandas version as code too?")

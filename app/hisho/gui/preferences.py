@@ -19,6 +19,7 @@ import logging
 import time
 from typing import Any
 
+import shiboken6
 from PySide6.QtCore import QObject, Qt, QTimer, QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
@@ -366,7 +367,9 @@ class PreferencesDialog(QDialog):
 def open_preferences(window: Any) -> PreferencesDialog:
     """Show the Settings dialog (one at a time; a second call raises the open one)."""
     existing: QObject | None = getattr(window, "_preferences", None)
-    if isinstance(existing, PreferencesDialog) and existing.isVisible():
+    # A closed dialog is deleted (WA_DeleteOnClose): its wrapper outlives it, so check it first (opening
+    # Settings a second time raised "Internal C++ object already deleted").
+    if isinstance(existing, PreferencesDialog) and shiboken6.isValid(existing) and existing.isVisible():
         existing.raise_()
         existing.activateWindow()
         return existing

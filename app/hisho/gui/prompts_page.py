@@ -186,7 +186,8 @@ class PromptsPage(QWidget):
         try:
             self.settings.set("system_prompt_presets", items)
         except ValueError as exc:
-            self.message.setText(str(exc).split(": ", 1)[-1].capitalize() + ".")
+            why = str(exc).split(": ", 1)[-1]
+            self.message.setText(why[:1].upper() + why[1:] + ".")
             return False
         self._save_file()
         return True

@@ -148,9 +148,13 @@ class BadgeDelegate(QStyledItemDelegate):
         colour = opt.palette.color(QPalette.ColorRole.PlaceholderText).name()  # type: ignore[attr-defined]
         doc.setHtml(f'<span style="color:{colour}">{rich}</span>')
         doc.setTextWidth(area.width())
-        height = SNIPPET_LINES * QFontMetrics(font).lineSpacing() + 2  # + the last line's underscores
+        height = SNIPPET_LINES * QFontMetrics(font).lineSpacing()   # not a pixel of a third line
         painter.save()
-        painter.translate(area.left(), area.top() + opt.fontMetrics.lineSpacing() + 2)  # type: ignore[attr-defined]
+        widget = opt.widget  # type: ignore[attr-defined]
+        style = widget.style() if widget is not None else QApplication.style()
+        inset = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1  # as the title's
+        painter.translate(area.left() + inset, area.top() + opt.fontMetrics.lineSpacing() + 2)  # type: ignore
+        doc.setTextWidth(area.width() - 2 * inset)
         doc.drawContents(painter, QRectF(0, 0, area.width(), height))
         painter.restore()
 
@@ -320,6 +324,5 @@ class Sidebar(QFrame):
         field = dialog.findChild(QLineEdit)
         if field is not None:  # a wider dialog: the window manager cut a narrow one's title to "Renam…Hisho"
             field.setMinimumWidth(380)
-        dialog.setFixedSize(dialog.sizeHint())  # no resize handle (a stray line along the bottom under openbox)
         if dialog.exec() and dialog.textValue().strip():
             self.rename_requested.emit(cid, dialog.textValue().strip())
