@@ -24,14 +24,19 @@ def _write_all(fh: BinaryIO, data: memoryview) -> None:
         fh.write(data[i:i + step])
 
 
-def write_atomic(path: Path, header: bytes, payload: Any = b"", *, writer: Writer = _write_all) -> int:
+def write_atomic(path: Path, header: bytes, payload: Any = b"", *, writer: Writer = _write_all,
+                 private: bool = False) -> int:
     """Write ``header`` + ``payload`` (anything with the buffer protocol) to ``path`` atomically; return the
-    bytes written. ``writer`` is a seam for tests that simulate a failing disk."""
+    bytes written. ``private``: readable by this user only (0600) from the first byte on. ``writer`` is a seam
+    for tests that simulate a failing disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
     data = memoryview(payload).cast("B")
     try:
-        with open(tmp, "wb") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+        if private:
+            os.chmod(tmp, 0o600)  # a leftover temp file of the same name keeps its old mode through O_TRUNC
+        with os.fdopen(fd, "wb") as fh:
             fh.write(header)
             writer(fh, data)
             fh.flush()
@@ -50,6 +55,11 @@ def write_atomic(path: Path, header: bytes, payload: Any = b"", *, writer: Write
 def write_text_atomic(path: Path, text: str) -> None:
     """``write_atomic`` for a UTF-8 text file (JSON settings, registries, caches)."""
     write_atomic(path, text.encode("utf-8"))
+
+
+def write_private_text(path: Path, text: str) -> None:
+    """``write_text_atomic`` for a secret (API keys, tokens): the file is never readable by others."""
+    write_atomic(path, text.encode("utf-8"), private=True)
 
 
 def fsync_dir(folder: Path) -> None:

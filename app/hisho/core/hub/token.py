@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core import paths
+from hisho.core.atomic import write_private_text
 
 log = logging.getLogger("hisho.hub")
 
@@ -72,12 +73,7 @@ def set_token(token: str) -> str:
         except Exception as exc:
             log.warning("keyring refused the token (%s); using a private file", type(exc).__name__)
     path = token_file()
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(token)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    write_private_text(path, token)
     log.info("Hugging Face token stored in %s (readable by this user only)", path)
     return str(path)
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 from hisho.core import paths
-from hisho.core.atomic import write_text_atomic
+from hisho.core.atomic import write_private_text, write_text_atomic
 from hisho.core.hub.token import _keyring
 from hisho.core.remote.http import Endpoint
 
@@ -111,12 +110,7 @@ def set_key(name: str, key: str) -> str:
             log.warning("keyring refused the key (%s); using a private file", type(exc).__name__)
     path = _key_file(name)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(key)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    write_private_text(path, key)
     log.info("API key of engine %s stored in %s (readable by this user only)", name, path)
     return str(path)
 
