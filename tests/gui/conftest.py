@@ -30,7 +30,9 @@ def make_window(qtbot: QtBot) -> MainWindow:
     window = open_window(None)
     qtbot.addWidget(window)
     window.show()
-    qtbot.waitUntil(lambda: window.controller.model_ready, timeout=30_000)
+    # Generous: on a loaded machine (CI beside other work) starting the engine and loading the model took
+    # 136–190 s (session 4); the tests assert behaviour, not load speed.
+    qtbot.waitUntil(lambda: window.controller.model_ready, timeout=300_000)
     return window
 
 
