@@ -149,7 +149,13 @@ class Database:
         return int(row[0]) if row else 0
 
     def migrate(self, component: str, steps: Sequence[Step]) -> int:
-        """Bring ``component`` to ``len(steps)``: step i upgrades version i to i+1, each in one transaction."""
+        """Bring ``component`` to ``len(steps)``: step i upgrades version i to i+1, each in one transaction.
+        Safe when two threads open the same component at once: the version is read and the steps run under the
+        connection's lock (the second caller finds the work done)."""
+        with self._lock:
+            return self._migrate(component, steps)
+
+    def _migrate(self, component: str, steps: Sequence[Step]) -> int:
         current = self.version(component)
         if current > len(steps):
             raise SchemaTooNew(

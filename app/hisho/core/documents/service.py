@@ -11,6 +11,7 @@ attachments: chats go on without them.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,18 +38,21 @@ class Documents:
         self.write = write or (lambda fn: fn())  # where store writes run (the app: the executor's store lane)
         self._cache: SummaryCache | None = None
         self._chat: ChatDocuments | None = None
+        self._open_lock = threading.RLock()  # cache() and chat_documents() are opened once, whichever lane asks first
 
     def cache(self) -> SummaryCache:
         """The summary cache in the conversations database (raises DatabaseUnavailable if it cannot be)."""
-        if self._cache is None:
-            self._cache = SummaryCache(self.store.db)
-        return self._cache
+        with self._open_lock:  # the store lane and the engine lane (prompt hooks) may both ask first
+            if self._cache is None:
+                self._cache = SummaryCache(self.store.db)
+            return self._cache
 
     def chat_documents(self) -> ChatDocuments:
         """Documents attached to chats (raises DatabaseUnavailable if the database cannot hold them)."""
-        if self._chat is None:
-            self._chat = ChatDocuments(self.cache().db, self.engine.count_tokens, self.n_ctx)
-        return self._chat
+        with self._open_lock:
+            if self._chat is None:
+                self._chat = ChatDocuments(self.cache().db, self.engine.count_tokens, self.n_ctx)
+            return self._chat
 
     def attach_to_chat(self, conversation_id: int, files: Sequence[Path], *, ask_password: AskPassword | None = None,
                        prompt: Callable[[int], list[dict[str, str]]] | None = None
