@@ -26,6 +26,7 @@ def test_a_second_launch_brings_the_first_window_forward(qtbot: QtBot, window: M
     folder = paths.data_dir()
     instance.acquire(folder, role="gui")  # what cli.main does for the first window
     first = FirstInstance(folder)
+    second: subprocess.Popen[str] | None = None
     try:
         welcome_second_launches(first, window)
         got: list[dict[str, object]] = []
@@ -43,6 +44,9 @@ def test_a_second_launch_brings_the_first_window_forward(qtbot: QtBot, window: M
         assert window.isVisible() and not window.isMinimized()
         assert "to use other.gguf, choose it in the model picker" in window.toast.text()
     finally:
+        if second is not None and second.poll() is None:
+            second.kill()  # a second launch that did not hand over must not outlive the test
+            second.communicate()
         first.close()
         instance.release()
     assert not Path(first.name).exists()  # the socket goes with the window
