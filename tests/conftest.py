@@ -14,6 +14,11 @@ def hisho_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     home = tmp_path_factory.mktemp("hisho_home")
     monkeypatch.setenv("HISHO_HOME", str(home))
     yield home
+    # A test that ran cli.main in-process holds its data folder's lock for the rest of the process, and
+    # instance.acquire is idempotent: the next test's acquire would silently lock nothing. Give it back.
+    from hisho.core import instance
+
+    instance.release()
 
 
 @pytest.fixture(scope="session")
