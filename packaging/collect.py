@@ -1,9 +1,10 @@
 """What the bundle holds: one list for Linux, Windows and macOS (packaging/hisho.spec imports it; the Inno Setup
 script and the macOS recipe package the folder it makes, so they never list files of their own).
 
-Qt: the app imports QtCore, QtGui and QtWidgets (and QtSvg draws the icon). PyInstaller's PySide6 hooks collect
-every plugin of those modules; ``keep_qt`` drops the ones a chat window never uses (camera-free image formats,
-printing, input methods for other platforms, translations: the app is in English).
+Qt: the app imports QtCore, QtGui, QtWidgets and QtNetwork (QLocalServer: a second launch focuses the first
+window); QtSvg draws the icon. PyInstaller's PySide6 hooks collect every plugin of those modules; ``keep_qt``
+drops the ones a chat window never uses (camera-free image formats, printing, input methods for other platforms,
+translations: the app is in English). tests/bundle checks that no module the app imports is excluded.
 llama.cpp: ctypes loads it, so PyInstaller cannot see it; ``llama_libraries`` lists it explicitly, with the CPU
 variant modules of a distribution build (hisho.engine.backends loads them from ``llama_cpp/lib``).
 """
@@ -23,11 +24,11 @@ BUNDLE_ID = "org.hisho.Hisho"
 EXCLUDES = [
     "tkinter", "_tkinter", "unittest", "pydoc_data", "lib2to3", "idlelib", "ensurepip", "venv",
     "IPython", "matplotlib", "PIL", "pytest", "hypothesis", "mypy", "setuptools", "pip",
-    "PySide6.QtNetwork", "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtOpenGL", "PySide6.QtPrintSupport",
+    "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtOpenGL", "PySide6.QtPrintSupport",
     "PySide6.QtSql", "PySide6.QtTest", "PySide6.QtXml", "PySide6.QtConcurrent", "PySide6.QtDBus",
     "PySide6.QtWebEngineCore", "PySide6.Qt3DCore", "PySide6.QtMultimedia",
 ]
-HIDDEN_IMPORTS = ["llama_cpp", "jinja2.ext", "PySide6.QtSvg"]
+HIDDEN_IMPORTS = ["llama_cpp", "jinja2.ext", "PySide6.QtSvg", "PySide6.QtNetwork"]
 METADATA = ["llama-cpp-python", "hisho"]  # importlib.metadata.version() of both is read at run time
 
 # Qt plugin folders (under .../plugins/) and the files kept in each; a folder not named here is dropped.
