@@ -23,23 +23,17 @@ from typing import IO, Any
 from hisho.core import logs, paths, spawn
 from hisho.core.engine import Capability
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import (
-    PROTOCOL_VERSION,
+from hisho.core.ops import (
     REQUESTS,
     BatchGenerate,
     Detokenize,
-    ErrorKind,
     Generate,
-    GenerationResult,
     Hello,
     KvFlush,
     KvInfo,
     Load,
-    LoadParams,
     Prefill,
-    ProtocolMismatch,
     Request,
-    Sampling,
     SeqRm,
     Serve,
     Shutdown,
@@ -47,6 +41,14 @@ from hisho.core.protocol import (
     StateSave,
     Tokenize,
     Unload,
+)
+from hisho.core.protocol import (
+    PROTOCOL_VERSION,
+    ErrorKind,
+    GenerationResult,
+    LoadParams,
+    ProtocolMismatch,
+    Sampling,
     check_protocol,
     decode,
     encode,
@@ -296,7 +298,7 @@ class EngineClient:
 
     def call(self, request: Request | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run one non-streaming request and return its result. ``call("op", {...})`` is the same as the op's
-        record (``hisho.core.protocol.REQUESTS``) built from those fields: checked here, not in the engine."""
+        record (``hisho.core.ops.REQUESTS``) built from those fields: checked here, not in the engine."""
         req = _typed(request, params)
         if req.streaming:
             raise ValueError(f"{req.op} is a streaming op: use stream()")
