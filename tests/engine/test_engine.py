@@ -164,7 +164,7 @@ def test_engine_exits_when_parent_closes_pipe(engine_home: Path, default_model_p
     monkeypatch.setenv("HISHO_HOME", str(engine_home))
     client = EngineClient()
     client.start()
-    proc = client._proc
+    proc = client._process.popen
     assert proc is not None and proc.stdin is not None
     proc.stdin.close()
     deadline = time.monotonic() + 10
