@@ -87,17 +87,11 @@ class EngineProcess:
             proc = self._proc
             if proc is None:
                 return
-            if proc.poll() is None:
-                try:
-                    self.send({"id": next(self._ids), "op": Shutdown.op})
-                except OSError:
-                    pass
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    log.warning("engine did not exit in %.1fs; killing it", timeout)
-                    proc.kill()
-                    proc.wait()
+            def ask() -> None:
+                self.send({"id": next(self._ids), "op": Shutdown.op})
+
+            if not spawn.stop_process(proc, timeout, ask=ask):
+                log.warning("engine did not exit in %.1fs; killed it", timeout)
             self._proc = None
 
     def kill(self) -> None:
