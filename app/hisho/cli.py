@@ -224,6 +224,10 @@ def run_child(role: str, args: list[str]) -> int:
         from hisho.engine.server import main as engine_main
 
         return engine_main()
+    if role == "download":
+        from hisho.core.hub.child import main as download_main
+
+        return download_main(args)
     from hisho.engine.probe import main as probe_main
 
     return probe_main(args)

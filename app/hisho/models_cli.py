@@ -17,7 +17,8 @@ import sys
 import time
 from typing import Any
 
-GIB = 1024**3
+from hisho.core.units import GIB, MIB
+
 ACTIONS = ("list", "search", "files", "pull", "downloads", "import", "rm", "token")
 
 
@@ -65,7 +66,7 @@ def _list(args: argparse.Namespace) -> int:
         _emit([e.to_dict() for e in entries])
         return 0
     for e in entries:
-        _out(f"{e.name:40s} {e.arch or '?':10s} {e.quant or '?':8s} {e.size / 2**20:9.1f} MiB  "
+        _out(f"{e.name:40s} {e.arch or '?':10s} {e.quant or '?':8s} {e.size / MIB:9.1f} MiB  "
              f"ctx {e.n_ctx_train or '?':>7}  {e.source}")
     return 0
 
@@ -137,9 +138,9 @@ class _Bar:
         width = 30
         fill = int(width * pct / 100)
         eta = f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}" if p.eta_s is not None else "--:--"
-        unit, div = ("GiB", GIB) if p.total >= GIB else ("MiB", 2**20)
+        unit, div = ("GiB", GIB) if p.total >= GIB else ("MiB", MIB)
         sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {pct:5.1f}%  {p.done / div:.2f}/"
-                         f"{p.total / div:.2f} {unit}  {p.speed / 2**20:6.1f} MiB/s  ETA {eta} ")
+                         f"{p.total / div:.2f} {unit}  {p.speed / MIB:6.1f} MiB/s  ETA {eta} ")
         sys.stderr.flush()
 
     def end(self) -> None:
@@ -164,7 +165,7 @@ def _pull(args: argparse.Namespace) -> int:
         bar.end()
         repo, _ = resolve_spec(args.target)
         done = [j for j in Downloader().jobs() if j.repo == repo and j.state == "paused"]
-        got = f" ({done[-1].done_bytes / 2**20:,.0f} MiB kept)" if done else ""
+        got = f" ({done[-1].done_bytes / MIB:,.0f} MiB kept)" if done else ""
         sys.stderr.write(f"hisho: download paused{got}; run the same command again to continue\n")
         return 130
     bar.end()

@@ -56,6 +56,22 @@ def test_one_sequence_equals_plain_generate(batched: EngineClient) -> None:
     assert stats["n_parallel"] == 1 and stats["items"] == 3
 
 
+def test_a_stop_string_ends_a_batch_item_as_it_ends_a_reply(batched: EngineClient) -> None:
+    """Sampling.stop is honoured by the batch loop too (issue 10: it was only the single reply's)."""
+    batched.call("seq_rm", {"seq": 0, "start": 0})
+    full = batched.generate(messages=ask(1), sampling=GREEDY).collect().text
+    words = full.split()
+    assert len(words) >= 3, full
+    stop = words[2]
+    with_stop = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=12, stop=[stop])
+    batched.call("seq_rm", {"seq": 0, "start": 0})
+    reply = batched.generate(messages=ask(1), sampling=with_stop).collect()
+    out, _stats = run(batched, [{"messages": ask(1)}, {"messages": ask(2)}], n_parallel=1, sampling=with_stop)
+    assert reply.stop_reason == "stop"
+    assert out[0]["stop_reason"] == "stop" and out[0]["text"] == reply.text
+    assert stop in str(out[0]["text"]) and len(str(out[0]["text"])) < len(full)
+
+
 def test_continuous_batching_serves_more_items_than_sequences(batched: EngineClient) -> None:
     items = [{"messages": ask(i), "max_tokens": 6 + 3 * i} for i in range(7)]
     out, stats = run(batched, items, n_parallel=3)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 import subprocess
 import sys
@@ -30,6 +31,7 @@ def bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_bundle_command_has_no_python_flags(bundle: Path) -> None:
     assert spawn.command("probe", "devices") == [str(bundle), spawn.CHILD_FLAG, "probe", "devices"]
     assert spawn.command("engine") == [str(bundle), spawn.CHILD_FLAG, "engine"]
+    assert spawn.command("download", "7") == [str(bundle), spawn.CHILD_FLAG, "download", "7"]
 
 
 def test_bundle_refuses_python_module_flag(bundle: Path) -> None:
@@ -48,6 +50,17 @@ def test_engine_runs_from_a_bundle(bundle: Path, default_model_path: Path) -> No
     with EngineClient() as client:
         client.load(LoadParams(model_path=str(default_model_path), n_ctx=512))
         assert client.pid is not None and client.tokenize("hello")
+
+
+def test_download_child_runs_from_a_bundle(bundle: Path, tmp_path: Path) -> None:
+    """The window's download process (hisho.core.hub.child) used to be ``sys.executable -m …``: in a bundle the
+    CLI refused it (exit 2) and every download from the window failed. Through its role it runs and answers."""
+    env = spawn.child_env(HISHO_HOME=str(tmp_path / "home"))
+    proc = subprocess.run(spawn.command("download", "999999"), input="", capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"error": "no download #999999", "type": "UserError",
+                                                          "user": True}
 
 
 def test_unknown_role_is_refused() -> None:

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-MIB = 1024**2
+from hisho.core.units import MIB
+
 LINK = 100 * MIB  # bytes/s: the throttled comparison and the resume run
 PAIRS = 5         # at least this many curl/ours pairs for download_vs_curl (one pair is a few seconds)
 REPO = "bench/Llama-2-7B-GGUF"

@@ -211,12 +211,12 @@ class Database:
             except sqlite3.Error as exc:
                 raise classify(exc, self.path) from exc
 
-    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         with self._lock:
             try:
                 cur = self.conn.execute(sql, params)
                 cols = [d[0] for d in cur.description or ()]
-                return [dict(zip(cols, row)) for row in cur.fetchall()]  # type: ignore[misc]
+                return [dict(zip(cols, row)) for row in cur.fetchall()]
             except sqlite3.Error as exc:
                 raise classify(exc, self.path) from exc
 

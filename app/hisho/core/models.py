@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from hisho.core import paths
 from hisho.core.db import Database, DatabaseUnavailable
@@ -163,7 +163,7 @@ class ModelStore:
     # ----- reading ---------------------------------------------------------------------------------------
 
     def _all(self) -> dict[str, ModelEntry]:
-        return {r["name"]: _entry(cast(dict[str, Any], r))
+        return {r["name"]: _entry(r)
                 for r in self.db.query("SELECT * FROM models ORDER BY name")}
 
     def _put(self, e: ModelEntry) -> ModelEntry:

@@ -1,7 +1,7 @@
-"""The one way Hisho starts a child process of its own: the engine and the llama.cpp probe.
+"""The one way Hisho starts a child process of its own: the engine, the llama.cpp probe and a model download.
 
 Rules of use:
-- A child is named by its *role* (``engine``, ``probe``), never by a module path or ``sys.executable`` at the
+- A child is named by its *role* (``engine``, ``probe``, ``download``), never by a module path or ``sys.executable`` at the
   call site. ``command(role, *args)`` is the argv; ``popen`` / ``run`` start it with ``child_env`` and
   ``popen_options`` (the one place for process-group and parent-death settings).
 - From a checkout or a wheel the child is ``python -m <module>``. In a PyInstaller bundle ``sys.executable`` is
@@ -30,6 +30,7 @@ LEGACY_ENGINE_FLAG = "--engine-process"  # what bundles built before the spawn m
 ROLES: dict[str, str] = {
     "engine": "hisho.engine",
     "probe": "hisho.engine.probe",
+    "download": "hisho.core.hub.child",
 }
 
 APP_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ``hisho`` package

@@ -27,7 +27,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import ErrorKind, Sampling
-from hisho.engine.llama_setup import build_sampler
+from hisho.engine.llama_setup import build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
@@ -198,7 +198,9 @@ def _sample(rt: Runtime, slot: _Slot, stats: BatchStats, on_done: Done, pending:
         slot.text.append(slot.utf8.decode(rt.piece(token)))
         stats.decode_tokens += 1
         slot.last = token
-        if len(slot.out) >= item.max_tokens:
+        if hit_stop(slot.text, sampling.stop):
+            reason = "stop"
+        elif len(slot.out) >= item.max_tokens:
             reason = "length"
         elif slot.pos + 1 >= rt.n_ctx_seq:
             reason = "context_full"

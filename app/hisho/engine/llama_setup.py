@@ -100,6 +100,15 @@ def context_params(params: LoadParams) -> Any:
     return cparams
 
 
+def hit_stop(pieces: list[str], stops: list[str]) -> bool:
+    """Does the text of the last few ``pieces`` (a reply's decoded tokens) contain one of ``Sampling.stop``'s
+    strings? Every decode loop (one reply, a batch, the API's serving batch) ends a sequence on it."""
+    if not stops:
+        return False
+    recent = "".join(pieces[-8:])
+    return any(s and s in recent for s in stops)
+
+
 def build_sampler(rt: Any, s: Sampling) -> Any:
     """A sampler chain: (logit bias), top-k, penalties, top-p, min-p, temperature, dist; greedy if temp <= 0."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())

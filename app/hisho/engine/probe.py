@@ -33,9 +33,9 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import LoadParams
+from hisho.core.units import MIB
 from hisho.engine import backends
 
-MIB = 1024 * 1024
 _BUFFER = re.compile(r"(\S+)\s+(model|output|KV|compute) buffer size =\s+([\d.]+) MiB")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
 _DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import llama_cpp
 
 from hisho.core.protocol import ErrorKind, Sampling
-from hisho.engine.llama_setup import GenStats, build_sampler
+from hisho.engine.llama_setup import GenStats, build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
 
@@ -39,7 +39,6 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")
     held = rt.seqs[seq]
     text_parts: list[str] = []
-    stops = [s for s in sampling.stop if s]
     first_at = 0.0
     try:
         while True:
@@ -64,7 +63,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
                 stats.ttft_s = first_at - start
             text_parts.append(piece)
             yield token, piece
-            if stops and _hit_stop("".join(text_parts[-8:]), stops):
+            if hit_stop(text_parts, sampling.stop):
                 stats.stop_reason = "stop"
                 # The stop token is sampled but not yet in the cache; keep the cache as is.
                 break
@@ -86,7 +85,3 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
         text_parts.append(tail)
     stats.text = "".join(text_parts)
     yield stats
-
-
-def _hit_stop(recent: str, stops: list[str]) -> bool:
-    return any(s in recent for s in stops)

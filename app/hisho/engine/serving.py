@@ -33,7 +33,7 @@ import llama_cpp
 
 from hisho.core.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.batched import BatchStats, Item, _Slot, _step
-from hisho.engine.llama_setup import build_sampler
+from hisho.engine.llama_setup import build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
@@ -224,7 +224,7 @@ class ServingBatch:
         self.stats.decode_tokens += 1
         event = {"id": job.req_id, "ev": "token", "token": token, "text": piece}
         (job.emit_now if first else job.emit)(event)
-        if slot.stops and any(s in "".join(slot.text[-8:]) for s in slot.stops):
+        if hit_stop(slot.text, slot.stops):
             self._finish(slot, "stop")
         elif len(slot.out) >= item.max_tokens:
             self._finish(slot, "length")

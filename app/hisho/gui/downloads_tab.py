@@ -29,6 +29,7 @@ from hisho.core.executor import Executor
 from hisho.core.hub import Downloader, GatedRepo, Job, Progress, QuantFile, Stopped
 from hisho.core.hub.child import run_child
 from hisho.core.models import ModelEntry
+from hisho.core.units import MIB
 from hisho.gui.hub_tab import human, table
 
 log = logging.getLogger("hisho.gui")
@@ -102,7 +103,7 @@ class DownloadsTab(QWidget):
         bar = t.cellWidget(row, 1)
         if isinstance(bar, QProgressBar):
             bar.setValue(int(1000 * done / total) if total else 0)
-        speed = f"{p.speed / 2**20:.1f} MiB/s" if p and p.speed else ""
+        speed = f"{p.speed / MIB:.1f} MiB/s" if p and p.speed else ""
         eta = f"{int(p.eta_s) // 60}:{int(p.eta_s) % 60:02d}" if p and p.eta_s is not None else ""
         state = "downloading" if j.id in self.queued and p else ("queued" if j.id in self.queued else j.state)
         if j.error and state == "failed":

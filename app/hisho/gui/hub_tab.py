@@ -32,11 +32,11 @@ from PySide6.QtWidgets import (
 
 from hisho.core.executor import Executor
 from hisho.core.hub import Fit, QuantFile, RepoSummary
+from hisho.core.units import GIB, MIB
 from hisho.gui import theme
 
 log = logging.getLogger("hisho.gui")
 
-GIB = 1024**3
 BADGE_WIDTH = 110
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "updated"))
 
@@ -57,7 +57,7 @@ def params_label(n: int) -> str:
 
 
 def human(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / 2**20:.0f} MiB"
+    return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / MIB:.0f} MiB"
 
 
 def table(headers: list[str], stretch: int) -> QTableWidget:

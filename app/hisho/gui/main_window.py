@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeyEvent, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeyEvent, QKeySequence, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -324,8 +324,8 @@ class MainWindow(QMainWindow):
 
     # ----- lifecycle -------------------------------------------------------------------------------------
 
-    def showEvent(self, event: object) -> None:  # noqa: N802 - Qt naming
-        super().showEvent(event)  # type: ignore[arg-type]
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt naming
+        super().showEvent(event)
         if not getattr(self, "_started", False):
             self._started = True
             QTimer.singleShot(0, self.controller.start)

@@ -94,8 +94,9 @@ class Sending:
     def busy_with(self) -> str:
         """What a new message would wait for ("" when the engine is free)."""
         turn = self.active or self.running
-        if turn is not None or self.starting is not None:
-            cid = turn.conversation_id if turn is not None else self.starting.conversation_id  # type: ignore[union-attr]
+        source = turn if turn is not None else self.starting
+        if source is not None:
+            cid = source.conversation_id
             here = self.c.current is not None and self.c.current.id == cid
             return "the reply above" if here else f"the reply in “{self.c.title_of(cid)}”"
         documents = getattr(self.w, "documents", None)

@@ -10,6 +10,7 @@ attachments: chats go on without them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ class Documents:
         for path in files:
             try:
                 doc = read_document(Path(path), ask_password=ask_password)
-                added.append(self.write(lambda d=doc: chat.add(conversation_id, d)))  # type: ignore[misc]
+                added.append(self.write(functools.partial(chat.add, conversation_id, doc)))
             except UserError as exc:
                 log.info("not attached: %s", exc)
                 refused.append(str(exc))

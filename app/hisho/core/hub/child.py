@@ -2,9 +2,9 @@
 
 Moving a few hundred MB/s through huggingface_hub's httpx is Python work on every chunk; on a worker thread of
 the window it competes with the GUI thread for the GIL and the window stutters (the ``gui_stall_ms`` figure). So
-the window's download lane starts ``python -m hisho.core.hub.child JOB_ID``, which runs ``Downloader.run`` and
-writes one JSON line per progress report and one for the outcome on stdout; the lane thread only waits on that
-pipe. ``pause``/``cancel`` on the parent's Downloader are passed on as a line on the child's stdin; if the parent
+the window's download lane starts this module as a child (``hisho.core.spawn`` role ``download``, so a bundle
+starts it too), which runs ``Downloader.run`` and writes one JSON line per progress report and one for the
+outcome on stdout; the lane thread only waits on that pipe. ``pause``/``cancel`` on the parent's Downloader are passed on as a line on the child's stdin; if the parent
 goes away (stdin closes) the child pauses, so the next start offers to continue. The job's row in the database is
 kept by the child, exactly as for ``hisho models pull``.
 """
@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict
-from pathlib import Path
 from typing import IO, Any
 
+from hisho.core import spawn
 from hisho.core.errors import UserError
 from hisho.core.hub.download import Downloader, Progress
 from hisho.core.hub.errors import GatedRepo, HubError, HubOffline, NotFound
@@ -32,14 +31,6 @@ log = logging.getLogger("hisho.hub")
 
 KINDS: dict[str, type[UserError]] = {c.__name__: c for c in (DiskFull, HashMismatch, HubError, HubOffline, NotFound,
                                                               GatedRepo)}
-
-
-def _child_env() -> dict[str, str]:
-    """The parent's environment, with this very copy of hisho first on the path (a source checkout or a package)."""
-    env = dict(os.environ)
-    here = str(Path(__file__).resolve().parents[3])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 def _drain(stream: IO[str], tail: deque[str]) -> None:
@@ -53,7 +44,7 @@ def run_child(dl: Downloader, job_id: int, progress: Callable[[Progress], None] 
     one-line UserError) and the same progress reports; ``dl.pause``/``dl.cancel`` reach it."""
     from hisho.core.models import ModelStore
 
-    proc = subprocess.Popen([sys.executable, "-m", "hisho.core.hub.child", str(job_id)], env=_child_env(),
+    proc = subprocess.Popen(spawn.command("download", str(job_id)), env=spawn.child_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             bufsize=1)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from hisho.core import paths
 from hisho.core.db import Database
@@ -144,13 +144,13 @@ class Downloader:
     # ----- the queue -------------------------------------------------------------------------------------
 
     def jobs(self) -> list[Job]:
-        return [_job(cast(dict[str, Any], r)) for r in self.db.query("SELECT * FROM downloads ORDER BY id")]
+        return [_job(r) for r in self.db.query("SELECT * FROM downloads ORDER BY id")]
 
     def get(self, job_id: int) -> Job:
         rows = self.db.query("SELECT * FROM downloads WHERE id = ?", [job_id])
         if not rows:
             raise UserError(f"no download #{job_id}")
-        return _job(cast(dict[str, Any], rows[0]))
+        return _job(rows[0])
 
     def _set(self, job_id: int, **values: Any) -> None:
         values["updated"] = time.time()

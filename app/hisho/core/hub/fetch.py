@@ -32,10 +32,10 @@ from urllib.parse import urlsplit
 from hisho.core.errors import UserError
 from hisho.core.hub.errors import HubError, endpoint, hub_call, translate
 from hisho.core.hub.token import get_token
+from hisho.core.units import GIB, MIB
 
 log = logging.getLogger("hisho.hub")
 
-GIB, MIB = 1024**3, 1024**2
 RESERVE = 64 * MIB           # left free after a download (the OS and the app need some room)
 CHUNK = 256 * 1024           # bytes per write: pause and progress answer within one chunk
 WRITEBACK = 32 * MIB         # bytes between writeback hints

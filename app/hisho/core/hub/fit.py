@@ -27,10 +27,10 @@ from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.errors import HubError, endpoint, hub_call
 from hisho.core.hub.token import get_token
 from hisho.core.machine import Budget
+from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.hub")
 
-GIB = 1024**3
 TIGHT_SHARE = 0.85
 LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit", "unknown": "Unknown"}
 
