@@ -14,7 +14,8 @@ Rules of use:
   turn and restored before the next when the server lost it (``slots.SlotKeeper``).
 - ``cancel()`` closes the connection: the server stops decoding. No first byte after ``WAIT_NOTICE_S``:
   ``on_wait(engine name)`` is called once (the window shows "waiting for <engine>"); nothing blocks.
-- Capabilities: none of the local ones (KV files, prefill, batch): the server keeps its own cache.
+- ``batch`` (a document summary's map-reduce) runs its items as parallel requests (``batch.RemoteBatch``).
+- Capabilities: ``batch`` only; none of the local KV ones (files, prefill): the server keeps its own cache.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hisho.core.engine import Capability
 from hisho.core.protocol import (
     BatchGenerate,
     ErrorKind,
@@ -34,6 +36,7 @@ from hisho.core.protocol import (
     StateLoad,
     StateSave,
 )
+from hisho.core.remote.batch import RemoteBatch
 from hisho.core.remote.http import Endpoint, RemoteError, SSEStream, call
 from hisho.core.remote.probe import ServerInfo, probe
 from hisho.core.remote.slots import SlotKeeper
@@ -191,7 +194,7 @@ class RemoteEngine:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return frozenset()
+        return frozenset({Capability.BATCH.value})
 
     @property
     def pid(self) -> int | None:
@@ -274,8 +277,10 @@ class RemoteEngine:
             if got is not None:
                 result.extra["slot_saved"] = got
 
-    def batch(self, request: BatchGenerate) -> RemoteStream:
-        raise RemoteError(f"{self.name}: batched prompts run on the local engine only")
+    def batch(self, request: BatchGenerate) -> RemoteBatch:
+        if not self.model:
+            raise RemoteError(f"{self.name}: no model chosen yet")
+        return RemoteBatch(self, request)
 
     # ----- tokens --------------------------------------------------------------------------------------
 
