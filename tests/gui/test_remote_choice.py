@@ -75,6 +75,7 @@ def test_remote_choice_is_restored_at_start(qtbot: QtBot, on_box: MainWindow, st
     wait_idle(qtbot, w, 60_000)
     reply = w.ctx.store.branch(cid)[-1]
     assert (reply.engine, reply.model, reply.content) == ("box", MODEL, "Hello from the stub.")
+    assert w.status.device.text() == "box · 32 of 40 cached"      # the server's prefix-cache hit, shown
 
     picker = w.model_picker  # type: ignore[attr-defined]
     picker.choose_remote(Endpoint("box", stub.url), BIG)          # another remote model: remembered

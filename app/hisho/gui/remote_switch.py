@@ -76,6 +76,9 @@ def use_remote(window: Any, ep: Endpoint, model: str,
                   else "resuming long chats is the server's job there")
         c.toast(f"{model} on {ep.name}: {info.get('kind', '')} {info.get('version', '')}".rstrip() +
                 f"; {resume}.")
+        if not getattr(window, "_cache_shown", False):
+            window.turn_finished.connect(lambda result: show_server_cache(window, result))
+            window._cache_shown = True
         c.fit.known.clear()
         c.fit.show_for(c.current.id if c.current else None)
         c.fit.update()
@@ -89,6 +92,20 @@ def use_remote(window: Any, ep: Endpoint, model: str,
         (failed or c.report)(exc)
 
     c.engine_job(job, done, not_switched)
+
+
+def show_server_cache(window: Any, _result: Any = None) -> None:
+    """After a reply from a remote engine: the server's own prefix-cache figures in the status bar (what it
+    reused of the prompt; llama-server ``timings.cache_n``, else ``usage.prompt_tokens_details.cached_tokens``)."""
+    eng = window.ctx.engine
+    reply = getattr(eng, "last_reply", None)
+    if not eng.engine_info.get("remote") or reply is None:
+        return
+    name = eng.engine_info.get("engine", "")
+    read = int(reply.extra.get("prompt_n", 0))
+    window.status.device.setText(f"{name} · {reply.cached_tokens:,} of {reply.prompt_tokens:,} cached")
+    window.status.device.setToolTip(f"{name} reused {reply.cached_tokens:,} prompt tokens from its cache and read "
+                                    f"{read:,} (the server's own figures).")
 
 
 def restore_choice(window: Any, fallback: Callable[[], None]) -> bool:

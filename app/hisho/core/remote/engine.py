@@ -122,6 +122,8 @@ class RemoteStream:
         self.result = _result(text, usage, timings, started, first_at, ended, len(parts),
                               "cancelled" if cancelled else finish or "stop")
         self.result.extra.update(engine=eng.name, model=eng.model, waited=self.waited)
+        if self._history is not None:
+            eng.last_reply = self.result
         if self._history is not None and not cancelled:
             eng._after_reply(self._history, text, self.result)
 
@@ -168,6 +170,7 @@ class RemoteEngine:
         self.info = ServerInfo()
         self.model = ""
         self.on_wait: Callable[[str], None] | None = None
+        self.last_reply: GenerationResult | None = None   # the last chat reply's figures (the window shows the hit)
         self._slot, self._slot_min = slot, slot_min_tokens
         self.slots: SlotKeeper | None = None
         self._load_info: dict[str, Any] = {}
