@@ -47,7 +47,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(401, {"error": {"message": "Invalid API Key", "type": "authentication_error"}})
             return
         if self.path.endswith("/v1/models"):
-            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "stub"}]})
+            self._json(200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "stub"}
+                                                        for m in self.server.models]})
             return
         self._json(404, {"error": {"message": "File Not Found"}})
 
@@ -100,9 +101,9 @@ class _Handler(BaseHTTPRequestHandler):
 class StubServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, mode: str = "ok", delay_s: float = 0.0) -> None:
+    def __init__(self, mode: str = "ok", delay_s: float = 0.0, models: tuple[str, ...] = (MODEL,)) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.mode, self.delay_s = mode, delay_s
+        self.mode, self.delay_s, self.models = mode, delay_s, models
         self.requests: list[dict[str, Any]] = []
         self.seen_auth: list[str] = []
         self.client_left = threading.Event()

@@ -11,6 +11,8 @@ import pytest
 from hisho.core.chat import ChatService
 from hisho.core.conversations import DONE, STOPPED, ChatSettings, ConversationStore
 from hisho.core.db import Database
+from hisho.core.documents.cache import model_fingerprint
+from hisho.core.documents.service import Documents
 from hisho.core.protocol import LoadParams, Sampling
 from hisho.core.remote.engine import RemoteEngine
 from hisho.core.remote.http import Endpoint
@@ -115,5 +117,46 @@ def test_llama_cpp_python_server_is_a_second_peer(tmp_path: Path) -> None:
                 turn.cancel()
 
         assert chat.run(turn, on_text).message.status == STOPPED
+    finally:
+        peer.stop()
+
+
+def _stations(tmp: Path) -> Path:
+    """A markdown document of about 1,200 tokens in sections: longer than a 1,024-token context holds."""
+    parts = ["# Weather stations, March\n"]
+    for i in range(1, 7):
+        parts.append(f"\n## Station {i}\n\n" + " ".join(
+            f"On day {d} station {i} recorded {10 + i + d % 5} degrees and {d % 3} mm of rain." for d in range(1, 11)))
+    path = tmp / "stations.md"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
+@pytest.mark.timeout(3000)
+def test_llama_server_summarizes_a_document_map_reduce(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A document summary on the remote engine: the same map-reduce, sized to the context the server reports
+    (1,024 tokens a slot here), its parts sent as parallel requests to the server's two slots. Replies are 8
+    tokens and the ETA's one-off speed probe is answered from the cache: behaviour, on a loaded machine."""
+    if llama_server_binary() is None:
+        pytest.skip(NOT_BUILT)
+    peer = llama_server(tmp_path_factory.mktemp("small-ctx"), n_ctx_per_slot=1024).start()
+    try:
+        eng = _engine(peer.url)
+        assert eng.load_info["n_ctx"] == 1024 and eng.info.slots == 2
+        store = ConversationStore(Database(":memory:"))
+        docs = Documents(store, eng)
+        assert eng.load_params is not None
+        docs.cache().put_speeds(model_fingerprint(eng.load_params.model_path), 500.0, 20.0, 1.9)
+        job = docs.job([_stations(tmp_path_factory.mktemp("doc"))], summary_tokens=8, final_tokens=8,
+                       chunk_target=256)
+        assert job.n_ctx == 1024
+        result = job.run()
+        assert not result.cancelled and not result.skipped, result.summary
+        d = result.documents[0]
+        assert d.mode == "map_reduce" and d.chunks >= 3 and d.input_tokens > 1024, d
+        assert d.n_parallel >= 1 and result.parts and len(result.parts) == d.chunks
+        assert "By part:" in result.summary and "Station" in result.summary
+        cid, _note = docs.open_result(result)          # opened as a chat; nothing to prefill on this computer
+        assert cid is not None and store.branch(cid)[-1].content.strip()
     finally:
         peer.stop()

@@ -157,6 +157,15 @@ class ChatController(QObject):
     # ----- start-up and the model ------------------------------------------------------------------------
 
     def start(self) -> None:
+        from hisho.gui.remote_switch import restore_choice
+
+        if not restore_choice(self.w, self._start_model):  # the remote engine chosen last time, if any
+            self._start_model()
+        if not self.store.read_only:  # chats deleted in an earlier session are past their Undo: remove them
+            self.store_job(lambda: self.store.purge_deleted())
+        self.store_job(lambda: self.store.conversations(), self.listing.listed_first)
+
+    def _start_model(self) -> None:
         ctx = self.ctx
         if ctx.model_problem or ctx.load_params is None:
             self.model_failed = True
@@ -167,9 +176,6 @@ class ChatController(QObject):
             params = ctx.load_params
             self._loading(Path(params.model_path).stem)
             self.engine_job(lambda: self.ctx.engine.load(params), self._loaded, self._load_failed)
-        if not self.store.read_only:  # chats deleted in an earlier session are past their Undo: remove them
-            self.store_job(lambda: self.store.purge_deleted())
-        self.store_job(lambda: self.store.conversations(), self.listing.listed_first)
 
     def _loading(self, name: str) -> None:
         """The load is one engine call without progress events: show that it runs and for how long."""
@@ -212,6 +218,9 @@ class ChatController(QObject):
                    lambda: self.switch_model(name, override=True), label="Load anyway", ms=60_000)
 
     def switch_model(self, name: str, override: bool = False) -> None:
+        from hisho.gui.remote_switch import use_local
+
+        use_local(self.w)  # a local model: the built-in engine answers again (first, on the engine lane)
         self.model_ready = False
         self._loading_name = name
         self._loading(Path(name).stem if name else "the default model")

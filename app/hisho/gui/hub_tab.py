@@ -3,7 +3,8 @@ Fits / Tight / Won't fit badge and the plan behind it, the recommended file mark
 
 Rules of use: every hub call (search, listing, header reads, the model card) runs on the ``hub`` worker lane;
 results come back through the bridge. A reply for an older request (the user typed again or opened another
-repository) is dropped by its sequence number. Failures are one line with a Retry button.
+repository) is dropped by its sequence number. Failures are one line with a Retry button. A file that won't fit
+this computer also offers "Run on <engine>" when remote engines are configured (``remote_names``; issue 15).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QMenu,
     QPushButton,
     QSplitter,
     QTableWidget,
@@ -78,6 +80,7 @@ def table(headers: list[str], stretch: int) -> QTableWidget:
 class HubTab(QWidget):
     download_requested = Signal(object)   # a QuantFile
     token_requested = Signal()
+    run_remote_requested = Signal(object, str)   # (QuantFile, remote engine name)
 
     def __init__(self, workers: Executor, budget: Callable[[], tuple[Any, dict[str, Any]]],
                  parent: QWidget | None = None) -> None:
@@ -90,6 +93,7 @@ class HubTab(QWidget):
         self.repo: str | None = None
         self.fits: list[Fit] = []
         self._retry: Callable[[], None] | None = None
+        self.remote_names: list[str] = []   # Settings → Engines, set by the Models page
         self._build()
 
     # ----- layout ----------------------------------------------------------------------------------------
@@ -285,6 +289,21 @@ class HubTab(QWidget):
             button.clicked.connect(lambda _=False, q=f: self.download_requested.emit(q))
             self.files.setCellWidget(row, 5, button)
 
+    def _remote_button(self, f: QuantFile) -> QPushButton:
+        """Too big here: run it on a remote engine (the first one; a menu when there are several)."""
+        first = self.remote_names[0]
+        button = QPushButton(f"Run on {first}")
+        button.setToolTip(f"Too big for this computer: use it on {first} (Settings → Engines)")
+        button.clicked.connect(lambda _=False: self.run_remote_requested.emit(f, first))
+        if len(self.remote_names) > 1:
+            menu = QMenu(button)
+            for name in self.remote_names:
+                menu.addAction(f"Run on {name}").triggered.connect(
+                    lambda _=False, n=name: self.run_remote_requested.emit(f, n))
+            menu.addAction("Download").triggered.connect(lambda _=False: self.download_requested.emit(f))
+            button.setMenu(menu)
+        return button
+
     def _planned(self, seq: int, fits: list[Fit]) -> None:
         if seq != self._seq:
             return
@@ -307,6 +326,8 @@ class HubTab(QWidget):
             why = QTableWidgetItem(fit.why)
             why.setToolTip(fit.why)
             self.files.setItem(row, 4, why)
+            if fit.verdict == "wont_fit" and self.remote_names:
+                self.files.setCellWidget(row, 5, self._remote_button(fit.file))
         best = next((f for f in fits if f.recommended), None)
         self.recommend.setText(f"★ Recommended: {best.file.name} — {best.why}" if best else "")
         self.say(f"{len(fits)} GGUF models in {self.repo}")

@@ -84,15 +84,12 @@ class ModelPicker(QToolButton):
         use_remote(self.window_, ep, model)
 
     def choose(self, e: ModelEntry) -> None:
-        from hisho.gui.remote_switch import use_local
-
         params = self.window_.ctx.engine.load_params
         remote_on = bool(self.window_.ctx.engine.engine_info.get("remote"))
-        use_local(self.window_)                     # the built-in engine answers again (engine lane, first)
         if params is not None and str(params.model_path) == e.path and not remote_on:
             return
         c = self.window_.controller
-        c.switch_model(e.name)
+        c.switch_model(e.name)                      # the built-in engine answers again first (use_local)
         c.toast(f"Loading {e.name} ({e.size / GIB:.1f} GiB: a few seconds from an SSD). KV snapshots saved with "
                 "other models are kept and used again when you switch back.")
 

@@ -305,6 +305,9 @@ def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
         page.setWindowFlag(Qt.WindowType.Window, True)
         window.installEventFilter(page)
         window._models_page = page
+        from hisho.gui.remote_switch import offer_remote
+
+        offer_remote(window, page.hub)  # too big here: "Run on <engine>" (issue 15)
     index = {"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0)
     page.tabs.setCurrentIndex(index)
     page.show()

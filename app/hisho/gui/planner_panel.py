@@ -1,6 +1,9 @@
 """The memory planner panel: a stacked bar (weights / KV / compute / other) against the budget, a context slider
 that re-prices the bar live, and the chosen settings with the plan's reason.
 
+A model on a remote engine (docs/remote-engines.md) is not priced against this computer's memory: the panel says
+"runs on <engine>" and shows only what that server reported (``show_remote``).
+
 Rules of use: ``PlannerPanel.show_plan(plan, calibration)`` on the GUI thread with a plan made elsewhere (making
 one reads a GGUF header and may run llama.cpp's dry run: seconds, so never on the GUI thread; ``open_planner``
 runs it on the engine lane). Moving the slider only does the planner's arithmetic (microseconds), so it runs
@@ -111,6 +114,22 @@ class PlannerPanel(QWidget):
         self.reason.setText(plan.reason + "\n" + plan.budget.explain)
         self._show(plan)
 
+    def show_remote(self, engine: dict[str, Any], loaded: dict[str, Any]) -> None:
+        """A remote model: where it runs and what its server told us; no bar, no slider (nothing here to plan)."""
+        self.plan = self.current = None
+        name, model = str(engine.get("engine", "")), str(loaded.get("model", ""))
+        for widget in (self.bar, self.legend, self.slider):
+            widget.hide()
+        self.choice.setText(f"<b>{model}</b> runs on <b>{name}</b>")
+        server = f"{engine.get('kind', '')} {engine.get('version', '')}".strip() or "an OpenAI-compatible server"
+        n_ctx = int(loaded.get("n_ctx") or 0)
+        self.ctx_label.setText(f"Context {n_ctx:,} tokens, " + ("as the server reports it" if loaded.get(
+            "n_ctx_reported") else "from your setting (the server does not say)"))
+        resume = ("it saves and restores long chats' slots" if loaded.get("slot_save")
+                  else "resuming long chats is its own job")
+        self.reason.setText(f"{name} ({server} at {engine.get('url', '')}) holds this model in its own memory, "
+                            f"so this computer's RAM is not planned for it; {resume}.")
+
     def set_context(self, n_ctx: int) -> None:
         self.slider.setValue(max(1, n_ctx // CELL_PAD))
 
@@ -147,6 +166,10 @@ def open_planner(window: Any) -> PlannerPanel:
     frame.moveLeft(max(free.left(), min(frame.left(), free.left() + free.width() - frame.width())))
     frame.moveTop(max(free.top(), min(frame.top(), free.top() + free.height() - frame.height())))
     panel.move(frame.topLeft())
+    engine = window.ctx.engine
+    if engine.engine_info.get("remote"):
+        panel.show_remote(dict(engine.engine_info), dict(engine.load_info))
+        return panel
     params = getattr(getattr(window, "ctx", None), "load_params", None)
     spec = [params.model_path] if params is not None else []
 

@@ -83,6 +83,8 @@ class Sending:
         self.active: Turn | None = None       # the streaming turn, as the GUI knows it
         self.running: Turn | None = None      # set by the engine lane while a turn runs
         self.live: LiveFigures | None = None
+        self.remote_wait = ""                 # the remote engine the streaming reply waits on (no first byte yet)
+        self.connecting = ""                  # the remote engine being connected to (remote_switch.use_remote)
         self._base_tokens: dict[int, int] = {}  # turn id -> prompt tokens when it started (the live meter)
         self.w.view.cancel_queued.connect(self.cancel_queued)
         self._tick = QTimer(self.w)
@@ -98,13 +100,34 @@ class Sending:
         if source is not None:
             cid = source.conversation_id
             here = self.c.current is not None and self.c.current.id == cid
-            return "the reply above" if here else f"the reply in “{self.c.title_of(cid)}”"
+            what = "the reply above" if here else f"the reply in “{self.c.title_of(cid)}”"
+            return f"{self.remote_wait} to start {what}" if self.remote_wait else what
         documents = getattr(self.w, "documents", None)
         if documents is not None and documents.running:
             return f"the summary of {documents.job_name}"
         if not self.c.model_ready:
-            return "the model to load"
+            return f"{self.connecting} to answer" if self.connecting else "the model to load"
         return ""
+
+    def waiting_on_remote(self, name: str) -> None:
+        """A remote engine has not sent the streaming reply's first byte for a while (``RemoteEngine.on_wait``;
+        "" once it has): say what the send waits for — in the status bar, on the reply, and on the messages
+        queued behind it (#11's "Waiting for …")."""
+        if not name:
+            if self.remote_wait and self.w.status.currentMessage().startswith("Waiting for "):
+                self.w.status.clearMessage()
+            self.remote_wait = ""
+            self.show_queue()
+            return
+        turn = self.active or self.running
+        if turn is None:
+            return                           # the notice came after the reply ended
+        self.remote_wait = name
+        self.w.status.showMessage(f"Waiting for {self.busy_with()}…")
+        widget = self.w.view.stream_widget
+        if turn is not None and widget is not None and self.w.view.stream_turn == turn.id:
+            widget.set_waiting(f"waiting for {name}…")
+        self.show_queue()
 
     def generating_here(self) -> bool:
         cur = self.c.current
@@ -302,6 +325,8 @@ class Sending:
             self._tick.stop()
             return
         tokens, speed, ttft = live.figures()
+        if tokens and self.remote_wait:
+            self.waiting_on_remote("")       # the first words came: nothing is waited for any more
         self.w.status.set_reply_figures(speed, ttft, live=True)
         if self.c.current is not None:
             self.c.fit.show_live(self.c.current.id)
@@ -319,6 +344,7 @@ class Sending:
         self._base_tokens.pop(turn.id, None)
         m = result.message
         self._tick.stop()
+        self.waiting_on_remote("")
         self.w.status.set_reply_figures(m.tokens_per_s, m.ttft_s)
         cur = self.c.current
         if cur is not None and cur.id == turn.conversation_id:
@@ -336,6 +362,7 @@ class Sending:
         began = self.active is not None
         self.active, self.live, self.starting = None, None, None
         self._tick.stop()
+        self.waiting_on_remote("")
         self.w.view.detach_stream()
         self.w.composer.set_generating(self.generating_here())
         if not began and item is not None and item.text:

@@ -23,7 +23,7 @@ from hisho.core.documents.ask import DocumentContext, attach, precompute_kv, sav
 from hisho.core.documents.attached import AskPassword, ChatDocument, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.job import JobResult, SummaryJob
-from hisho.core.engine import Engine
+from hisho.core.engine import Capability, Engine
 from hisho.core.errors import UserError
 from hisho.core.kv_session import KVSession, conversation_owner, document_owner
 
@@ -72,7 +72,8 @@ class Documents:
             except UserError as exc:
                 log.info("not attached: %s", exc)
                 refused.append(str(exc))
-        if added and prompt is not None and self.kv is not None and chat.approach(conversation_id) == "whole":
+        if added and prompt is not None and self.kv is not None and self._keeps_kv() \
+                and chat.approach(conversation_id) == "whole":
             precompute_kv(self.engine, prompt(conversation_id), self.kv, conversation_owner(conversation_id))
         return added, refused
 
@@ -86,6 +87,11 @@ class Documents:
         except DatabaseUnavailable:
             return
         chat.context(conversation_id, messages)
+
+    def _keeps_kv(self) -> bool:
+        """A prefix prefilled now is kept for the first question (the local engine); a remote server keeps its
+        own prefix cache, so there is nothing to prefill here (docs/remote-engines.md)."""
+        return Capability.PREFILL.value in self.engine.capabilities
 
     def n_ctx(self) -> int:
         return int(self.engine.load_info.get("n_ctx", 0))
@@ -103,7 +109,7 @@ class Documents:
         att = attach(result.extracted, result.summary, self.engine.count_tokens, self.n_ctx(), result.parts)
         db = self.cache().db
         cid = self.write(lambda: save_conversation(self.store, db, result.extracted, result.summary, att))
-        if att.approach == "whole":
+        if att.approach == "whole" and self._keeps_kv():
             conv = self.store.get(cid)
             prefix = [{"role": "system", "content": conv.system_prompt}]
             prefix += [{"role": m.role, "content": m.content} for m in self.store.branch(cid)]

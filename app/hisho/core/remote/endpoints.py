@@ -7,6 +7,9 @@ Rules of use:
 - Keys are read only when an ``Endpoint`` is made for a request (``with_key``); they are never written to
   ``engines.json``, a log line or an error message.
 - ``LOCAL`` is the name of the built-in engine; a remote one may not take it.
+- The engine (and model) last chosen in the chat header's picker is kept in the same file (``"chosen"``), so the
+  window starts on it after a restart (``load_choice`` / ``save_choice``). A choice naming an engine that is no
+  longer configured reads as ``LOCAL``.
 """
 
 from __future__ import annotations
@@ -51,26 +54,55 @@ def check(name: str, base_url: str, existing: list[Endpoint], replacing: str | N
     return ""
 
 
-def load_endpoints(path: Path | None = None) -> list[Endpoint]:
-    path = path or engines_file()
+def _read(path: Path) -> dict[str, Any]:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return []
+        return {}
     except (OSError, ValueError) as exc:
         log.warning("engines file %s unreadable (%s); no remote engines", path, exc)
-        return []
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _write(data: dict[str, Any], path: Path) -> None:
+    write_text_atomic(path, json.dumps({**data, "schema_version": 1}, indent=2))
+
+
+def load_endpoints(path: Path | None = None) -> list[Endpoint]:
     out = []
-    for item in raw.get("engines", []) if isinstance(raw, dict) else []:
+    for item in _read(path or engines_file()).get("engines", []):
         if isinstance(item, dict) and item.get("name") and item.get("base_url"):
             out.append(Endpoint(str(item["name"]), str(item["base_url"]), bool(item.get("verify_tls", True))))
     return out
 
 
 def save_endpoints(endpoints: list[Endpoint], path: Path | None = None) -> None:
-    data: dict[str, Any] = {"schema_version": 1, "engines": [
-        {"name": e.name, "base_url": e.base_url, "verify_tls": e.verify_tls} for e in endpoints]}
-    write_text_atomic(path or engines_file(), json.dumps(data, indent=2))
+    path = path or engines_file()
+    data = _read(path)
+    data["engines"] = [{"name": e.name, "base_url": e.base_url, "verify_tls": e.verify_tls} for e in endpoints]
+    _write(data, path)
+
+
+def load_choice(path: Path | None = None) -> tuple[str, str]:
+    """(engine name, model) chosen last in the model picker; (LOCAL, "") when none was, or when that engine has
+    since been removed in Settings → Engines."""
+    path = path or engines_file()
+    chosen = _read(path).get("chosen")
+    if not isinstance(chosen, dict):
+        return LOCAL, ""
+    name, model = str(chosen.get("engine") or LOCAL), str(chosen.get("model") or "")
+    if name == LOCAL or not model or name not in {e.name for e in load_endpoints(path)}:
+        return LOCAL, ""
+    return name, model
+
+
+def save_choice(engine: str, model: str = "", path: Path | None = None) -> None:
+    """Remember the engine that answers (``LOCAL``: this computer, with the default or last loaded model)."""
+    path = path or engines_file()
+    data = _read(path)
+    data["chosen"] = {"engine": engine, "model": model if engine != LOCAL else ""}
+    _write(data, path)
 
 
 def get_key(name: str) -> str:

@@ -14,7 +14,8 @@ Rules of use:
   turn and restored before the next when the server lost it (``slots.SlotKeeper``).
 - ``cancel()`` closes the connection: the server stops decoding. No first byte after ``WAIT_NOTICE_S``:
   ``on_wait(engine name)`` is called once (the window shows "waiting for <engine>"); nothing blocks.
-- Capabilities: none of the local ones (KV files, prefill, batch): the server keeps its own cache.
+- ``batch`` (a document summary's map-reduce) runs its items as parallel requests (``batch.RemoteBatch``).
+- Capabilities: ``batch`` only; none of the local KV ones (files, prefill): the server keeps its own cache.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hisho.core.engine import Capability
 from hisho.core.ops import BatchGenerate, StateLoad, StateSave
 from hisho.core.protocol import ErrorKind, GenerationResult, LoadParams, Sampling
+from hisho.core.remote.batch import RemoteBatch
 from hisho.core.remote.http import Endpoint, RemoteError, SSEStream, call
 from hisho.core.remote.probe import ServerInfo, probe
 from hisho.core.remote.slots import SlotKeeper
@@ -112,6 +115,8 @@ class RemoteStream:
         self.result = _result(text, usage, timings, started, first_at, ended, len(parts),
                               "cancelled" if cancelled else finish or "stop")
         self.result.extra.update(engine=eng.name, model=eng.model, waited=self.waited)
+        if self._history is not None:
+            eng.last_reply = self.result
         if self._history is not None and not cancelled:
             eng._after_reply(self._history, text, self.result)
 
@@ -158,6 +163,7 @@ class RemoteEngine:
         self.info = ServerInfo()
         self.model = ""
         self.on_wait: Callable[[str], None] | None = None
+        self.last_reply: GenerationResult | None = None   # the last chat reply's figures (the window shows the hit)
         self._slot, self._slot_min = slot, slot_min_tokens
         self.slots: SlotKeeper | None = None
         self._load_info: dict[str, Any] = {}
@@ -184,7 +190,7 @@ class RemoteEngine:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return frozenset()
+        return frozenset({Capability.BATCH.value})
 
     @property
     def pid(self) -> int | None:
@@ -267,8 +273,10 @@ class RemoteEngine:
             if got is not None:
                 result.extra["slot_saved"] = got
 
-    def batch(self, request: BatchGenerate) -> RemoteStream:
-        raise RemoteError(f"{self.name}: batched prompts run on the local engine only")
+    def batch(self, request: BatchGenerate) -> RemoteBatch:
+        if not self.model:
+            raise RemoteError(f"{self.name}: no model chosen yet")
+        return RemoteBatch(self, request)
 
     # ----- tokens --------------------------------------------------------------------------------------
 
