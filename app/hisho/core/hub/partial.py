@@ -98,13 +98,16 @@ def remove(partial: Path) -> None:
 
 class Checkpoints:
     """Makes the partial durable every ``CHECKPOINT`` bytes and records the length, on its own thread.
-    ``grew(pos)`` is called by the receiving thread after each write (a comparison, nothing more)."""
+    ``grew(pos)`` is called by the receiving thread after each write (a comparison, nothing more). The thread
+    syncs through a descriptor of its own, so ``close`` never waits for a sync in flight (the caller's final
+    fsync waits for the same writeback anyway): after ``close`` it records nothing more."""
 
     def __init__(self, fd: int, partial: Path, pos: int, every: int | None = None) -> None:
-        self.fd, self.partial = fd, partial
+        self.fd, self.partial = os.dup(fd), partial
         self.every = every or CHECKPOINT
         self.next = pos + self.every
         self.wake = threading.Event()
+        self.lock = threading.Lock()
         self.done = False
         self.t = threading.Thread(target=self._run, name="hisho-checkpoint", daemon=True)
         self.t.start()
@@ -115,19 +118,25 @@ class Checkpoints:
             self.wake.set()
 
     def _run(self) -> None:
-        while True:
-            self.wake.wait()
-            self.wake.clear()
-            if self.done:
-                return
-            try:
-                length = os.fstat(self.fd).st_size  # every byte below this was written before the sync
-                os.fdatasync(self.fd) if hasattr(os, "fdatasync") else os.fsync(self.fd)
-                record(self.partial, length)
-            except OSError as exc:  # a checkpoint is insurance: a failed one leaves the previous one
-                log.warning("could not record the progress of %s: %s", self.partial.name, exc)
+        try:
+            while True:
+                self.wake.wait()
+                self.wake.clear()
+                if self.done:
+                    return
+                try:
+                    length = os.fstat(self.fd).st_size  # every byte below this was written before the sync
+                    os.fdatasync(self.fd) if hasattr(os, "fdatasync") else os.fsync(self.fd)
+                    with self.lock:
+                        if self.done:
+                            return
+                        record(self.partial, length)
+                except OSError as exc:  # a checkpoint is insurance: a failed one leaves the previous one
+                    log.warning("could not record the progress of %s: %s", self.partial.name, exc)
+        finally:
+            os.close(self.fd)
 
     def close(self) -> None:
-        self.done = True
+        with self.lock:  # waits only for a ledger write in progress, never for a sync
+            self.done = True
         self.wake.set()
-        self.t.join()
