@@ -202,7 +202,8 @@ class HubHandler(BaseHTTPRequestHandler):
     def _content(self, repo: HubRepo, f: HubFile, headers: dict[str, str]) -> None:
         hub = self.owner
         start, end = 0, f.size
-        rng = self.headers.get("Range")
+        key = f"{repo.repo_id}/{f.path}"
+        rng = None if key in hub.ignore_range else self.headers.get("Range")
         status = 200
         if rng and rng.startswith("bytes="):
             a, _, b = rng[6:].partition("-")
@@ -226,7 +227,6 @@ class HubHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
-        key = f"{repo.repo_id}/{f.path}"
         plain = hub.throttle is None and key not in hub.corrupt and hub.die_after is None
         with f.local.open("rb") as fh:
             if plain:  # the kernel copies: as fast as loopback allows (the download_vs_curl baseline)

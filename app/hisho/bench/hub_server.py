@@ -90,6 +90,7 @@ class FakeHub:
         self.throttle: float | None = None       # body bytes per second, None = as fast as possible
         self.corrupt: set[str] = set()           # "repo/path" served with one byte flipped
         self.die_after: int | None = None        # body bytes until the server goes away
+        self.ignore_range: set[str] = set()      # "repo/path" answered 200 with the whole file to a Range
         self.served: dict[str, int] = {}         # "repo/path" -> body bytes sent
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.Lock()

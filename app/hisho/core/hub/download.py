@@ -28,6 +28,7 @@ from typing import Any
 from hisho.core import paths
 from hisho.core.db import Database
 from hisho.core.errors import UserError
+from hisho.core.hub import partial as partial_mod
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.fetch import DiskFull, HashMismatch, Stopped, fetch_part
 
@@ -236,7 +237,7 @@ class Downloader:
         folder = target_dir(job.repo)
         for part in job.parts:
             for p in folder.glob(f".{Path(part).name}.*.part"):
-                p.unlink(missing_ok=True)
+                partial_mod.remove(p)  # and its ledger
         self.forget(job.id)
         log.info("download %s cancelled; partial files removed", job.spec)
 
