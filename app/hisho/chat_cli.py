@@ -138,7 +138,7 @@ class TerminalChat:
 
     def send(self, text: str) -> None:
         if self.cid is None:
-            self.cid = self.store.create().id
+            self.cid = self.service.new_conversation().id   # the app-wide default system prompt, as the window
             self.say(f"(conversation {self.cid})\n")
         fit = self.service.check_fit(self.cid, text)
         drop = False

@@ -5,17 +5,20 @@ a word counter stands in for the tokenizer."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from hisho.core import conversation_io
 from hisho.core.conversations import ConversationStore
 from hisho.core.db import Database
 from hisho.core.documents.attached import CHAT_HEAD, MAX_CHARS, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import extract
 from hisho.core.documents.model import Document, DocumentError, Section
+from hisho.core.errors import UserError
 from tests.fixtures.docs.make import make_encrypted_pdf
 
 
@@ -93,3 +96,48 @@ def test_refusals_say_why_and_an_encrypted_pdf_asks_for_its_password(tmp_path: P
     tries: list[bool] = []
     doc = read_document(locked, ask_password=lambda name, wrong: tries.append(wrong) or ("nope", "s3cret")[wrong])
     assert tries == [False, True] and "Secret quarterly figures" in doc.text
+
+
+OLD_EXPORT = {  # a version 1 export, as Hisho wrote it before attached documents travelled with the chat
+    "format": "hisho-conversation", "version": 1, "exported_at": 1764400000.0,
+    "conversation": {"title": "Ferry times", "model": "", "system_prompt": "Be brief.", "settings": {},
+                     "created_at": 1764400000.0, "pinned": False, "leaf": 2},
+    "messages": [{"id": 1, "parent": None, "role": "user", "content": "When?", "status": "done"},
+                 {"id": 2, "parent": 1, "role": "assistant", "content": "At 7:15.", "status": "done"}],
+}
+
+
+def test_an_exported_chat_carries_its_documents_and_an_old_export_still_imports(tmp_path: Path) -> None:
+    store, chat = chat_docs(tmp_path)
+    conv = store.create("Holiday plans")
+    store.add_message(conv.id, "user", "When does the ferry leave?")
+    note = tmp_path / "NOTES"
+    note.write_text("The ferry to the island leaves at 7:15 every morning.\n", encoding="utf-8")
+    town = Document(Path("town.pdf"), "pdf", "sha-town", [Section("Harbour fees rose.", "p. 1", 1),
+                                                          Section("The bridge is painted blue.", "p. 2", 2)])
+    chat.add(conv.id, extract(note))
+    chat.add(conv.id, town)
+    out = conversation_io.export_file(store, conv.id, tmp_path / "c.json")
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["version"] == 2 and [d["name"] for d in data["documents"]] == ["NOTES", "town.pdf"]
+    assert "> **Attached:** NOTES, town.pdf" in conversation_io.to_markdown(store, conv.id)
+
+    # Another computer: a database that never held a document (no documents tables yet).
+    other = ConversationStore(Database(tmp_path / "other.sqlite3"))
+    new_id = conversation_io.import_file(other, out)
+    other_chat = ChatDocuments(other.db, words, lambda: 4096)
+    before = [(d.name, d.sha256, d.tokens, d.parts) for d in chat.attached(conv.id)]
+    assert [(d.name, d.sha256, d.tokens, d.parts) for d in other_chat.attached(new_id)] == before
+    messages = [{"role": "user", "content": "When?"}]
+    other_chat.context(new_id, messages)                    # read by the model as before the move
+    assert "7:15" in messages[0]["content"] and "painted blue" in messages[0]["content"]
+    assert [m.content for m in other.branch(new_id)] == ["When does the ferry leave?"]
+
+    old_id = conversation_io.import_data(other, OLD_EXPORT)
+    assert [m.content for m in other.branch(old_id)] == ["When?", "At 7:15."]
+    assert other.get(old_id).system_prompt == "Be brief." and other_chat.attached(old_id) == []
+
+    bad = dict(OLD_EXPORT, version=2, documents=[{"name": "x.md", "parts": "not a list"}])
+    with pytest.raises(UserError, match="attached document 1 of the export is malformed"):
+        conversation_io.import_data(other, bad)
+    assert len(other.conversations()) == 2                  # refused before anything was written

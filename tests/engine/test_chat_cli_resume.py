@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from hisho.cli import main
-from hisho.core import services
+from hisho.core import services, settings
+from hisho.core.conversations import ConversationStore
+from hisho.core.db import Database
 
 LONG = " ".join(f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(25))
 
@@ -47,3 +49,18 @@ def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
         assert app.chat.after_turn == [app.kv.after_turn]
     finally:
         app.close()
+
+
+def test_a_new_terminal_chat_starts_with_the_default_system_prompt(monkeypatch: pytest.MonkeyPatch,
+                                                                  default_model_path: Path) -> None:
+    """Settings → System prompts' default applies to chats `hisho chat` makes, as to the window's (issue 11)."""
+    prefs = settings.load()
+    prefs.set("default_system_prompt", "Answer in one short sentence.")
+    prefs.save()
+    out = run_chat(monkeypatch, ["Say hi."])
+    assert "(conversation 1)" in out
+    store = ConversationStore(Database())
+    try:
+        assert store.get(1).system_prompt == "Answer in one short sentence."
+    finally:
+        store.close()

@@ -30,7 +30,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from hisho.core.conversations import DONE, FAILED, STOPPED, STREAMING, ConversationStore, Message
+from hisho.core.conversations import (
+    DONE,
+    FAILED,
+    STOPPED,
+    STREAMING,
+    Conversation,
+    ConversationStore,
+    Message,
+)
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.engine import Engine, TokenStream
 from hisho.core.errors import EngineError, UserError
@@ -116,11 +124,14 @@ def sampling_for(settings: Any, n_ctx: int | None = None) -> Sampling:
 
 class ChatService:
     def __init__(self, store: ConversationStore, engine: Engine, *, model_name: str = "",
-                 write: Write | None = None) -> None:
+                 write: Write | None = None, default_system_prompt: Callable[[], str] = lambda: "") -> None:
         self.store = store
         self.engine = engine
         self.model_name = model_name
         self.write: Write = write or _inline
+        # What a new chat's system prompt starts as; the composition root reads it from the settings
+        # (Settings → System prompts), so the window and ``hisho chat`` start chats alike.
+        self.default_system_prompt = default_system_prompt
         self.before_prompt: list[Callable[[Turn, list[dict[str, str]]], None]] = []
         # Context every prompt of a chat carries (documents attached to it): applied wherever the prompt is
         # built, so the meter, KV prefetch and type-ahead see what the reply's prompt will hold.
@@ -166,7 +177,12 @@ class ChatService:
             body = body[2:] if len(body) > 2 else body[1:]
         return head + body
 
-    # ----- starting turns ------------------------------------------------------------------------------
+    # ----- starting chats and turns --------------------------------------------------------------------
+
+    def new_conversation(self, *, model: str = "") -> Conversation:
+        """A new chat whose system prompt is the app-wide default. Every front end makes its chats here."""
+        system = self.default_system_prompt()
+        return self.write(lambda: self.store.create(model=model, system_prompt=system))
 
     def send(self, conversation_id: int, text: str, *, drop_oldest: bool = False) -> Turn:
         """Record the user's message under the current leaf. An empty message is refused (UserError)."""

@@ -1,9 +1,10 @@
 """Export a conversation to Markdown (the branch on screen, for reading) or JSON (the whole message tree, for
 moving it elsewhere), and import that JSON back. Format: docs/conversations.md.
 
-The JSON keeps every branch and the ids that link them; an import gives the rows new ids and re-links them, so
-importing the same file twice gives two independent copies. Bad files are refused with one clear message
-(``UserError``) and nothing is written.
+The JSON keeps every branch and the ids that link them, and (version 2) the documents attached to the chat, as
+read; an import gives the rows new ids and re-links them, so importing the same file twice gives two independent
+copies. Version 1 files (no documents) still import. Bad files are refused with one clear message (``UserError``)
+and nothing is written.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core.conversations import ChatSettings, ConversationStore
+from hisho.core.documents import attached
 from hisho.core.errors import UserError
 
 FORMAT = "hisho-conversation"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: + "documents" (attached to the chat); 1 has none and imports as before
 _ROLES = ("system", "user", "assistant")
 _MESSAGE_META = ("status", "tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "created_at")
 
@@ -31,6 +33,9 @@ def to_markdown(store: ConversationStore, conversation_id: int) -> str:
     out.append("")
     if conv.system_prompt:
         out += ["> **System:** " + conv.system_prompt.replace("\n", "\n> "), ""]
+    documents = attached.exported(store.db, conversation_id)
+    if documents:  # for reading: their names (the JSON export carries their text)
+        out += ["> **Attached:** " + ", ".join(d["name"] for d in documents), ""]
     for m in store.branch(conversation_id):
         who = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
         note = " *(partial reply)*" if m.partial else ""
@@ -53,6 +58,7 @@ def to_json(store: ConversationStore, conversation_id: int) -> dict[str, Any]:
             "leaf": conv.leaf_id,
         },
         "messages": messages,
+        "documents": attached.exported(store.db, conversation_id),
     }
 
 
@@ -80,9 +86,13 @@ def import_file(store: ConversationStore, path: Path) -> int:
 
 def import_data(store: ConversationStore, data: Any) -> int:
     """Create a new conversation from exported JSON; returns its id."""
-    conv, messages = _validate(data)
+    conv, messages, documents = _validate(data)
+    if documents:
+        attached.prepare(store.db)
     with store.tx():
-        return _insert(store, conv, messages)
+        cid = _insert(store, conv, messages)
+        attached.restore(store.db, cid, documents)
+        return cid
 
 
 def _insert(store: ConversationStore, conv: dict[str, Any], messages: list[dict[str, Any]]) -> int:
@@ -102,7 +112,7 @@ def _insert(store: ConversationStore, conv: dict[str, Any], messages: list[dict[
     return new_conv.id
 
 
-def _validate(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _validate(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError("this JSON file is not a Hisho conversation export")
     if int(data.get("version", 0)) > FORMAT_VERSION:
@@ -120,4 +130,4 @@ def _validate(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         if m.get("parent") is not None and m["parent"] not in seen:
             raise UserError(f"message {i + 1} of the export refers to a parent that comes after it")
         seen.add(m["id"])
-    return conv, messages
+    return conv, messages, attached.checked(data.get("documents", []))

@@ -154,7 +154,8 @@ def build(model: str | None = None, *, db_path: Path | None = None, post: Post |
     engine = engine or make_engine()
     executor = Executor(post)
     chat = ChatService(store, engine, model_name=model_path.stem if model_path else "",
-                       write=lambda fn: executor.call("store", fn))
+                       write=lambda fn: executor.call("store", fn),
+                       default_system_prompt=lambda: str(settings["default_system_prompt"]))
     kv_chat = None
     if kv and not store.read_only and Capability.KV_STATE.value in engine.capabilities:
         kv_chat = attach_kv(chat, store.db, executor, budget_bytes=int(settings["kv_disk_budget_bytes"]))

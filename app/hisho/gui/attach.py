@@ -59,12 +59,11 @@ class AttachController(QObject):
         if not files:
             return
         if c.current is None:
-            system = c.new_chat_system_prompt()
             def created(conv: Conversation) -> None:
                 c.listing.created(conv.id)
                 self._start(conv.id, files)
 
-            c.store_job(lambda: c.store.create(system_prompt=system), created)
+            c.store_job(lambda: c.service.new_conversation(), created)
             return
         self._start(c.current.id, files)
 

@@ -253,10 +253,6 @@ class ChatController(QObject):
         self.store_job(lambda: self.store.update(cid, model=model, system_prompt=system, settings=settings),
                        lambda conv: self._settings_saved(conv, old_model))
 
-    def new_chat_system_prompt(self) -> str:
-        """What a new chat's system prompt starts as (Settings → System prompts)."""
-        return str(self.ctx.settings["default_system_prompt"])
-
     def add_preset(self, preset: dict[str, str]) -> None:
         """Keep a preset named in Chat settings ("Save as preset…") in the app's settings."""
         try:

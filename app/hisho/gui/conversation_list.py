@@ -127,8 +127,7 @@ class ConversationList:
             return
         self.save_draft()
         model = c.current.model if c.current else ""
-        system = c.new_chat_system_prompt()
-        c.store_job(lambda: self.store.create(model=model, system_prompt=system), lambda conv: self.created(conv.id))
+        c.store_job(lambda: c.service.new_conversation(model=model), lambda conv: self.created(conv.id))
 
     def created(self, cid: int) -> None:
         self.refresh(cid)

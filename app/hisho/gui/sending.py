@@ -161,8 +161,7 @@ class Sending:
             return
         current = self.c.current
         if current is None:
-            system = self.c.new_chat_system_prompt()
-            self.c.store_job(lambda: self.c.store.create(system_prompt=system),
+            self.c.store_job(lambda: self.c.service.new_conversation(),
                              lambda conv: self._created_for_send(conv, text))
             return
         editing = self.w.composer.editing_id

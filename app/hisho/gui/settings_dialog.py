@@ -16,7 +16,6 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QMessageBox,
     QPlainTextEdit,
@@ -27,6 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.conversations import ChatSettings, Conversation
+from hisho.core.settings import PRESET_NAME_MAX
+from hisho.gui.text_dialog import ask_text
 
 
 class ConversationSettingsDialog(QDialog):
@@ -126,8 +127,8 @@ class ConversationSettingsDialog(QDialog):
         return True
 
     def ask_preset_name(self) -> None:
-        name, ok = QInputDialog.getText(self, "Save as preset", "Name for this system prompt:")
-        why = self.add_preset(name) if ok else ""
+        name = ask_text(self, "Save as preset", "Name for this system prompt:", max_length=PRESET_NAME_MAX)
+        why = self.add_preset(name) if name else ""
         if why:
             QMessageBox.information(self, "Save as preset", why)
 

@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
     QApplication,
     QFrame,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -43,6 +42,8 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.conversations import Conversation, SearchHit
+from hisho.gui.text_dialog import ask_text
+from hisho.gui.title_edit import MAX_TITLE
 
 ID_ROLE = Qt.ItemDataRole.UserRole
 TITLE_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -317,12 +318,6 @@ class Sidebar(QFrame):
         return self.list.item(row).text() if row >= 0 else ""
 
     def ask_rename(self, cid: int, current: str) -> None:
-        dialog = QInputDialog(self)
-        dialog.setWindowTitle("Rename chat")
-        dialog.setLabelText("Title:")
-        dialog.setTextValue(current)
-        field = dialog.findChild(QLineEdit)
-        if field is not None:  # a wider dialog: the window manager cut a narrow one's title to "Renam…Hisho"
-            field.setMinimumWidth(380)
-        if dialog.exec() and dialog.textValue().strip():
-            self.rename_requested.emit(cid, dialog.textValue().strip())
+        title = ask_text(self, "Rename chat", "Title:", current, MAX_TITLE)
+        if title:
+            self.rename_requested.emit(cid, title)

@@ -22,7 +22,9 @@ RAM_REFRESH_MS = 2000
 
 
 class ElidedLabel(QLabel):
-    """A one-line label that shows "…" instead of growing: its minimum width is a few characters."""
+    """A one-line label that shows "…" instead of growing: its minimum width is a few characters, whatever it
+    shows. (It was the shorter of the text and those characters: a label that went from empty to a figure
+    raised the header's minimum, and near the window's minimum width that took 32 px from the chat list.)"""
 
     def __init__(self, text: str = "", min_chars: int = 6) -> None:
         super().__init__(text)
@@ -30,10 +32,9 @@ class ElidedLabel(QLabel):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt naming
-        hint = super().minimumSizeHint()
         margins = self.contentsMargins().left() + self.contentsMargins().right()
-        return QSize(min(hint.width(), self.fontMetrics().averageCharWidth() * self._min_chars + margins),
-                     hint.height())
+        return QSize(self.fontMetrics().averageCharWidth() * self._min_chars + margins,
+                     super().minimumSizeHint().height())
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt naming
         painter = QPainter(self)

@@ -18,6 +18,7 @@ prompt. Rows go with the conversation (ON DELETE CASCADE when a deleted chat is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -169,3 +170,63 @@ class ChatDocuments:
         att = Attachment("chunks", "", "", parts)
         messages[-1] = {"role": "user", "content": question_with_parts(att, messages[-1]["content"], self.count,
                                                                           budget)}
+
+
+# ----- carried by a conversation export (hisho.core.conversation_io, format version 2) -----------------------
+
+def exported(db: Any, conversation_id: int) -> list[dict[str, Any]]:
+    """The chat's attached documents as plain data: what was read from each file, not the file. [] when it has
+    none, or when this database never held any (the documents component is older than the table)."""
+    from hisho.core.documents.cache import COMPONENT
+
+    if db.version(COMPONENT) < 3:
+        return []
+    rows = db.query("SELECT name, sha256, tokens, parts, added FROM chat_documents WHERE conversation_id=? "
+                    "ORDER BY id", [conversation_id])
+    return [{"name": str(r["name"]), "sha256": str(r["sha256"]), "tokens": int(r["tokens"]),
+             "added": float(r["added"]), "parts": [list(p) for p in json.loads(r["parts"])]} for r in rows]
+
+
+def checked(items: Any) -> list[dict[str, Any]]:
+    """Exported documents as read from a file, checked (``DocumentError``, one line naming the entry, when not
+    as ``exported`` writes them)."""
+    if not isinstance(items, list):
+        raise DocumentError("the export's documents are not a list")
+    out: list[dict[str, Any]] = []
+    for i, d in enumerate(items, 1):
+        parts = d.get("parts") if isinstance(d, dict) else None
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"].strip() or \
+                not isinstance(parts, list) or \
+                not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in parts):
+            raise DocumentError(f"attached document {i} of the export is malformed (needs a name and its parts)")
+        chars = sum(len(t) for _, t in parts)
+        if chars > MAX_CHARS:
+            raise DocumentError(f"attached document {i} of the export ({d['name']}) is too long ({chars:,} "
+                                f"characters; the limit is {MAX_CHARS:,})")
+        tokens = d.get("tokens")
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            tokens = chars // CHARS_PER_TOKEN  # the count is only used to choose whole or parts
+        text = "\n\n".join(t for _, t in parts)
+        sha = d.get("sha256") if isinstance(d.get("sha256"), str) else ""
+        sha = sha or hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if any(o["sha256"] == sha for o in out):
+            continue  # the same file twice is kept once, as when attaching
+        out.append({"name": d["name"].strip(), "sha256": sha,
+                    "tokens": tokens, "parts": parts,
+                    "added": float(d["added"]) if isinstance(d.get("added"), int | float) else time.time()})
+    return out
+
+
+def prepare(db: Any) -> None:
+    """Make sure the table exists (the documents component's steps); before a transaction that restores."""
+    from hisho.core.documents.cache import COMPONENT, STEPS
+
+    db.migrate(COMPONENT, STEPS)
+
+
+def restore(db: Any, conversation_id: int, items: list[dict[str, Any]]) -> None:
+    """Attach ``checked`` documents to a chat (inside the caller's transaction; ``prepare`` first)."""
+    for d in items:
+        db.execute("INSERT INTO chat_documents (conversation_id, name, sha256, tokens, parts, added) "
+                   "VALUES (?,?,?,?,?,?)", [conversation_id, d["name"], d["sha256"], d["tokens"],
+                                            json.dumps(d["parts"]), d["added"]])
