@@ -250,7 +250,8 @@ class ServingBatch:
         n = len(tokens)
         event = {"id": job.req_id, "ev": "done", "text": text, "prompt_tokens": len(job.prompt),
                  "cached_tokens": cached, "completion_tokens": n, "ttft_s": ttft, "decode_s": decode_s,
-                 "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason}
+                 "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason,
+                 "threads": self.rt.threads_info()}
         with job.lock:
             if job.saving:
                 job.held_done = event  # sent by the save's callback
