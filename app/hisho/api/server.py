@@ -40,8 +40,12 @@ class ApiServer:
         return f"http://{self.host}:{self.port}/v1"
 
     def bind(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto says TCP, and
+        # accepted sockets take the listener's. With Nagle on, a stream's first chunk waited for the client's
+        # delayed ACK of the headers: +40 ms of first-token time on about half the requests (measured).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((self.host, self.port))
         except OSError as exc:
