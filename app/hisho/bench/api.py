@@ -5,7 +5,9 @@ In a throw-away HISHO_HOME, one model loaded for 4 sequences of ``PER_SEQ`` toke
   engine directly (``Engine.generate``), both greedy, both from an empty sequence; median of per-repetition
   ratios. ``ttfb_overhead_ms``: the API's first content chunk minus the engine's first token, both timed from
   the request; median over those pairs and ``TTFB_PAIRS`` more short ones (``ttfb_pairs`` in all). The HTTP
-  client is one ``httpx.Client`` kept for the whole run, as API clients keep theirs.
+  client is one ``httpx.Client`` kept for the whole run, as API clients keep theirs. ``ttfb_outside_engine_ms``:
+  the same difference with each side's own prefill (the engine's ``ttft_s`` for that request) taken out, so
+  the run-to-run noise of two prefills (tens of ms here) does not swamp the few ms the API adds.
 - ``concurrent_gain``: tokens/s of 4 concurrent API streams (4 prompts) over one stream alone.
 - ``prefix_restart_speedup``: first-token time of a chat with a ~4096-token system prompt on an empty store over
   the same request after the server (and engine) were stopped and started again (the disk prompt cache).
@@ -27,7 +29,7 @@ from typing import Any
 import httpx
 
 from hisho.api.launch import build_api
-from hisho.core.protocol import Sampling
+from hisho.core.protocol import GenerationResult, Sampling
 
 KEY = "bench"
 PARALLEL = 4
@@ -77,7 +79,11 @@ def _stream(client: httpx.Client, url: str, model: str, messages: list[dict[str,
     n = int(usage.get("completion_tokens", 0))
     return {"ttft_s": first - start, "tokens": n, "wall_s": last - start,
             "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
-            "cached": int(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0))}
+            "cached": int(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)),
+            "engine_ttft_s": _results.pop().ttft_s if _results else 0.0}
+
+
+_results: list[GenerationResult] = []  # what the engine reported for the API's last request (Backend.on_result)
 
 
 def _engine(engine: Any, messages: list[dict[str, str]], max_tokens: int) -> dict[str, float]:
@@ -89,7 +95,7 @@ def _engine(engine: Any, messages: list[dict[str, str]], max_tokens: int) -> dic
         last = time.perf_counter()
         first = first or last
     n = stream.result.completion_tokens
-    return {"ttft_s": first - start, "tokens": n,
+    return {"ttft_s": first - start, "tokens": n, "engine_ttft_s": stream.result.ttft_s,
             "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0}
 
 
@@ -122,20 +128,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             server.start()
             model, url, engine = server.backend.model_id, server.url, app.engine
             out["model"] = model
-            ratios, overheads, api_tps, eng_tps = [], [], [], []
-            for i in range(repeat):
-                got = _pair(i, client, engine, url, model, ask, n_tokens)
-                api_tps.append(got["api"]["tokens_per_s"])
-                eng_tps.append(got["engine"]["tokens_per_s"])
-                ratios.append(got["api"]["tokens_per_s"] / max(got["engine"]["tokens_per_s"], 1e-9))
-                overheads.append((got["api"]["ttft_s"] - got["engine"]["ttft_s"]) * 1000)
-            # First-token times vary by tens of ms from one prefill to the next on a shared box: more short pairs.
-            for i in range(TTFB_PAIRS):
-                got = _pair(i, client, engine, url, model, ask, 4)
-                overheads.append((got["api"]["ttft_s"] - got["engine"]["ttft_s"]) * 1000)
+            server.backend.on_result = lambda result: _results.append(result)
+            ratios, overheads, outside, api_tps, eng_tps = [], [], [], [], []
+            for i in range(repeat + TTFB_PAIRS):
+                # First-token times vary by tens of ms from one prefill to the next on a shared box: more pairs,
+                # short ones (4 tokens) after the ``repeat`` long ones.
+                got = _pair(i, client, engine, url, model, ask, n_tokens if i < repeat else 4)
+                api, eng = got["api"], got["engine"]
+                if i < repeat:
+                    api_tps.append(api["tokens_per_s"])
+                    eng_tps.append(eng["tokens_per_s"])
+                    ratios.append(api["tokens_per_s"] / max(eng["tokens_per_s"], 1e-9))
+                overheads.append((api["ttft_s"] - eng["ttft_s"]) * 1000)
+                outside.append((api["ttft_s"] - api["engine_ttft_s"] - eng["ttft_s"] + eng["engine_ttft_s"]) * 1000)
+            server.backend.on_result = None
             out.update(api_tokens_per_s=statistics.median(api_tps), engine_tokens_per_s=statistics.median(eng_tps),
                        api_vs_engine=statistics.median(ratios), ttfb_overhead_ms=statistics.median(overheads),
-                       ttfb_pairs=len(overheads))
+                       ttfb_outside_engine_ms=statistics.median(outside), ttfb_pairs=len(overheads))
             out.update(_concurrent(client, engine, url, model, n_tokens, repeat))
             fresh = _stream(client, url, model, _long_prefix(), 8)
         finally:
