@@ -16,7 +16,7 @@ import pytest
 from hisho.core.engine_client import EngineClient
 from hisho.core.protocol import LoadParams, Sampling, Serve
 
-API_TOKENS = 160
+API_TOKENS = 96
 
 
 @pytest.fixture(scope="module")
