@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from hisho.core.engine_client import EngineClient
-from hisho.core.protocol import LoadParams, Sampling, Serve
+from hisho.core.ops import Serve
+from hisho.core.protocol import LoadParams, Sampling
 
 API_TOKENS = 96
 
