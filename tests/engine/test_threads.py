@@ -7,6 +7,8 @@ The simulated costs follow what this 2-core box measured (docs/threads.md): quie
 
 from __future__ import annotations
 
+import pytest
+
 from hisho.engine.threads import PROBE_MAX_S, PROBE_MIN_S, Governor
 
 QUIET = {1: 0.012, 2: 0.007}
@@ -196,3 +198,38 @@ def test_recovers_beside_a_low_priority_program_that_leaves_no_idle_time() -> No
     while gov.current == 1:
         m.step(gov)
     assert m.now - stopped <= 2 * PROBE_MAX_S
+
+
+def _serving_step_cost(n_tokens: int, threads: int, busy: bool = False) -> float:
+    """A 135M model on the 2-core box (session 5): a 4-token parallel decode step 25 ms, a step carrying a
+    joining request's 35-token prompt 240 ms, at 2 threads; 1.6x that at 1. Beside busy programs, 2 threads
+    collapse (20x)."""
+    two = 0.011 if n_tokens == 1 else 0.025 if n_tokens <= 4 else 0.0067 * n_tokens
+    if threads == 1:
+        return two * 1.6
+    return two * (20 if busy else 1)
+
+
+def test_a_prompt_joining_a_parallel_batch_is_not_a_collapse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's serving batch: 4 sequences decode, now and then a request's short prompt joins. Such a step
+    is not a collapsed parallel decode step (it was, with steps below 64 tokens all 'batch': every governor
+    dropped to one thread and concurrent_gain fell to 1.1-1.25)."""
+    from hisho.core.protocol import LoadParams
+    from hisho.engine import llama_setup
+
+    monkeypatch.setattr(llama_setup, "physical_cores", lambda: 2)
+    govs = llama_setup.make_governors(LoadParams(model_path="m.gguf"))
+
+    def step(n: int, busy: bool = False) -> int:
+        kind = llama_setup.step_kind(n)
+        threads = govs[kind].choose()
+        govs[kind].observe(threads, _serving_step_cost(n, threads, busy), llama_setup.observed_tokens(kind, n))
+        return threads
+
+    used = [step(36 if i % 20 == 0 else 4) for i in range(200)]
+    assert set(used) == {2}
+    assert {g.current for g in govs.values()} == {2} and all(g.changes == 0 for g in govs.values())
+    # Real contention in parallel decode is still seen.
+    for _ in range(5):
+        step(4, busy=True)
+    assert govs["batch"].current == 1

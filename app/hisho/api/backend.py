@@ -110,6 +110,7 @@ class Backend:
         self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away)
         self._lock = threading.Lock()
         self.on_busy: Callable[[int], None] | None = None  # the window's indicator (any thread)
+        self.on_result: Callable[[GenerationResult], None] | None = None  # each finished request (bench)
 
     @property
     def busy(self) -> int:
@@ -138,6 +139,8 @@ class Backend:
         return self.engine.generate(sampling=job.sampling, **fields)
 
     def _ended(self, reply: Reply) -> None:
+        if reply.result is not None and self.on_result is not None:
+            self.on_result(reply.result)
         if reply.result is not None and self.cache is not None:
             self.cache.record(reply.result.extra)
         if reply.result is not None and reply.result.stop_reason == "cancelled":

@@ -4,7 +4,10 @@ In a throw-away HISHO_HOME, one model loaded for 4 sequences of ``PER_SEQ`` toke
 - ``api_vs_engine``: decode tokens/s of one streamed chat request through HTTP over the same reply asked of the
   engine directly (``Engine.generate``), both greedy, both from an empty sequence; median of per-repetition
   ratios. ``ttfb_overhead_ms``: the API's first content chunk minus the engine's first token, both timed from
-  the request.
+  the request; median over those pairs and ``TTFB_PAIRS`` more short ones (``ttfb_pairs`` in all). The HTTP
+  client is one ``httpx.Client`` kept for the whole run, as API clients keep theirs. ``ttfb_outside_engine_ms``:
+  the same difference with each side's own prefill (the engine's ``ttft_s`` for that request) taken out, so
+  the run-to-run noise of two prefills (tens of ms here) does not swamp the few ms the API adds.
 - ``concurrent_gain``: tokens/s of 4 concurrent API streams (4 prompts) over one stream alone.
 - ``prefix_restart_speedup``: first-token time of a chat with a ~4096-token system prompt on an empty store over
   the same request after the server (and engine) were stopped and started again (the disk prompt cache).
@@ -26,11 +29,12 @@ from typing import Any
 import httpx
 
 from hisho.api.launch import build_api
-from hisho.core.protocol import Sampling
+from hisho.core.protocol import GenerationResult, Sampling
 
 KEY = "bench"
 PARALLEL = 4
 PER_SEQ = 4608
+TTFB_PAIRS = 8  # short requests (4 tokens) for ttfb_overhead_ms, besides the ``repeat`` long ones
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
 
 
@@ -48,15 +52,18 @@ def _home() -> Iterator[str]:
                 os.environ["HISHO_HOME"] = old
 
 
-def _stream(url: str, model: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, float]:
-    """One streamed chat request: first content chunk, last chunk, tokens (from usage), cached tokens."""
+def _stream(client: httpx.Client, url: str, model: str, messages: list[dict[str, str]],
+            max_tokens: int) -> dict[str, float]:
+    """One streamed chat request: first content chunk, last chunk, tokens (from usage), cached tokens. ``client``
+    is kept across requests, as API clients (openai's included) keep theirs: a new ``httpx.Client`` per request
+    builds a TLS context first (40-75 ms on the loaded 2-core box), which is the bench's cost, not the API's."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     start = time.perf_counter()
     first = last = 0.0
     usage: dict[str, Any] = {}
-    with httpx.stream("POST", url + "/chat/completions", json=body, timeout=600,
-                      headers={"Authorization": f"Bearer {KEY}"}) as r:
+    with client.stream("POST", url + "/chat/completions", json=body, timeout=600,
+                       headers={"Authorization": f"Bearer {KEY}"}) as r:
         if r.status_code != 200:
             r.read()
             raise RuntimeError(f"the API answered {r.status_code}: {r.text[:300]}")
@@ -72,7 +79,11 @@ def _stream(url: str, model: str, messages: list[dict[str, str]], max_tokens: in
     n = int(usage.get("completion_tokens", 0))
     return {"ttft_s": first - start, "tokens": n, "wall_s": last - start,
             "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
-            "cached": int(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0))}
+            "cached": int(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)),
+            "engine_ttft_s": _results.pop().ttft_s if _results else 0.0}
+
+
+_results: list[GenerationResult] = []  # what the engine reported for the API's last request (Backend.on_result)
 
 
 def _engine(engine: Any, messages: list[dict[str, str]], max_tokens: int) -> dict[str, float]:
@@ -84,8 +95,20 @@ def _engine(engine: Any, messages: list[dict[str, str]], max_tokens: int) -> dic
         last = time.perf_counter()
         first = first or last
     n = stream.result.completion_tokens
-    return {"ttft_s": first - start, "tokens": n,
+    return {"ttft_s": first - start, "tokens": n, "engine_ttft_s": stream.result.ttft_s,
             "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0}
+
+
+def _pair(i: int, client: httpx.Client, engine: Any, url: str, model: str, ask: list[dict[str, str]],
+          n_tokens: int) -> dict[str, dict[str, float]]:
+    """The same greedy request asked of the engine and of the API, each from empty sequences; the order
+    alternates with ``i``."""
+    got = {}
+    for which in (("engine", "api") if i % 2 == 0 else ("api", "engine")):
+        _clear(engine)
+        got[which] = (_engine(engine, ask, n_tokens) if which == "engine"
+                      else _stream(client, url, model, ask, n_tokens))
+    return got
 
 
 def _clear(engine: Any) -> None:
@@ -100,34 +123,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"tokens": n_tokens, "repeat": repeat, "parallel": PARALLEL, "n_ctx_per_seq": PER_SEQ}
     with _home():
         app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
+        client = httpx.Client()
         try:
             server.start()
             model, url, engine = server.backend.model_id, server.url, app.engine
             out["model"] = model
-            ratios, overheads, api_tps, eng_tps = [], [], [], []
-            for i in range(repeat):
-                pair = []
-                for which in (("engine", "api") if i % 2 == 0 else ("api", "engine")):
-                    _clear(engine)
-                    pair.append((which, _engine(engine, ask, n_tokens) if which == "engine"
-                                 else _stream(url, model, ask, n_tokens)))
-                got = dict(pair)
-                api_tps.append(got["api"]["tokens_per_s"])
-                eng_tps.append(got["engine"]["tokens_per_s"])
-                ratios.append(got["api"]["tokens_per_s"] / max(got["engine"]["tokens_per_s"], 1e-9))
-                overheads.append((got["api"]["ttft_s"] - got["engine"]["ttft_s"]) * 1000)
+            server.backend.on_result = lambda result: _results.append(result)
+            ratios, overheads, outside, api_tps, eng_tps = [], [], [], [], []
+            for i in range(repeat + TTFB_PAIRS):
+                # First-token times vary by tens of ms from one prefill to the next on a shared box: more pairs,
+                # short ones (4 tokens) after the ``repeat`` long ones.
+                got = _pair(i, client, engine, url, model, ask, n_tokens if i < repeat else 4)
+                api, eng = got["api"], got["engine"]
+                if i < repeat:
+                    api_tps.append(api["tokens_per_s"])
+                    eng_tps.append(eng["tokens_per_s"])
+                    ratios.append(api["tokens_per_s"] / max(eng["tokens_per_s"], 1e-9))
+                overheads.append((api["ttft_s"] - eng["ttft_s"]) * 1000)
+                outside.append((api["ttft_s"] - api["engine_ttft_s"] - eng["ttft_s"] + eng["engine_ttft_s"]) * 1000)
+            server.backend.on_result = None
             out.update(api_tokens_per_s=statistics.median(api_tps), engine_tokens_per_s=statistics.median(eng_tps),
-                       api_vs_engine=statistics.median(ratios), ttfb_overhead_ms=statistics.median(overheads))
-            out.update(_concurrent(engine, url, model, n_tokens, repeat))
-            fresh = _stream(url, model, _long_prefix(), 8)
+                       api_vs_engine=statistics.median(ratios), ttfb_overhead_ms=statistics.median(overheads),
+                       ttfb_outside_engine_ms=statistics.median(outside), ttfb_pairs=len(overheads))
+            out.update(_concurrent(client, engine, url, model, n_tokens, repeat))
+            fresh = _stream(client, url, model, _long_prefix(), 8)
         finally:
+            client.close()
             server.stop()
             app.close()
         # The restart: a new engine process and server on the same store.
         app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
         try:
             server.start()
-            restored = _stream(server.url, server.backend.model_id, _long_prefix(), 8)
+            with httpx.Client() as client:
+                restored = _stream(client, server.url, server.backend.model_id, _long_prefix(), 8)
         finally:
             server.stop()
             app.close()
@@ -137,17 +166,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _concurrent(engine: Any, url: str, model: str, n_tokens: int, repeat: int) -> dict[str, float]:
+def _concurrent(client: httpx.Client, engine: Any, url: str, model: str, n_tokens: int,
+                repeat: int) -> dict[str, float]:
     prompts = [[{"role": "user", "content": f"{PROMPT} Chapter {i + 1}."}] for i in range(PARALLEL)]
     one, many = [], []
     for _ in range(repeat):
         _clear(engine)
-        alone = _stream(url, model, prompts[0], n_tokens)
+        alone = _stream(client, url, model, prompts[0], n_tokens)
         one.append(alone["tokens"] / alone["wall_s"])
         _clear(engine)
         results: list[dict[str, float]] = []
         start = time.perf_counter()
-        threads = [threading.Thread(target=lambda p=p, out=results: out.append(_stream(url, model, p, n_tokens)))
+        threads = [threading.Thread(target=lambda p=p, out=results: out.append(_stream(client, url, model, p, n_tokens)))
                    for p in prompts]
         for t in threads:
             t.start()

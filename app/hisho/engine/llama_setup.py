@@ -59,12 +59,22 @@ def mmap_policy(model_path: str) -> bool:
 
 
 def step_kind(n_tokens: int) -> str:
-    """Decode (one token), a small batch (parallel decode, a typed-ahead word) or prefill: their costs per
-    token differ too much to share one governor."""
+    """Decode (one token), a small batch (parallel decode: one token per running sequence) or prefill: their
+    costs per token differ too much to share one governor."""
     return "decode" if n_tokens == 1 else "batch" if n_tokens < PREFILL_MIN_TOKENS else "prefill"
 
 
-PREFILL_MIN_TOKENS = 64
+def observed_tokens(kind: str, n_tokens: int) -> int:
+    """What a step's time is divided by for its governor: prefill per token; a decode or batch step's cost is
+    mostly reading the weights once, so it is compared per step."""
+    return n_tokens if kind == "prefill" else 1
+
+
+# Not 64 (the first bound): a batch step is compared per step, and a step that carries a short prompt (the API's
+# 35-token question joining 4 running sequences) cost ~10x a 4-token decode step; the governor took that for a
+# collapsed step and dropped every kind of step to one thread (measured in the serving batch, docs/threads.md).
+# From 16 tokens on a step is compute-bound even for a 7B model on a laptop, so its cost per token compares.
+PREFILL_MIN_TOKENS = 16
 
 
 def make_governors(params: LoadParams) -> dict[str, Governor]:
@@ -73,7 +83,8 @@ def make_governors(params: LoadParams) -> dict[str, Governor]:
     decode = params.n_threads
     batch = params.n_threads_batch or params.n_threads
     govs = {"decode": Governor("decode", cores, fixed=decode),
-            "batch": Governor("batch", cores, fixed=batch, decide_steps=1),
+            # Parallel decode steps (the API's serving batch, summaries) are as frequent and as short as decode steps.
+            "batch": Governor("batch", cores, fixed=batch),
             # A prefill step is long (512 tokens: seconds under load): one step decides, and one probe step.
             "prefill": Governor("prefill", cores, fixed=batch, probe_steps=1, decide_steps=1)}
     for gov in govs.values():

@@ -31,6 +31,7 @@ from hisho.engine.llama_setup import (
     control_tokens,
     make_governors,
     mmap_policy,
+    observed_tokens,
     read_metadata,
     step_kind,
 )
@@ -311,9 +312,7 @@ class Runtime:
         start = time.perf_counter()
         rc = int(llama_cpp.llama_decode(self.ctx, batch.raw))
         if rc == 0:
-            # Prefill costs are compared per token (the last slice is shorter); a small batch's cost is mostly
-            # reading the weights once, so it is compared per step.
-            gov.observe(threads, time.perf_counter() - start, n if kind == "prefill" else 1)
+            gov.observe(threads, time.perf_counter() - start, observed_tokens(kind, n))
         return rc
 
     def calibrate_threads(self) -> None:

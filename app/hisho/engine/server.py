@@ -40,6 +40,7 @@ from hisho.core.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, dec
 from hisho.engine.llama_setup import GenStats
 from hisho.engine.process import keep_llama_log_at_info, watch_parent
 from hisho.engine.runtime import RequestError, Runtime
+from hisho.engine.serving import run_serving  # at start, not on the first API request (its first-token time)
 
 log = logging.getLogger("hisho.engine")
 
@@ -273,8 +274,6 @@ class Server:
 
     def op_serve(self, req_id: int, req: Serve) -> None:
         """An API request: starts the serving batch, or joins it when it arrives between steps."""
-        from hisho.engine.serving import run_serving
-
         run_serving(self, req_id, req)
 
     def restorer(self, req: Serve) -> Any:

@@ -67,6 +67,7 @@ class _ServeSlot(_Slot):
     cached: int = 0
     first_at: float = 0.0
     stops: list[str] = field(default_factory=list)
+    out_base: int = 0  # out[:out_base] is part of item.prompt (re-prefilled after a window's turn, resync)
 
 
 class ServingBatch:
@@ -118,15 +119,50 @@ class ServingBatch:
         for slot in self.slots:
             if slot.item is None:
                 continue
-            prompt = slot.item.prompt
+            prompt, base = slot.item.prompt, slot.out_base
             # What the cells hold now: the prompt fed so far, then the sampled tokens fed back (not the last).
-            slot.held = prompt[:slot.pos] if slot.pos <= len(prompt) else prompt + slot.out[:slot.pos - len(prompt)]
+            slot.held = (prompt[:slot.pos] if slot.pos <= len(prompt)
+                         else prompt + slot.out[base:base + slot.pos - len(prompt)])
             self.rt.seqs[slot.seq] = slot.held
             if slot.logits_at >= 0:
                 if not slot.out and slot.job is not None and slot.job.save is not None:
                     self._save(slot.seq, slot.job)  # the whole prompt is in the cells now, nothing else yet
                 self._sample(slot)
         self._fill()
+
+    def cells(self) -> dict[int, list[int]]:
+        """What each sequence must hold for the requests to go on (a copy: an op run between steps changes
+        ``Runtime.seqs`` in place)."""
+        return {slot.seq: list(slot.held) for slot in self.slots}
+
+    def resync(self, before: dict[int, list[int]]) -> None:
+        """After an op that ran between two steps (the window's reply, a KV restore or save, a prefill):
+        a sequence whose cells it changed is made whole again. A running request keeps what it generated;
+        its cells are prefilled again from the longest prefix still there, then it samples on as before."""
+        rt = self.rt
+        for slot in self.slots:
+            now = list(rt.seqs.get(slot.seq, []))
+            want = before.get(slot.seq, [])
+            if slot.job is None or slot.item is None:
+                slot.held = now
+                rt.seqs[slot.seq] = slot.held
+                continue
+            if now == want:
+                slot.held = want
+                rt.seqs[slot.seq] = slot.held
+                continue
+            item = slot.item
+            if slot.out:  # decoding: the cells held prompt + out[:-1]; the last sampled token was not fed yet
+                slot.item = item = Item(item.index, item.prompt + slot.out[slot.out_base:], item.max_tokens)
+                slot.out_base = len(slot.out)
+            keep = min(common_prefix(now, want), len(item.prompt) - 1)
+            rt.seq_rm(slot.seq, keep)
+            slot.held = want[:keep]
+            rt.seqs[slot.seq] = slot.held
+            slot.fed = slot.pos = keep
+            slot.logits_at = -1
+            log.info("serving batch: sequence %d changed by an op between steps; prefilling %d tokens again",
+                     slot.seq, len(item.prompt) - keep)
 
     def _save(self, seq: int, job: Job) -> None:
         assert job.save is not None
@@ -250,7 +286,8 @@ class ServingBatch:
         n = len(tokens)
         event = {"id": job.req_id, "ev": "done", "text": text, "prompt_tokens": len(job.prompt),
                  "cached_tokens": cached, "completion_tokens": n, "ttft_s": ttft, "decode_s": decode_s,
-                 "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason}
+                 "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason,
+                 "threads": self.rt.threads_info()}
         with job.lock:
             if job.saving:
                 job.held_done = event  # sent by the save's callback
@@ -261,16 +298,22 @@ class ServingBatch:
 
 
 QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
+# Ops on one sequence (the window's chat on sequence 0 and its KV restores and saves, a type-ahead prefill) also
+# run between two steps, whole: the window's reply is never behind more than one step of the API's requests
+# (issue 14). A sequence they change is made whole again afterwards (ServingBatch.resync).
+TURN_OPS = frozenset({"generate", "prefill", "state_load", "state_save", "seq_rm"})
 
 
 def run_serving(server: Any, req_id: int, req: Any) -> None:
     """The engine thread while API requests run: ``req`` (a ``Serve``) starts the batch; between steps the
-    engine's queue is drained: more ``serve`` requests join, quick ops (token counts) run at once, anything
-    else (a window's reply, a load, a KV save) waits until the batch is empty, then runs in arrival order.
+    engine's queue is drained: more ``serve`` requests join, quick ops (token counts) and ops on one sequence
+    (the window's reply, its KV restores and saves) run at once, anything else (a load, a summary batch) waits
+    until the batch is empty, then runs in arrival order (and so does whatever arrives after it).
     ``server`` is ``hisho.engine.server.Server``."""
     rt = server.need_runtime()
     batch = ServingBatch(rt)
     joined = [req_id]
+    deferred = False
     _join(server, batch, req_id, req)
     try:
         while batch.busy:
@@ -283,7 +326,12 @@ def run_serving(server: Any, req_id: int, req: Any) -> None:
                     _join(server, batch, joined[-1], job)
                 elif job.get("op") in QUICK_OPS:
                     server.run_job(job)
+                elif job.get("op") in TURN_OPS and not deferred:
+                    before = batch.cells()
+                    server.run_job(job)
+                    batch.resync(before)
                 else:
+                    deferred = True  # what comes after it waits too: the engine runs requests in order
                     server.defer(job)
                     if job.get("op") == "shutdown" or job.get("stop"):
                         batch.close("cancelled")

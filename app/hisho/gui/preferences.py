@@ -206,11 +206,8 @@ class KVCachePage(QWidget):
         self.report = report
         budget = max(report.budget_bytes, 1)
         self.usage_bar.setValue(min(1000, int(1000 * report.total_bytes / budget)))
-        chats = sum(1 for i in report.items if i.kind == "chat")
-        docs = len(report.items) - chats
         self.usage_label.setText(f"{format_bytes(report.total_bytes)} of {format_bytes(report.budget_bytes)} · "
-                                 f"{chats} chat{'s' if chats != 1 else ''}, "
-                                 f"{docs} document{'s' if docs != 1 else ''}")
+                                 f"{report.counts()}")
         self.table.setRowCount(len(report.items))
         for row, item in enumerate(report.items):
             u = item.usage

@@ -42,6 +42,21 @@ class StoreReport:
     total_bytes: int              # on disk, each shared chunk once
     budget_bytes: int
 
+    def counts(self) -> str:
+        """What the store holds by kind, for the settings page's summary line: "3 chats, 1 document, 2 API
+        prompts" (API prompts and other owners only when there are some)."""
+        n = {kind: sum(1 for i in self.items if i.kind == kind) for kind in ("chat", "document", "api", "other")}
+        parts = [_plural(n["chat"], "chat"), _plural(n["document"], "document")]
+        if n["api"]:
+            parts.append(_plural(n["api"], "API prompt"))
+        if n["other"]:
+            parts.append(f"{n['other']} other")
+        return ", ".join(parts)
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
 
 def conversation_usage(index: KVIndex) -> dict[int, Usage]:
     """Usage per conversation id, for the sidebar (one query whatever the number of chats)."""
