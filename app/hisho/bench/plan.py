@@ -44,14 +44,17 @@ KV_TYPES = ("f16", "q8_0")
 
 
 def matrix_models(only: str | None = None) -> list[tuple[str, str]]:
-    """(shape, quant) pairs of the matrix, optionally filtered by ``only`` ("shape[:quant],...")."""
+    """(shape, quant) pairs of the matrix, optionally only those ``only`` names ("shape[:quant],...", in that
+    order)."""
     from hisho.bench.shapes import QUANTS, SHAPES
 
     pairs = [(s, q) for s in SHAPES for q in QUANTS if q != "F16" or s == "llama-3.2-1b"]
     if not only:
         return pairs
     wanted = [w.strip() for w in only.split(",") if w.strip()]
-    keep = [(s, q) for s, q in pairs if any(w in (s, f"{s}:{q}") for w in wanted)]
+    # In the order given: a run that may be stopped measures the cells that matter most first.
+    keep = [(s, q) for w in wanted for s, q in pairs if w in (s, f"{s}:{q}")]
+    keep = list(dict.fromkeys(keep))
     if not keep:
         raise SystemExit(f"hisho: error: --only {only!r} matches no matrix cell (shapes: {', '.join(SHAPES)})")
     return keep
