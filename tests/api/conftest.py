@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from hisho.core import spawn
+
 N_CTX = 1024     # per sequence
 PARALLEL = 4
 
@@ -42,12 +44,7 @@ def start_serve(home: Path, *args: str) -> Served:
 
 
 def stop_serve(served: Served) -> None:
-    served.proc.terminate()
-    try:
-        served.proc.wait(30)
-    except subprocess.TimeoutExpired:
-        served.proc.kill()
-        served.proc.wait()
+    spawn.stop_process(served.proc, 30)
 
 
 @pytest.fixture(scope="module")

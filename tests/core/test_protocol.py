@@ -6,23 +6,25 @@ from __future__ import annotations
 import pytest
 
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import (
-    PROTOCOL_VERSION,
+from hisho.core.ops import (
     REQUESTS,
-    BadRequest,
     BatchGenerate,
-    ErrorKind,
     Generate,
     Hello,
     Load,
-    LoadParams,
     Prompt,
-    ProtocolMismatch,
-    Sampling,
     SeqRm,
     StateLoad,
-    check_protocol,
     parse_request,
+)
+from hisho.core.protocol import (
+    PROTOCOL_VERSION,
+    BadRequest,
+    ErrorKind,
+    LoadParams,
+    ProtocolMismatch,
+    Sampling,
+    check_protocol,
 )
 
 

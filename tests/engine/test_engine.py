@@ -9,7 +9,8 @@ import pytest
 
 from hisho.core.engine_client import EngineClient
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import PROTOCOL_VERSION, BadRequest, ErrorKind, Hello, LoadParams, Sampling
+from hisho.core.ops import Hello
+from hisho.core.protocol import PROTOCOL_VERSION, BadRequest, ErrorKind, LoadParams, Sampling
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, repeat_penalty=1.0)
 HELLO = [{"role": "user", "content": "Say hello to the world."}]
@@ -163,7 +164,7 @@ def test_engine_exits_when_parent_closes_pipe(engine_home: Path, default_model_p
     monkeypatch.setenv("HISHO_HOME", str(engine_home))
     client = EngineClient()
     client.start()
-    proc = client._proc
+    proc = client._process.popen
     assert proc is not None and proc.stdin is not None
     proc.stdin.close()
     deadline = time.monotonic() + 10

@@ -18,7 +18,8 @@ from hisho.core.engine_client import EngineClient
 from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv_session import KVSession, suffix_length
-from hisho.core.protocol import LoadParams, Prefill, Request, Sampling
+from hisho.core.ops import Prefill, Request
+from hisho.core.protocol import LoadParams, Sampling
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=12, ignore_eos=True)
 CHUNK = 64

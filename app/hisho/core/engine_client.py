@@ -1,9 +1,10 @@
 """The parent side of the engine process: start it, talk to it, restart it after a crash.
 
 ``EngineClient`` is the local implementation of ``hisho.core.engine.Engine``: the one way the CLI and the GUI
-reach llama.cpp (the composition root, ``hisho.core.services``, makes it). The child is started by
-``hisho.core.spawn`` (role ``engine``); both sides check ``PROTOCOL_VERSION`` at ``hello``. It is thread-safe: any thread may issue a
-request; events are routed to the request that asked. The engine itself runs one request at a time, in order.
+reach llama.cpp (the composition root, ``hisho.core.services``, makes it). The child and its channel (start,
+route events to the request that asked, fail requests in flight when it dies) are ``hisho.core.engine_process``;
+this class adds the typed ops, the ``PROTOCOL_VERSION`` check at ``hello`` and re-loading after a crash. It is
+thread-safe: any thread may issue a request. The engine itself runs one request at a time, in order.
 
 A native abort inside llama.cpp kills only the child. Every request in flight then ends with ``EngineCrashed``;
 the next request starts a fresh child and re-loads the last ``LoadParams`` before running.
@@ -11,45 +12,41 @@ the next request starts a fresh child and re-loads the last ``LoadParams`` befor
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
 
-from hisho.core import logs, paths, spawn
 from hisho.core.engine import Capability
+from hisho.core.engine_process import EngineProcess
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.protocol import (
-    PROTOCOL_VERSION,
+from hisho.core.ops import (
     REQUESTS,
     BatchGenerate,
     Detokenize,
-    ErrorKind,
     Generate,
-    GenerationResult,
     Hello,
     KvFlush,
     KvInfo,
     Load,
-    LoadParams,
     Prefill,
-    ProtocolMismatch,
     Request,
-    Sampling,
     SeqRm,
     Serve,
-    Shutdown,
     StateLoad,
     StateSave,
     Tokenize,
     Unload,
+)
+from hisho.core.protocol import (
+    PROTOCOL_VERSION,
+    ErrorKind,
+    GenerationResult,
+    LoadParams,
+    ProtocolMismatch,
+    Sampling,
     check_protocol,
-    decode,
-    encode,
 )
 
 log = logging.getLogger("hisho.engine")
@@ -110,33 +107,29 @@ class EngineClient:
     """Owns the engine child process. Create one per app; ``close()`` it at exit."""
 
     def __init__(self, *, env: dict[str, str] | None = None, test_hooks: bool = False) -> None:
-        self._env = env
-        self._test_hooks = test_hooks
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stdin: IO[bytes] | None = None
-        self._reader: threading.Thread | None = None
-        self._write_lock = threading.Lock()
-        self._state_lock = threading.RLock()
-        self._pending: dict[int, queue.Queue[Any]] = {}
-        self._ids = itertools.count(1)
+        self._process = EngineProcess(env=env, test_hooks=test_hooks)
         self._load_params: LoadParams | None = None
-        self._loaded_in_proc: LoadParams | None = None
+        self._loaded: tuple[int, LoadParams] | None = None  # (EngineProcess.generation, what it loaded)
         self._load_info: dict[str, Any] = {}
         self.engine_info: dict[str, Any] = {}
         # What the engine's thread governors chose and why, as of the last reply (docs/threads.md); one dict
         # replaced whole, so readers on other threads see an old or a new one, never half of one.
         self.threads: dict[str, Any] = {}
-        self.restarts = 0
 
     # ----- process lifecycle -------------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._process.running
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
+        return self._process.pid
+
+    @property
+    def restarts(self) -> int:
+        """How often the engine was started again after it died."""
+        return self._process.restarts
 
     @property
     def load_info(self) -> dict[str, Any]:
@@ -148,27 +141,8 @@ class EngineClient:
         return self._load_params
 
     def start(self) -> None:
-        with self._state_lock:
-            if self.running:
-                return
-            if self._proc is not None:
-                self.restarts += 1
-            env = spawn.child_env(self._env)
-            if self._test_hooks:
-                env["HISHO_ENGINE_TEST_HOOKS"] = "1"
-            logs.rotate(paths.engine_log_file())
-            stderr_file = paths.engine_log_file().open("ab")
-            try:
-                self._proc = spawn.popen("engine", env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=stderr_file)
-            finally:
-                stderr_file.close()
-            self._stdin = self._proc.stdin
-            self._loaded_in_proc = None
-            self._reader = threading.Thread(
-                target=self._read_loop, args=(self._proc,), name="hisho-engine-reader", daemon=True
-            )
-            self._reader.start()
+        if not self._process.start():
+            return
         info = self._call(Hello(protocol=PROTOCOL_VERSION), restart=False)
         try:
             check_protocol(info.get("protocol"), "engine")
@@ -180,30 +154,11 @@ class EngineClient:
 
     def close(self, timeout: float = 5.0) -> None:
         """Ask the engine to exit; kill it if it does not within ``timeout``."""
-        with self._state_lock:
-            proc = self._proc
-            if proc is None:
-                return
-            if proc.poll() is None:
-                try:
-                    self._send({"id": next(self._ids), "op": Shutdown.op})
-                except OSError:
-                    pass
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    log.warning("engine did not exit in %.1fs; killing it", timeout)
-                    proc.kill()
-                    proc.wait()
-            self._proc = None
-            self._loaded_in_proc = None
+        self._process.close(timeout)
 
     def kill(self) -> None:
         """Kill the engine at once (tests, and the GUI's last resort)."""
-        with self._state_lock:
-            if self._proc is not None and self._proc.poll() is None:
-                self._proc.kill()
-                self._proc.wait()
+        self._process.kill()
 
     def __enter__(self) -> EngineClient:
         return self
@@ -223,7 +178,7 @@ class EngineClient:
         self._load_params = None
         if self.running:
             self._call(Unload())
-            self._loaded_in_proc = None
+            self._loaded = None
 
     def generate(
         self,
@@ -287,16 +242,11 @@ class EngineClient:
 
     def cancel(self, req_id: int) -> None:
         """Stop request ``req_id``; harmless if it already ended or the engine is gone."""
-        if not self.running:
-            return
-        try:
-            self._send({"id": next(self._ids), "op": "cancel", "target": req_id})
-        except OSError:
-            pass
+        self._process.cancel(req_id)
 
     def call(self, request: Request | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run one non-streaming request and return its result. ``call("op", {...})`` is the same as the op's
-        record (``hisho.core.protocol.REQUESTS``) built from those fields: checked here, not in the engine."""
+        record (``hisho.core.ops.REQUESTS``) built from those fields: checked here, not in the engine."""
         req = _typed(request, params)
         if req.streaming:
             raise ValueError(f"{req.op} is a streaming op: use stream()")
@@ -308,7 +258,7 @@ class EngineClient:
         if not req.streaming:
             raise ValueError(f"{req.op} is not a streaming op")
         self._ensure_ready()
-        req_id, events = self._submit(req)
+        req_id, events = self._process.submit(req)
         return Stream(self, req_id, events)
 
     # ----- internals -------------------------------------------------------------------------------
@@ -321,20 +271,21 @@ class EngineClient:
         """Start the engine if needed and re-load the last model after a crash."""
         self._ensure_started()
         params = self._load_params
-        if params is not None and self._loaded_in_proc != params:
+        if params is not None and self._loaded != (self._process.generation, params):
             log.info("re-loading %s into engine pid %s", params.model_path, self.pid)
             self._do_load(params)
 
     def _do_load(self, params: LoadParams) -> dict[str, Any]:
+        generation = self._process.generation
         info = self._call(Load(params=params))
-        self._loaded_in_proc = params
+        self._loaded = (generation, params)
         self._load_info = info
         return info
 
     def _call(self, req: Request, restart: bool = True) -> dict[str, Any]:
         if restart:
             self._ensure_started()
-        req_id, events = self._submit(req)
+        req_id, events = self._process.submit(req)
         try:
             ev = events.get()
         finally:
@@ -344,63 +295,8 @@ class EngineClient:
         result: dict[str, Any] = ev.get("result", {})
         return result
 
-    def _submit(self, req: Request) -> tuple[int, queue.Queue[Any]]:
-        req_id = next(self._ids)
-        events: queue.Queue[Any] = queue.Queue()
-        with self._state_lock:
-            if not self.running:
-                raise EngineCrashed(self._death_message(), self._proc.returncode if self._proc else None)
-            self._pending[req_id] = events
-        try:
-            self._send({"id": req_id, "op": req.op, **req.to_wire()})
-        except OSError:
-            self._forget(req_id)
-            raise EngineCrashed(self._death_message()) from None
-        return req_id, events
-
-    def _send(self, message: dict[str, Any]) -> None:
-        with self._write_lock:
-            stdin = self._stdin
-            if stdin is None:
-                raise OSError("engine not started")
-            stdin.write(encode(message))
-
     def _forget(self, req_id: int) -> None:
-        with self._state_lock:
-            self._pending.pop(req_id, None)
-
-    def _read_loop(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            try:
-                ev = decode(line)
-            except ValueError:
-                log.warning("engine wrote a non-protocol line: %r", line[:200])
-                continue
-            with self._state_lock:
-                target = self._pending.get(int(ev.get("id", -1)))
-            if target is not None:
-                target.put(ev)
-        code = proc.wait()
-        with self._state_lock:
-            if self._proc is proc:
-                self._loaded_in_proc = None
-            pending = list(self._pending.values()) if self._proc is proc else []
-            if self._proc is proc:
-                self._pending.clear()
-        if pending:
-            message = self._death_message(code)
-            log.error("%s", message)
-            for events in pending:
-                events.put({"ev": "error", "kind": ErrorKind.CRASHED.value, "message": message, "exit_code": code})
-
-    def _death_message(self, code: int | None = None) -> str:
-        if code is None and self._proc is not None:
-            code = self._proc.poll()
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        tail = logs.telling_tail(paths.engine_log_file())
-        detail = f" (last engine log line: {tail})" if tail else ""
-        return f"the engine process stopped unexpectedly ({how}){detail}"
+        self._process.forget(req_id)
 
 
 def _typed(request: Request | str, params: dict[str, Any] | None) -> Request:

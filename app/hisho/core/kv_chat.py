@@ -21,7 +21,8 @@ from hisho.core import instance
 from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import EngineError
 from hisho.core.executor import Executor
-from hisho.core.kv.index import KVIndex, Usage
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv.usage import Usage
 from hisho.core.kv_session import (
     KVSession,
     RestoreReport,

@@ -31,8 +31,10 @@ from hisho.core import paths
 from hisho.core.engine import Engine
 from hisho.core.errors import EngineError, UserError
 from hisho.core.executor import Executor
-from hisho.core.kv.index import KVIndex, Usage
-from hisho.core.protocol import StateLoad, StateSave, common_prefix
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv.usage import Usage
+from hisho.core.ops import StateLoad, StateSave
+from hisho.core.protocol import common_prefix
 
 log = logging.getLogger("hisho.kv")
 

@@ -9,6 +9,8 @@ Rules of use:
   ARGS…`` and ``hisho.cli.main`` hands it to the role's entry point (``run_child`` in cli.py). A test runs the
   probe through such a launcher (tests/engine/test_spawn.py).
 - Core never imports the engine: roles map to module *names*; only the launcher imports them.
+- ``stop_process`` is the one way to stop a child (ours, or a server a benchmark or a test started): ask, wait,
+  then kill and reap.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -85,6 +88,26 @@ def run(role: str, *args: str, input: str, timeout: float,
     """Run ``role`` to completion with ``input`` on stdin (the probe). Raises subprocess.TimeoutExpired."""
     return subprocess.run(command(role, *args), input=input, capture_output=True, text=True, timeout=timeout,
                           env=env if env is not None else child_env(), **popen_options())
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 30.0, *,
+                 ask: Callable[[], None] | None = None) -> bool:
+    """Stop ``proc``: ask it to exit (``ask``; by default SIGTERM), wait up to ``timeout`` seconds, then kill it.
+    Always reaps it. True if it exited by itself (or had already), False if it had to be killed. An ``ask``
+    that raises OSError (a pipe to a child already gone) counts as asked."""
+    if proc.poll() is not None:
+        return True
+    try:
+        (ask or proc.terminate)()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
 
 
 def child_role(argv: list[str]) -> tuple[str, list[str]] | None:

@@ -111,8 +111,14 @@ class ChunkWriter:
             job = self._jobs.get()
             if job is None:
                 return
-            records = []
+            records: list[dict[str, Any]] = []
             for record, header, offset, size in job.parts:
+                if records and "error" in records[-1]:
+                    # A chain is only usable up to its first hole (KVIndex.record_save): after a failed chunk
+                    # (a full disk, mostly) the later ones would be written only to be deleted again.
+                    record["error"] = "not written: an earlier chunk of this save failed"
+                    records.append(record)
+                    continue
                 records.append(self._write_one(job, record, header, offset, size))
             self.give_arena(job.arena)
             try:

@@ -17,12 +17,10 @@ import time
 from collections import deque
 from typing import IO, Any
 
-from hisho.core.protocol import (
-    PROTOCOL_VERSION,
+from hisho.core.ops import (
     Abort,
     BatchGenerate,
     Detokenize,
-    ErrorKind,
     Generate,
     Hello,
     KvFlush,
@@ -36,11 +34,9 @@ from hisho.core.protocol import (
     StateSave,
     Tokenize,
     Unload,
-    check_protocol,
-    decode,
-    encode,
     parse_request,
 )
+from hisho.core.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
 from hisho.engine.llama_setup import GenStats
 from hisho.engine.process import keep_llama_log_at_info, watch_parent
 from hisho.engine.runtime import RequestError, Runtime

@@ -305,7 +305,7 @@ def run_serving(server: Any, req_id: int, req: Any) -> None:
 
 
 def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
-    from hisho.core.protocol import Serve, parse_request
+    from hisho.core.ops import Serve, parse_request
 
     try:
         req = message if isinstance(message, Serve) else parse_request(message)

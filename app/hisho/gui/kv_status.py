@@ -18,8 +18,8 @@ from typing import Any
 from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QLabel
 
-from hisho.core.kv.index import Usage
 from hisho.core.kv.stored import conversation_usage
+from hisho.core.kv.usage import Usage
 from hisho.core.kv_chat import KVChat
 from hisho.core.units import format_bytes
 from hisho.gui.status_bar import ElidedLabel

@@ -33,7 +33,8 @@ from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.model import Document, DocumentError, PageSpan
 from hisho.core.engine import Engine
 from hisho.core.errors import UserError
-from hisho.core.protocol import BatchGenerate, Prompt, Sampling
+from hisho.core.ops import BatchGenerate, Prompt
+from hisho.core.protocol import Sampling
 
 log = logging.getLogger("hisho.documents")
 

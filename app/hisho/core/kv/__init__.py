@@ -1,10 +1,12 @@
-"""KV persistence, core side: chunk file format (``format``) and the SQLite index (``index``).
+"""KV persistence, core side: chunk file format (``format``), the SQLite index (``index``), and what the saved
+KV costs and which of it goes first (``usage``).
 
 The engine side (``hisho.engine.kvstate``) moves state bytes; ``hisho.core.kv_session`` is what the app calls.
 Decisions and the file layout: docs/kv-format.md.
 """
 
 from hisho.core.kv.format import KVFormatError
-from hisho.core.kv.index import KVIndex, Match, Usage
+from hisho.core.kv.index import KVIndex, Match
+from hisho.core.kv.usage import Usage
 
 __all__ = ["KVFormatError", "KVIndex", "Match", "Usage"]

@@ -7,6 +7,8 @@ SQLite component ``kv`` on ``hisho.core.db.Database``:
   fingerprint. A chunk is kept while some entry's chain reaches it; ``gc`` deletes the rest.
 - ``kv_speed``: measured prefill and restore speeds per fingerprint, for "seconds saved" estimates.
 
+What the saved KV costs and saves, and the eviction order, are read by ``hisho.core.kv.usage``.
+
 Rules of use: any thread may call (the Database serialises). Files are a cache: every method tolerates
 missing files and rows, and ``reconcile`` repairs both directions. Deleting is logged, never raised.
 """
@@ -27,35 +29,12 @@ import psutil
 from hisho.core import paths
 from hisho.core.db import Database
 from hisho.core.kv import format as kvf
+from hisho.core.kv.usage import Usage, chain, plan_eviction, read_usage
 
 log = logging.getLogger("hisho.kv")
 
 COMPONENT = "kv"
 RECENT_S = 120.0  # files younger than this may belong to a save in flight: reconcile leaves them alone
-DEFAULT_PREFILL_TOK_S = 250.0  # until measured (DESIGN.md: ~250-300 tok/s on a 2-core box, default model)
-DEFAULT_RESTORE_BYTES_S = 2e9
-DOCUMENT_PREFIX = "doc:"  # hisho.core.kv_session.document_owner
-
-# One query for every owner's usage (a sidebar of 1,000 chats must not ask 1,000 times): walk each entry's
-# chain tip -> root, then sum its chunks' bytes, and the bytes of chunks no other owner reaches.
-_USAGE_SQL = """
-WITH RECURSIVE chain(owner, fingerprint, key) AS (
-    SELECT owner, fingerprint, tip FROM kv_entries
-    UNION
-    SELECT ch.owner, ch.fingerprint, c.parent FROM chain ch JOIN kv_chunks c ON c.key = ch.key
-),
-reach AS (SELECT ch.owner, ch.fingerprint, c.key, c.bytes FROM chain ch JOIN kv_chunks c ON c.key = ch.key),
-users AS (SELECT key, COUNT(DISTINCT owner) AS n FROM reach GROUP BY key)
-SELECT e.owner, e.fingerprint, e.n_tokens, e.pinned, e.last_used,
-       COALESCE(SUM(r.bytes), 0) AS size, COALESCE(SUM(CASE WHEN u.n <= 1 THEN r.bytes ELSE 0 END), 0) AS own,
-       s.prefill_tok_s AS prefill, s.restore_bytes_s AS restore
-FROM kv_entries e
-LEFT JOIN reach r ON r.owner = e.owner AND r.fingerprint = e.fingerprint
-LEFT JOIN users u ON u.key = r.key
-LEFT JOIN kv_speed s ON s.fingerprint = e.fingerprint
-{where}
-GROUP BY e.owner, e.fingerprint
-"""
 
 
 def _v1(db: sqlite3.Connection) -> None:
@@ -91,27 +70,6 @@ class Match:
     def request(self) -> list[dict[str, Any]]:
         return [{"key": c["key"], "path": c["path"], "start": c["start"], "n_tokens": c["n_tokens"]}
                 for c in self.chunks]
-
-
-@dataclass
-class Usage:
-    """What one owner's saved KV costs and saves. Shared chunks (a document prefix two chats start with) count
-    in full for every owner that needs them (``bytes``); ``own_bytes`` is what deleting the owner frees. The
-    disk total (``KVIndex.total_bytes``) counts each chunk once, so owners' ``bytes`` may add up to more."""
-
-    owner: str
-    n_tokens: int
-    bytes: int            # all chunks its prefix needs
-    own_bytes: int        # chunks no other owner needs (what deleting it frees)
-    seconds_saved: float  # estimated prefill avoided minus the restore
-    pinned: bool = False  # evicted last (a pinned conversation; documents are always kept like pinned ones)
-    last_used: float = 0.0
-
-
-def protected(owner: str, pinned: bool) -> bool:
-    """Owners eviction keeps longest: pinned conversations and documents (a document's prefix is what every
-    question about it restores)."""
-    return pinned or owner.startswith(DOCUMENT_PREFIX)
 
 
 class KVIndex:
@@ -229,7 +187,7 @@ class KVIndex:
         dropping such an owner would free nothing); only when those are gone, protected owners (pinned
         conversations and documents), least recently used first."""
         self.gc()
-        victims = self._plan_eviction(budget_bytes)
+        victims = plan_eviction(self.db, budget_bytes)
         if not victims:
             return []
         with self.db.transaction():
@@ -239,38 +197,6 @@ class KVIndex:
         dropped = list(dict.fromkeys(owner for owner, _fp in victims))
         log.info("KV budget %d bytes: evicted %s (%d bytes freed)", budget_bytes, ", ".join(dropped), freed)
         return dropped
-
-    def _plan_eviction(self, budget: int) -> list[tuple[str, str]]:
-        """Simulate the eviction order on reference counts in memory; the database is changed once, after."""
-        rows = {r["key"]: r for r in self.db.query("SELECT key, parent, bytes FROM kv_chunks")}
-        total = sum(int(r["bytes"]) for r in rows.values())
-        if total <= budget:
-            return []
-        entries = [(str(e["owner"]), str(e["fingerprint"]), protected(str(e["owner"]), bool(e["pinned"])),
-                    _chain(rows, e["tip"]))
-                   for e in self.db.query("SELECT * FROM kv_entries ORDER BY last_used ASC")]
-        refs: dict[str, int] = {}
-        kept: dict[str, int] = {}  # references from protected entries
-        for _o, _f, prot, chain in entries:
-            for k in chain:
-                refs[k] = refs.get(k, 0) + 1
-                kept[k] = kept.get(k, 0) + prot
-        alive = list(range(len(entries)))
-        victims: list[tuple[str, str]] = []
-        while total > budget and alive:
-            pick = next((i for i in alive if not entries[i][2] and any(kept[k] == 0 for k in entries[i][3])),
-                        None)
-            if pick is None:  # what is left is protected, or only reachable through protected owners
-                pick = next((i for i in alive if entries[i][2]), alive[0])
-            alive.remove(pick)
-            owner, fp, prot, chain = entries[pick]
-            for k in chain:
-                refs[k] -= 1
-                kept[k] -= prot
-                if refs[k] == 0:
-                    total -= int(rows[k]["bytes"])
-            victims.append((owner, fp))
-        return victims
 
     def clear(self) -> int:
         """Forget every saved prefix and delete every file under ``kv_dir`` (the user's "Clear all"). Measured
@@ -327,8 +253,7 @@ class KVIndex:
         rows = {r["key"]: r for r in self.db.query("SELECT key, parent, start FROM kv_chunks")}
         with self.db.transaction():
             for e in self.db.query("SELECT owner, fingerprint, tip FROM kv_entries"):
-                chain = _chain(rows, e["tip"])
-                hit = [k for k in chain if k in gone]
+                hit = [k for k in chain(rows, e["tip"]) if k in gone]
                 if not hit:
                     continue
                 first = rows[hit[-1]]  # the chain runs tip -> root: the last hit is nearest the root
@@ -363,24 +288,8 @@ class KVIndex:
         return self.usage_all(owner).get(owner, Usage(owner, 0, 0, 0, 0.0))
 
     def usage_all(self, owner: str | None = None) -> dict[str, Usage]:
-        """Every owner's usage in one SQL query (or just ``owner``'s; shared-chunk counts still see everyone).
-        An owner saved under several fingerprints (another model, another KV type) adds up its bytes; tokens
-        and seconds saved are those of its best entry."""
-        where, args = ("WHERE e.owner = ?", [owner]) if owner is not None else ("", [])
-        out: dict[str, Usage] = {}
-        for row in self.db.query(_USAGE_SQL.format(where=where), args):
-            name, n_tokens, pinned, last_used = row["owner"], row["n_tokens"], row["pinned"], row["last_used"]
-            size, own, prefill, restore = row["size"], row["own"], row["prefill"], row["restore"]
-            saved = max(0.0, int(n_tokens) / float(prefill or DEFAULT_PREFILL_TOK_S)
-                        - int(size) / float(restore or DEFAULT_RESTORE_BYTES_S))
-            u = out.get(name)
-            if u is None:
-                out[name] = Usage(name, int(n_tokens), int(size), int(own), saved, bool(pinned), float(last_used))
-            else:
-                u.n_tokens, u.seconds_saved = max(u.n_tokens, int(n_tokens)), max(u.seconds_saved, saved)
-                u.bytes, u.own_bytes = u.bytes + int(size), u.own_bytes + int(own)
-                u.pinned, u.last_used = u.pinned or bool(pinned), max(u.last_used, float(last_used))
-        return out
+        """Every owner's usage in one SQL query, or just ``owner``'s (``hisho.core.kv.usage.read_usage``)."""
+        return read_usage(self.db, owner)
 
     # ----- helpers -----------------------------------------------------------------------------------
 
@@ -409,15 +318,6 @@ def _common(have: array[int], want: array[int], pos: int) -> int:
     while i < n and have[i] == want[pos + i]:
         i += 1
     return i
-
-
-def _chain(rows: dict[str, Any], tip: str) -> list[str]:
-    out, key, seen = [], tip, set()
-    while key in rows and key not in seen:
-        seen.add(key)
-        out.append(key)
-        key = rows[key]["parent"]
-    return out
 
 
 def _writer_alive(path: Path) -> bool:

@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 
 from hisho.core.db import Database, DatabaseUnavailable
-from hisho.core.kv.index import DOCUMENT_PREFIX, KVIndex, Usage, protected
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv.usage import DOCUMENT_PREFIX, Usage, protected
 
 log = logging.getLogger("hisho.kv")
 

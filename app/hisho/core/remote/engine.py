@@ -25,15 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hisho.core.protocol import (
-    BatchGenerate,
-    ErrorKind,
-    GenerationResult,
-    LoadParams,
-    Sampling,
-    StateLoad,
-    StateSave,
-)
+from hisho.core.ops import BatchGenerate, StateLoad, StateSave
+from hisho.core.protocol import ErrorKind, GenerationResult, LoadParams, Sampling
 from hisho.core.remote.http import Endpoint, RemoteError, SSEStream, call
 from hisho.core.remote.probe import ServerInfo, probe
 from hisho.core.remote.slots import SlotKeeper
