@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -57,9 +58,27 @@ def test_plan_picks_gpu_layers(l8b: Path) -> None:
 def test_fits_on_the_small_laptop(l8b: Path) -> None:
     laptop = from_fixture(DEVICES / "cpu_only_8g.json")
     params = LoadParams(model_path=str(l8b), n_ctx=4096)
-    assert apply_plan(params, want_gpu_layers=-1, machine=laptop) == params
+    # Flash attention off: an f16 cache on the CPU whose 4K scores stay small (docs/flash-attention.md).
+    assert apply_plan(params, want_gpu_layers=-1, machine=laptop) == dataclasses.replace(params, flash_attn=False)
 
 
 def test_no_gpu_backend_in_core_tests() -> None:
     # Core tests run with llama_cpp unimportable; a CPU build has no GPU backend library either.
     assert gpu_backend_present() is False
+
+
+def test_flash_attention_off_where_it_costs_little(default_model_path: Path, l8b: Path) -> None:
+    """docs/flash-attention.md: CPU, f16 KV, small extra memory -> off; otherwise as asked."""
+    laptop = from_fixture(DEVICES / "cpu_only_8g.json")
+    small = apply_plan(LoadParams(model_path=str(default_model_path), n_ctx=4096), want_gpu_layers=0,
+                       machine=laptop)
+    assert small.flash_attn is False
+    # A quantized V cache needs it; an 8B's scores at 8K (32 heads: 512 MiB) are over the cap.
+    q8 = LoadParams(model_path=str(default_model_path), n_ctx=4096, type_k="q8_0", type_v="q8_0")
+    assert apply_plan(q8, want_gpu_layers=0, machine=laptop).flash_attn is True
+    assert apply_plan(LoadParams(model_path=str(l8b), n_ctx=8192), want_gpu_layers=0, machine=laptop).flash_attn
+    assert not apply_plan(LoadParams(model_path=str(l8b), n_ctx=4096), want_gpu_layers=0,
+                          machine=laptop).flash_attn
+    # Nothing on a GPU: its backends have no per-row slow path.
+    gpu = from_fixture(DEVICES / "discrete_rtx4060_laptop.json")
+    assert apply_plan(LoadParams(model_path=str(l8b), n_ctx=4096), want_gpu_layers=-1, machine=gpu).flash_attn

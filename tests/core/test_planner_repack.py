@@ -105,4 +105,5 @@ def test_load_params_say_how_to_load(tmp_path: Path) -> None:
         machine = from_dict({**base, "cpu_features": features})
         out = apply_plan(LoadParams(model_path=str(path), n_ctx=1024), want_gpu_layers=0, machine=machine)
         assert out.use_mmap is expect, features
-        assert dataclasses.replace(out, use_mmap=None) == LoadParams(model_path=str(path), n_ctx=1024)
+        # (flash attention is the plan's too: docs/flash-attention.md)
+        assert dataclasses.replace(out, use_mmap=None, flash_attn=True) == LoadParams(model_path=str(path), n_ctx=1024)

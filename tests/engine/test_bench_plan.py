@@ -51,6 +51,11 @@ def test_state_fill_matches_a_real_prefill(default_model_path: Path) -> None:
 
 def test_matrix_only_filter() -> None:
     assert bench_plan.matrix_models("gemma-3-1b:IQ4_XS") == [("gemma-3-1b", "IQ4_XS")]
+    # In the order given (a run that may be stopped measures what matters first), each pair once.
+    assert bench_plan.matrix_models("llama-3.2-3b:Q4_K_M,llama-3.2-1b:Q8_0,llama-3.2-3b:Q4_K_M") == [
+        ("llama-3.2-3b", "Q4_K_M"), ("llama-3.2-1b", "Q8_0")]
+    assert bench_plan.matrix_models("qwen2.5-1.5b:Q6_K,gemma-3-1b")[:2] == [("qwen2.5-1.5b", "Q6_K"),
+                                                                         ("gemma-3-1b", "Q4_0")]
     assert ("llama-3.2-1b", "F16") in bench_plan.matrix_models()
     assert ("llama-3.2-3b", "F16") not in bench_plan.matrix_models()
     with pytest.raises(SystemExit):

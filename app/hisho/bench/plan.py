@@ -31,7 +31,7 @@ from hisho.core.gguf_facts import ModelFacts, read_facts
 from hisho.core.launch import open_model
 from hisho.core.machine import detect
 from hisho.core.planner import calibration_for
-from hisho.core.planner.calibrate import run_probe
+from hisho.core.planner.calibrate import ProbeFailed, run_probe
 from hisho.core.planner.memory import Calibration, Config, estimate
 from hisho.core.protocol import LoadParams
 from hisho.core.units import MIB
@@ -44,14 +44,17 @@ KV_TYPES = ("f16", "q8_0")
 
 
 def matrix_models(only: str | None = None) -> list[tuple[str, str]]:
-    """(shape, quant) pairs of the matrix, optionally filtered by ``only`` ("shape[:quant],...")."""
+    """(shape, quant) pairs of the matrix, optionally only those ``only`` names ("shape[:quant],...", in that
+    order)."""
     from hisho.bench.shapes import QUANTS, SHAPES
 
     pairs = [(s, q) for s in SHAPES for q in QUANTS if q != "F16" or s == "llama-3.2-1b"]
     if not only:
         return pairs
     wanted = [w.strip() for w in only.split(",") if w.strip()]
-    keep = [(s, q) for s, q in pairs if any(w in (s, f"{s}:{q}") for w in wanted)]
+    # In the order given: a run that may be stopped measures the cells that matter most first.
+    keep = [(s, q) for w in wanted for s, q in pairs if w in (s, f"{s}:{q}")]
+    keep = list(dict.fromkeys(keep))
     if not keep:
         raise SystemExit(f"hisho: error: --only {only!r} matches no matrix cell (shapes: {', '.join(SHAPES)})")
     return keep
@@ -63,6 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cpu = detect().cpu or None
     cells: list[dict[str, Any]] = []
     models: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     if getattr(args, "matrix", False):
         from hisho.bench.shapes import model_file
 
@@ -70,13 +74,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             started = time.perf_counter()
             path = model_file(shape, quant)
             gen_s = time.perf_counter() - started
-            model_cells = _model_cells(path, MATRIX_CONTEXTS, n_batch, int(s["n_threads"]), cpu, fill="state")
-            for c in model_cells:
-                c["model"] = f"{shape}:{quant}"
-                # One line per cell as it comes: a matrix takes an hour on a laptop; a stopped run keeps its cells.
-                sys.stderr.write(json.dumps(c) + "\n")
-                sys.stderr.flush()
-            cells += model_cells
+            model_cells = _model_cells(path, MATRIX_CONTEXTS, n_batch, int(s["n_threads"]), cpu, fill="state",
+                                       label=f"{shape}:{quant}", keep_going=True)
+            cells += [c for c in model_cells if "error" not in c]
+            failed += [c for c in model_cells if "error" in c]
             models.append({"model": f"{shape}:{quant}", "path": str(path), "generate_s": round(gen_s, 2)})
         out: dict[str, Any] = {"matrix": True, "contexts": list(MATRIX_CONTEXTS), "models": models}
     else:
@@ -85,8 +86,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cells = _model_cells(model_path, CONTEXTS, n_batch, int(s["n_threads"]), cpu,
                              fill="decode" if bundled else "state")
         out = {"model": str(model_path)}
+    if not cells:
+        raise SystemExit(f"hisho: error: no cell measured ({len(failed)} failed: {failed[0]['error'] if failed else ''})")
     out.update(summary(cells))
     out["cells"] = cells
+    if failed:
+        out["failed_cells"] = failed
     return out
 
 
@@ -105,7 +110,12 @@ def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_threads: int,
-                 cpu: frozenset[str] | None, *, fill: str) -> list[dict[str, Any]]:
+                 cpu: frozenset[str] | None, *, fill: str, label: str | None = None,
+                 keep_going: bool = False) -> list[dict[str, Any]]:
+    """The cells of one model. With ``label`` (matrix mode) each cell is also written to stderr as one JSON line
+    the moment it is measured: a matrix takes an hour on a laptop and a stopped run keeps its cells. With
+    ``keep_going`` a cell whose probe fails (a starved or crashed child) is recorded with its error and the
+    matrix goes on."""
     facts = read_facts(model_path)
     calib = calibration_for(facts, n_ubatch=n_batch)
     cells = []
@@ -114,7 +124,18 @@ def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_th
             continue
         for kv in KV_TYPES:
             cfg = Config(n_ctx=n_ctx, type_k=kv, type_v=kv, flash_attn=True, n_batch=n_batch, n_ubatch=n_batch)
-            cells.append(_cell(facts, cfg, calib, cpu, str(model_path), n_threads, fill))
+            try:
+                cell = _cell(facts, cfg, calib, cpu, str(model_path), n_threads, fill)
+            except ProbeFailed as e:
+                if not keep_going:
+                    raise
+                log.warning("cell %s n_ctx %d %s failed: %s", label, n_ctx, kv, e)
+                cell = {"n_ctx": n_ctx, "type_k": kv, "type_v": kv, "error": str(e)}
+            if label is not None:
+                cell["model"] = label
+                sys.stderr.write(json.dumps(cell) + "\n")
+                sys.stderr.flush()
+            cells.append(cell)
     return cells
 
 

@@ -91,7 +91,8 @@ DECLARED: tuple[Setting, ...] = (
     Setting("n_threads", int, 0, "CPU threads (0 = automatic: up to the physical cores, fewer while "
             "other programs keep them busy; docs/threads.md).", 0, 512),
     Setting("n_batch", int, 512, "Prompt tokens per llama_decode call.", 32, 8192),
-    Setting("flash_attn", bool, True, "Use flash attention (needed for quantized V cache)."),
+    Setting("flash_attn", bool, True, "Allow flash attention (a quantized V cache needs it); with an f16 cache "
+            "on the CPU the plan turns it off where that is faster and costs little memory."),
     Setting("kv_type", str, "f16", "KV cache element type.", choices=("f16", "q8_0", "q4_0")),
     Setting("n_gpu_layers", int, -1, "Layers to offload (-1 = what the plan says).", -1, 1000),
     Setting("min_ctx", int, 4096, "Smallest context the planner may choose.", 256, 1 << 20),
