@@ -4,7 +4,8 @@ package (no weights are ever downloaded from anywhere)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -80,3 +81,18 @@ def environ_for_child(hub: FakeHub) -> dict[str, str]:
     app = str(Path(__file__).resolve().parents[2] / "app")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (app, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def run_in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """Start ``fn`` (a download, mostly) on its own thread; what it raises is handed to the test thread."""
+    got: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            got.append(exc)
+
+    t = threading.Thread(target=work)
+    t.start()
+    return t, got

@@ -13,7 +13,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +41,14 @@ from hisho.core.hub import fetch as fetch_mod
 from hisho.core.hub import token as token_mod
 from hisho.core.machine import Machine
 from hisho.core.models import ModelStore
-from tests.core.hub_fixtures import big_model, environ_for_child, hub, write_payload_gguf, write_split
+from tests.core.hub_fixtures import (
+    big_model,
+    environ_for_child,
+    hub,
+    run_in_thread,
+    write_payload_gguf,
+    write_split,
+)
 from tests.fixtures.gguf_shapes import TINY_LLAMA, Shape
 
 __all__ = ["hub"]  # the fixture, imported for pytest
@@ -249,16 +255,7 @@ def test_pause_then_cancel_removes_the_partial(hub: FakeHub, tmp_path: Path) -> 
     hub.throttle = 4 * MIB
     dl = Downloader()
     job = dl.enqueue(next(f for f in repo_files(REPO)))
-    got: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            dl.run(job.id)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            got.append(exc)
-
-    t = threading.Thread(target=work)
-    t.start()
+    t, got = run_in_thread(lambda: dl.run(job.id))
     while not dl.running(job.id) or not list(download_mod.target_dir(REPO).glob(".*.part")):
         time.sleep(0.01)
     time.sleep(0.3)

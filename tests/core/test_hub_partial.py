@@ -8,7 +8,6 @@ otherwise, and a server that ignores the Range starts the file again.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from hisho.core.hub import download as download_mod
 from hisho.core.hub import partial as partial_mod
 from hisho.core.hub import receive as receive_mod
 from hisho.core.hub.fetch import partial_path
-from tests.core.hub_fixtures import hub, write_payload_gguf
+from tests.core.hub_fixtures import hub, run_in_thread, write_payload_gguf
 
 __all__ = ["hub"]  # the fixture, imported for pytest
 MIB = 1024**2
@@ -89,16 +88,7 @@ def test_checkpoints_record_what_was_made_durable(hub: FakeHub, tmp_path: Path,
     hub.throttle = 4 * MIB
     dl = Downloader()
     job = dl.enqueue(next(f for f in repo_files(REPO)))
-    got: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            dl.run(job.id)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            got.append(exc)
-
-    t = threading.Thread(target=work)
-    t.start()
+    t, got = run_in_thread(lambda: dl.run(job.id))
     folder = download_mod.target_dir(REPO)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
