@@ -75,8 +75,11 @@ def test_add_test_pick_and_chat_remote(qtbot: QtBot, slow_window: MainWindow,
         texts = [a.text() for a in picker.menu_.actions()]
         assert "box — openai" in texts and MODEL in texts and "This computer" in texts
         picker.choose_remote(*picker.remote[0][:1], MODEL)
-        wait_for(qtbot, lambda: w.ctx.engine.engine_info.get("engine") == "box", 30_000)
-        assert "box" in w.model_label.text()
+        # The engine is swapped on the engine lane, the window updated when that job's done runs on this thread.
+        wait_for(qtbot, lambda: w.ctx.engine.engine_info.get("engine") == "box" and "box" in w.model_label.text(),
+                 30_000)
+        # The stub saves no slots: the sidebar says resume is the server's job (issue 15, point 3).
+        assert "server's job" in w.sidebar.engine_note.text() and not w.sidebar.engine_note.isHidden()
 
         conv = w.ctx.store.create("Remote")
         w.controller.refresh(conv.id)
@@ -90,6 +93,7 @@ def test_add_test_pick_and_chat_remote(qtbot: QtBot, slow_window: MainWindow,
         local = next(e for e in picker.entries)
         picker.choose(local)
         wait_for(qtbot, lambda: w.ctx.engine is w.ctx.local_engine and w.controller.model_ready, 600_000)
+        wait_for(qtbot, lambda: w.sidebar.engine_note.isHidden(), 30_000)   # this computer's KV cache again
         w.controller.send("Hi again.")
         wait_idle(qtbot, w, 600_000)
         assert w.ctx.store.branch(conv.id)[-1].engine == "local"

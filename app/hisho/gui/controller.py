@@ -61,8 +61,8 @@ class ChatController(QObject):
         self.ctx = window.ctx
         self.store = self.ctx.store
         self.service = self.ctx.chat
-        self.workers = self.ctx.executor
-        self.workers.on_error = self.report
+        self.executor = self.ctx.executor
+        self.executor.on_error = self.report
         self.current: Conversation | None = None
         self.model_ready = False
         self.model_failed = False
@@ -88,11 +88,11 @@ class ChatController(QObject):
     # ----- plumbing --------------------------------------------------------------------------------------
 
     def store_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None) -> None:
-        self.workers.submit("store", fn, done=done)
+        self.executor.submit("store", fn, done=done)
 
     def engine_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None,
                    failed: Callable[[BaseException], Any] | None = None) -> None:
-        self.workers.submit("engine", fn, done=done, failed=failed)
+        self.executor.submit("engine", fn, done=done, failed=failed)
 
     def report(self, exc: BaseException) -> None:
         """Errors of background operations: the user's (one line) or a bug (logged, short message)."""
@@ -314,7 +314,7 @@ class ChatController(QObject):
                 log.error("could not save the draft: %s", exc)
         self.sending.stop()
         self.w.view.detach_stream()
-        if not self.workers.shutdown(CLOSE_WAIT_S):
+        if not self.executor.shutdown(CLOSE_WAIT_S):
             self.ctx.engine.kill()  # a reply did not stop in time; its text so far is saved already
         self.ctx.engine.close()
         log.info("window closed in %.2fs", time.perf_counter() - start)

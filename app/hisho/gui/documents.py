@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -144,12 +144,11 @@ class DocumentsController(QObject):
         window.statusBar().addPermanentWidget(self.panel)
         window.setAcceptDrops(True)
         window.installEventFilter(self)
-        self.action = window.file_menu.addAction("Summarize…")
+        # File → Summarize…: this controller owns the action (enabled while no summary runs); the window's
+        # menu builder decides where it stands.
+        self.action = QAction("Summarize…", self)
         self.action.setShortcut("Ctrl+Shift+O")
         self.action.triggered.connect(self.choose_files)
-        # Move the action up, next to the other file actions (before the separator above Quit).
-        actions = window.file_menu.actions()
-        window.file_menu.insertAction(actions[1] if len(actions) > 2 else actions[-1], self.action)
 
     # ----- entry points --------------------------------------------------------------------------------
 

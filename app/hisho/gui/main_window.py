@@ -63,9 +63,9 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status)
         self._build_center()
         self.controller = ChatController(self)
+        self.documents = DocumentsController(self)  # drop zone, File → Summarize…, summary progress
         self._build_menus()
         self._build_shortcuts()
-        self.documents = DocumentsController(self)  # drop zone, File → Summarize…, summary progress
         self.attach = AttachController(self)        # paperclip and drop on the message box: attach to this chat
         from hisho.gui.model_picker import attach_picker
 
@@ -216,6 +216,7 @@ class MainWindow(QMainWindow):
         bar = self.menuBar()
         self.file_menu: QMenu = bar.addMenu("&File")
         self._action(self.file_menu, "New chat", c.listing.new_chat, QKeySequence.StandardKey.New)
+        self.file_menu.addAction(self.documents.action)
         self.file_menu.addSeparator()
         self._action(self.file_menu, "Import chat…", c.listing.import_chat)
         self._action(self.file_menu, "Export chat…", lambda: c.listing.export_chat(None))

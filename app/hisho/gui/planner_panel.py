@@ -190,5 +190,5 @@ def open_planner(window: Any) -> PlannerPanel:
     def failed(exc: BaseException) -> None:
         panel.choice.setText(f"No plan: {exc}")
 
-    window.controller.workers.submit("engine", work, done=done, failed=failed)
+    window.controller.executor.submit("engine", work, done=done, failed=failed)
     return panel

@@ -76,6 +76,10 @@ def use_remote(window: Any, ep: Endpoint, model: str,
                   else "resuming long chats is the server's job there")
         c.toast(f"{model} on {ep.name}: {info.get('kind', '')} {info.get('version', '')}".rstrip() +
                 f"; {resume}.")
+        window.sidebar.set_engine_note(
+            "" if info.get("slot_save") else
+            f"Chats run on {ep.name}: resuming long chats is the server's job there (its prompt cache); "
+            "Hisho's saved KV cache is used on this computer only.")
         if not getattr(window, "_cache_shown", False):
             window.turn_finished.connect(lambda result: show_server_cache(window, result))
             window._cache_shown = True
@@ -138,7 +142,7 @@ def use_local(window: Any) -> None:
         services_mod.use_engine(ctx, local, name)
         save_choice(LOCAL)
 
-    window.controller.engine_job(job)
+    window.controller.engine_job(job, lambda _r: window.sidebar.set_engine_note(""))
 
 
 def offer_remote(window: Any, hub: Any) -> None:

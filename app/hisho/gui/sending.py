@@ -286,7 +286,7 @@ class Sending:
             self.running = turn  # visible to stop()/shutdown() before the GUI hears of the turn
             branch = self.c.store.branch(turn.conversation_id, turn.parent_id)
             siblings = {m.id: self.c.store.siblings(m.id) for m in branch}
-            self.c.workers.post(lambda: self._began(turn, live, branch, siblings, base))
+            self.c.executor.post(lambda: self._began(turn, live, branch, siblings, base))
             try:
                 return self.service.run(turn, live.on_text)
             finally:

@@ -204,9 +204,16 @@ class Sidebar(QFrame):
         self.list.currentItemChanged.connect(self._current_changed)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setItemDelegate(BadgeDelegate(self.list))
+        # Under the list: what the engine in use means for these chats (a remote engine without slot saving:
+        # resuming long chats is the server's job, Hisho's KV cache is not used). Hidden when there is nothing.
+        self.engine_note = QLabel()
+        self.engine_note.setObjectName("Hint")
+        self.engine_note.setWordWrap(True)
+        self.engine_note.hide()
         lay.addLayout(top)
         lay.addWidget(self.search)
         lay.addWidget(self.list, 1)
+        lay.addWidget(self.engine_note)
         self.current_id: int | None = None
         self._quiet = False
         self._kv: dict[int, tuple[str, str]] | None = None  # per chat: (badge, tooltip); None: KV off
@@ -253,6 +260,10 @@ class Sidebar(QFrame):
             self.list.setCurrentItem(select)
         self.current_id = current
         self._quiet = False
+
+    def set_engine_note(self, text: str) -> None:
+        self.engine_note.setText(text)
+        self.engine_note.setVisible(bool(text))
 
     def set_kv(self, badges: dict[int, tuple[str, str]], none: tuple[str, str]) -> None:
         """Each chat's saved-KV (badge, tooltip); chats not in ``badges`` get ``none`` (nothing saved)."""
