@@ -29,6 +29,7 @@ from typing import Any
 
 from hisho.core import paths
 from hisho.core.errors import UserError
+from hisho.core.units import format_bytes
 
 log = logging.getLogger("hisho.store")
 
@@ -54,12 +55,8 @@ class DiskFull(DatabaseUnavailable):
 
     def __init__(self, folder: Path, free_bytes: int, needed_bytes: int) -> None:
         self.folder, self.free_bytes, self.needed_bytes = folder, free_bytes, needed_bytes
-        super().__init__(f"disk full: {_mb(needed_bytes)} MB needed on {folder} ({_mb(free_bytes)} MB free); "
-                         "free space and retry")
-
-
-def _mb(n: int) -> str:
-    return f"{max(n, 0) / 1e6:.0f}" if n >= 10e6 else f"{max(n, 0) / 1e6:.1f}"
+        super().__init__(f"disk full: {format_bytes(needed_bytes)} needed on {folder} "
+                         f"({format_bytes(free_bytes)} free); free space and retry")
 
 
 def disk_full(path: str | os.PathLike[str] | None) -> DiskFull | None:

@@ -1,6 +1,9 @@
 """Documents in the window: drop zone, File → Summarize…, progress with stage/ETA/cancel, result as a conversation.
 
-Rules of use: ``DocumentsController(window)`` once, after the window's menus exist. The job (the root's
+Rules of use: ``DocumentsController(window)`` once; the window places its ``action`` in the File menu and
+connects its signals (``notice``: a line for the status bar; ``failed``: an error to report; ``ended``: the job
+is over, queued messages may go; ``opened``: the result's conversation id, to show). The controller reaches
+into no other part of the window. The job (the root's
 ``hisho.core.documents.service.Documents``) runs on the ``engine`` lane of the app's executor; progress comes
 back through the executor's ``post``. The widgets here start no threads. When the job ends the result opens as
 a conversation with the documents attached (``hisho.core.documents.ask``) and the status bar says how
@@ -16,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -33,6 +36,7 @@ from PySide6.QtWidgets import (
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
 from hisho.gui.status_bar import ElidedLabel
+from hisho.gui.toast import TOAST_MS
 
 if TYPE_CHECKING:
     from hisho.gui.main_window import MainWindow
@@ -129,6 +133,11 @@ def _duration(seconds: float) -> str:
 
 
 class DocumentsController(QObject):
+    notice = Signal(str, int)    # a line for the status bar, shown for so many ms
+    failed = Signal(object)      # the job's exception: the window reports it as it reports its own
+    ended = Signal()             # the job is over (done, cancelled or failed): messages waiting for it may go
+    opened = Signal(int)         # the result's conversation: the window lists and shows it
+
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
@@ -183,13 +192,13 @@ class DocumentsController(QObject):
 
     def summarize(self, files: list[Path]) -> None:
         if self.running:
-            self.window.controller.toast("A summary is already running; cancel it first.")
+            self.notice.emit("A summary is already running; cancel it first.", TOAST_MS)
             return
         self.panel.show_progress(JobProgress("extracting", 0, len(files), 0.0, message=files[0].name))
         self.action.setEnabled(False)
         self.running = True
         self.job_name = files[0].name if len(files) == 1 else f"{len(files)} documents"
-        self.ctx.executor.submit("engine", lambda: self._run(files), done=self._done, failed=self._failed)
+        self.ctx.executor.submit("engine", lambda: self._run(files), done=self._done, failed=self._job_failed)
         log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
 
     def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
@@ -262,26 +271,24 @@ class DocumentsController(QObject):
         self.last_result = result
         self.panel.finish()
         self.action.setEnabled(True)
-        controller = self.window.controller
-        controller.sending.pump()  # messages that waited for the summary go now
+        self.ended.emit()  # messages that waited for the summary go now
         if result.cancelled:
-            controller.toast("Summary cancelled. Finished chunks are kept: summarize the same file again to "
-                             "resume.")
+            self.notice.emit("Summary cancelled. Finished chunks are kept: summarize the same file again to "
+                             "resume.", TOAST_MS)
             return
         self.last_conversation = cid
         if cid is None:  # nothing could be read: say why, where the user looks, until dismissed
             why = "; ".join(result.skipped) or "no text found"
-            controller.toast(f"Nothing to summarize. {why}", ms=30_000)
+            self.notice.emit(f"Nothing to summarize. {why}", 30_000)
             return
-        controller.refresh(select=cid)
-        controller.select(cid)
+        self.opened.emit(cid)
         skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
-        controller.toast(f"Summary ready ({_duration(result.seconds)}). {note}{skipped}",
-                         ms=30_000 if skipped else 8000)
+        self.notice.emit(f"Summary ready ({_duration(result.seconds)}). {note}{skipped}",
+                         30_000 if skipped else TOAST_MS)
 
-    def _failed(self, exc: BaseException) -> None:
+    def _job_failed(self, exc: BaseException) -> None:
         self.job, self.running = None, False
         self.panel.finish()
         self.action.setEnabled(True)
-        self.window.controller.report(exc)
-        self.window.controller.sending.pump()
+        self.failed.emit(exc)
+        self.ended.emit()

@@ -64,6 +64,7 @@ class MainWindow(QMainWindow):
         self._build_center()
         self.controller = ChatController(self)
         self.documents = DocumentsController(self)  # drop zone, File → Summarize…, summary progress
+        self._connect_documents()
         self._build_menus()
         self._build_shortcuts()
         self.attach = AttachController(self)        # paperclip and drop on the message box: attach to this chat
@@ -210,6 +211,18 @@ class MainWindow(QMainWindow):
         self.banner.setVisible(bool(text))
 
     # ----- menus and keys --------------------------------------------------------------------------------
+
+    def _connect_documents(self) -> None:
+        docs, c = self.documents, self.controller
+        docs.notice.connect(lambda text, ms: c.toast(text, ms=ms))
+        docs.failed.connect(c.report)
+        docs.ended.connect(c.sending.pump)
+
+        def show(cid: int) -> None:
+            c.refresh(select=cid)
+            c.select(cid)
+
+        docs.opened.connect(show)
 
     def _build_menus(self) -> None:
         c = self.controller

@@ -13,12 +13,11 @@ from typing import Any
 from PySide6.QtWidgets import QMenu, QToolButton
 
 from hisho.core.models import ModelEntry, ModelStore
-from hisho.core.units import GIB, MIB
+from hisho.core.units import GIB, format_bytes
 
 
 def _label(e: ModelEntry) -> str:
-    size = f"{e.size / GIB:.1f} GiB" if e.size >= GIB // 10 else f"{e.size / MIB:.0f} MiB"
-    bits = " · ".join(b for b in (e.arch, e.quant, size) if b)
+    bits = " · ".join(b for b in (e.arch, e.quant, format_bytes(e.size)) if b)
     return f"{e.name}    {bits}"
 
 
