@@ -27,8 +27,8 @@ from hisho.core import machine as machine_mod
 from hisho.core.errors import UserError
 from hisho.core.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner.calibrate import cached
-from hisho.core.planner.memory import Config
-from hisho.core.planner.search import Plan, Search, price
+from hisho.core.planner.memory import Calibration, Config
+from hisho.core.planner.search import Candidate, Plan, Search, price
 from hisho.core.protocol import LoadParams
 from hisho.core.units import GIB, MIB, padded_cells
 
@@ -112,29 +112,22 @@ def _attention_off_pays(facts: ModelFacts, cfg: Config) -> bool:
     return scores <= FA_OFF_MAX_SCORES
 
 
-def _best_gpu_layers(facts: object, cfg: Config, budget: machine_mod.Budget, calib: object) -> int:
+def _best_gpu_layers(facts: ModelFacts, cfg: Config, budget: machine_mod.Budget, calib: Calibration | None) -> int:
     if budget.gpu <= 0:
         return 0
-    from hisho.core.gguf_facts import ModelFacts
-
-    assert isinstance(facts, ModelFacts)
     for ngl in range(facts.n_layer + 1, -1, -1):
-        if price(facts, dataclasses.replace(cfg, n_gpu_layers=ngl), budget, calib).fits:  # type: ignore[arg-type]
+        if price(facts, dataclasses.replace(cfg, n_gpu_layers=ngl), budget, calib).fits:
             return ngl
     return 0
 
 
-def _refusal(plan: Plan, facts: object, budget: machine_mod.Budget, calib: object) -> str:
-    from hisho.core.gguf_facts import ModelFacts
-    from hisho.core.planner.search import Candidate
-
-    assert isinstance(facts, ModelFacts)
+def _refusal(plan: Plan, facts: ModelFacts, budget: machine_mod.Budget, calib: Calibration | None) -> str:
     c = plan.config
     est = " (estimate)" if plan.breakdown.estimate else ""
     msg = (f"{Path(facts.source).name} with {c.n_ctx} tokens of {c.type_k} KV needs {plan.need / GIB:.2f} GiB "
            f"of {budget.metric} memory{est}; this machine can give it {budget.ram / GIB:.2f} GiB")
     alt = Search(budget, min_ctx=256, target_ctx=c.n_ctx, n_batch=c.n_batch, n_ubatch=c.n_ubatch,
-                 n_seq_max=c.n_seq_max).best([Candidate(facts, calib)])  # type: ignore[arg-type]
+                 n_seq_max=c.n_seq_max).best([Candidate(facts, calib)])
     if alt.fits:
         msg += f"; {alt.config.n_ctx} tokens with {alt.config.type_k} KV would fit"
     return msg

@@ -185,10 +185,15 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibration:
-        points = {k: [tuple(int(x) for x in p) for p in v] for k, v in data["points"].items()}
+        points: dict[str, list[tuple[int, int, int, int]]] = {}
+        for key, rows in data["points"].items():
+            points[key] = []
+            for row in rows:
+                n_ctx, compute, touched, output = (int(x) for x in row)
+                points[key].append((n_ctx, compute, touched, output))
         return cls(library=str(data["library"]), n_ubatch=int(data["n_ubatch"]),
                    model_overhead=int(data["model_overhead"]), context_overhead=int(data["context_overhead"]),
-                   points=points, repacked=int(data.get("repacked", -1)),  # type: ignore[arg-type]
+                   points=points, repacked=int(data.get("repacked", -1)),
                    cpu_features=tuple(str(f) for f in data.get("cpu_features", ())))
 
 
