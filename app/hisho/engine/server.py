@@ -52,6 +52,7 @@ class Server:
         self._out = out
         self._jobs: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._cancelled: set[int] = set()
+        self._live: set[int] = set()  # ids read and not finished: a cancel for any other id is late and dropped
         self._cancel_lock = threading.Lock()
         self.runtime: Runtime | None = None
         self._closing = False
@@ -106,9 +107,15 @@ class Server:
                 log.error("unparseable request line: %r", line[:200])
                 continue
             if req.get("op") == "cancel":
+                # A cancel may come after its request finished (a client closing a reply it read to the end);
+                # only a request still queued or running is marked, so the set holds nothing finished.
                 with self._cancel_lock:
-                    self._cancelled.add(int(req.get("target", -1)))
+                    target = int(req.get("target", -1))
+                    if target in self._live:
+                        self._cancelled.add(target)
                 continue
+            with self._cancel_lock:
+                self._live.add(int(req.get("id", -1)))
             self._jobs.put(req)
             if req.get("op") == "shutdown":
                 break
@@ -159,8 +166,10 @@ class Server:
         self._deferred.append(None if req.get("stop") else req)
 
     def forget_cancel(self, req_ids: list[int]) -> None:
+        """These requests are finished: a cancel for them from now on is late (dropped)."""
         with self._cancel_lock:
             self._cancelled.difference_update(req_ids)
+            self._live.difference_update(req_ids)
 
     def is_cancelled(self, req_id: int) -> bool:
         with self._cancel_lock:
