@@ -3,6 +3,7 @@ unless another registered model is the same file. Real engine saves on the bundl
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -49,11 +50,11 @@ def saved(default_model_path: Path, tmp_path: Path) -> tuple[ModelStore, KVIndex
     edited = tmp_path / "Edited.gguf"
     shutil.copyfile(default_model_path, edited)
     flip_ffn_down_byte(edited)
-    db = Database(tmp_path / "db.sqlite3")
+    db = Database()  # the data folder's: `hisho models rm` below opens the same one
     store = ModelStore(db)
     entry = store.add(edited, name="edited", copy=True)
     assert entry.owned and Path(entry.path).parent == paths.models_dir()
-    index = KVIndex(db, tmp_path / "kv")
+    index = KVIndex(db)
     with EngineClient() as engine:
         fp = save_as(engine, index, Path(entry.path), ["conv:1", "conv:2"])
         other = save_as(engine, index, default_model_path, ["conv:3"])
@@ -81,7 +82,10 @@ def test_deleting_a_model_names_its_snapshots_and_deletes_them(saved: tuple[Mode
 
 
 def test_snapshots_stay_while_another_entry_is_the_same_file(saved: tuple[ModelStore, KVIndex, str, str],
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from hisho.cli import main
+
     store, index, fp, _other = saved
     twin = tmp_path / "elsewhere" / "Twin.gguf"
     twin.parent.mkdir()
@@ -94,8 +98,10 @@ def test_snapshots_stay_while_another_entry_is_the_same_file(saved: tuple[ModelS
     remove_model("edited", store, index)
     assert len(files_of(index, fp)) > 0 and {"conv:1", "conv:2"} <= set(index.usage_all())
 
-    # The twin was never loaded, but its identity is the saved one: deleting it now takes the snapshots.
-    plan = plan_removal("twin", store, index)
-    assert (plan.snapshots, plan.kept_for, plan.file_bytes) == (2, "", 0)  # imported in place: the file stays
-    remove_model("twin", store, index)
-    assert files_of(index, fp) == [] and twin.exists()
+    # The twin was never loaded, but its identity is the saved one: deleting it now takes the snapshots
+    # (through the command line, which says so).
+    assert main(["models", "rm", "twin", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert (done["kv_snapshots"], done["kv_kept_for"], done["file_bytes"]) == (2, "", 0)  # imported in place
+    assert done["kv_bytes"] > 0 and done["freed_bytes"] == done["kv_bytes"]
+    assert files_of(index, fp) == [] and twin.exists() and store.get("twin") is None
