@@ -6,7 +6,7 @@
     hisho models pull REPO[:FILE]              progress on a terminal; Ctrl+C pauses, the same command resumes
     hisho models downloads [--json]            unfinished downloads
     hisho models import PATH [--name N] [--copy | --link]
-    hisho models rm NAME
+    hisho models rm NAME                       its KV snapshots go too, unless another entry is the same file
     hisho models token [--clear]               store a Hugging Face token (read from stdin, never echoed)
 """
 
@@ -205,13 +205,16 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _rm(args: argparse.Namespace) -> int:
+    from hisho.core.model_removal import remove_model
     from hisho.core.models import ModelStore
 
-    entry = ModelStore().remove(args.target)
+    store = ModelStore()
+    entry = store.get(args.target)
+    done = remove_model(args.target, store)
     if args.json:
-        _emit(entry.to_dict())
+        _emit({**(entry.to_dict() if entry else {}), **done.to_dict()})
     else:
-        _out(f"removed {entry.name} ({entry.path})")
+        _out(done.done_line())
     return 0
 
 

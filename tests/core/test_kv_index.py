@@ -247,3 +247,21 @@ def test_an_unindexed_chunk_goes_at_once_when_this_instance_is_alone(tmp_path: P
     orphan.write_bytes(b"x" * 4096)
     assert index.reconcile()["files_removed"] == 0 and orphan.exists()  # maybe a save in flight elsewhere
     assert index.reconcile(alone=True)["files_removed"] == 1 and not orphan.exists()
+
+
+def test_a_version_1_index_gains_the_model_table_and_keeps_its_snapshots(tmp_path: Path) -> None:
+    from hisho.core.kv import index as index_mod
+
+    db = Database(tmp_path / "db.sqlite3")
+    db.migrate(index_mod.COMPONENT, index_mod.STEPS[:1])  # the index as session 5 left it
+    db.execute("INSERT INTO kv_entries VALUES ('conv:1', ?, 'tip', 4, 0, 1.0, 1.0)", [FP])
+
+    index = KVIndex(db, tmp_path / "kv")
+    assert db.version(index_mod.COMPONENT) == 2
+    assert db.query_one("SELECT COUNT(*) FROM kv_entries") == (1,)
+    assert index.model_fingerprints({"xxh3_128": "x", "size": 1}, "/m.gguf") == []  # saved before: not known
+    save(index, "conv:2", list(range(8)))
+    index.record_save("conv:2", FP, [], {"path": "/m.gguf", "size": 1, "xxh3_128": "x"})
+    assert index.model_fingerprints({"xxh3_128": "x", "size": 1}, "/elsewhere.gguf") == [FP]
+    assert index.model_fingerprints(None, "/m.gguf") == [FP]
+    assert index.snapshots([FP]) == (2, sum(p.stat().st_size for p in files(index)))

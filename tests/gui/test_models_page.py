@@ -123,3 +123,97 @@ def test_model_picker_lists_models_and_switches(qtbot: QtBot, window: object, tm
     picker.choose(other)
     assert switched == ["other"]
     assert "KV snapshots" in window.toast.text()  # messages with an action are toasts over the chat
+
+
+def test_delete_says_which_kv_snapshots_go_with_the_model(qtbot: QtBot, page: ModelsPage, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from hisho.core import model_identity
+    from hisho.core.kv import format as kvf
+    from hisho.core.kv.index import KVIndex
+    from hisho.core.units import format_bytes
+    from tests.core.test_models_store import write_tiny_gguf
+
+    entry = ModelStore().add(write_tiny_gguf(tmp_path / "Tiny.gguf"), name="tiny", copy=True)
+    index = KVIndex()
+    fp = kvf.fingerprint({"model": "tiny"})
+    model = {"path": entry.path, **model_identity.identity(entry.path)}
+    tokens = list(range(12))
+    for owner, n in (("conv:1", 12), ("conv:2", 8)):  # conv:2's prefix is conv:1's first two chunks
+        chunks = []
+        for plan in kvf.plan_chunks(fp, tokens[:n], 4):
+            path = kvf.chunk_path(index.kv_dir, fp, plan.key)
+            payload = bytes(30_000)
+            if not path.exists():
+                kvf.write_atomic(path, kvf.encode_header(fp, plan, tokens[plan.start:plan.end], payload), payload)
+            chunks.append({"key": plan.key, "parent": plan.parent, "start": plan.start, "n_tokens": plan.n_tokens,
+                           "path": str(path), "tokens": tokens[plan.start:plan.end], "bytes": path.stat().st_size})
+        index.record_save(owner, fp, chunks, model)
+    kv_files = sorted((index.kv_dir / fp[:16]).glob("*.hkv"))
+    assert len(kv_files) == 3
+    size = format_bytes(sum(p.stat().st_size for p in kv_files))
+
+    page.refresh()
+    qtbot.waitUntil(lambda: any(e.name == "tiny" for e in page.entries), timeout=60_000)
+    page.model_table.selectRow(next(i for i, e in enumerate(page.entries) if e.name == "tiny"))
+    asked: list[str] = []
+
+    def answer(_parent: object, _title: str, text: str, *a: object) -> QMessageBox.StandardButton:
+        asked.append(text)
+        return QMessageBox.StandardButton.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", answer)
+    page.delete_button.click()
+    qtbot.waitUntil(lambda: bool(asked), timeout=60_000)
+    assert asked[0].splitlines()[-1] == f"2 KV snapshots ({size}) go with it."
+    assert "This frees" in asked[0]
+    qtbot.waitUntil(lambda: all(e.name != "tiny" for e in page.entries), timeout=60_000)
+    assert not any(p.exists() for p in kv_files)
+    assert KVIndex().usage_all() == {}
+
+
+def test_gated_repo_asks_for_a_token_then_lists_with_badges(qtbot: QtBot, page: ModelsPage, hub: FakeHub,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    from PySide6.QtWidgets import QInputDialog
+
+    from hisho.core.hub import token as token_mod
+
+    gated = "meta/Gated-GGUF"
+    hub.add_repo(gated, gated=True)
+    hub.add_file(gated, "tiny-Q4_K_M.gguf", write_payload_gguf(tmp_path / "tiny-Q4_K_M.gguf", 1))
+    answers = [("", False), ("hf_wrong", True), (hub.token, True)]  # cancel, a wrong token, the right one
+    asked: list[str] = []
+
+    def get_text(_parent: object, title: str, *a: object, **k: object) -> tuple[str, bool]:
+        asked.append(title)
+        return answers[len(asked) - 1]
+
+    monkeypatch.setattr(QInputDialog, "getText", get_text)
+    page.tabs.setCurrentWidget(page.hub)
+    status = page.hub.status
+
+    # No token: opening the repository asks for one; cancelled, the tab says what is missing in one line.
+    page.hub.open_repo(gated)
+    qtbot.waitUntil(lambda: len(asked) == 1 and "gated" in status.text(), timeout=60_000)
+    assert "add a Hugging Face token" in status.text() and "\n" not in status.text()
+    assert page.hub.retry.isVisible() and page.hub.files.rowCount() == 1
+    assert page.hub.files.cellWidget(0, 3).text() == "—"  # not "checking…" for ever
+    assert token_mod.get_token() is None
+
+    # A wrong token: stored, the repository opened again, refused in one line, and not asked again by itself.
+    page.hub.token_button.click()
+    qtbot.waitUntil(lambda: "refused" in status.text(), timeout=60_000)
+    assert len(asked) == 2 and "\n" not in status.text()
+    assert token_mod.get_token() == "hf_wrong"
+
+    # The right token: stored in a file only this user can read; the files list with their fit badges.
+    page.hub.token_button.click()
+    qtbot.waitUntil(lambda: len(page.hub.fits) == 1, timeout=60_000)
+    assert len(asked) == 3
+    badge = page.hub.files.cellWidget(0, 3)
+    assert isinstance(badge, QLabel) and badge.property("verdict") in ("fits", "tight", "wont_fit")
+    assert page.hub.fits[0].recommended and "Recommended" in page.hub.recommend.text()
+    assert status.text() == f"1 GGUF models in {gated}"
+    path = token_mod.token_file()
+    assert path.read_text(encoding="utf-8") == hub.token and (path.stat().st_mode & 0o777) == 0o600
+    assert hub.token not in caplog.text and "hf_wrong" not in caplog.text

@@ -75,9 +75,10 @@ class PromptCache:
         chunks = list(report["chunks"])
         owner = API_PREFIX + str(chunks[-1]["key"])[:16]
         fp = str(report["fingerprint"])
+        model = report.get("model")
 
         def write() -> None:
-            session.index.record_save(owner, fp, chunks)
+            session.index.record_save(owner, fp, chunks, model)
             session.index.evict(session.budget_bytes)
             session.changed()
 

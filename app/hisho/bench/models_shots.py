@@ -1,5 +1,6 @@
-"""The Models page's screenshots for ``make screenshots``: Installed, Hub (a repository with its fit badges, also
-at 1280×720) and Downloads (a download running, then paused at about 45 %).
+"""The Models page's screenshots for ``make screenshots``: Installed (and what Delete says goes with a model), Hub
+(a repository with its fit badges, also at 1280×720; a gated one asking for a token) and Downloads (a download
+running, then paused at about 45 %).
 
 The hub is the hub-shaped test server (hisho.bench.hub_server) on 127.0.0.1 with files written here: sparse
 GGUFs whose headers declare Llama-2-13B's tensors (the badges are this machine's real verdicts for them) and a
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,58 @@ def _cell_text(table: Any, row: int, column: int) -> str:
 _wait = functools.partial(wait_until, timeout=60.0)
 
 
+def _on_modal(app: Any, then: Callable[[Any], None]) -> None:
+    """Run ``then(dialog)`` once a modal dialog is up (the page opens them itself and waits in them)."""
+    from PySide6.QtCore import QTimer
+
+    def check() -> None:
+        dialog = app.activeModalWidget()
+        if dialog is None:
+            QTimer.singleShot(50, check)
+        else:
+            then(dialog)
+
+    QTimer.singleShot(50, check)
+
+
+def _grab_and_reject(out: Path, name: str) -> Callable[[Any], None]:
+    def then(dialog: Any) -> None:
+        dialog.grab().save(str(out / name))
+        dialog.reject()
+    return then
+
+
+def _delete_shot(app: Any, page: Any, out: Path) -> None:
+    """Delete asks what goes with the model: a copy of the bundled model (its KV snapshots, saved by the chat
+    screens, stay: the bundled model is the same file)."""
+    from hisho.core.models import ModelStore, bundled_model_path
+
+    bundled = bundled_model_path()
+    if bundled is None:
+        return
+    ModelStore().add(bundled, name="smollm2-135m-copy", copy=True)
+    page.refresh()
+    _wait(app, lambda: any(e.name == "smollm2-135m-copy" for e in page.entries))
+    page.model_table.selectRow(next(i for i, e in enumerate(page.entries) if e.name == "smollm2-135m-copy"))
+    _on_modal(app, _grab_and_reject(out, "7b-models-delete.png"))
+    page.delete_button.click()
+    _wait(app, lambda: (out / "7b-models-delete.png").exists() and app.activeModalWidget() is None)
+
+
+def _gated_shots(app: Any, page: Any, out: Path, hub: Any, files: Path) -> None:
+    """A gated repository without a token: the token dialog, then (cancelled) the one line."""
+    from hisho.bench.hub import LLAMA2_13B, write_llama
+
+    repo = next(r for r, _d, _l in OTHERS if "Gated" in r)
+    p = write_llama(files / "gated.Q4_K_M.gguf", LLAMA2_13B, "Q4_K")
+    hub.add_file(repo, "llama-3.1-8b.Q4_K_M.gguf", p, sha256="c" * 64)
+    _on_modal(app, _grab_and_reject(out, "8c-models-hub-token.png"))
+    results = page.hub.results
+    results.setCurrentRow(next(i for i in range(results.count()) if repo in results.item(i).text()))
+    _wait(app, lambda: "gated" in page.hub.status.text() and app.activeModalWidget() is None)
+    page.grab().save(str(out / "8d-models-hub-gated.png"))
+
+
 def models_shots(app: Any, window: Any, out: Path) -> None:
     from hisho.bench.hub import LLAMA2_13B, write_llama, write_payload
     from hisho.bench.hub_server import FakeHub
@@ -75,6 +129,7 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
               and page.model_table.cellWidget(0, 7).objectName() == "FitBadge")
         page.model_table.selectRow(0)
         page.grab().save(str(out / "7-models-installed.png"))
+        _delete_shot(app, page, out)
 
         page.tabs.setCurrentWidget(page.hub)
         page.hub.query.setText("GGUF")
@@ -88,6 +143,7 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         _wait(app, lambda: False, timeout=0.3)
         page.grab().save(str(out / "8b-models-hub-1280x720.png"))
         page.resize(1180, 760)
+        _gated_shots(app, page, out, hub, files)
 
         from hisho.core.hub import repo_files
 

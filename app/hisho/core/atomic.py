@@ -41,15 +41,21 @@ def write_atomic(path: Path, header: bytes, payload: Any = b"", *, writer: Write
             writer(fh, data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        replace_durably(tmp, path)
     except BaseException:
         try:
             tmp.unlink()
         except OSError:
             pass
         raise
-    fsync_dir(path.parent)
     return len(header) + len(data)
+
+
+def replace_durably(src: Path, dest: Path) -> None:
+    """Rename ``src`` (written and fsynced by the caller) over ``dest``, then fsync the folder: the rename is
+    durable only once the directory entry is (a downloaded model, a temp file of ``write_atomic``)."""
+    os.replace(src, dest)
+    fsync_dir(dest.parent)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

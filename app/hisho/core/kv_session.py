@@ -193,7 +193,7 @@ class KVSession:
                     log.warning("KV save for %s incomplete: %s", owner, c["error"])
 
             def record() -> int:
-                n = self.index.record_save(owner, fp, chunks)
+                n = self.index.record_save(owner, fp, chunks, report.get("model"))
                 if pinned is not None:
                     self.index.set_pinned(owner, pinned)
                 self.index.evict(self.budget_bytes)

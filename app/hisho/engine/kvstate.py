@@ -168,6 +168,8 @@ class KVState:
         self.writer = writer
         self.facts = state_facts(rt)
         self.fingerprint = kvf.fingerprint(self.facts)
+        # Which model file the fingerprint belongs to, for the index (deleting a model names its snapshots).
+        self.model = {"path": os.path.realpath(rt.params.model_path), **self.facts["gguf"]}
         unified = rt.params.kv_unified or rt.n_seq_max == 1
         self.scratch = rt.n_seq_max - 1 if rt.n_seq_max >= 2 and unified else -1
         self.staging = Arena()   # restore fallback where files cannot be mapped
@@ -207,7 +209,7 @@ class KVState:
         parts, arena = self._copy_out(seq, len(tokens), todo, tokens)
         copy_s = time.perf_counter() - start
         summary = {"fingerprint": self.fingerprint, "n_tokens": len(tokens), "copy_s": copy_s,
-                   "copied_bytes": sum(p[3] for p in parts)}
+                   "copied_bytes": sum(p[3] for p in parts), "model": self.model}
 
         def finish(_: list[dict[str, Any]]) -> None:
             done({**summary, "chunks": records})

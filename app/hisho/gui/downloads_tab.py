@@ -29,8 +29,8 @@ from hisho.core.executor import Executor
 from hisho.core.hub import Downloader, GatedRepo, Job, Progress, QuantFile, Stopped
 from hisho.core.hub.child import run_child
 from hisho.core.models import ModelEntry
-from hisho.core.units import MIB
-from hisho.gui.hub_tab import human, table
+from hisho.core.units import MIB, format_bytes
+from hisho.gui.hub_tab import table
 
 log = logging.getLogger("hisho.gui")
 
@@ -108,7 +108,7 @@ class DownloadsTab(QWidget):
         state = "downloading" if j.id in self.queued and p else ("queued" if j.id in self.queued else j.state)
         if j.error and state == "failed":
             state = f"failed: {j.error}"
-        for col, text in ((2, f"{human(done)} / {human(total)}"), (3, speed), (4, eta), (5, state)):
+        for col, text in ((2, f"{format_bytes(done)} / {format_bytes(total)}"), (3, speed), (4, eta), (5, state)):
             item = t.item(row, col)
             if item is None:
                 item = QTableWidgetItem()

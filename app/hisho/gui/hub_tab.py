@@ -3,7 +3,8 @@ Fits / Tight / Won't fit badge and the plan behind it, the recommended file mark
 
 Rules of use: every hub call (search, listing, header reads, the model card) runs on the ``hub`` worker lane;
 results come back through the bridge. A reply for an older request (the user typed again or opened another
-repository) is dropped by its sequence number. Failures are one line with a Retry button. A file that won't fit
+repository) is dropped by its sequence number. Failures are one line with a Retry button; a gated repository
+asks for a token (``token_requested``, only when none was refused) and opens again once one is stored. A file that won't fit
 this computer also offers "Run on <engine>" when remote engines are configured (``remote_names``; issue 15).
 """
 
@@ -33,8 +34,8 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.executor import Executor
-from hisho.core.hub import Fit, QuantFile, RepoSummary
-from hisho.core.units import GIB, MIB
+from hisho.core.hub import Fit, GatedRepo, QuantFile, RepoSummary
+from hisho.core.units import format_bytes
 from hisho.gui import theme
 
 log = logging.getLogger("hisho.gui")
@@ -56,10 +57,6 @@ def params_label(n: int) -> str:
     if n >= 10**10:
         return f"{n / 10**9:.0f}B"
     return f"{n / 10**9:.1f}B" if n >= 10**9 else f"{n / 10**6:.0f}M"
-
-
-def human(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= GIB // 10 else f"{n / MIB:.0f} MiB"
 
 
 def table(headers: list[str], stretch: int) -> QTableWidget:
@@ -94,6 +91,7 @@ class HubTab(QWidget):
         self.fits: list[Fit] = []
         self._retry: Callable[[], None] | None = None
         self.remote_names: list[str] = []   # Settings → Engines, set by the Models page
+        self.gated_repo: str | None = None  # the repository that failed for want of a token (opened again after)
         self._build()
 
     # ----- layout ----------------------------------------------------------------------------------------
@@ -112,13 +110,13 @@ class HubTab(QWidget):
         go = QPushButton("Search")
         go.setObjectName("Primary")
         go.clicked.connect(self.search)
-        token = QPushButton("Token…")
-        token.setToolTip("A Hugging Face token, for gated repositories")
-        token.clicked.connect(self.token_requested.emit)
+        self.token_button = QPushButton("Token…")
+        self.token_button.setToolTip("A Hugging Face token, for gated repositories")
+        self.token_button.clicked.connect(self.token_requested.emit)
         bar.addWidget(self.query, 1)
         bar.addWidget(self.sort)
         bar.addWidget(go)
-        bar.addWidget(token)
+        bar.addWidget(self.token_button)
         lay.addLayout(bar)
         status = QHBoxLayout()
         self.status = QLabel("")
@@ -194,7 +192,27 @@ class HubTab(QWidget):
                 log.error("hub request failed", exc_info=exc)
             offline = type(exc).__name__ == "HubOffline" and str(exc).startswith("Offline")
             self.say(str(exc).splitlines()[0], None if offline else retry)
+            self._unchecked(str(exc).splitlines()[0])
+            if isinstance(exc, GatedRepo) and self.repo:
+                self.gated_repo = self.repo
+                if not exc.token_refused:  # a refused token is said in the line; Token… replaces it
+                    self.token_requested.emit()
         return failed
+
+    def _unchecked(self, why: str) -> None:
+        """The files' badges still say "checking…": the headers could not be read."""
+        for row in range(self.files.rowCount()):
+            cell = self.files.cellWidget(row, 3)
+            if isinstance(cell, QLabel) and cell.text() == "checking…":
+                cell.setText("—")
+                cell.setToolTip(why)
+
+    def token_stored(self, where: str) -> None:
+        """A token was stored: say where, and open again the repository that asked for it."""
+        self.say(f"Token stored ({where}).")
+        repo, self.gated_repo = self.gated_repo, None
+        if repo is not None:
+            self.open_repo(repo)
 
     # ----- search ----------------------------------------------------------------------------------------
 
@@ -280,7 +298,7 @@ class HubTab(QWidget):
             quant.setToolTip(f.name)
             self.files.setItem(row, 0, quant)
             self.files.setItem(row, 1, QTableWidgetItem("…"))
-            self.files.setItem(row, 2, QTableWidgetItem(human(f.size) + parts))
+            self.files.setItem(row, 2, QTableWidgetItem(format_bytes(f.size) + parts))
             pending = QLabel("checking…")
             pending.setObjectName("Meta")
             self.files.setCellWidget(row, 3, pending)
@@ -317,7 +335,7 @@ class HubTab(QWidget):
             if fit.plan:
                 p = fit.plan
                 badge.setToolTip(f"context {p['n_ctx']} · KV {p['type_k']} · GPU layers {p['n_gpu_layers']}\n"
-                                 f"resident {human(p['resident'])} · committed {human(p['committed'])}\n"
+                                 f"resident {format_bytes(p['resident'])} · committed {format_bytes(p['committed'])}\n"
                                  f"{p['budget']}")
             self.files.setCellWidget(row, 3, badge)
             params = QTableWidgetItem(params_label(fit.params))

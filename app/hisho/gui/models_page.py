@@ -1,7 +1,8 @@
 """The Models page (View → Models): Installed, Hub and Downloads tabs (issue 13).
 
 - *Installed*: the model store with architecture, quant, size, trained context, source and a fit badge from the
-  planner; Load, Set as default, Delete (says how much space comes back), Reveal, Import… (copy or link); a
+  planner; Load, Set as default, Delete (says how much space comes back and which KV snapshots go with it:
+  ``hisho.core.model_removal``), Reveal, Import… (copy or link); a
   ``.gguf`` dropped on the page is imported.
 - *Hub*: ``hisho.gui.hub_tab``.
 - *Downloads*: the queue with bytes, speed and ETA; Pause, Resume, Cancel. Unfinished downloads from an earlier
@@ -37,9 +38,13 @@ from PySide6.QtWidgets import (
 
 from hisho.core.executor import Executor
 from hisho.core.hub import Downloader, Job, QuantFile
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv_session import KVSession
+from hisho.core.model_removal import Removal, plan_removal, remove_model
 from hisho.core.models import ModelEntry, ModelStore
+from hisho.core.units import format_bytes
 from hisho.gui.downloads_tab import DownloadsTab
-from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, human, params_label, table
+from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
 
 log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
@@ -58,8 +63,10 @@ def planner_budget() -> tuple[Any, dict[str, Any]]:
 
 class ModelsPage(QWidget):
     def __init__(self, workers: Executor, *, load: Callable[[str], None] | None = None,
-                 toast: Callable[[str], None] | None = None, parent: QWidget | None = None) -> None:
+                 toast: Callable[[str], None] | None = None, kv: KVSession | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.kv = kv  # the window's KV session: its index, and its listeners told when a delete takes snapshots
         self.setWindowTitle("Models")
         self.setAcceptDrops(True)
         self.resize(1100, 720)
@@ -136,7 +143,7 @@ class ModelsPage(QWidget):
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
             src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
-            values = [e.name, e.arch or "?", "…", e.quant or "?", human(e.size),
+            values = [e.name, e.arch or "?", "…", e.quant or "?", format_bytes(e.size),
                       f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
@@ -216,22 +223,35 @@ class ModelsPage(QWidget):
 
         self.workers.submit("store", work, done=lambda _r: self.toast(f"{name} is the default model now"))
 
+    def _index(self) -> KVIndex:
+        """The window's KV index (its database connection) when there is one; else the data folder's."""
+        return self.kv.index if self.kv is not None else KVIndex()
+
     def delete_selected(self) -> None:
+        """Ask what goes with the model (file space, KV snapshots: a store-lane read), then ask the user."""
         e = self.selected()
         if e is None:
             return
-        if e.owned:
-            freed = f"This frees {human(e.size)} of disk space."
-        else:
-            freed = f"The file stays where it is ({e.path}); only the entry is removed."
-        answer = QMessageBox.question(self, "Delete model", f"Delete {e.name}?\n\n{freed}\nSaved KV snapshots of "
-                                      "this model stay in the KV cache until its budget evicts them.")
+        name = e.name
+        self.say(f"Looking up what goes with {name}…")
+        self.workers.submit("store", lambda: plan_removal(name, index=self._index()), done=self._confirm_delete,
+                            failed=lambda exc: self.say(f"Not deleted: {exc}"))
+
+    def _confirm_delete(self, plan: Removal) -> None:
+        self.say("")
+        answer = QMessageBox.question(self, "Delete model", f"Delete {plan.name}?\n\n{plan.message()}")
         if answer != QMessageBox.StandardButton.Yes:
             return
-        name = e.name
-        self.workers.submit("store", lambda: ModelStore().remove(name),
-                            done=lambda _r: self._after(f"Deleted {name}"),
+        name = plan.name
+        self.workers.submit("store", lambda: remove_model(name, index=self._index()), done=self._deleted,
                             failed=lambda exc: self.toast(str(exc)))
+
+    def _deleted(self, done: Removal) -> None:
+        if self.kv is not None and done.snapshots and not done.kept_for:
+            self.kv.changed()  # the sidebar's KV badges
+        gone = f" and {done.snapshots} KV snapshot{'' if done.snapshots == 1 else 's'}" \
+            if done.snapshots and not done.kept_for else ""
+        self._after(f"Deleted {done.name}{gone}")
 
     def reveal_selected(self) -> None:
         e = self.selected()
@@ -280,8 +300,8 @@ class ModelsPage(QWidget):
                                         "(stored in the system keyring when available):",
                                         QLineEdit.EchoMode.Password)
         if ok and text.strip():
-            self.workers.submit("store", lambda: token.set_token(text),
-                                done=lambda where: self.hub.say(f"Token stored ({where})."))
+            self.workers.submit("store", lambda: token.set_token(text), done=self.hub.token_stored,
+                                failed=lambda exc: self.hub.say(f"Token not stored: {exc}"))
 
     # ----- Downloads -------------------------------------------------------------------------------------
 
@@ -301,7 +321,9 @@ def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
     page = getattr(window, "_models_page", None)
     if page is None:
         controller = window.controller
-        page = ModelsPage(window.ctx.executor, load=controller.switch_model, toast=controller.toast, parent=window)
+        kv = window.ctx.kv.session if window.ctx.kv is not None else None
+        page = ModelsPage(window.ctx.executor, load=controller.switch_model, toast=controller.toast, kv=kv,
+                          parent=window)
         page.setWindowFlag(Qt.WindowType.Window, True)
         window.installEventFilter(page)
         window._models_page = page

@@ -27,9 +27,37 @@ class HubOffline(HubError):
 
 
 class GatedRepo(HubError):
-    """The repository needs a Hugging Face token of an account that accepted its terms."""
+    """The repository needs a Hugging Face token of an account that accepted its terms. ``token_refused``: a
+    token was sent and the hub said no (the window then does not ask again by itself)."""
 
     retry = False
+
+    def __init__(self, message: str, *, token_refused: bool = False) -> None:
+        super().__init__(message)
+        self.token_refused = token_refused
+
+
+def _token_sent() -> bool:
+    """Whether requests carry a token: ours (``hisho.core.hub.token``) or huggingface_hub's own."""
+    from hisho.core.hub.token import get_token
+
+    if get_token():
+        return True
+    try:
+        from huggingface_hub import get_token as hf_token
+
+        return bool(hf_token())
+    except Exception:  # its token file unreadable: then none was sent
+        return False
+
+
+def gated(what: str) -> GatedRepo:
+    """The one line for a gated repository: what to do differs with and without a token."""
+    if _token_sent():
+        return GatedRepo(f"{what}: the repository is gated and the hub refused the Hugging Face token; accept its "
+                         "terms on the hub with that account, or store another token (Token…)", token_refused=True)
+    return GatedRepo(f"{what}: the repository is gated; add a Hugging Face token of an account that accepted its "
+                     "terms (Models → Hub → Token…, or `hisho models token`)")
 
 
 class NotFound(HubError):
@@ -68,8 +96,7 @@ def translate(exc: BaseException, what: str) -> HubError:
     if isinstance(exc, e.OfflineModeIsEnabled):
         return HubOffline(OFFLINE_MESSAGE)
     if isinstance(exc, e.GatedRepoError):
-        return GatedRepo(f"{what}: the repository is gated. Accept its terms on the hub, then add a Hugging Face "
-                         "token (Models → Hub → Token, or `hisho models token`).")
+        return gated(what)
     if isinstance(exc, e.RepositoryNotFoundError):
         return NotFound(f"{what}: no such repository on the hub (or it is private: add a token)")
     if isinstance(exc, e.RevisionNotFoundError | e.EntryNotFoundError | e.RemoteEntryNotFoundError):
@@ -77,7 +104,8 @@ def translate(exc: BaseException, what: str) -> HubError:
     if isinstance(exc, e.HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else "?"
         if status == 401:
-            return GatedRepo(f"{what}: the hub refused the request (401): the token is missing or not valid")
+            return GatedRepo(f"{what}: the hub refused the request (401): the token is missing or not valid",
+                             token_refused=_token_sent())
         return HubError(f"{what}: the hub answered with an error ({status}); try again later")
     if name in ("ReadError", "WriteError") or isinstance(exc, ConnectionResetError):
         return HubOffline(f"{what}: the connection to the hub broke off ({exc}); try again to resume")

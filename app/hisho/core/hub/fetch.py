@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from hisho.core.atomic import replace_durably
 from hisho.core.errors import UserError
 from hisho.core.hub import partial as partial_mod
 from hisho.core.hub.errors import HubError, endpoint, hub_call, translate
 from hisho.core.hub.receive import BrokeOff, Receiver, Stopped
 from hisho.core.hub.token import get_token
-from hisho.core.units import GIB, MIB
+from hisho.core.units import MIB, format_bytes
 
 log = logging.getLogger("hisho.hub")
 
@@ -52,10 +53,6 @@ class HashMismatch(UserError):
 def free_bytes(folder: Path) -> int:
     """Free bytes where ``folder`` lives (tests patch this to play a full disk)."""
     return shutil.disk_usage(folder).free
-
-
-def gib(n: int) -> str:
-    return f"{n / GIB:.2f} GiB" if n >= 100 * MIB else f"{n / MIB:.0f} MiB"
 
 
 def partial_path(dest: Path, etag: str) -> Path:
@@ -105,8 +102,9 @@ def fetch_part(repo: str, part: str, revision: str, dest: Path, *, expected_sha:
     missing = size - have
     free = free_bytes(dest.parent)
     if free < missing + RESERVE:
-        raise DiskFull(f"not enough free space for {Path(part).name}: it needs {gib(missing)} more, "
-                       f"{gib(free)} is free on {dest.parent} ({gib(missing + RESERVE - free)} short)")
+        raise DiskFull(f"not enough free space for {Path(part).name}: it needs {format_bytes(missing)} more, "
+                       f"{format_bytes(free)} is free on {dest.parent} ({format_bytes(missing + RESERVE - free)} "
+                       "short)")
     on_start(have, size)
     start = hashlib.sha256()
     if have:
@@ -144,6 +142,6 @@ def fetch_part(repo: str, part: str, revision: str, dest: Path, *, expected_sha:
         partial_mod.remove(partial)
         raise HashMismatch(f"{Path(part).name} arrived damaged (its git hash differs from the hub's); "
                            "the partial file was removed — download it again")
-    os.replace(partial, dest)
+    replace_durably(partial, dest)  # registered next: the name must survive a crash with the bytes it names
     partial_mod.ledger_path(partial).unlink(missing_ok=True)
     return got, str(meta.commit_hash or revision)

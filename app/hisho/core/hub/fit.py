@@ -24,7 +24,7 @@ from typing import Any
 
 from hisho.core.gguf_facts import ModelFacts, read_hub_facts
 from hisho.core.hub.catalog import QuantFile
-from hisho.core.hub.errors import HubError, endpoint, hub_call
+from hisho.core.hub.errors import GatedRepo, HubError, endpoint, gated, hub_call
 from hisho.core.hub.token import get_token
 from hisho.core.machine import Budget
 from hisho.core.units import GIB
@@ -137,6 +137,8 @@ def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, ta
     for f in files:
         try:
             facts, nbytes = file_facts(f)
+        except GatedRepo:  # no file of the repository can be read without a token: one answer, for the repo
+            raise gated(f.repo) from None
         except HubError as exc:
             fit = Fit(f, "unknown", str(exc))
         else:

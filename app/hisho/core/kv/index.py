@@ -6,6 +6,8 @@ SQLite component ``kv`` on ``hisho.core.db.Database``:
 - ``kv_entries``: an owner (``conv:<id>``, ``doc:<id>``) and the tip chunk of its saved prefix, per
   fingerprint. A chunk is kept while some entry's chain reaches it; ``gc`` deletes the rest.
 - ``kv_speed``: measured prefill and restore speeds per fingerprint, for "seconds saved" estimates.
+- ``kv_models``: the model file (path, size, xxh3-128 of every byte) each fingerprint was saved from, so that
+  deleting a model can say which snapshots go with it (``hisho.core.model_removal``).
 
 What the saved KV costs and saves, and the eviction order, are read by ``hisho.core.kv.usage``.
 
@@ -19,7 +21,7 @@ import logging
 import sqlite3
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +53,17 @@ def _v1(db: sqlite3.Connection) -> None:
         fingerprint TEXT PRIMARY KEY, prefill_tok_s REAL, restore_bytes_s REAL, updated REAL NOT NULL)""")
 
 
-STEPS = [_v1]
+def _v2(db: sqlite3.Connection) -> None:
+    # Which model file each fingerprint was computed from (its path and whole-file identity), so that deleting
+    # a model can name and delete its snapshots. Recorded by every save from v2 on; a fingerprint saved
+    # earlier has no row until it is saved again (the chunk files hold only the fingerprint).
+    db.execute("""CREATE TABLE kv_models (
+        fingerprint TEXT PRIMARY KEY, xxh3_128 TEXT NOT NULL, size INTEGER NOT NULL, path TEXT NOT NULL,
+        updated REAL NOT NULL)""")
+    db.execute("CREATE INDEX kv_models_identity ON kv_models(xxh3_128, size)")
+
+
+STEPS = [_v1, _v2]
 
 
 def _unpack(blob: bytes) -> array[int]:
@@ -82,12 +94,18 @@ class KVIndex:
 
     # ----- recording -------------------------------------------------------------------------------
 
-    def record_save(self, owner: str, fp: str, chunks: Sequence[dict[str, Any]]) -> int:
+    def record_save(self, owner: str, fp: str, chunks: Sequence[dict[str, Any]],
+                    model: Mapping[str, Any] | None = None) -> int:
         """Record the chunks a save reported (``state_save``'s "done") and point ``owner`` at the last good one.
+        ``model`` (the report's ``{"path", "size", "xxh3_128"}``) is the file the fingerprint belongs to.
         Returns the number of tokens the owner now has saved."""
         now = time.time()
         tip, n_tokens = "", 0
         with self.db.transaction():
+            if model and model.get("xxh3_128"):
+                self.db.execute("INSERT OR REPLACE INTO kv_models VALUES (?,?,?,?,?)",
+                                [fp, str(model["xxh3_128"]), int(model.get("size", 0)), str(model.get("path", "")),
+                                 now])
             for c in chunks:
                 if c.get("error") or "bytes" not in c:
                     break  # a chain with a hole is only usable up to the hole
@@ -155,6 +173,43 @@ class KVIndex:
     def delete_owner(self, owner: str) -> int:
         """Deleting a conversation or document deletes its KV. Returns bytes freed."""
         self.db.execute("DELETE FROM kv_entries WHERE owner = ?", [owner])
+        return self.gc()
+
+    def model_fingerprints(self, identity: Mapping[str, Any] | None, path: str) -> list[str]:
+        """The fingerprints saved from a model file with this ``identity`` (``{"size", "xxh3_128"}``, any path,
+        any KV type) or from this ``path`` (whatever the file held then)."""
+        ident = identity or {}
+        rows = self.db.query("SELECT fingerprint FROM kv_models WHERE (xxh3_128 = ? AND size = ?) OR path = ? "
+                             "ORDER BY fingerprint", [str(ident.get("xxh3_128", "")), int(ident.get("size", -1)),
+                                                      path])
+        return [str(r["fingerprint"]) for r in rows]
+
+    def model_sizes(self) -> set[int]:
+        """The sizes of the model files any snapshot was saved from: a file of another size has none, and
+        its identity need not be computed to know it."""
+        return {int(r["size"]) for r in self.db.query("SELECT DISTINCT size FROM kv_models")}
+
+    def snapshots(self, fps: Sequence[str]) -> tuple[int, int]:
+        """(saved prefixes, bytes of chunk files) under these fingerprints. Chunk keys chain from the
+        fingerprint's root, so a chunk belongs to exactly one fingerprint and the bytes are what deleting
+        them frees."""
+        if not fps:
+            return 0, 0
+        marks = ",".join("?" * len(fps))
+        n = self.db.query_one(f"SELECT COUNT(*) FROM kv_entries WHERE fingerprint IN ({marks})", list(fps))
+        size = self.db.query_one(f"SELECT COALESCE(SUM(bytes), 0) FROM kv_chunks WHERE fingerprint IN ({marks})",
+                                 list(fps))
+        return (int(n[0]) if n else 0), (int(size[0]) if size else 0)
+
+    def delete_fingerprints(self, fps: Sequence[str]) -> int:
+        """Forget every saved prefix under these fingerprints (their model was deleted) and delete the files.
+        Returns bytes freed."""
+        if not fps:
+            return 0
+        marks = ",".join("?" * len(fps))
+        with self.db.transaction():
+            for table in ("kv_entries", "kv_speed", "kv_models"):
+                self.db.execute(f"DELETE FROM {table} WHERE fingerprint IN ({marks})", list(fps))
         return self.gc()
 
     def gc(self) -> int:
