@@ -1,0 +1,91 @@
+"""What an hour of ordinary use under Xvfb + openbox found (issue 11, session 6 re-check): Chat → Stop stopped
+another chat's reply, a message queued while scrolled up landed out of sight, a stopped reply's marker broke
+over two lines."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QAbstractSlider
+from pytestqt.qtbot import QtBot
+
+from hisho.core.conversations import STOPPED, Message
+from hisho.gui.chat_view import ChatView
+from hisho.gui.main_window import MainWindow
+from hisho.gui.message_widget import MessageWidget
+from tests.gui.conftest import wait_for, wait_idle
+from tests.gui.test_chat_window import STORY, open_chat, streaming_text, type_and_enter
+from tests.gui.test_window_use import LONG, SHORT
+
+
+def chat_menu_stop(w: MainWindow) -> QAction:
+    """Chat → Stop as the user finds it: the menu opened (its state is set then), the action by its text."""
+    menu = next(a.menu() for a in w.menuBar().actions() if a.text() == "&Chat")
+    menu.aboutToShow.emit()
+    return next(a for a in menu.actions() if a.text() == "Stop")
+
+
+def test_chat_menu_stop_acts_only_on_the_chat_on_screen(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w, LONG, title="story")
+    other = open_chat(qtbot, w, SHORT, title="quiet")
+    w.controller.select(cid)
+    wait_for(qtbot, lambda: w.view.conversation_id == cid)
+    type_and_enter(qtbot, w, STORY)
+    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
+    turn = w.controller.running
+    assert turn is not None
+    w.controller.select(other)
+    wait_for(qtbot, lambda: w.view.conversation_id == other)
+    stop = chat_menu_stop(w)
+    assert not stop.isEnabled()  # nothing runs in this chat, like its message box (Send, not Stop)
+    stop.trigger()               # even if it were reached: the reply in "story" is not this chat's
+    w.escape()
+    assert not turn.cancelled
+    grown = len(turn.text) + 20
+    wait_for(qtbot, lambda: len(turn.text) > grown or w.controller.running is None)
+    assert not turn.cancelled
+    if w.controller.running is turn:  # still writing (a fast machine may have finished it): Stop it from its chat
+        w.controller.select(cid)
+        wait_for(qtbot, lambda: w.view.conversation_id == cid)
+        stop = chat_menu_stop(w)
+        assert stop.isEnabled()
+        stop.trigger()
+        assert turn.cancelled
+    wait_idle(qtbot, w)
+
+
+def test_a_message_queued_while_scrolled_up_is_brought_into_view(qtbot: QtBot) -> None:
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.show()
+    msgs = [Message(i + 1, 1, i or None, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + "text " * 80)
+            for i in range(20)]
+    view.show_branch(1, msgs, {})
+    bar = view.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum(), timeout=5000)
+    bar.triggerAction(QAbstractSlider.SliderAction.SliderToMinimum)  # the user scrolls up to reread
+    assert bar.value() == 0
+    view.show_queued([(1, "And what is three plus three?", "Waiting for the summary of GPL-3 · sent when it "
+                                                            "finishes")])
+    waiting = view.queued[1]
+    qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5000)
+    assert view.viewport().rect().contains(waiting.geometry().translated(view.widget().pos()))
+    assert not view.jump.isVisible()
+    bar.triggerAction(QAbstractSlider.SliderAction.SliderToMinimum)  # reading again while it waits
+    view.show_queued([(1, "And what is three plus three?", "Sending…")])  # the same message moving on
+    qtbot.wait(50)
+    assert bar.value() == 0  # only a new message brings the view down, not its status changing
+
+
+def test_a_stopped_replys_marker_stays_on_one_line(qtbot: QtBot) -> None:
+    m = Message(2, 1, 1, "assistant", "As they sailed across the ocean, John met a captain.", status=STOPPED,
+                tokens=471, tokens_per_s=41.7)
+    w = MessageWidget(m)
+    qtbot.addWidget(w)
+    w.resize(900, 200)
+    w.show()
+    qtbot.waitExposed(w)
+    marker = next(lab for lab in w.findChildren(type(w.meta)) if lab.text() == "Stopped · partial reply")
+    # Under openbox at 1240 px it was 105 px wide for a 140 px text: the row squeezed it and it wrapped.
+    assert marker.width() >= marker.fontMetrics().horizontalAdvance(marker.text()), marker.width()
