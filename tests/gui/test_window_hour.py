@@ -89,3 +89,28 @@ def test_a_stopped_replys_marker_stays_on_one_line(qtbot: QtBot) -> None:
     marker = next(lab for lab in w.findChildren(type(w.meta)) if lab.text() == "Stopped · partial reply")
     # Under openbox at 1240 px it was 105 px wide for a 140 px text: the row squeezed it and it wrapped.
     assert marker.width() >= marker.fontMetrics().horizontalAdvance(marker.text()), marker.width()
+
+
+def test_renaming_the_chat_on_screen_from_the_list_renames_it_everywhere(qtbot: QtBot,
+                                                                        window: MainWindow) -> None:
+    from hisho.gui.sidebar import ID_ROLE, TITLE_ROLE
+
+    w = window
+    cid = open_chat(qtbot, w, SHORT, title="Name three colours of the rainbow.")
+    w.ctx.store.add_message(cid, "user", "A dragon named Aethoria bakes bread.")
+    w.controller.refresh(cid)
+    qtbot.keyClicks(w.sidebar.search, "Aethoria")  # the user had searched, and opened the result
+
+    def rows() -> dict[int, str]:
+        items = [w.sidebar.list.item(i) for i in range(w.sidebar.list.count())]
+        return {it.data(ID_ROLE): it.data(TITLE_ROLE) for it in items if it.data(ID_ROLE) is not None}
+
+    wait_for(qtbot, lambda: rows() == {cid: "Name three colours of the rainbow."})
+    w.sidebar.rename_requested.emit(cid, "Colours and stories")  # the list's Rename…, its dialog answered
+    wait_for(qtbot, lambda: w.ctx.store.get(cid).title == "Colours and stories")
+    wait_for(qtbot, lambda: rows() == {cid: "Colours and stories"})
+    assert w.title.text() == "Colours and stories"  # the header
+    current = w.controller.current
+    assert current is not None and current.title == "Colours and stories"  # what Chat settings names it by
+    w.sidebar.search.clear()
+    wait_for(qtbot, lambda: rows().get(cid) == "Colours and stories")

@@ -135,7 +135,22 @@ class ConversationList:
         self.w.composer.focus()
 
     def rename(self, cid: int, title: str) -> None:
-        self.c.store_job(lambda: self.store.update(cid, title=title), lambda _c: self.refresh(cid))
+        self.c.store_job(lambda: self.store.update(cid, title=title), self._renamed)
+
+    def _renamed(self, conv: Conversation) -> None:
+        """A new title shows wherever the old one did: the list or the search results, and for the chat on
+        screen its header and what Chat settings and toasts name it by (issue 11: renamed from the list's
+        Rename…, the header kept the old title, and search results did too)."""
+        self.titles[conv.id] = conv.title
+        cur = self.c.current
+        if cur is not None and cur.id == conv.id:
+            cur.title = conv.title
+            if not self.c.title_editor.editing:
+                self.w.title.setText(conv.title)
+        query = self.w.sidebar.search.text()
+        if query.strip():
+            self.search(query)
+        self.refresh(conv.id)
 
     def rename_current(self, title: str) -> None:
         """The header title was edited in place (double-click or F2)."""
