@@ -4,6 +4,7 @@ over two lines."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QAbstractSlider
 from pytestqt.qtbot import QtBot
@@ -114,3 +115,36 @@ def test_renaming_the_chat_on_screen_from_the_list_renames_it_everywhere(qtbot: 
     assert current is not None and current.title == "Colours and stories"  # what Chat settings names it by
     w.sidebar.search.clear()
     wait_for(qtbot, lambda: rows().get(cid) == "Colours and stories")
+
+
+def test_the_header_follows_a_title_changed_elsewhere(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w, SHORT, title="Write a very long story about a robot gardener")
+    assert w.title.text() == "Write a very long story about a robot gardener"
+    # What editing the first message does to the title (the service renames the chat): the list refreshes
+    w.ctx.store.update(cid, title="Tell me a short poem about robot gardeners.")
+    w.controller.refresh()
+    wait_for(qtbot, lambda: w.title.text() == "Tell me a short poem about robot gardeners.")
+    current = w.controller.current
+    assert current is not None and current.title == "Tell me a short poem about robot gardeners."
+
+
+def test_the_token_count_of_a_sent_edit_leaves_with_it(qtbot: QtBot, window: MainWindow) -> None:
+    w = window
+    cid = open_chat(qtbot, w, LONG, title="story")
+    user = w.ctx.store.add_message(cid, "user", "Write a very long story about a robot gardener.")
+    w.ctx.store.add_message(cid, "assistant", "Once upon a time.", parent_id=user.id)
+    w.controller.reload()
+    wait_for(qtbot, lambda: user.id in w.view.widgets)
+    w.controller.message_action("edit", user.id)
+    wait_for(qtbot, lambda: w.composer.editing_id == user.id)
+    w.composer.set_text(STORY)
+    wait_for(qtbot, lambda: w.composer.tokens.text().endswith("tokens"))  # counted while the engine is free
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)  # an edit starts its reply at once
+    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
+    assert w.composer.text() == ""
+    # Not the sent text's count under the empty box until the reply ends (seen under Xvfb: "9 tokens").
+    wait_for(qtbot, lambda: w.composer.tokens.text() == "" or w.controller.running is None)
+    assert w.controller.running is not None and w.composer.tokens.text() == ""
+    w.controller.sending.stop_here()
+    wait_idle(qtbot, w)

@@ -58,8 +58,18 @@ class ConversationList:
 
     def _listed(self, convs: list[Conversation], current: int | None) -> None:
         self.titles = {c.id: c.title for c in convs}
+        cur = self.c.current
+        if cur is not None and cur.id in self.titles:
+            self._show_title(cur, self.titles[cur.id])
         if not self.w.sidebar.search.text().strip():
             self.w.sidebar.set_conversations(convs, current)
+
+    def _show_title(self, cur: Conversation, title: str) -> None:
+        """The chat on screen got a new title (renamed, or its first message edited): the header and what Chat
+        settings and toasts call it follow at once, not when the chat is next opened (issue 11)."""
+        cur.title = title
+        if not self.c.title_editor.editing and self.w.title.text() != title:
+            self.w.title.setText(title)
 
     def search(self, text: str) -> None:
         if not text.strip():
@@ -144,9 +154,7 @@ class ConversationList:
         self.titles[conv.id] = conv.title
         cur = self.c.current
         if cur is not None and cur.id == conv.id:
-            cur.title = conv.title
-            if not self.c.title_editor.editing:
-                self.w.title.setText(conv.title)
+            self._show_title(cur, conv.title)
         query = self.w.sidebar.search.text()
         if query.strip():
             self.search(query)
