@@ -148,3 +148,33 @@ def test_the_token_count_of_a_sent_edit_leaves_with_it(qtbot: QtBot, window: Mai
     assert w.controller.running is not None and w.composer.tokens.text() == ""
     w.controller.sending.stop_here()
     wait_idle(qtbot, w)
+
+
+def test_at_1280_px_a_running_summary_leaves_whole_figures_not_cut_ones(qtbot: QtBot, window: MainWindow) -> None:
+    from hisho.core.documents.job import JobProgress
+    from hisho.gui.status_bar import ElidedLabel
+
+    w = window
+    open_chat(qtbot, w, SHORT, title="Colours and stories")
+    w.resize(1240, 680)  # 1280×720 less openbox's frame, as seen under Xvfb
+    bar = w.status
+    bar.set_model("SmolLM2-135M-Instruct.Q4_1", 4096)
+    bar.device.setText("CPU")
+    bar.speed.setText("29.8 tok/s · 1/2 threads (CPU busy)")  # what a busy two-core laptop showed
+    bar.ttft.setText("TTFT 135 ms")
+    bar.ram.setText("RAM 460 MiB")
+    panel = w.documents.panel
+    panel.show_progress(JobProgress("summarizing", 5, 9, 42.0, "GPL-3", "chunk 5 of 9"))
+
+    def cut() -> list[str]:
+        labels = [lab for lab in bar.findChildren(ElidedLabel) if lab.isVisible() and lab.text()]
+        return [lab.text() for lab in labels if lab.width() < lab.fontMetrics().horizontalAdvance(lab.text())]
+
+    qtbot.wait(50)  # the bar lays itself out
+    assert cut() == []  # before: "Smol…", "C…", "TTFT 135 …", "RAM 460 …", "Summarizing: chunk 5 …" and more
+    assert bar.speed.isVisible() and panel.stage.isVisible() and panel.eta.isVisible()
+    assert not bar.device.isVisible()  # the least useful figure stepped aside whole
+    panel.finish()
+    wait_for(qtbot, lambda: all(lab.isVisible() for lab in (bar.model, bar.device, bar.ttft, bar.ram)))
+    assert cut() == []
+    assert w.minimumSizeHint().width() <= 900  # and stepping aside never widens the window
