@@ -5,8 +5,8 @@ over two lines."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QAbstractSlider
+from PySide6.QtGui import QAction, QImage, QPalette
+from PySide6.QtWidgets import QAbstractSlider, QApplication, QMenu
 from pytestqt.qtbot import QtBot
 
 from hisho.core.conversations import STOPPED, Message
@@ -178,3 +178,39 @@ def test_at_1280_px_a_running_summary_leaves_whole_figures_not_cut_ones(qtbot: Q
     wait_for(qtbot, lambda: all(lab.isVisible() for lab in (bar.model, bar.device, bar.ttft, bar.ram)))
     assert cut() == []
     assert w.minimumSizeHint().width() <= 900  # and stepping aside never widens the window
+
+
+def ink(menu: QMenu, image: QImage, action: QAction) -> int:
+    """How far the action's most contrasting pixel (its text) is from its background, in lightness."""
+    r = menu.actionGeometry(action)
+    bg = image.pixelColor(r.left() + 2, r.center().y()).lightness()
+    return max(abs(image.pixelColor(x, y).lightness() - bg) for x in range(r.left(), r.right())
+               for y in range(r.top(), r.bottom()))
+
+
+def test_disabled_items_look_disabled_in_both_themes(qtbot: QtBot) -> None:
+    from hisho.gui import theme
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    before, sheet, was = app.palette(), app.styleSheet(), theme.current()
+    try:
+        for t in (theme.LIGHT, theme.DARK):
+            theme.apply(app, t)
+            pal = app.palette()
+            for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+                assert pal.color(QPalette.ColorGroup.Disabled, role) != pal.color(QPalette.ColorGroup.Active, role)
+            menu = QMenu()  # as Chat → Stop is drawn where nothing runs
+            qtbot.addWidget(menu)
+            on, off = menu.addAction("Regenerate"), menu.addAction("Stop")
+            off.setEnabled(False)
+            menu.ensurePolished()
+            menu.resize(menu.sizeHint())  # drawn without popping up (offscreen cannot grab the keyboard)
+            image = menu.grab().toImage()
+
+            dim, full = ink(menu, image, off), ink(menu, image, on)
+            assert dim < full - 20, (t.name, dim, full)
+    finally:
+        theme.apply(app, was)
+        app.setPalette(before)
+        app.setStyleSheet(sheet)
