@@ -92,16 +92,21 @@ class StatusBar(QStatusBar):
                  if not w.isWindow() and (not w.isHidden() or w in self._dropped)]
         if self.currentMessage():  # QStatusBar hides the left-hand items under a message: leave those alone
             items = [w for w in items if w not in (self.model, self.device)]
-        gap = self.style().pixelMetric(self.style().PixelMetric.PM_LayoutHorizontalSpacing) + 8
-        room = self.contentsRect().width()
-        need = sum(w.sizeHint().width() + max(0, gap) for w in items)
+        shown = [w for w in items if not w.isHidden()]
+        lay = self.layout()
+        gap = 6  # between two items (QStatusBar's own spacing is private; Fusion's is about this)
+        # What the bar needs with every item shown: its layout's own count for what shows now (margins and
+        # spacing included) plus what the stepped-aside items would add back.
+        now = lay.totalSizeHint().width() if lay is not None else sum(w.sizeHint().width() + gap for w in shown)
+        need = now + sum(w.sizeHint().width() + gap for w in items if w.isHidden()) + 4
+        room = self.width()
         drop: set[QLabel] = set()
         for label in self.drop_order:
             if need <= room:
                 break
             if label in items:
                 drop.add(label)
-                need -= label.sizeHint().width() + max(0, gap)
+                need -= label.sizeHint().width() + gap
         for label in self.drop_order:
             if label in items and (label in drop) != (label in self._dropped):
                 label.setVisible(label not in drop)
