@@ -163,14 +163,22 @@ class ChatView(QScrollArea):
         keep = {key for key, _t, _w in items}
         for key in [k for k in self.queued if k not in keep]:
             _drop(self.queued.pop(key))
-        for key, text, waiting in items:
+        added = False
+        for key, text, _waiting in items:
             w = self.queued.get(key)
             if w is None:
                 w = self.queued[key] = MessageWidget(None, role="user", queued=True)
                 w.set_text(text)
                 w.action.connect(lambda name, _mid, k=key: self.cancel_queued.emit(k) if name == "cancel" else None)
                 self.rows.addWidget(w)
-            w.set_waiting(waiting)
+                added = True
+        if added:
+            # Just sent: show it and what it waits for even if the user had scrolled up to read (issue 11:
+            # a message queued while scrolled up landed out of sight, as if the send had done nothing).
+            self._stick = True
+            self.jump.hide()
+        for key, _text, waiting in items:
+            self.queued[key].set_waiting(waiting)
         if items:
             self.scroll_to_bottom()
 

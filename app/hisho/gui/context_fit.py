@@ -65,6 +65,10 @@ class ContextFit:
         self._seq += 1
         seq, cid = self._seq, cur.id
         draft = self.w.composer.text() if draft is None else draft
+        if not draft.strip():
+            # An empty box has no tokens: say so now. The count below waits for the engine, which after a
+            # send is writing the reply: the sent text's count stayed under the empty box until it ended.
+            self.w.composer.set_token_info("")
         engine = self.c.service.engine
 
         def job() -> tuple[FitReport, int] | None:

@@ -80,7 +80,7 @@ class ChatController(QObject):
         self.fit = ContextFit(self)
         self.title_editor.renamed.connect(self.listing.rename_current)
         window.composer.send_requested.connect(self.sending.send)
-        window.composer.stop_requested.connect(self.sending.stop)
+        window.composer.stop_requested.connect(self.sending.stop_here)
         window.composer.draft_changed.connect(self.listing.draft_changed)
         window.composer.outer_undo = self.undo
         window.settings_button.clicked.connect(self.open_settings)

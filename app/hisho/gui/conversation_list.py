@@ -58,8 +58,18 @@ class ConversationList:
 
     def _listed(self, convs: list[Conversation], current: int | None) -> None:
         self.titles = {c.id: c.title for c in convs}
+        cur = self.c.current
+        if cur is not None and cur.id in self.titles:
+            self._show_title(cur, self.titles[cur.id])
         if not self.w.sidebar.search.text().strip():
             self.w.sidebar.set_conversations(convs, current)
+
+    def _show_title(self, cur: Conversation, title: str) -> None:
+        """The chat on screen got a new title (renamed, or its first message edited): the header and what Chat
+        settings and toasts call it follow at once, not when the chat is next opened (issue 11)."""
+        cur.title = title
+        if not self.c.title_editor.editing and self.w.title.text() != title:
+            self.w.title.setText(title)
 
     def search(self, text: str) -> None:
         if not text.strip():
@@ -135,7 +145,20 @@ class ConversationList:
         self.w.composer.focus()
 
     def rename(self, cid: int, title: str) -> None:
-        self.c.store_job(lambda: self.store.update(cid, title=title), lambda _c: self.refresh(cid))
+        self.c.store_job(lambda: self.store.update(cid, title=title), self._renamed)
+
+    def _renamed(self, conv: Conversation) -> None:
+        """A new title shows wherever the old one did: the list or the search results, and for the chat on
+        screen its header and what Chat settings and toasts name it by (issue 11: renamed from the list's
+        Rename…, the header kept the old title, and search results did too)."""
+        self.titles[conv.id] = conv.title
+        cur = self.c.current
+        if cur is not None and cur.id == conv.id:
+            self._show_title(cur, conv.title)
+        query = self.w.sidebar.search.text()
+        if query.strip():
+            self.search(query)
+        self.refresh(conv.id)
 
     def rename_current(self, title: str) -> None:
         """The header title was edited in place (double-click or F2)."""

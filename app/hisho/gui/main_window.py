@@ -263,7 +263,10 @@ class MainWindow(QMainWindow):
             act.setChecked(name == chosen)
             group.addAction(act)
         chat = bar.addMenu("&Chat")
-        self._action(chat, "Stop", c.stop)
+        self.stop_action = self._action(chat, "Stop", c.sending.stop_here)
+        # Enabled only where a reply is being written, like the message box's Stop (no shortcut: the menu's
+        # opening is the only moment its state is seen).
+        chat.aboutToShow.connect(lambda: self.stop_action.setEnabled(c.sending.generating_here()))
         self._action(chat, "Regenerate last reply", c.editing.regenerate_last, QKeySequence("Ctrl+R"))
         self._action(chat, "Rename chat", c.listing.start_rename, QKeySequence(Qt.Key.Key_F2))
         self._action(chat, "Chat settings…", c.open_settings, QKeySequence("Ctrl+,"))
@@ -293,7 +296,7 @@ class MainWindow(QMainWindow):
 
     def escape(self) -> None:
         if self.controller.sending.generating_here():
-            self.controller.stop()
+            self.controller.sending.stop_here()
         elif self.find_bar.isVisible():
             self.hide_find()
         elif self.composer.editing_id is not None:

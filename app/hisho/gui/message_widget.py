@@ -241,9 +241,10 @@ class MessageWidget(QWidget):
             return
         if m.status in (STOPPED, INTERRUPTED, FAILED):
             what = {STOPPED: "Stopped", INTERRUPTED: "Interrupted", FAILED: "Engine crashed"}[m.status]
-            marker = _label(f"{what} · partial reply", "ErrorMarker" if m.status == FAILED else "Marker", False)
-            marker.setToolTip(m.error or "the reply did not finish")
-            self.footer.addWidget(marker)
+            self.marker = _label(f"{what} · partial reply", "ErrorMarker" if m.status == FAILED else "Marker", False)
+            self.marker.setWordWrap(False)  # a wrapping label in the action row broke it over two lines (issue 11)
+            self.marker.setToolTip(m.error or "the reply did not finish")
+            self.footer.addWidget(self.marker)
         if len(siblings) > 1 and m.id in siblings:
             i = siblings.index(m.id)
             prev_b, next_b = _flat("‹", "Previous version"), _flat("›", "Next version")

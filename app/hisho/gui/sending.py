@@ -370,7 +370,14 @@ class Sending:
         self.c.listing.reload()
         self.pump()
 
+    def stop_here(self) -> None:
+        """The user's Stop (the message box's button, Chat → Stop, Escape): the reply of the chat on screen
+        only; in any other chat it does nothing (issue 11: Chat → Stop stopped another chat's reply unseen)."""
+        if self.generating_here():
+            self.stop()
+
     def stop(self) -> None:
+        """Stop whatever reply runs, in any chat (closing the window)."""
         turn = self.running or self.active
         if turn is not None:
             turn.cancel()

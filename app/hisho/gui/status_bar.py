@@ -1,8 +1,11 @@
 """Status bar (model, device, reply speed, time to first token, RAM) and the header's context meter.
 
 Rules of use: nothing here may widen the window. Labels elide their text to the room they get (``ElidedLabel``)
-and ask for little minimum width; whatever is added later (the summary's progress) must do the same. Reply
-figures are live while a reply streams (``set_reply_figures(..., live=True)``) and final afterwards.
+and ask for little minimum width; whatever is added later (the summary's progress) must do the same. When the bar
+is too narrow for everything at its natural width (a summary running at 1280 px, a narrow window), the least
+useful figures step aside whole (``DROP_ORDER``) before anything is cut: a label cut to "C…" or "TT…" says
+nothing. Reply figures are live while a reply streams (``set_reply_figures(..., live=True)``) and final
+afterwards.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import os
 
 import psutil
-from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer
 from PySide6.QtGui import QPainter, QPaintEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
 
@@ -64,7 +67,50 @@ class StatusBar(QStatusBar):
         self._timer = QTimer(self)
         self._timer.timeout.connect(self.refresh_ram)
         self._timer.start(RAM_REFRESH_MS)
+        # Stepped aside first to last when room is short: the device ("CPU"), then TTFT, RAM, the model (the
+        # header names it too). The speed, the summary's progress and the KV label stay.
+        self.drop_order: list[QLabel] = [self.device, self.ttft, self.ram, self.model]
+        self._dropped: set[QLabel] = set()
+        self._refit_timer = QTimer(self)
+        self._refit_timer.setSingleShot(True)
+        self._refit_timer.setInterval(0)
+        self._refit_timer.timeout.connect(self.refit)
+        self.messageChanged.connect(self._refit_timer.start)
         self.refresh_ram()
+
+    def event(self, e: QEvent) -> bool:
+        # A label's new text, a widget added or shown (the summary's progress), a new width: fit again, once.
+        if e.type() in (QEvent.Type.LayoutRequest, QEvent.Type.Resize):
+            self._refit_timer.start()
+        return super().event(e)
+
+    def refit(self) -> None:
+        """Show every item whole if there is room; else let ``drop_order`` step aside, one by one, until the
+        rest fit (what still does not fit elides). Counts every item at its natural width, dropped or not, so
+        the answer does not depend on what was hidden before."""
+        items = [w for w in self.findChildren(QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly)
+                 if not w.isWindow() and (not w.isHidden() or w in self._dropped)]
+        if self.currentMessage():  # QStatusBar hides the left-hand items under a message: leave those alone
+            items = [w for w in items if w not in (self.model, self.device)]
+        shown = [w for w in items if not w.isHidden()]
+        lay = self.layout()
+        gap = 6  # between two items (QStatusBar's own spacing is private; Fusion's is about this)
+        # What the bar needs with every item shown: its layout's own count for what shows now (margins and
+        # spacing included) plus what the stepped-aside items would add back.
+        now = lay.totalSizeHint().width() if lay is not None else sum(w.sizeHint().width() + gap for w in shown)
+        need = now + sum(w.sizeHint().width() + gap for w in items if w.isHidden()) + 4
+        room = self.width()
+        drop: set[QLabel] = set()
+        for label in self.drop_order:
+            if need <= room:
+                break
+            if label in items:
+                drop.add(label)
+                need -= label.sizeHint().width() + gap
+        for label in self.drop_order:
+            if label in items and (label in drop) != (label in self._dropped):
+                label.setVisible(label not in drop)
+        self._dropped = {w for w in self._dropped if w not in items} | drop
 
     def set_model(self, name: str, n_ctx: int | None = None) -> None:
         self.model.setText(name + (f"  ·  {n_ctx:,} ctx" if n_ctx else ""))

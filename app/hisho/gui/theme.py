@@ -80,6 +80,10 @@ def apply(app: QApplication, theme: Theme) -> None:
                          (QPalette.ColorRole.ToolTipBase, theme.surface), (QPalette.ColorRole.ToolTipText, theme.text),
                          (QPalette.ColorRole.AlternateBase, theme.sidebar)):
         pal.setColor(role, QColor(colour))
+    # setColor(role, …) sets every colour group, the disabled one too: a disabled menu item or button then looked
+    # exactly like an enabled one (issue 11: Chat → Stop where nothing runs). Disabled text is muted.
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+        pal.setColor(QPalette.ColorGroup.Disabled, role, QColor(theme.muted))
     app.setStyle("Fusion")  # the same look everywhere; the palette above colours it
     app.setPalette(pal)
     app.setStyleSheet(stylesheet(theme))
@@ -89,6 +93,7 @@ def stylesheet(t: Theme) -> str:
     return f"""
 QMainWindow, QDialog {{ background: {t.bg}; color: {t.text}; }}
 QWidget {{ color: {t.text}; }}
+QWidget:disabled, QMenu::item:disabled {{ color: {t.muted}; }}
 QToolTip {{ background: {t.surface}; color: {t.text}; border: 1px solid {t.border}; padding: 4px; }}
 #Sidebar {{ background: {t.sidebar}; border-right: 1px solid {t.border}; }}
 #Brand {{ font-size: 15pt; font-weight: 600; }}
