@@ -83,9 +83,9 @@ class ProgressPanel(QWidget):
         self.cancel = QPushButton("Cancel")
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.stage, 3)
+        row.addWidget(self.stage, 1)  # the stage takes what is left once the ETA has its text's width
         row.addWidget(self.bar)
-        row.addWidget(self.eta, 2)
+        row.addWidget(self.eta)
         row.addWidget(self.cancel)
         self._eta: tuple[float, float] | None = None     # (estimate in s, when it was reported)
         self._reported = -1.0
