@@ -82,3 +82,17 @@ def test_flash_attention_off_where_it_costs_little(default_model_path: Path, l8b
     # Nothing on a GPU: its backends have no per-row slow path.
     gpu = from_fixture(DEVICES / "discrete_rtx4060_laptop.json")
     assert apply_plan(LoadParams(model_path=str(l8b), n_ctx=4096), want_gpu_layers=-1, machine=gpu).flash_attn
+
+
+def test_the_plan_says_flash_attention_as_the_load_sets_it(default_model_path: Path) -> None:
+    """`hisho plan` and the planner panel showed "flash attention on" while the load turned it off."""
+    from hisho.core.planner import make_plan
+
+    laptop = from_fixture(DEVICES / "cpu_only_8g.json")
+    shown = make_plan([str(default_model_path)], laptop, laptop.budget(), min_ctx=4096, target_ctx=4096,
+                      calibrate_missing=False)
+    loaded = apply_plan(LoadParams(model_path=str(default_model_path), n_ctx=shown.config.n_ctx,
+                                   type_k=shown.config.type_k, type_v=shown.config.type_v),
+                        want_gpu_layers=0, machine=laptop)
+    assert shown.fits and shown.config.flash_attn is loaded.flash_attn is False
+    assert "flash attention off" in shown.reason and shown.to_dict()["flash_attn"] is False

@@ -20,7 +20,7 @@ from hisho.core.machine import Budget, Machine
 from hisho.core.models import ModelStore
 from hisho.core.planner.calibrate import ProbeFailed, cached, calibrate
 from hisho.core.planner.memory import Breakdown, Calibration, Config, estimate
-from hisho.core.planner.search import Plan, Search, plan, price
+from hisho.core.planner.search import Plan, Search, attention_choice, plan, price
 from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.planner")
@@ -116,6 +116,8 @@ def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx
               n_ubatch: int = 512) -> Plan:
     facts = facts_for(specs)
     cands_calib = {id(f): calibration_for(f, run=calibrate_missing, n_ubatch=n_ubatch) for f in facts}
-    return plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
+    best = plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
                 calibration=lambda f: cands_calib.get(id(f)), cpu=machine.cpu or None, n_batch=n_batch,
                 n_ubatch=n_ubatch)
+    # flash attention as the load will set it (gate.apply_plan), so the plan says what the engine does
+    return attention_choice(best, cands_calib.get(id(best.facts)), cpu=machine.cpu or None)

@@ -3,7 +3,7 @@
 - ``n_gpu_layers`` from settings is -1 ("what the plan says"): the plan picks the most layers that fit; on a
   build without a GPU backend that is 0 (no device probe needed).
 - Flash attention (docs/flash-attention.md): on a CPU-only load with an f16 KV cache the plan turns it off when
-  the attention scores stay under ``FA_OFF_MAX_SCORES`` and the load still fits: ggml-cpu's flash attention walks the
+  the attention scores stay under ``search.FA_OFF_MAX_SCORES`` and the load still fits: ggml-cpu's flash attention walks the
   whole cache row by row for a batch under 64 tokens, so a short question at long context was ~3x slower
   with it (and a decode step ~1.5x); a full prefill costs the same either way. ``flash_attn`` False in the
   settings keeps it off; a quantized V cache keeps it on (llama.cpp needs it).
@@ -28,17 +28,11 @@ from hisho.core.errors import UserError
 from hisho.core.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner.calibrate import cached
 from hisho.core.planner.memory import Calibration, Config
-from hisho.core.planner.search import Candidate, Plan, Search, price
+from hisho.core.planner.search import Candidate, Plan, Search, attention_choice, price
 from hisho.core.protocol import LoadParams
-from hisho.core.units import GIB, MIB, padded_cells
+from hisho.core.units import GIB, MIB
 
 log = logging.getLogger("hisho.planner")
-# Flash attention goes off (CPU, f16 KV) only while the attention scores of one full ubatch over the whole
-# cache (f32, cells x n_ubatch x n_head) stay under this: they are what grows the compute buffer without it
-# (plus their f16 copy). Decided from the header and the load parameters only, never from the calibration, so
-# the choice (part of the KV fingerprint) does not change when a model gets calibrated. 32 heads: up to 4.6K
-# tokens (1B/8B Llama: ~210 MiB more, measured at 4608); 9 heads (the default model): up to 18K.
-FA_OFF_MAX_SCORES = 320 * MIB
 _GPU_LIBS = ("cuda", "vulkan", "metal", "hip", "sycl", "opencl", "musa", "cann")
 
 
@@ -81,14 +75,12 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
     if want_gpu_layers < 0:
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
-    plan = price(facts, cfg, budget, calib, cpu=m.cpu or None)
-    if plan.fits and _attention_off_pays(facts, cfg):
-        off = price(facts, dataclasses.replace(cfg, flash_attn=False), budget, calib, cpu=m.cpu or None)
-        if off.fits:
-            log.info("flash attention off: short prompts at long context run faster without it on this CPU "
-                     "(%.0f MiB more)", (off.breakdown.resident - plan.breakdown.resident) / MIB)
-            plan, cfg = off, off.config
-            params = dataclasses.replace(params, flash_attn=False)
+    on = price(facts, cfg, budget, calib, cpu=m.cpu or None)
+    plan = attention_choice(on, calib, cpu=m.cpu or None)
+    if plan is not on:
+        log.info("flash attention off: short prompts at long context run faster without it on this CPU "
+                 "(%.0f MiB more)", (plan.breakdown.resident - on.breakdown.resident) / MIB)
+        params = dataclasses.replace(params, flash_attn=False)
     if params.use_mmap is None and (m.cpu or (calib is not None and calib.cpu_features)):
         # The plan knows whether llama.cpp repacks weights on this CPU: tell the engine how to load, so it does
         # not read the header itself (that imports the gguf package: ~7 MiB in the engine process).
@@ -101,15 +93,6 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
         log.warning("loading anyway (override): %s", message)
         return params
     raise PlanRefused(message, plan)
-
-
-def _attention_off_pays(facts: ModelFacts, cfg: Config) -> bool:
-    """Whether to try flash attention off: it is on, the KV cache is unquantized, nothing runs on a GPU (the GPU
-    backends' flash attention has no per-row slow path), and the scores stay small."""
-    if not cfg.flash_attn or cfg.type_k != "f16" or cfg.type_v != "f16" or cfg.n_gpu_layers > 0:
-        return False
-    scores = padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 4
-    return scores <= FA_OFF_MAX_SCORES
 
 
 def _best_gpu_layers(facts: ModelFacts, cfg: Config, budget: machine_mod.Budget, calib: Calibration | None) -> int:

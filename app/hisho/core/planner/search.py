@@ -14,7 +14,7 @@ explains itself: why not the next better quant, the context q8_0 KV would allow,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hisho.core.gguf_facts import ModelFacts
@@ -22,7 +22,7 @@ from hisho.core.machine import Budget
 from hisho.core.planner import quality
 from hisho.core.planner.calibrate import LAYOUTS
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
-from hisho.core.units import GIB
+from hisho.core.units import GIB, MIB, padded_cells
 
 
 @dataclass
@@ -235,3 +235,33 @@ def price(facts: ModelFacts, cfg: Config, budget: Budget, calib: Calibration | N
               f"{_gib(_need(b, budget))} of {_gib(budget.ram)}")
     return Plan(model=facts.source, quant=facts.quant, config=cfg, fits=ok, budget=budget, breakdown=b,
                 reason=reason, facts=facts)
+
+
+# Flash attention goes off (CPU, f16 KV) only while the attention scores of one full ubatch over the whole
+# cache (f32, cells x n_ubatch x n_head) stay under this: they are what grows the compute buffer without it
+# (plus their f16 copy). Decided from the header and the load parameters only, never from the calibration, so
+# the choice (part of the KV fingerprint) does not change when a model gets calibrated. 32 heads: up to 4.6K
+# tokens (1B/8B Llama: ~210 MiB more, measured at 4608); 9 heads (the default model): up to 18K.
+FA_OFF_MAX_SCORES = 320 * MIB
+
+
+def attention_off_pays(facts: ModelFacts, cfg: Config) -> bool:
+    """Whether to try flash attention off: it is on, the KV cache is unquantized, nothing runs on a GPU (the GPU
+    backends' flash attention has no per-row slow path), and the scores stay small (docs/flash-attention.md)."""
+    if not cfg.flash_attn or cfg.type_k != "f16" or cfg.type_v != "f16" or cfg.n_gpu_layers > 0:
+        return False
+    scores = padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 4
+    return scores <= FA_OFF_MAX_SCORES
+
+
+def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] | None = None) -> Plan:
+    """``p`` with flash attention off where that pays and the load still fits, else ``p`` itself. The one rule
+    for the load (``gate.apply_plan``) and for what ``hisho plan`` and the planner panel say."""
+    if not p.fits or p.facts is None or not attention_off_pays(p.facts, p.config):
+        return p
+    off = price(p.facts, replace(p.config, flash_attn=False), p.budget, calib, cpu=cpu)
+    if not off.fits:
+        return p
+    return replace(p, config=off.config, breakdown=off.breakdown,
+                   reason=f"{p.reason}; flash attention off (a short prompt at long context runs faster without "
+                          "it on this CPU)")
