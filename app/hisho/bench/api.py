@@ -9,6 +9,10 @@ In a throw-away HISHO_HOME, one model loaded for 4 sequences of ``PER_SEQ`` toke
   the same difference with each side's own prefill (the engine's ``ttft_s`` for that request) taken out, so
   the run-to-run noise of two prefills (tens of ms here) does not swamp the few ms the API adds.
 - ``concurrent_gain``: tokens/s of 4 concurrent API streams (4 prompts) over one stream alone.
+  ``raw_batched_gain``: the same ratio for llama.cpp itself in the same run (``engine/rawbench.batched_decode``:
+  the engine's serving context parameters, the same 4 prompts, greedy ``llama_decode`` steps of all sequences
+  together, no HTTP, no engine process): the ceiling that serving the streams together can reach on this
+  machine and model; ``concurrent_vs_raw_gain`` is the first over the second.
 - ``prefix_restart_speedup``: first-token time of a chat with a ~4096-token system prompt on an empty store over
   the same request after the server (and engine) were stopped and started again (the disk prompt cache).
 """
@@ -146,6 +150,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        api_vs_engine=statistics.median(ratios), ttfb_overhead_ms=statistics.median(overheads),
                        ttfb_outside_engine_ms=statistics.median(outside), ttfb_pairs=len(overheads))
             out.update(_concurrent(client, engine, url, model, n_tokens, repeat))
+            out.update(_raw_ceiling(engine, n_tokens))
+            out["concurrent_vs_raw_gain"] = out["concurrent_gain"] / out["raw_batched_gain"]
             fresh = _stream(client, url, model, _long_prefix(), 8)
         finally:
             client.close()
@@ -195,3 +201,15 @@ def _long_prefix() -> list[dict[str, str]]:
                       f"figure it measured, with units." for i in range(128))
     return [{"role": "system", "content": "You are the project's careful assistant. The handbook:\n" + rules},
             {"role": "user", "content": "Who signs a report?"}]
+
+
+def _raw_ceiling(engine: Any, n_tokens: int) -> dict[str, float]:
+    # raw llama-cpp-python in this process, as bench decode's baseline (docs/architecture.md)
+    from hisho.engine.rawbench import batched_decode
+
+    params = engine.load_params
+    prompts = [engine.tokenize(messages=[{"role": "user", "content": f"{PROMPT} Chapter {i + 1}."}])
+               for i in range(PARALLEL)]
+    raw = batched_decode(params, prompts, n_tokens)
+    return {"raw_one_tokens_per_s": raw["tokens_per_s_1"],
+            "raw_batched_tokens_per_s": raw[f"tokens_per_s_{PARALLEL}"], "raw_batched_gain": raw["gain"]}
