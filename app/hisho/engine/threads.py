@@ -251,7 +251,7 @@ class Governor:
                                      f"{check.target})")
             return
         # The context (or size) made the step slow, not other programs: it is what this count costs here.
-        log.debug("%s threads stay %d: %s, %s at %d (a longer context, not other programs)", self.kind,
+        log.info("%s threads stay %d: %s, %s at %d (a longer context, not other programs)", self.kind,
                   self.current, check.why, _ms(cost), check.target)
         self._measured(self.current, Cost(check.slow, check.shape))
         _keep(self.best.setdefault(self.current, []), Cost(check.slow, check.shape))
