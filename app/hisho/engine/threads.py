@@ -10,8 +10,8 @@ Policy, per kind of step (decode, small batch, prefill), engine thread only:
 - ``choose()`` before a step gives the thread count; ``observe()`` after it gives the step's wall time. Both
   get the step's shape: its token count and the KV cells it attends over. Costs are compared per token (prefill)
   or per step, only against costs measured on this machine in this run, and only between steps of a similar
-  shape (``SIMILAR``): a step at 4K cells costs 2-3x one at a few hundred for attention alone, a 17-token
-  prompt costs several times a 512-token slice per token, and neither is contention.
+  shape (``SIMILAR``): on the default model a decode step at 4K cells costs 3x one on an empty context, for
+  attention alone, and a 17-token batch step 3x a 4-token one; neither is contention (docs/threads.md).
 - Start: at load the runtime times one decode step at each count (``calibrated``) and starts from the fastest,
   so an engine started on a busy machine does not begin with collapsed steps.
 - Drop: three decode steps (one prefill step) in a row at ``n`` threads that cost more than ``DROP`` × the
