@@ -39,8 +39,8 @@ class Machine:
         return n
 
 
-def governor(m: Machine, **kw: int) -> Governor:
-    return Governor("decode", 2, clock=m.clock, idle_seconds=m.idle_seconds, **kw)
+def governor(m: Machine, fixed: int = 0) -> Governor:
+    return Governor("decode", 2, fixed=fixed, clock=m.clock, idle_seconds=m.idle_seconds)
 
 
 def test_quiet_machine_keeps_every_core() -> None:
@@ -379,3 +379,25 @@ def test_contention_that_comes_with_a_restored_long_context_drops_at_once(monkey
     assert e.reply(10)[1:] == [1] * 9
     assert {g.current for g in e.govs.values()} == {1}
     assert "other programs" in str(e.govs["decode"].explain()["why"])
+
+
+def test_a_step_reports_the_cells_its_attention_covers() -> None:
+    """Runtime.step_cells: each sequence in the batch counts up to its last position; in a unified cache the
+    other sequences' cells count too (the attention view spans them), in per-sequence streams they do not."""
+    from types import SimpleNamespace
+
+    from hisho.engine.llama_setup import Batch
+    from hisho.engine.runtime import Runtime
+
+    batch = Batch(32, 2)
+    try:
+        for i in range(17):
+            batch.add(7, 4096 + i, 0, i == 16)    # a question after a restored 4K conversation
+        seqs = {0: [7] * 4096, 1: [7] * 300}     # and a draft in sequence 1
+        assert Runtime.step_cells(SimpleNamespace(unified_kv=True, seqs=seqs), batch) == 4113 + 300  # type: ignore[arg-type]
+        assert Runtime.step_cells(SimpleNamespace(unified_kv=False, seqs=seqs), batch) == 4113  # type: ignore[arg-type]
+        batch.clear()
+        batch.add(7, 300, 1, True)
+        assert Runtime.step_cells(SimpleNamespace(unified_kv=False, seqs=seqs), batch) == 301  # type: ignore[arg-type]
+    finally:
+        batch.free()
