@@ -79,9 +79,14 @@ class Shape(NamedTuple):
         (counted from ``CELLS_FLOOR``) is at most ``SIMILAR``. A step's cost (the weights, plus attention over the
         cells for each token) grows at most in proportion to either, and so does a cost per token as the tokens
         shrink, so two quiet steps of like shapes differ by at most ``SIMILAR``."""
-        a, b = max(self.cells, CELLS_FLOOR), max(other.cells, CELLS_FLOOR)
-        return (max(self.tokens, other.tokens) * max(a, b)
-                <= SIMILAR * min(self.tokens, other.tokens) * min(a, b))
+        a = self.cells if self.cells > CELLS_FLOOR else CELLS_FLOOR  # called a few times a step: no max()
+        b = other.cells if other.cells > CELLS_FLOOR else CELLS_FLOOR
+        t, u = self.tokens, other.tokens
+        if t < u:
+            t, u = u, t
+        if a < b:
+            a, b = b, a
+        return t * a <= SIMILAR * u * b
 
 
 class Cost(NamedTuple):
@@ -381,6 +386,9 @@ def _like(costs: list[Cost] | None, shape: Shape) -> Cost | None:
 def _keep(costs: list[Cost], cost: Cost) -> None:
     """Keep ``cost`` as its shape's entry: it replaces a like entry (a context that grows moves its entry along),
     else it is added and the oldest shape beyond ``SHAPES_KEPT`` is forgotten."""
+    if costs and costs[-1].shape.like(cost.shape):
+        costs[-1] = cost  # the usual case: the same shape as the latest
+        return
     for i, c in enumerate(costs):
         if c.shape.like(cost.shape):
             del costs[i]
