@@ -60,26 +60,61 @@ def test_one_slow_step_is_not_contention() -> None:
     assert [m.step(gov) for _ in range(20)] == [2] * 20
 
 
-def test_a_collapsed_step_drops_a_thread_at_once() -> None:
+def test_two_collapsed_steps_drop_a_thread_at_once() -> None:
     m = Machine()
     gov = governor(m)
     for _ in range(50):
         m.step(gov)
     m.busy = True
     threads = [m.step(gov) for _ in range(10)]
-    assert threads == [2] + [1] * 9
+    assert threads == [2, 2] + [1] * 8
     assert "other programs" in str(gov.explain()["why"])
 
 
-def test_milder_contention_takes_three_slow_steps() -> None:
+def test_milder_contention_drops_once_the_window_mean_says_so() -> None:
     gov = Governor("decode", 2, idle_seconds=lambda: None)
     for _ in range(10):
         gov.observe(2, 0.007, 1)
-    gov.observe(2, 0.025, 1)   # slower than 1 thread's guessed 16.5 ms by more than 1.25x, but no collapse
-    gov.observe(2, 0.025, 1)
-    assert gov.current == 2
-    gov.observe(2, 0.025, 1)
+    slow = 0
+    while gov.current == 2 and slow < 20:
+        gov.observe(2, 0.025, 1)   # slower than 1 thread's guessed 16.5 ms by more than 1.25x, but no collapse
+        slow += 1
+    # the mean of the last 8 steps passes 1.25 x 16.5 ms at the 7th slow step (6 x 25 + 2 x 7 = 164 < 165)
+    assert gov.current == 1 and slow == 7
+
+
+def test_the_apps_own_bursts_do_not_cost_a_thread() -> None:
+    """Seen while the API streamed one reply (bench api): 2-thread decode steps at 7.7 ms, with runs of three
+    at ~14.5 ms whenever the server's and the client's threads woke; one thread costs 11 ms. Two threads are
+    still worth ~30 % (129 tok/s fixed at 2 against 81 after the old rule dropped one: the fastest of three
+    steps over 1.25 x 11 ms)."""
+    gov = Governor("decode", 2, idle_seconds=lambda: None)
+    gov.calibrated({2: 0.0077, 1: 0.011})
+    for _ in range(40):
+        for cost in (0.0077, 0.0077, 0.0077, 0.0077, 0.0077, 0.0145, 0.0145, 0.0145):
+            gov.observe(2, cost, 1)
+    gov.observe(2, 0.106, 1)   # and a lone 106 ms step (a collector pause, a page-fault storm): a hiccup
+    for _ in range(8):
+        gov.observe(2, 0.0077, 1)
+    assert gov.current == 2 and gov.changes == 0
+
+
+def test_a_probe_judges_the_mean_of_its_steps() -> None:
+    """Back at one thread after a busy spell, with the app's bursts going on: the first steps at 2 threads cost
+    19 ms (the burst, and the second thread waking), then 7.7 ms, against 12 ms at one. The old probe ended at
+    once on its first step (over 1.5x the current cost) every time, and the engine stayed on one thread."""
+    m = Machine()
+    gov = Governor("decode", 2, clock=m.clock, idle_seconds=lambda: None)
+    gov.calibrated({2: 0.5, 1: 0.012})   # started beside busy programs
     assert gov.current == 1
+    run = 0  # 2-thread steps in a row
+    while m.now < 120 and gov.current == 1:
+        n = gov.choose()
+        run = run + 1 if n == 2 else 0
+        cost = (0.019 if run <= 3 else 0.0077) if n == 2 else 0.012
+        m.now += cost
+        gov.observe(n, cost, 1)
+    assert gov.current == 2
 
 
 def test_a_few_disturbed_steps_on_an_idle_machine_keep_every_core() -> None:
@@ -361,22 +396,21 @@ def test_contention_at_a_long_context_drops_at_once(monkeypatch: pytest.MonkeyPa
     e.prompt(4000)
     e.reply(32)
     e.m.busy = True        # one busy program per core
-    assert e.reply(10)[1:] == [1] * 9
+    assert e.reply(10)[2:] == [1] * 8   # two collapsed steps in a row are a busy program, not a hiccup
     assert {g.current for g in e.govs.values()} == {1}
     assert "other programs" in str(e.govs["decode"].explain()["why"])
 
 
 def test_contention_that_comes_with_a_restored_long_context_drops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The busy program starts while a 4K conversation is restored: the first steps at that context are slow for
-    both reasons. The first collapsed step earns a check at one thread, which is faster: a drop at the next step,
-    as for any collapse."""
+    both reasons. Collapsed steps earn a check at one thread, which is faster: a drop, as for any collapse."""
     e = Engine(monkeypatch)
     e.prompt(9)
     e.reply(8)
     e.held = 4096
     e.m.busy = True
     e.prompt(17)
-    assert e.reply(10)[1:] == [1] * 9
+    assert e.reply(10)[2:] == [1] * 8   # two collapsed steps in a row are a busy program, not a hiccup
     assert {g.current for g in e.govs.values()} == {1}
     assert "other programs" in str(e.govs["decode"].explain()["why"])
 

@@ -14,16 +14,18 @@ Policy, per kind of step (decode, small batch, prefill), engine thread only:
   attention alone, and a 17-token batch step 3x a 4-token one; neither is contention (docs/threads.md).
 - Start: at load the runtime times one decode step at each count (``calibrated``) and starts from the fastest,
   so an engine started on a busy machine does not begin with collapsed steps.
-- Drop: three decode steps (one prefill step) in a row at ``n`` threads that cost more than ``DROP`` × the
-  cost at ``n - 1`` for that shape (measured there, or guessed from ``n``'s best cost at that shape) go down a
-  thread; one step far slower (a collapse): down to half at once. A drop in one kind of step moves the others
-  too (contention is the machine's).
+- Drop: when the mean cost of the last ``WINDOW`` decode steps (one prefill step) at ``n`` threads is more than
+  ``DROP`` × the cost at ``n - 1`` for that shape (measured there, or guessed from ``n``'s best cost at that
+  shape), go down a thread; two steps in a row far slower (a collapse): down to half at once. The mean, not the
+  fastest or the median: throughput is what a thread is worth, and the app's own bursts of work slow a few
+  steps in a row without making one thread faster. A drop in one kind of step moves the others too
+  (contention is the machine's).
 - Check: when neither reference is of the step's shape (a restored conversation, a long prompt, a context
   that grew since ``n - 1`` was measured), the same evidence only earns a check: the next step of that shape
   runs at the lower count once. Faster there: a drop, as above. Not faster: the context made the step slow; the
   check's cost becomes the lower count's reference for that shape and the threads stay.
-- Recover: a probe runs ``n + 1`` threads for a step or two and keeps them if they are faster than what ``n``
-  gives now. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
+- Recover: a probe runs ``n + 1`` threads for ``WINDOW`` steps (one prefill step) and keeps them if their mean
+  cost is lower than what ``n`` gives now; a collapsed probe step ends it at once. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
   ``PROBE_MAX_S``, and never sooner than ``PROBE_SPACING`` steps' time), or early when the CPU shows idle time for the threads we gave up (psutil's system-wide
   idle time; a free core is the signal that the other program stopped). A probe that comes due while the CPU
   shows no idle time at all is put off (the wait doubles) until the longest wait.
@@ -44,11 +46,19 @@ DROP = 1.25           # a step at n threads this much slower than n - 1 threads'
 # Not less: on a 2-core laptop 2 threads decode only ~1.3x faster than 1 (the default model, measured), so a few
 # steps disturbed by the app's own threads would otherwise drop a thread on an idle machine and cost ~25 %; a real
 # collapse is many times slower (COLLAPSE) and milder contention costs us at most DROP while we keep the thread.
-COLLAPSE = 3.0        # this much slower: drop to half at once
+COLLAPSE = 3.0        # this much slower, two steps in a row: drop to half at once
+WINDOW = 8            # decode and batch steps: the drop rule and a probe judge the mean of this many steps.
+# The app's own threads (the API server, the window, the client's reader) wake in bursts every few steps: runs
+# of three 2-thread steps at 1.3x their usual cost were common while the API streamed, and the old rule (the
+# fastest of 3 such steps over 1.25x one thread's cost) dropped a thread that was still worth 35 % of the
+# throughput (bench api, one stream: 129 tok/s at 2 fixed threads, 81 after the drop). Throughput is the mean
+# cost per token, so the mean is what is judged; a busy program's collapse is many times slower and still
+# drops within two steps.
 SIMILAR = 1.25        # steps within this factor of each other in tokens times KV cells are compared directly
 CELLS_FLOOR = 256     # below this many KV cells a step's cost hardly depends on the context (the weights dominate)
 PROBE_MIN_S = 8.0     # first probe after a drop (a failed probe step beside busy programs can take a second)
-PROBE_GIVE_UP = 1.5   # a probe step this much slower than the current count ends the probe at once
+REFERENCE_STEPS = 3   # like steps whose median may stand as a count's best cost (the window judges, this learns)
+PROBE_GIVE_UP = COLLAPSE  # a probe step this much slower than the current count ends the probe at once
 PROBE_MAX_S = 60.0    # longest wait between probes while probes keep failing
 PROBE_SPACING = 10    # and at least this many steps' time between probes (prefill steps take seconds)
 IDLE_CHECK_S = 0.5    # how often the system's idle CPU time is read while below the maximum
@@ -107,8 +117,8 @@ class Governor:
     """Thread count for one kind of step. ``fixed`` > 0: always that many (the user's setting), no measuring
     beyond what ``explain()`` reports. ``per_token``: costs are compared per token (prefill), else per step."""
 
-    def __init__(self, kind: str, max_threads: int, *, fixed: int = 0, probe_steps: int = 2,
-                 decide_steps: int = 3, min_tokens: int = 1, per_token: bool = True,
+    def __init__(self, kind: str, max_threads: int, *, fixed: int = 0, probe_steps: int = WINDOW,
+                 decide_steps: int = WINDOW, min_tokens: int = 1, per_token: bool = True,
                  clock: Callable[[], float] = time.monotonic,
                  idle_seconds: Callable[[], float | None] = cpu_idle_seconds) -> None:
         self.kind = kind
@@ -185,15 +195,16 @@ class Governor:
         self._recent_shape = shape
         self._recent.append(cost)
         enough = len(self._recent) >= self.decide_steps
+        settled = len(self._recent) >= min(REFERENCE_STEPS, self.decide_steps)  # enough for a reference
         # Judge the step before learning from it: a contended step must not become the reference.
         if threads > 1 and self._judge(cost, shape, enough):
             return
         now = statistics.median(self._recent)
         self._measured(threads, Cost(now, shape))
         best = _like(self.best.get(threads), shape)
-        if enough and (best is None or now < best.cost):
+        if settled and (best is None or now < best.cost):
             _keep(self.best.setdefault(threads, []), Cost(now, shape))
-        if threads == self.max and enough and (self.quiet is None or now < self.quiet):
+        if threads == self.max and settled and (self.quiet is None or now < self.quiet):
             self.quiet = now
             self.why = f"steps run at this machine's quiet speed ({_ms(now)} per token)"
 
@@ -222,10 +233,12 @@ class Governor:
         if expected is None:
             return False
         ref, known = expected
-        if cost > COLLAPSE * ref:
-            slow = cost  # one collapsed step is evidence enough: another costs up to a second
-        elif enough and min(list(self._recent)[-self.decide_steps:]) > DROP * ref:
-            slow = min(list(self._recent)[-self.decide_steps:])
+        recent = list(self._recent)
+        if cost > COLLAPSE * ref and (self.decide_steps == 1 or (len(recent) >= 2 and recent[-2] > COLLAPSE * ref)):
+            # Two collapsed steps in a row (one, for prefill's long steps): a busy program, not a hiccup of ours.
+            slow = min(recent[-2:]) if self.decide_steps > 1 else cost
+        elif enough and (slow := _window_mean(recent[-self.decide_steps:])) > DROP * ref:
+            pass
         else:
             return False
         target = max(1, self.current // 2) if slow > COLLAPSE * ref else lower
@@ -271,7 +284,7 @@ class Governor:
 
     def _end_probe(self) -> None:
         assert self._probe is not None
-        tried = statistics.median(self._probe)
+        tried = _window_mean(self._probe)  # throughput over the probe, as the drop rule judges it
         here = self._here(tried)
         up = self.current + 1
         self._measured(up, Cost(tried, self._probe_shape))
@@ -373,6 +386,14 @@ class Governor:
                 "why": self.why, "changes": self.changes, "checks": self.checks,
                 "ms_per_token": round(cost.cost * 1000, 3) if cost else None,
                 "quiet_ms_per_token": round(self.quiet * 1000, 3) if self.quiet else None}
+
+
+def _window_mean(costs: list[float]) -> float:
+    """The mean cost of a window of steps without its slowest one: a lone hiccup (a collector pause, a page-fault
+    storm: 100 ms among 8 ms steps, seen) would otherwise decide alone; a busy program slows them all."""
+    if len(costs) < 3:
+        return statistics.fmean(costs)
+    return (sum(costs) - max(costs)) / (len(costs) - 1)
 
 
 def _like(costs: list[Cost] | None, shape: Shape) -> Cost | None:
