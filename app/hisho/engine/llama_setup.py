@@ -64,12 +64,6 @@ def step_kind(n_tokens: int) -> str:
     return "decode" if n_tokens == 1 else "batch" if n_tokens < PREFILL_MIN_TOKENS else "prefill"
 
 
-def observed_tokens(kind: str, n_tokens: int) -> int:
-    """What a step's time is divided by for its governor: prefill per token; a decode or batch step's cost is
-    mostly reading the weights once, so it is compared per step."""
-    return n_tokens if kind == "prefill" else 1
-
-
 # Not 64 (the first bound): a batch step is compared per step, and a step that carries a short prompt (the API's
 # 35-token question joining 4 running sequences) cost ~10x a 4-token decode step; the governor took that for a
 # collapsed step and dropped every kind of step to one thread (measured in the serving batch, docs/threads.md).
@@ -84,7 +78,8 @@ def make_governors(params: LoadParams) -> dict[str, Governor]:
     batch = params.n_threads_batch or params.n_threads
     govs = {"decode": Governor("decode", cores, fixed=decode),
             # Parallel decode steps (the API's serving batch, summaries) are as frequent and as short as decode steps.
-            "batch": Governor("batch", cores, fixed=batch),
+            # Compared per step: a small batch's cost is mostly reading the weights once.
+            "batch": Governor("batch", cores, fixed=batch, per_token=False),
             # A prefill step is long (512 tokens: seconds under load): one step decides, and one probe step.
             "prefill": Governor("prefill", cores, fixed=batch, probe_steps=1, decide_steps=1)}
     for gov in govs.values():
@@ -199,10 +194,12 @@ class Batch:
         self.capacity = capacity
         self.raw = llama_cpp.llama_batch_init(capacity, 0, n_seq_max)
         self.n = 0
+        self.ends: dict[int, int] = {}  # per sequence in the batch: its last position + 1 (its context after it)
 
     def clear(self) -> None:
         self.n = 0
         self.raw.n_tokens = 0
+        self.ends.clear()
 
     def add(self, token: int, pos: int, seq: int, logits: bool) -> None:
         i = self.n
@@ -212,6 +209,8 @@ class Batch:
         raw.n_seq_id[i] = 1
         raw.seq_id[i][0] = seq
         raw.logits[i] = logits
+        if pos >= self.ends.get(seq, 0):
+            self.ends[seq] = pos + 1
         self.n = i + 1
         raw.n_tokens = self.n
 

@@ -31,7 +31,6 @@ from hisho.engine.llama_setup import (
     control_tokens,
     make_governors,
     mmap_policy,
-    observed_tokens,
     read_metadata,
     step_kind,
 )
@@ -77,6 +76,7 @@ class Runtime:
         self.batch = Batch(max(self.n_batch, self.n_seq_max), self.n_seq_max)
         self.seqs: dict[int, list[int]] = {}
         self._threads = (-1, -1)  # (n_threads, n_threads_batch) last given to llama_set_n_threads
+        self.unified_kv = bool(self.params.kv_unified)  # job_context's streams are not
 
     @contextmanager
     def job_context(self, n_parallel: int, n_ctx_per_seq: int) -> Iterator[Runtime]:
@@ -97,6 +97,7 @@ class Runtime:
         self._free_context()
         try:
             self._bind(self._new_context(job))
+            self.unified_kv = False
             log.info("job context: %d sequences x %d cells", n_parallel, per_seq)
             yield self
         finally:
@@ -302,9 +303,9 @@ class Runtime:
         llama.cpp uses ``n_threads`` for one-token batches and ``n_threads_batch`` for the rest; both are set
         between steps with ``llama_set_n_threads`` (it only stores them: the next graph is planned with them)."""
         n = batch.n
-        kind = step_kind(n)
-        gov = self.governors[kind]
-        threads = gov.choose()
+        gov = self.governors[step_kind(n)]
+        cells = self.step_cells(batch)
+        threads = gov.choose(n, cells)
         want = (threads, self._threads[1]) if n == 1 else (self._threads[0], threads)
         if want != self._threads:
             llama_cpp.llama_set_n_threads(self.ctx, max(1, want[0]), max(1, want[1]))
@@ -312,8 +313,17 @@ class Runtime:
         start = time.perf_counter()
         rc = int(llama_cpp.llama_decode(self.ctx, batch.raw))
         if rc == 0:
-            gov.observe(threads, time.perf_counter() - start, observed_tokens(kind, n))
+            gov.observe(threads, time.perf_counter() - start, n, cells)
         return rc
+
+    def step_cells(self, batch: Batch) -> int:
+        """About how many KV cells a step on ``batch`` attends over (what its attention costs grow with): the
+        context of each sequence in it after the step, and in a unified cache the other sequences' cells too
+        (llama.cpp's attention view then spans every sequence's cells)."""
+        cells = sum(batch.ends.values())
+        if self.unified_kv:
+            cells += sum(len(held) for seq, held in self.seqs.items() if seq not in batch.ends)
+        return cells
 
     def calibrate_threads(self) -> None:
         """Time one decode step at the most threads and at one (after a warm-up step: first graph, page faults)

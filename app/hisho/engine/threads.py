@@ -7,15 +7,25 @@ busy program per core, 2-thread decode fell from ~145 to ~2 tok/s while 1 thread
 right (the idle machine wants all cores), and the load changes while the app runs.
 
 Policy, per kind of step (decode, small batch, prefill), engine thread only:
-- ``choose()`` before a step gives the thread count; ``observe()`` after it gives the step's wall time and
-  token count. Costs are compared per token and only against costs measured on this machine in this run.
+- ``choose()`` before a step gives the thread count; ``observe()`` after it gives the step's wall time. Both
+  get the step's shape: its token count and the KV cells it attends over. Costs are compared per token (prefill)
+  or per step, only against costs measured on this machine in this run, and only between steps of a similar
+  shape (``SIMILAR``): on the default model a decode step at 4K cells costs 3x one on an empty context, for
+  attention alone, and a 17-token batch step 3x a 4-token one; neither is contention (docs/threads.md).
 - Start: at load the runtime times one decode step at each count (``calibrated``) and starts from the fastest,
   so an engine started on a busy machine does not begin with collapsed steps.
-- Drop: three decode steps (one prefill step) in a row at ``n`` threads that cost more than ``DROP`` × the last measured cost at ``n - 1``
-  (at first: an optimistic guess from the cost at ``n``) go down a thread; one step far slower (a collapse): down
-  to half at once. A drop in one kind of step moves the others too (contention is the machine's).
-- Recover: a probe runs ``n + 1`` threads for a step or two and keeps them if they are faster than what ``n``
-  gives now. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
+- Drop: when the mean cost of the last ``WINDOW`` decode steps (one prefill step) at ``n`` threads is more than
+  ``DROP`` × the cost at ``n - 1`` for that shape (measured there, or guessed from ``n``'s best cost at that
+  shape), go down a thread; two steps in a row far slower (a collapse): down to half at once. The mean, not the
+  fastest or the median: throughput is what a thread is worth, and the app's own bursts of work slow a few
+  steps in a row without making one thread faster. A drop in one kind of step moves the others too
+  (contention is the machine's).
+- Check: when neither reference is of the step's shape (a restored conversation, a long prompt, a context
+  that grew since ``n - 1`` was measured), the same evidence only earns a check: the next step of that shape
+  runs at the lower count once. Faster there: a drop, as above. Not faster: the context made the step slow; the
+  check's cost becomes the lower count's reference for that shape and the threads stay.
+- Recover: a probe runs ``n + 1`` threads for ``WINDOW`` steps (one prefill step) and keeps them if their mean
+  cost is lower than what ``n`` gives now; a collapsed probe step ends it at once. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
   ``PROBE_MAX_S``, and never sooner than ``PROBE_SPACING`` steps' time), or early when the CPU shows idle time for the threads we gave up (psutil's system-wide
   idle time; a free core is the signal that the other program stopped). A probe that comes due while the CPU
   shows no idle time at all is put off (the wait doubles) until the longest wait.
@@ -28,22 +38,34 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 log = logging.getLogger("hisho.engine")
 
-DROP = 1.25           # a step at n threads this much slower than n - 1 threads' last cost counts as contended.
+DROP = 1.25           # a step at n threads this much slower than n - 1 threads' cost counts as contended.
 # Not less: on a 2-core laptop 2 threads decode only ~1.3x faster than 1 (the default model, measured), so a few
 # steps disturbed by the app's own threads would otherwise drop a thread on an idle machine and cost ~25 %; a real
 # collapse is many times slower (COLLAPSE) and milder contention costs us at most DROP while we keep the thread.
-COLLAPSE = 3.0        # this much slower: drop to half at once
+COLLAPSE = 3.0        # this much slower, two steps in a row: drop to half at once
+WINDOW = 8            # decode and batch steps: the drop rule and a probe judge the mean of this many steps.
+# The app's own threads (the API server, the window, the client's reader) wake in bursts every few steps: runs
+# of three 2-thread steps at 1.3x their usual cost were common while the API streamed, and the old rule (the
+# fastest of 3 such steps over 1.25x one thread's cost) dropped a thread that was still worth 35 % of the
+# throughput (bench api, one stream: 129 tok/s at 2 fixed threads, 81 after the drop). Throughput is the mean
+# cost per token, so the mean is what is judged; a busy program's collapse is many times slower and still
+# drops within two steps.
+SIMILAR = 1.25        # steps within this factor of each other in tokens times KV cells are compared directly
+CELLS_FLOOR = 256     # below this many KV cells a step's cost hardly depends on the context (the weights dominate)
 PROBE_MIN_S = 8.0     # first probe after a drop (a failed probe step beside busy programs can take a second)
-PROBE_GIVE_UP = 1.5   # a probe step this much slower than the current count ends the probe at once
+REFERENCE_STEPS = 3   # like steps whose median may stand as a count's best cost (the window judges, this learns)
+PROBE_GIVE_UP = COLLAPSE  # a probe step this much slower than the current count ends the probe at once
 PROBE_MAX_S = 60.0    # longest wait between probes while probes keep failing
 PROBE_SPACING = 10    # and at least this many steps' time between probes (prefill steps take seconds)
 IDLE_CHECK_S = 0.5    # how often the system's idle CPU time is read while below the maximum
 IDLE_FREE = 0.6       # idle cores (per thread given up) that trigger an early probe
 IDLE_NONE = 0.1       # fewer idle cores than this (per thread given up): a due probe waits longer instead
 PRIOR_SPEEDUP = 0.85  # before n - 1 threads were measured: assume n threads ran 85 % of linear speed-up
+SHAPES_KEPT = 8       # costs kept per thread count, one per shape (a chat, a restored long one, a prompt's slices)
 
 
 def cpu_idle_seconds() -> float | None:
@@ -56,12 +78,48 @@ def cpu_idle_seconds() -> float | None:
         return None
 
 
+class Shape(NamedTuple):
+    """What a step's cost depends on besides the machine: its tokens and the KV cells it attends over."""
+
+    tokens: int = 1
+    cells: int = 0
+
+    def like(self, other: Shape) -> bool:
+        """Close enough that their costs compare: the ratio of their token counts times the ratio of their cells
+        (counted from ``CELLS_FLOOR``) is at most ``SIMILAR``. A step's cost (the weights, plus attention over the
+        cells for each token) grows at most in proportion to either, and so does a cost per token as the tokens
+        shrink, so two quiet steps of like shapes differ by at most ``SIMILAR``."""
+        a = self.cells if self.cells > CELLS_FLOOR else CELLS_FLOOR  # called a few times a step: no max()
+        b = other.cells if other.cells > CELLS_FLOOR else CELLS_FLOOR
+        t, u = self.tokens, other.tokens
+        if t < u:
+            t, u = u, t
+        if a < b:
+            a, b = b, a
+        return t * a <= SIMILAR * u * b
+
+
+class Cost(NamedTuple):
+    """A cost (seconds per token or per step) and the shape of the steps it was measured on."""
+
+    cost: float
+    shape: Shape
+
+
+class _Check(NamedTuple):
+    target: int   # the count the evidence would drop to
+    slow: float   # the evidence: the cost at the current count
+    shape: Shape
+    why: str
+
+
 class Governor:
     """Thread count for one kind of step. ``fixed`` > 0: always that many (the user's setting), no measuring
-    beyond what ``explain()`` reports."""
+    beyond what ``explain()`` reports. ``per_token``: costs are compared per token (prefill), else per step."""
 
-    def __init__(self, kind: str, max_threads: int, *, fixed: int = 0, probe_steps: int = 2,
-                 decide_steps: int = 3, min_tokens: int = 1, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, kind: str, max_threads: int, *, fixed: int = 0, probe_steps: int = WINDOW,
+                 decide_steps: int = WINDOW, min_tokens: int = 1, per_token: bool = True,
+                 clock: Callable[[], float] = time.monotonic,
                  idle_seconds: Callable[[], float | None] = cpu_idle_seconds) -> None:
         self.kind = kind
         self.max = max(1, fixed or max_threads)
@@ -70,92 +128,166 @@ class Governor:
         self.probe_steps = max(1, probe_steps)
         self.decide_steps = max(1, decide_steps)
         self.min_tokens = min_tokens
+        self.per_token = per_token
         self._clock = clock
         self._idle_seconds = idle_seconds
-        self.last: dict[int, float] = {}  # the latest median cost per token at each thread count
-        self.best: dict[int, float] = {}  # the lowest median cost seen at each thread count
+        self.last: dict[int, Cost] = {}  # the latest median cost at each thread count
+        self.seen: dict[int, list[Cost]] = {}  # the latest median cost at each count, per shape
+        self.best: dict[int, list[Cost]] = {}  # the lowest median cost at each count, per shape
         self.quiet: float | None = None   # the lowest median cost seen at the maximum (the machine quiet)
-        self._recent: deque[float] = deque(maxlen=max(3, self.decide_steps))
+        self._recent: deque[float] = deque(maxlen=max(3, self.decide_steps))  # steps of like shapes
+        self._recent_shape: Shape | None = None
         self._probe: list[float] | None = None  # costs at current + 1 while a probe runs
+        self._probe_shape = Shape()
+        self._check: _Check | None = None
         self._backoff = PROBE_MIN_S
         self._next_probe = 0.0
         self._idle_mark: tuple[float, float] | None = None  # (clock, idle seconds) at the last idle check
         self._free: float | None = None  # idle cores over the last idle check's window
         self.changes = 0
+        self.checks = 0
         self.why = "no step measured yet"
         self._tokens = 1
         self.peers: list[Governor] = []  # the other kinds of step: contention is the machine's, not the kind's
 
     # ----- the two calls the runtime makes ---------------------------------------------------------------
 
-    def choose(self) -> int:
-        if self.fixed or self.current >= self.max:
+    def choose(self, tokens: int = 1, cells: int = 0) -> int:
+        """The thread count for a step of ``tokens`` tokens attending over ``cells`` KV cells."""
+        if self.fixed:
             return self.current
-        if self._probe is None and self._probe_due():
+        shape = Shape(tokens, cells)
+        if self._check is not None and self._check.shape.like(shape):
+            return self._check.target
+        if self.current >= self.max:
+            return self.current
+        here = self.last.get(self.current)
+        like = here is None or here.shape.like(shape)  # a probe compares steps of one shape
+        if self._probe is None and like and self._probe_due():
             self._probe = []
-        return self.current + 1 if self._probe is not None else self.current
+        return self.current + 1 if self._probe is not None and like else self.current
 
-    def observe(self, threads: int, seconds: float, tokens: int) -> None:
+    def observe(self, threads: int, seconds: float, tokens: int, cells: int = 0) -> None:
         if tokens < self.min_tokens or seconds <= 0:
             return
-        cost = seconds / tokens
-        self._tokens = tokens
+        shape = Shape(tokens, cells)
+        per = tokens if self.per_token else 1
+        cost = seconds / per
+        self._tokens = per
         if self.fixed:
-            self.last[threads] = cost
+            self.last[threads] = Cost(cost, shape)
             self.why = "the number set in Settings"
+            return
+        if self._check is not None and threads == self._check.target and self._check.shape.like(shape):
+            self._end_check(cost, shape)
             return
         if self._probe is not None and threads == self.current + 1:
             self._probe.append(cost)
-            here = self.last.get(self.current, cost)
+            self._probe_shape = shape
+            here = self._here(cost)
             if len(self._probe) >= self.probe_steps or cost > PROBE_GIVE_UP * here:
                 self._end_probe()  # a probe step far slower than now needs no second step to say so
             return
         if threads != self.current:
             return  # a step chosen before a change (cannot happen on one thread; be safe)
+        if self._recent_shape is None or not shape.like(self._recent_shape):
+            self._recent.clear()  # a step of another shape: its cost says nothing about the last ones
+        self._recent_shape = shape
         self._recent.append(cost)
-        now = statistics.median(self._recent)
-        self.last[threads] = now
         enough = len(self._recent) >= self.decide_steps
-        if enough and now < self.best.get(threads, now + 1):
-            self.best[threads] = now
-        if threads == self.max and enough and (self.quiet is None or now < self.quiet):
+        settled = len(self._recent) >= min(REFERENCE_STEPS, self.decide_steps)  # enough for a reference
+        # Judge the step before learning from it: a contended step must not become the reference.
+        if threads > 1 and self._judge(cost, shape, enough):
+            return
+        now = statistics.median(self._recent)
+        self._measured(threads, Cost(now, shape))
+        best = _like(self.best.get(threads), shape)
+        if settled and (best is None or now < best.cost):
+            _keep(self.best.setdefault(threads, []), Cost(now, shape))
+        if threads == self.max and settled and (self.quiet is None or now < self.quiet):
             self.quiet = now
             self.why = f"steps run at this machine's quiet speed ({_ms(now)} per token)"
-        if threads > 1 and cost > COLLAPSE * self._reference(threads - 1):
-            self._maybe_drop(cost)  # one collapsed step is evidence enough: another costs up to a second
-        elif threads > 1 and enough:
-            self._maybe_drop(min(list(self._recent)[-self.decide_steps:]))
 
     # ----- decisions --------------------------------------------------------------------------------------
 
-    def _reference(self, threads: int) -> float:
-        """The cost per token to expect at ``threads``: measured, or guessed from the current count."""
+    def _expected(self, threads: int, shape: Shape) -> tuple[float, bool] | None:
+        """The cost to expect at ``threads`` (one fewer than now) for a step of ``shape``, and whether it stands
+        for that shape: measured at ``threads`` on like steps, or guessed from this count's best cost on like
+        steps. Otherwise the nearest we have, for another shape (False). None before any step."""
+        measured = _like(self.seen.get(threads), shape)
+        if measured is not None:
+            return measured.cost, True
+        base = _like(self.best.get(self.current), shape)
+        if base is not None:
+            return base.cost * self.current / threads / PRIOR_SPEEDUP, True
         if threads in self.last:
-            return self.last[threads]
-        base = self.best.get(self.current, self.last[self.current])
-        return base * self.current / threads / PRIOR_SPEEDUP
+            return self.last[threads].cost, False
+        bests = self.best.get(self.current)
+        base = bests[-1] if bests else self.last.get(self.current)
+        return (base.cost * self.current / threads / PRIOR_SPEEDUP, False) if base is not None else None
 
-    def _maybe_drop(self, slow: float) -> None:
-        """``slow``: the fastest of the last ``decide_steps`` steps at the current count."""
+    def _judge(self, cost: float, shape: Shape, enough: bool) -> bool:
+        """Drop (or check) when this step, or the last ``decide_steps`` like steps, cost too much. True if so."""
         lower = self.current - 1
-        ref = self._reference(lower)
-        if slow <= DROP * ref:
-            return
+        expected = self._expected(lower, shape)
+        if expected is None:
+            return False
+        ref, known = expected
+        recent = list(self._recent)
+        if cost > COLLAPSE * ref and (self.decide_steps == 1 or (len(recent) >= 2 and recent[-2] > COLLAPSE * ref)):
+            # Two collapsed steps in a row (one, for prefill's long steps): a busy program, not a hiccup of ours.
+            slow = min(recent[-2:]) if self.decide_steps > 1 else cost
+        elif enough and (slow := _window_mean(recent[-self.decide_steps:])) > DROP * ref:
+            pass
+        else:
+            return False
         target = max(1, self.current // 2) if slow > COLLAPSE * ref else lower
-        why = (f"other programs are using the CPU (a {self.kind} step cost {_ms(slow)} per token at "
-               f"{self.current} threads, {_ms(ref)} expected at {lower})")
+        if known:
+            self._drop(target, (f"other programs are using the CPU (a {self.kind} step cost {_ms(slow)} per token "
+                                f"at {self.current} threads, {_ms(ref)} expected at {lower})"))
+        else:
+            # Nothing measured at this shape: a longer context or another size may cost this much on a quiet
+            # machine. One step at the lower count on a like step tells (hisho.engine.threads docstring).
+            self._check = _Check(target, slow, shape,
+                                 f"a {self.kind} step cost {_ms(slow)} per token at {self.current} threads")
+        return True
+
+    def _drop(self, target: int, why: str) -> None:
         self._set(target, why)
         self._backoff = PROBE_MIN_S
         self._schedule_probe()
         for peer in self.peers:
             peer.adopt(target, why)
 
+    def _end_check(self, cost: float, shape: Shape) -> None:
+        check, self._check = self._check, None
+        assert check is not None
+        self.checks += 1
+        self._measured(check.target, Cost(cost, shape))
+        if cost < check.slow:
+            self._drop(check.target, f"other programs are using the CPU ({check.why}, {_ms(cost)} at "
+                                     f"{check.target})")
+            return
+        # The context (or size) made the step slow, not other programs: it is what this count costs here.
+        log.info("%s threads stay %d: %s, %s at %d (a longer context, not other programs)", self.kind,
+                  self.current, check.why, _ms(cost), check.target)
+        self._measured(self.current, Cost(check.slow, check.shape))
+        _keep(self.best.setdefault(self.current, []), Cost(check.slow, check.shape))
+
+    def _measured(self, threads: int, cost: Cost) -> None:
+        self.last[threads] = cost
+        _keep(self.seen.setdefault(threads, []), cost)
+
+    def _here(self, fallback: float) -> float:
+        here = self.last.get(self.current)
+        return here.cost if here is not None else fallback
+
     def _end_probe(self) -> None:
         assert self._probe is not None
-        tried = statistics.median(self._probe)
-        here = self.last.get(self.current, tried)
+        tried = _window_mean(self._probe)  # throughput over the probe, as the drop rule judges it
+        here = self._here(tried)
         up = self.current + 1
-        self.last[up] = tried
+        self._measured(up, Cost(tried, self._probe_shape))
         self._probe = None
         if tried < here:
             why = f"a probe ran faster ({_ms(tried)} per token at {up} threads, {_ms(here)} at {up - 1})"
@@ -172,7 +304,7 @@ class Governor:
         self._idle_mark = None
 
     def _schedule_probe(self) -> None:
-        step = self.last.get(self.current, 0.0) * max(1, self._tokens)
+        step = self._here(0.0) * max(1, self._tokens)
         self._next_probe = self._clock() + max(self._backoff, PROBE_SPACING * step)
 
     def adopt(self, threads: int, why: str) -> None:
@@ -184,11 +316,12 @@ class Governor:
         self._backoff = PROBE_MIN_S
         self._schedule_probe()
 
-    def calibrated(self, costs: dict[int, float]) -> None:
+    def calibrated(self, costs: dict[int, float], cells: int = 1) -> None:
         """Step costs measured at load (``Runtime`` decodes one token at a few counts): start from the fastest."""
         if self.fixed or not costs:
             return
-        self.last.update(costs)
+        for n, c in costs.items():
+            self._measured(n, Cost(c, Shape(1, cells)))
         best = min(costs, key=lambda n: costs[n])
         if best < self.current and costs[best] * DROP < costs.get(self.current, float("inf")):
             self._set(best, "other programs are using the CPU (at load a step cost "
@@ -218,8 +351,9 @@ class Governor:
         """True when steps at the current count run slower than their best here: the busy program competes with
         us. A low-priority (nice'd, SCHED_IDLE) program that takes every idle cycle leaves no idle time either,
         but yields to us at once, so our steps keep their best speed; then a due probe is not put off."""
-        now, best = self.last.get(self.current), self.best.get(self.current)
-        return now is None or best is None or now > DROP * best
+        now = self.last.get(self.current)
+        best = _like(self.best.get(self.current), now.shape) if now is not None else None
+        return now is None or best is None or now.cost > DROP * best.cost
 
     def _cores_free(self, now: float) -> bool:
         """True when the system was idle for about the threads we gave up since the last check."""
@@ -240,6 +374,8 @@ class Governor:
             self.changes += 1
         self.current = threads
         self._recent.clear()
+        self._recent_shape = None
+        self._check = None
         self._idle_mark = None
         self.why = why
 
@@ -247,9 +383,39 @@ class Governor:
         """What the governor chose and why (settings page, status bar, bench JSON)."""
         cost = self.last.get(self.current)
         return {"kind": self.kind, "threads": self.current, "max": self.max, "automatic": not self.fixed,
-                "why": self.why, "changes": self.changes,
-                "ms_per_token": round(cost * 1000, 3) if cost else None,
+                "why": self.why, "changes": self.changes, "checks": self.checks,
+                "ms_per_token": round(cost.cost * 1000, 3) if cost else None,
                 "quiet_ms_per_token": round(self.quiet * 1000, 3) if self.quiet else None}
+
+
+def _window_mean(costs: list[float]) -> float:
+    """The mean cost of a window of steps without its slowest one: a lone hiccup (a collector pause, a page-fault
+    storm: 100 ms among 8 ms steps, seen) would otherwise decide alone; a busy program slows them all."""
+    if len(costs) < 3:
+        return statistics.fmean(costs)
+    return (sum(costs) - max(costs)) / (len(costs) - 1)
+
+
+def _like(costs: list[Cost] | None, shape: Shape) -> Cost | None:
+    """The kept cost of a shape like ``shape`` (the latest such), if any."""
+    for c in reversed(costs or ()):
+        if c.shape.like(shape):
+            return c
+    return None
+
+
+def _keep(costs: list[Cost], cost: Cost) -> None:
+    """Keep ``cost`` as its shape's entry: it replaces a like entry (a context that grows moves its entry along),
+    else it is added and the oldest shape beyond ``SHAPES_KEPT`` is forgotten."""
+    if costs and costs[-1].shape.like(cost.shape):
+        costs[-1] = cost  # the usual case: the same shape as the latest
+        return
+    for i, c in enumerate(costs):
+        if c.shape.like(cost.shape):
+            del costs[i]
+            break
+    costs.append(cost)
+    del costs[:-SHAPES_KEPT]
 
 
 def _ms(seconds: float) -> str:
