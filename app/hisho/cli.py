@@ -195,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matrix", action="store_true",
                    help="plan: every generated true-shape model x quant x 2 contexts x f16/q8_0 KV")
     p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b")
+    p.add_argument("--fa-both", action="store_true",
+                   help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 

@@ -14,10 +14,12 @@ import pytest
 
 from hisho.bench import plan as bench_plan
 from hisho.core.gguf_facts import read_facts
-from hisho.core.machine import detect
+from hisho.core.machine import detect, from_fixture
 from hisho.core.planner import calibration_for
 from hisho.core.planner.memory import Config
-from tests.fixtures.gguf_shapes import true_model
+from tests.fixtures.gguf_shapes import LLAMA_31_8B, TINY_LLAMA, true_model, write_shape
+
+DEVICES = Path(__file__).resolve().parents[1] / "fixtures" / "devices"
 
 
 def within_limits(cell: dict) -> bool:
@@ -28,9 +30,14 @@ def within_limits(cell: dict) -> bool:
 def test_true_shape_cell_within_limits() -> None:
     path = true_model("llama-3.2-1b", "Q4_0")
     facts = read_facts(path)
-    cpu = detect().cpu
-    cell = bench_plan._cell(facts, Config(n_ctx=1024), calibration_for(facts), cpu, str(path), 2, "state")
+    machine = detect()
+    calib = calibration_for(facts)
+    # Measured as the app loads it: on this CPU-only build the plan turns flash attention off for an f16 cache.
+    (cfg,) = bench_plan.cell_configs(path, 1024, "f16", 512, machine)
+    cell = bench_plan._cell(facts, cfg, calib, machine.cpu, str(path), 2, "state")
     assert cell["filled_tokens"] == 1024 and cell["fill"] == "state"
+    assert cell["flash_attn"] is False
+    cpu = machine.cpu
     assert cell["mmap"] == cell["predicted_mmap"]          # the planner knows how the engine loads it
     if "avx2" in cpu:
         assert not cell["mmap"] and cell["repacked_mib"] > 500
@@ -47,6 +54,27 @@ def test_state_fill_matches_a_real_prefill(default_model_path: Path) -> None:
     decoded, stated = (c["measured_resident"] for c in cells)
     assert abs(stated - decoded) / decoded < 0.01, (decoded, stated)
     assert all(within_limits(c) for c in cells), cells
+
+
+def test_cells_load_flash_attention_as_the_plan_does(tmp_path: Path) -> None:
+    """A matrix cell measures what the app would load: flash attention off where gate.apply_plan turns it off
+    (CPU, f16 cache, small scores), on for a quantized cache or scores over the cap; --fa-both adds the other
+    choice for f16 cells only."""
+    laptop = from_fixture(DEVICES / "cpu_only_8g.json")
+    tiny = write_shape(tmp_path / "tiny.gguf", TINY_LLAMA)
+    fa = [c.flash_attn for c in bench_plan.cell_configs(tiny, 4096, "f16", 512, laptop)]
+    assert fa == [False]
+    assert [c.flash_attn for c in bench_plan.cell_configs(tiny, 4096, "q8_0", 512, laptop)] == [True]
+    assert [c.flash_attn for c in bench_plan.cell_configs(tiny, 4096, "f16", 512, laptop, fa_both=True)] == [
+        False, True]
+    assert [c.flash_attn for c in bench_plan.cell_configs(tiny, 4096, "q8_0", 512, laptop, fa_both=True)] == [True]
+    # Flash attention not allowed in the settings: off, as the engine loads it.
+    assert [c.flash_attn for c in bench_plan.cell_configs(tiny, 4096, "f16", 512, laptop, fa_allowed=False)] == [
+        False]
+    # 32 heads x 8192 cells x 512 rows of f32 scores is over the cap: flash attention stays on.
+    big = write_shape(tmp_path / "l8b.gguf", LLAMA_31_8B)
+    (cfg,) = bench_plan.cell_configs(big, 8192, "f16", 512, laptop)
+    assert cfg.flash_attn and cfg.n_ctx == 8192 and cfg.type_k == cfg.type_v == "f16" and cfg.n_ubatch == 512
 
 
 def test_matrix_only_filter() -> None:
@@ -73,5 +101,6 @@ def test_whole_matrix_within_limits() -> None:
                          capture_output=True, text=True, timeout=6 * 3600, check=True)
     result = json.loads(out.stdout)
     assert result["cells_measured"] == len(bench_plan.matrix_models()) * 4
+    assert all("flash_attn" in c and c["planned"] for c in result["cells"])
     assert result["worst_abs_error_pct"] <= 5.0, result["worst_resident_cell"]
     assert result["worst_under_pct"] <= 2.0, result["worst_resident_cell"]

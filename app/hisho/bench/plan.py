@@ -14,11 +14,16 @@ Errors are (predicted - measured) / measured in percent; ``worst_under_pct`` is 
 - ``--matrix``: every true-shape model (bench/shapes.py: Llama-3.2-1B/3B, Qwen2.5-1.5B, Gemma-3-1B) in every
   quant mix (F16 for the 1B only) x n_ctx 1024 and 4096 x f16 / q8_0 KV. Files are generated on first use and
   cached. ``--only llama-3.2-1b:Q4_0`` (repeatable, comma-separated) runs a subset.
+
+Each cell is loaded as the app would load it: flash attention as the plan chooses (``gate.apply_plan``: off on
+the CPU for an f16 cache under a cap), recorded as the cell's ``flash_attn``. ``--fa-both`` also measures the
+other choice for every f16 cell (a quantized V cache needs flash attention on).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -29,15 +34,19 @@ from typing import Any
 from hisho.core import settings as settings_mod
 from hisho.core.gguf_facts import ModelFacts, read_facts
 from hisho.core.launch import open_model
-from hisho.core.machine import detect
+from hisho.core.machine import Machine, detect
 from hisho.core.planner import calibration_for
 from hisho.core.planner.calibrate import ProbeFailed, run_probe
+from hisho.core.planner.gate import apply_plan
 from hisho.core.planner.memory import Calibration, Config, estimate
 from hisho.core.protocol import LoadParams
 from hisho.core.units import MIB
 
 log = logging.getLogger("hisho.bench")
 
+# A cell's probe loads, fills and measures one configuration; on a busy 2-core box at idle priority the first
+# 3B cell took over 30 minutes (session 5), so the limit is generous: it only catches a hung child.
+PROBE_TIMEOUT_S = 3 * 3600
 CONTEXTS = (512, 2048, 8192)
 MATRIX_CONTEXTS = (1024, 4096)
 KV_TYPES = ("f16", "q8_0")
@@ -63,7 +72,9 @@ def matrix_models(only: str | None = None) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     s = settings_mod.load()
     n_batch = int(s["n_batch"])
-    cpu = detect().cpu or None
+    machine = detect()
+    fa_allowed = bool(s["flash_attn"])
+    fa_both = bool(getattr(args, "fa_both", False))
     cells: list[dict[str, Any]] = []
     models: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
@@ -74,8 +85,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             started = time.perf_counter()
             path = model_file(shape, quant)
             gen_s = time.perf_counter() - started
-            model_cells = _model_cells(path, MATRIX_CONTEXTS, n_batch, int(s["n_threads"]), cpu, fill="state",
-                                       label=f"{shape}:{quant}", keep_going=True)
+            model_cells = _model_cells(path, MATRIX_CONTEXTS, n_batch, int(s["n_threads"]), machine, fill="state",
+                                       label=f"{shape}:{quant}", keep_going=True, fa_allowed=fa_allowed,
+                                       fa_both=fa_both)
             cells += [c for c in model_cells if "error" not in c]
             failed += [c for c in model_cells if "error" in c]
             models.append({"model": f"{shape}:{quant}", "path": str(path), "generate_s": round(gen_s, 2)})
@@ -83,8 +95,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         model_path = open_model(getattr(args, "model", None))
         bundled = getattr(args, "model", None) is None
-        cells = _model_cells(model_path, CONTEXTS, n_batch, int(s["n_threads"]), cpu,
-                             fill="decode" if bundled else "state")
+        cells = _model_cells(model_path, CONTEXTS, n_batch, int(s["n_threads"]), machine,
+                             fill="decode" if bundled else "state", fa_allowed=fa_allowed, fa_both=fa_both)
         out = {"model": str(model_path)}
     if not cells:
         raise SystemExit(f"hisho: error: no cell measured ({len(failed)} failed: {failed[0]['error'] if failed else ''})")
@@ -109,33 +121,52 @@ def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def cell_configs(model_path: Path, n_ctx: int, kv: str, n_batch: int, machine: Machine, *,
+                 fa_allowed: bool = True, fa_both: bool = False) -> list[Config]:
+    """The configurations of one cell, the plan's first: flash attention as ``gate.apply_plan`` sets it for a
+    CPU load of ``model_path`` (never refused here: a cell that does not fit is still measured), then, with
+    ``fa_both`` and an f16 cache, the other choice."""
+    params = LoadParams(model_path=str(model_path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                        flash_attn=fa_allowed, type_k=kv, type_v=kv)
+    planned = apply_plan(params, want_gpu_layers=0, override=True, machine=machine)
+    cfg = Config(n_ctx=n_ctx, type_k=kv, type_v=kv, flash_attn=planned.flash_attn, n_batch=n_batch,
+                 n_ubatch=n_batch)
+    if fa_both and kv == "f16":
+        return [cfg, dataclasses.replace(cfg, flash_attn=not cfg.flash_attn)]
+    return [cfg]
+
+
 def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_threads: int,
-                 cpu: frozenset[str] | None, *, fill: str, label: str | None = None,
-                 keep_going: bool = False) -> list[dict[str, Any]]:
+                 machine: Machine, *, fill: str, label: str | None = None, keep_going: bool = False,
+                 fa_allowed: bool = True, fa_both: bool = False) -> list[dict[str, Any]]:
     """The cells of one model. With ``label`` (matrix mode) each cell is also written to stderr as one JSON line
     the moment it is measured: a matrix takes an hour on a laptop and a stopped run keeps its cells. With
     ``keep_going`` a cell whose probe fails (a starved or crashed child) is recorded with its error and the
     matrix goes on."""
     facts = read_facts(model_path)
-    calib = calibration_for(facts, n_ubatch=n_batch)
+    calib = calibration_for(facts, n_ubatch=n_batch)  # before the plan: apply_plan reads only a cached one
+    cpu = machine.cpu or None
     cells = []
     for n_ctx in contexts:
         if facts.context_length and n_ctx > facts.context_length:
             continue
         for kv in KV_TYPES:
-            cfg = Config(n_ctx=n_ctx, type_k=kv, type_v=kv, flash_attn=True, n_batch=n_batch, n_ubatch=n_batch)
-            try:
-                cell = _cell(facts, cfg, calib, cpu, str(model_path), n_threads, fill)
-            except ProbeFailed as e:
-                if not keep_going:
-                    raise
-                log.warning("cell %s n_ctx %d %s failed: %s", label, n_ctx, kv, e)
-                cell = {"n_ctx": n_ctx, "type_k": kv, "type_v": kv, "error": str(e)}
-            if label is not None:
-                cell["model"] = label
-                sys.stderr.write(json.dumps(cell) + "\n")
-                sys.stderr.flush()
-            cells.append(cell)
+            configs = cell_configs(model_path, n_ctx, kv, n_batch, machine, fa_allowed=fa_allowed, fa_both=fa_both)
+            for cfg in configs:
+                try:
+                    cell = _cell(facts, cfg, calib, cpu, str(model_path), n_threads, fill)
+                except ProbeFailed as e:
+                    if not keep_going:
+                        raise
+                    log.warning("cell %s n_ctx %d %s fa %s failed: %s", label, n_ctx, kv, cfg.flash_attn, e)
+                    cell = {"n_ctx": n_ctx, "type_k": kv, "type_v": kv, "flash_attn": cfg.flash_attn,
+                            "error": str(e)}
+                cell["planned"] = cfg is configs[0]
+                if label is not None:
+                    cell["model"] = label
+                    sys.stderr.write(json.dumps(cell) + "\n")
+                    sys.stderr.flush()
+                cells.append(cell)
     return cells
 
 
@@ -146,7 +177,7 @@ def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozen
     params = LoadParams(model_path=model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                         n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v,
                         use_mmap=predicted.mmap if cpu else None)
-    m = run_probe("measure", {"params": params.to_dict(), "fill": fill, "n_swa": facts.n_swa}, timeout=1800)
+    m = run_probe("measure", {"params": params.to_dict(), "fill": fill, "n_swa": facts.n_swa}, timeout=PROBE_TIMEOUT_S)
     log.info("measured %s n_ctx %d %s: %.1f MiB", Path(model_path).name, cfg.n_ctx, cfg.type_k,
              int(m["peak_growth"]) / MIB)
     buffers = m["buffers"]
@@ -154,7 +185,8 @@ def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozen
     measured_committed = reported + int(m["our_arrays"])
     measured_resident = int(m["peak_growth"])
     return {
-        "n_ctx": cfg.n_ctx, "type_k": cfg.type_k, "type_v": cfg.type_v, "filled_tokens": m["filled"],
+        "n_ctx": cfg.n_ctx, "type_k": cfg.type_k, "type_v": cfg.type_v, "flash_attn": cfg.flash_attn,
+        "filled_tokens": m["filled"],
         "fill": m.get("fill", fill), "mmap": m.get("mmap"), "predicted_mmap": predicted.mmap,
         "repacked_mib": round(predicted.repacked / MIB, 1),
         "measured_repack_mib": round(buffers["model"].get("CPU_REPACK", 0) / MIB, 1),
