@@ -113,6 +113,13 @@ class ChatView(QScrollArea):
 
     # ----- content ---------------------------------------------------------------------------------------
 
+    def highlight(self, mid: int | None, on: bool) -> bool:
+        """Mark the message being edited (or unmark it); False when it is not on screen."""
+        widget = self.widgets.get(mid) if mid is not None else None
+        if widget is not None:
+            widget.highlight(on)
+        return widget is not None
+
     def clear(self) -> None:
         self.detach_stream()
         self.show_queued([])

@@ -61,7 +61,7 @@ class ConversationList:
         cur = self.c.current
         if cur is not None and cur.id in self.titles:
             self._show_title(cur, self.titles[cur.id])
-        if not self.w.sidebar.search.text().strip():
+        if not self.w.sidebar.query().strip():
             self.w.sidebar.set_conversations(convs, current)
 
     def _show_title(self, cur: Conversation, title: str) -> None:
@@ -155,7 +155,7 @@ class ConversationList:
         cur = self.c.current
         if cur is not None and cur.id == conv.id:
             self._show_title(cur, conv.title)
-        query = self.w.sidebar.search.text()
+        query = self.w.sidebar.query()
         if query.strip():
             self.search(query)
         self.refresh(conv.id)

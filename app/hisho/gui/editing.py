@@ -49,15 +49,11 @@ class Editing:
         """Edit mode: the composer holds the message (banner, Esc cancels) and the message is highlighted."""
         self.edit_ended()
         self.w.composer.begin_edit(mid, text, versions)
-        widget = self.w.view.widgets.get(mid)
-        if widget is not None:
-            widget.highlight(True)
+        if self.w.view.highlight(mid, True):
             self.edited = mid
 
     def edit_ended(self) -> None:
-        widget = self.w.view.widgets.get(self.edited) if self.edited is not None else None
-        if widget is not None:
-            widget.highlight(False)
+        self.w.view.highlight(self.edited, False)
         self.edited = None
 
     def regenerate_last(self) -> None:

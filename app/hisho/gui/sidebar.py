@@ -261,6 +261,10 @@ class Sidebar(QFrame):
         self.current_id = current
         self._quiet = False
 
+    def query(self) -> str:
+        """What the search box holds (the list shows matches while it is not blank)."""
+        return self.search.text()
+
     def set_engine_note(self, text: str) -> None:
         self.engine_note.setText(text)
         self.engine_note.setVisible(bool(text))
