@@ -14,6 +14,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.gui.app import open_window
+from hisho.gui.chat_view import ChatView
 from hisho.gui.main_window import MainWindow
 
 QT_NOISE = [r"This plugin does not support propagateSizeHints\(\)", r"QFont::setPointSizeF"]
@@ -58,3 +59,17 @@ def settle(qtbot: QtBot, seconds: float = 0.2) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         qtbot.wait(20)
+
+
+def long_chat_view(qtbot: QtBot, n: int) -> ChatView:
+    """A chat view on screen (700x500) showing ``n`` long messages, alternately the user's and the assistant's."""
+    from hisho.core.conversations import Message
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(700, 500)
+    view.show()
+    msgs = [Message(i + 1, 1, i or None, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + "text " * 80)
+            for i in range(n)]
+    view.show_branch(1, msgs, {})
+    return view

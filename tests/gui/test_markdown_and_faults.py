@@ -14,7 +14,7 @@ from hisho.core.conversations import COMPONENT, ConversationStore
 from hisho.core.db import Database
 from hisho.gui import markdown, theme
 from hisho.gui.message_widget import MessageWidget
-from tests.gui.conftest import make_window
+from tests.gui.conftest import long_chat_view, make_window
 
 REPLY = """# Title
 
@@ -115,16 +115,9 @@ def test_read_only_view_of_a_locked_database(qtbot: QtBot, default_model_path: o
 
 
 def test_auto_scroll_follows_until_the_user_scrolls_up(qtbot: QtBot) -> None:
-    from hisho.core.conversations import Message
-    from hisho.gui.chat_view import ChatView, StreamText
+    from hisho.gui.chat_view import StreamText
 
-    view = ChatView()
-    qtbot.addWidget(view)
-    view.resize(700, 500)
-    view.show()
-    msgs = [Message(i + 1, 1, i or None, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + "text " * 80)
-            for i in range(30)]
-    view.show_branch(1, msgs, {})
+    view = long_chat_view(qtbot, 30)
     buffer = StreamText()
     view.begin_stream(7, buffer)
     bar = view.verticalScrollBar()

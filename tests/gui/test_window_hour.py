@@ -10,12 +10,11 @@ from PySide6.QtWidgets import QAbstractSlider, QApplication, QMenu
 from pytestqt.qtbot import QtBot
 
 from hisho.core.conversations import STOPPED, Message
-from hisho.gui.chat_view import ChatView
 from hisho.gui.main_window import MainWindow
 from hisho.gui.message_widget import MessageWidget
-from tests.gui.conftest import wait_for, wait_idle
-from tests.gui.test_chat_window import STORY, open_chat, streaming_text, type_and_enter
-from tests.gui.test_window_use import LONG, SHORT
+from tests.gui.conftest import long_chat_view, wait_for, wait_idle
+from tests.gui.test_chat_window import STORY, open_chat, streaming_text
+from tests.gui.test_window_use import LONG, SHORT, story_streaming
 
 
 def chat_menu_stop(w: MainWindow) -> QAction:
@@ -27,12 +26,7 @@ def chat_menu_stop(w: MainWindow) -> QAction:
 
 def test_chat_menu_stop_acts_only_on_the_chat_on_screen(qtbot: QtBot, window: MainWindow) -> None:
     w = window
-    cid = open_chat(qtbot, w, LONG, title="story")
-    other = open_chat(qtbot, w, SHORT, title="quiet")
-    w.controller.select(cid)
-    wait_for(qtbot, lambda: w.view.conversation_id == cid)
-    type_and_enter(qtbot, w, STORY)
-    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
+    cid, other = story_streaming(qtbot, w, other_title="quiet")
     turn = w.controller.running
     assert turn is not None
     w.controller.select(other)
@@ -56,13 +50,7 @@ def test_chat_menu_stop_acts_only_on_the_chat_on_screen(qtbot: QtBot, window: Ma
 
 
 def test_a_message_queued_while_scrolled_up_is_brought_into_view(qtbot: QtBot) -> None:
-    view = ChatView()
-    qtbot.addWidget(view)
-    view.resize(700, 500)
-    view.show()
-    msgs = [Message(i + 1, 1, i or None, "user" if i % 2 == 0 else "assistant", f"message {i}\n\n" + "text " * 80)
-            for i in range(20)]
-    view.show_branch(1, msgs, {})
+    view = long_chat_view(qtbot, 20)
     bar = view.verticalScrollBar()
     qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum(), timeout=5000)
     bar.triggerAction(QAbstractSlider.SliderAction.SliderToMinimum)  # the user scrolls up to reread

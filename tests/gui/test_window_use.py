@@ -29,6 +29,17 @@ SHORT = ChatSettings(temperature=0.0, max_tokens=16, repeat_penalty=1.0)
 LONG = ChatSettings(temperature=0.0, max_tokens=400, repeat_penalty=1.0)
 
 
+def story_streaming(qtbot: QtBot, w: MainWindow, other_title: str = "Fruit") -> tuple[int, int]:
+    """A long reply streaming in chat "story", with a short chat beside it: (story's id, the other's id)."""
+    cid = open_chat(qtbot, w, LONG, title="story")
+    other = open_chat(qtbot, w, SHORT, title=other_title)
+    w.controller.select(cid)
+    wait_for(qtbot, lambda: w.view.conversation_id == cid)
+    type_and_enter(qtbot, w, STORY)
+    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
+    return cid, other
+
+
 def on_screen(w: MainWindow) -> list[QWidget]:
     """The widgets in the chat column's layout, top to bottom (whatever the view's bookkeeping says)."""
     rows = w.view.rows
@@ -68,12 +79,7 @@ def test_switching_chats_mid_reply_shows_the_reply_once_and_leaves_no_ghost(qtbo
 
 def test_a_message_sent_while_busy_waits_visibly_and_is_sent_once(qtbot: QtBot, window: MainWindow) -> None:
     w = window
-    cid = open_chat(qtbot, w, LONG, title="story")
-    other = open_chat(qtbot, w, SHORT, title="Fruit")
-    w.controller.select(cid)
-    wait_for(qtbot, lambda: w.view.conversation_id == cid)
-    type_and_enter(qtbot, w, STORY)
-    wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
+    cid, other = story_streaming(qtbot, w)
     assert w.composer.button.text() == "Stop"
     w.controller.select(other)
     wait_for(qtbot, lambda: w.view.conversation_id == other)
