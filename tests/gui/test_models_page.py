@@ -171,6 +171,25 @@ def test_delete_says_which_kv_snapshots_go_with_the_model(qtbot: QtBot, page: Mo
     assert KVIndex().usage_all() == {}
 
 
+def test_the_model_in_use_is_not_deleted_under_the_engine(qtbot: QtBot, page: ModelsPage, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine maps the loaded file: deleting it would leave the chat on a file that is gone and fail at the
+    engine's next start. The page says to switch first, asks nothing and deletes nothing."""
+    from tests.core.test_models_store import write_tiny_gguf
+
+    entry = ModelStore().add(write_tiny_gguf(tmp_path / "Tiny.gguf"), name="tiny", copy=True)
+    page.in_use = lambda: entry.path
+    page.refresh()
+    qtbot.waitUntil(lambda: any(e.name == "tiny" for e in page.entries), timeout=60_000)
+    page.model_table.selectRow(next(i for i, e in enumerate(page.entries) if e.name == "tiny"))
+    asked: list[str] = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a: asked.append(str(a[2])) or QMessageBox.StandardButton.Yes)
+    page.delete_button.click()
+    qtbot.wait(200)
+    assert "tiny is the model in use" in page.installed_status.text() and not asked
+    assert ModelStore().get("tiny") is not None and Path(entry.path).exists()
+
+
 def test_gated_repo_asks_for_a_token_then_lists_with_badges(qtbot: QtBot, page: ModelsPage, hub: FakeHub,
                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              caplog: pytest.LogCaptureFixture) -> None:

@@ -15,6 +15,7 @@ reads and writes on the ``store`` lane. Download progress is posted through the 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,10 @@ def planner_budget() -> tuple[Any, dict[str, Any]]:
 class ModelsPage(QWidget):
     def __init__(self, workers: Executor, *, load: Callable[[str], None] | None = None,
                  toast: Callable[[str], None] | None = None, kv: KVSession | None = None,
-                 parent: QWidget | None = None) -> None:
+                 in_use: Callable[[], str | None] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.kv = kv  # the window's KV session: its index, and its listeners told when a delete takes snapshots
+        self.in_use = in_use or (lambda: None)  # the file this computer's engine has loaded, if any
         self.setWindowTitle("Models")
         self.setAcceptDrops(True)
         self.resize(1100, 720)
@@ -233,6 +235,13 @@ class ModelsPage(QWidget):
         if e is None:
             return
         name = e.name
+        loaded = self.in_use()
+        if loaded and os.path.realpath(loaded) == os.path.realpath(e.path):
+            # The engine maps the file: deleting it would leave the chat answering from a file that is gone and
+            # fail at the engine's next start. The user switches first (what LM Studio's "eject" is for).
+            self.say(f"{name} is the model in use: switch to another model (Switch model in the chat header), "
+                     "then delete it.")
+            return
         self.say(f"Looking up what goes with {name}…")
         self.workers.submit("store", lambda: plan_removal(name, index=self._index()), done=self._confirm_delete,
                             failed=lambda exc: self.say(f"Not deleted: {exc}"))
@@ -322,8 +331,13 @@ def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
     if page is None:
         controller = window.controller
         kv = window.ctx.kv.session if window.ctx.kv is not None else None
+        def in_use() -> str | None:
+            local = window.ctx.local_engine  # kept while a remote engine answers, its model still mapped
+            params = local.load_params if local is not None else None
+            return params.model_path if params is not None else None
+
         page = ModelsPage(window.ctx.executor, load=controller.switch_model, toast=controller.toast, kv=kv,
-                          parent=window)
+                          in_use=in_use, parent=window)
         page.setWindowFlag(Qt.WindowType.Window, True)
         window.installEventFilter(page)
         window._models_page = page
