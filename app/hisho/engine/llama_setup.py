@@ -58,6 +58,19 @@ def mmap_policy(model_path: str) -> bool:
     return use_mmap(moved + dup)
 
 
+def maps_file(params: LoadParams) -> bool:
+    """Whether a load maps the model file: as its LoadParams say, else as ``mmap_policy`` decides."""
+    return params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path)
+
+
+def model_params(params: LoadParams, mapped: bool) -> Any:
+    """``llama_model_params`` for a load: its GPU layers, the file mapped (``mapped``) or read."""
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = params.n_gpu_layers
+    mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if mapped else llama_cpp.LLAMA_LOAD_MODE_NONE
+    return mparams
+
+
 def step_kind(n_tokens: int) -> str:
     """Decode (one token), a small batch (parallel decode: one token per running sequence) or prefill: their
     costs per token differ too much to share one governor."""

@@ -12,7 +12,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.protocol import LoadParams
-from hisho.engine.llama_setup import mmap_policy, physical_cores
+from hisho.engine.llama_setup import Batch, context_params, maps_file, model_params, physical_cores
 
 
 class RawModel:
@@ -23,7 +23,7 @@ class RawModel:
             n_threads=threads, n_threads_batch=params.n_threads_batch or threads, flash_attn=params.flash_attn,
             n_gpu_layers=params.n_gpu_layers, verbose=False,
             # As the engine loads it: a model whose weights get repacked is read, not mapped (held once).
-            use_mmap=params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path),
+            use_mmap=maps_file(params),
         )
 
     def decode(self, prompt_tokens: list[int], n_tokens: int, max_seconds: float = 0.0) -> dict[str, Any]:
@@ -59,20 +59,12 @@ def batched_decode(params: LoadParams, prompts: list[list[int]], n_tokens: int) 
     prompt prefilled into its own sequence, then greedy steps of one ``llama_decode`` for all sequences
     together. Returns the decode rate of the first prompt alone and of all of them together (tokens/s over the
     steps after the prompts), and their ratio: the ceiling of what serving them together can gain."""
-    import ctypes
-
-    import numpy as np
-
-    from hisho.engine.llama_setup import Batch, context_params
-
-    mparams = llama_cpp.llama_model_default_params()
-    mparams.load_mode = (llama_cpp.LLAMA_LOAD_MODE_MMAP if (params.use_mmap if params.use_mmap is not None
-                         else mmap_policy(params.model_path)) else llama_cpp.LLAMA_LOAD_MODE_NONE)
-    model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
+    model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"),
+                                                 model_params(params, maps_file(params)))
     if not model:
         raise RuntimeError(f"llama.cpp could not load {params.model_path}")
     ctx = llama_cpp.llama_init_from_model(model, context_params(params))
-    n_vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
+    greedy = llama_cpp.llama_sampler_init_greedy()
     batch = Batch(max(params.n_batch, len(prompts)), max(1, params.n_seq_max))
     out: dict[str, float] = {}
     try:
@@ -85,7 +77,7 @@ def batched_decode(params: LoadParams, prompts: list[list[int]], n_tokens: int) 
                     batch.add(tok, i, seq, i == len(prompt) - 1)
                 if llama_cpp.llama_decode(ctx, batch.raw) != 0:
                     raise RuntimeError("llama_decode failed on a prompt")
-                last.append(_argmax(ctx, -1, n_vocab, np, ctypes))
+                last.append(int(llama_cpp.llama_sampler_sample(greedy, ctx, -1)))
             pos = [len(p) for p in group]
             start = time.perf_counter()
             for _ in range(n_tokens):
@@ -95,16 +87,13 @@ def batched_decode(params: LoadParams, prompts: list[list[int]], n_tokens: int) 
                     pos[seq] += 1
                 if llama_cpp.llama_decode(ctx, batch.raw) != 0:
                     raise RuntimeError("llama_decode failed on a step")
-                last = [_argmax(ctx, i, n_vocab, np, ctypes) for i in range(len(group))]
+                last = [int(llama_cpp.llama_sampler_sample(greedy, ctx, i)) for i in range(len(group))]
             out[f"tokens_per_s_{len(group)}"] = n_tokens * len(group) / (time.perf_counter() - start)
     finally:
         batch.free()
+        llama_cpp.llama_sampler_free(greedy)
         llama_cpp.llama_free(ctx)
         llama_cpp.llama_model_free(model)
     out["gain"] = out[f"tokens_per_s_{len(prompts)}"] / out["tokens_per_s_1"]
     return out
 
-
-def _argmax(ctx: Any, i: int, n_vocab: int, np: Any, ctypes: Any) -> int:
-    ptr = llama_cpp.llama_get_logits_ith(ctx, i)
-    return int(np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,)).argmax())

@@ -30,7 +30,8 @@ from hisho.engine.llama_setup import (
     context_params,
     control_tokens,
     make_governors,
-    mmap_policy,
+    maps_file,
+    model_params,
     read_metadata,
     step_kind,
 )
@@ -123,12 +124,9 @@ class Runtime:
     @classmethod
     def load(cls, params: LoadParams) -> Runtime:
         backends.init()
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = params.n_gpu_layers
-        mapped = params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path)
-        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if mapped else llama_cpp.LLAMA_LOAD_MODE_NONE
+        mapped = maps_file(params)
         start = time.perf_counter()
-        model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
+        model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), model_params(params, mapped))
         if not model:
             raise RequestError(ErrorKind.MODEL_LOAD, f"llama.cpp could not load the model file: {params.model_path}")
         cparams = context_params(params)
