@@ -233,13 +233,16 @@ class Governor:
         if expected is None:
             return False
         ref, known = expected
-        recent = list(self._recent)
-        if cost > COLLAPSE * ref and (self.decide_steps == 1 or (len(recent) >= 2 and recent[-2] > COLLAPSE * ref)):
-            # Two collapsed steps in a row (one, for prefill's long steps): a busy program, not a hiccup of ours.
-            slow = min(recent[-2:]) if self.decide_steps > 1 else cost
-        elif enough and (slow := _window_mean(recent[-self.decide_steps:])) > DROP * ref:
-            pass
+        recent = self._recent  # ends with this step
+        if self.decide_steps == 1:
+            slow = cost  # prefill: one long step decides
+        elif cost > COLLAPSE * ref and len(recent) >= 2 and recent[-2] > COLLAPSE * ref:
+            slow = min(cost, recent[-2])  # two collapsed steps in a row: a busy program, not a hiccup of ours
+        elif enough:
+            slow = _window_mean(list(recent)[-self.decide_steps:])
         else:
+            return False
+        if slow <= DROP * ref:
             return False
         target = max(1, self.current // 2) if slow > COLLAPSE * ref else lower
         if known:
