@@ -44,10 +44,14 @@ class Removal:
             return f"This frees {format_bytes(self.file_bytes)} of disk space."
         return f"The file stays where it is ({self.path}); only the entry is removed."
 
+    def count(self) -> str:
+        """"1 KV snapshot", "3 KV snapshots"."""
+        return f"{self.snapshots} KV snapshot{'' if self.snapshots == 1 else 's'}"
+
     def kv_line(self) -> str:
         if not self.snapshots:
             return "No saved KV snapshots belong to it."
-        what = f"{self.snapshots} KV snapshot{'' if self.snapshots == 1 else 's'} ({format_bytes(self.kv_bytes)})"
+        what = f"{self.count()} ({format_bytes(self.kv_bytes)})"
         if self.kept_for:
             return f"Its {what} stay: {self.kept_for} is the same file."
         return f"{what} go with it."
@@ -61,9 +65,8 @@ class Removal:
         freed = f", {format_bytes(self.file_bytes)} freed" if self.file_bytes else ", the file was left in place"
         kv = ""
         if self.snapshots:
-            n = f"{self.snapshots} KV snapshot{'' if self.snapshots == 1 else 's'}"
-            kv = (f"; its {n} stay ({self.kept_for} is the same file)" if self.kept_for
-                  else f"; {n} ({format_bytes(self.kv_bytes)}) deleted with it")
+            kv = (f"; its {self.count()} stay ({self.kept_for} is the same file)" if self.kept_for
+                  else f"; {self.count()} ({format_bytes(self.kv_bytes)}) deleted with it")
         return f"removed {self.name} ({self.path}){freed}{kv}"
 
     def to_dict(self) -> dict[str, object]:

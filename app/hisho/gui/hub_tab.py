@@ -191,8 +191,9 @@ class HubTab(QWidget):
             if not isinstance(exc, UserError):
                 log.error("hub request failed", exc_info=exc)
             offline = type(exc).__name__ == "HubOffline" and str(exc).startswith("Offline")
-            self.say(str(exc).splitlines()[0], None if offline else retry)
-            self._unchecked(str(exc).splitlines()[0])
+            line = str(exc).splitlines()[0]
+            self.say(line, None if offline else retry)
+            self._unchecked(line)
             if isinstance(exc, GatedRepo) and self.repo:
                 self.gated_repo = self.repo
                 if not exc.token_refused:  # a refused token is said in the line; Token… replaces it

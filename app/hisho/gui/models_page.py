@@ -258,8 +258,7 @@ class ModelsPage(QWidget):
     def _deleted(self, done: Removal) -> None:
         if self.kv is not None and done.snapshots and not done.kept_for:
             self.kv.changed()  # the sidebar's KV badges
-        gone = f" and {done.snapshots} KV snapshot{'' if done.snapshots == 1 else 's'}" \
-            if done.snapshots and not done.kept_for else ""
+        gone = f" and {done.count()}" if done.snapshots and not done.kept_for else ""
         self._after(f"Deleted {done.name}{gone}")
 
     def reveal_selected(self) -> None:
@@ -331,6 +330,7 @@ def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
     if page is None:
         controller = window.controller
         kv = window.ctx.kv.session if window.ctx.kv is not None else None
+
         def in_use() -> str | None:
             local = window.ctx.local_engine  # kept while a remote engine answers, its model still mapped
             params = local.load_params if local is not None else None
