@@ -185,16 +185,17 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibration:
-        points: dict[str, list[tuple[int, int, int, int]]] = {}
-        for key, rows in data["points"].items():
-            points[key] = []
-            for row in rows:
-                n_ctx, compute, touched, output = (int(x) for x in row)
-                points[key].append((n_ctx, compute, touched, output))
+        points = {key: [_point(row) for row in rows] for key, rows in data["points"].items()}
         return cls(library=str(data["library"]), n_ubatch=int(data["n_ubatch"]),
                    model_overhead=int(data["model_overhead"]), context_overhead=int(data["context_overhead"]),
                    points=points, repacked=int(data.get("repacked", -1)),
                    cpu_features=tuple(str(f) for f in data.get("cpu_features", ())))
+
+
+def _point(row: list[Any]) -> tuple[int, int, int, int]:
+    """One stored calibration point: (n_ctx, compute, touched, output); a row of another length is refused."""
+    n_ctx, compute, touched, output = (int(x) for x in row)
+    return n_ctx, compute, touched, output
 
 
 def _envelope(vals: list[int]) -> list[int]:
