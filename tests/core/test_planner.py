@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.gguf_facts import ModelFacts, read_facts
 from hisho.core.machine import Budget, from_fixture
+from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner import plan, price
 from hisho.core.planner.memory import Calibration, Config, estimate, kv_bytes, padded_cells, weights_split
 from hisho.core.planner.quality import score, weights_kl

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from hisho.gui.app import _report_first_paint, open_window
+from hisho.gui.shell.app import _report_first_paint, open_window
 
 
 def test_startup_failure_is_logged_and_told_in_one_line(hisho_home: Path) -> None:
