@@ -86,7 +86,7 @@ class RemoteStream:
             self._sse = SSEStream(eng.endpoint, self._path, self._body)
             if self._cancelled.is_set():
                 self._sse.close()
-            for ev in self._sse:
+            for ev in self._sse.open():
                 first.set()
                 if isinstance(ev.get("usage"), dict):
                     usage = ev["usage"]
