@@ -16,7 +16,7 @@ from hisho.core.engine.client import EngineClient
 
 def test_accepted_connections_have_nagle_off() -> None:
     engine = EngineClient()  # never started: /health does not ask the engine
-    server = ApiServer(Backend(engine, "model", {}, 16), "key")
+    server = ApiServer(Backend(lambda: engine, lambda: "model", {}, 16), "key")
     server.start()
     try:
         with httpx.Client() as client:  # keeps the connection open after the request

@@ -158,7 +158,7 @@ class Runtime:
 
     def info(self) -> dict[str, Any]:
         return {
-            "n_ctx": self.n_ctx, "n_batch": self.n_batch, "n_seq_max": self.n_seq_max, "n_vocab": self.n_vocab,
+            "n_ctx": self.n_ctx, "n_ctx_seq": self.n_ctx_seq, "n_batch": self.n_batch, "n_seq_max": self.n_seq_max, "n_vocab": self.n_vocab,
             "n_ctx_train": int(llama_cpp.llama_model_n_ctx_train(self.model)),
             "model_size": int(llama_cpp.llama_model_size(self.model)),
             "n_params": int(llama_cpp.llama_model_n_params(self.model)),
