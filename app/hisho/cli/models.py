@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def _emit(data: Any) -> None:
-    from hisho.cli.main import emit_json
+    from hisho.cli.output import emit_json
 
     emit_json(data)
 

@@ -56,7 +56,7 @@ def cut_of(result: JobResult) -> list[str]:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from hisho.cli.main import emit_json
+    from hisho.cli.output import emit_json
     from hisho.core import services
     from hisho.core.documents.job import JobProgress
 
