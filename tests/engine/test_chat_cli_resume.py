@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hisho.cli import main
+from hisho.cli.main import main
 from hisho.core import services, settings
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
