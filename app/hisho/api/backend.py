@@ -24,6 +24,7 @@ from hisho.core.engine.ops import Serve
 from hisho.core.engine.protocol import ErrorKind, GenerationResult
 from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
+from hisho.core.models.names import ModelName
 
 log = logging.getLogger("hisho.api")
 
@@ -99,11 +100,13 @@ class Reply:
 
 
 class Backend:
-    def __init__(self, engine: Engine, model_id: str, defaults: dict[str, Any], max_tokens: int,
+    def __init__(self, engine: Engine, model: ModelName | str, defaults: dict[str, Any], max_tokens: int,
                  cache: PromptCache | None = None) -> None:
         self.engine = engine
         self.cache = cache  # the disk prompt cache (chat requests on an engine with SERVE and KV_STATE)
-        self.model_id = model_id
+        # /v1/models lists the id; a request may name the model by any of its aliases (core.models.names)
+        self.model = model if isinstance(model, ModelName) else ModelName(model, model, model)
+        self.model_id = self.model.id
         self.defaults = defaults
         self.max_tokens = max_tokens
         self._busy = 0
@@ -149,7 +152,7 @@ class Backend:
         self._count(-1)
 
     async def open(self, job: Job) -> Reply:
-        if job.model != self.model_id:
+        if not self.model.accepts(job.model):
             raise ApiError(404, f"the model '{job.model}' does not exist; this server has '{self.model_id}'",
                            param="model", code="model_not_found")
         loop = asyncio.get_running_loop()

@@ -23,14 +23,14 @@ def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, 
     settings = settings or settings_mod.load()
     per_seq = int(n_ctx or settings["n_ctx"])
     # One KV stream per sequence (docs/api.md): the plan is made for all of them together.
-    app = services.build(model, n_ctx=per_seq * parallel, n_seq_max=parallel, kv=True, strict=True,
-                         override=force, settings=settings, engine=engine)
+    app = services.build(model, "serve", n_ctx=per_seq * parallel, parallel=parallel, override=force,
+                         settings=settings, engine=engine)
     try:
         assert app.load_params is not None and app.model_path is not None
         app.load(dataclasses.replace(app.load_params, kv_unified=False))
         defaults = {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]}
         cache = PromptCache(app.kv.session) if app.kv is not None else None
-        backend = Backend(app.engine, app.model_path.stem, defaults, int(settings["max_tokens"]), cache)
+        backend = Backend(app.engine, app.model_name, defaults, int(settings["max_tokens"]), cache)
         server = ApiServer(backend, key, port=port)
         server.bind()
     except BaseException:

@@ -30,7 +30,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from hisho.core import services
     from hisho.core.engine.protocol import Sampling
 
-    app = services.build(args.model, n_ctx=args.n_ctx, n_seq_max=1, kv=False, strict=True, override=args.force)
+    app = services.build(args.model, "generate", n_ctx=args.n_ctx, override=args.force)
     sampling = Sampling(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
     messages = [{"role": "user", "content": args.prompt}]
     try:

@@ -88,7 +88,7 @@ class ModelPicker(QToolButton):
         if params is not None and str(params.model_path) == e.path and not remote_on:
             return
         c = self.window_.controller
-        c.switch_model(e.name)                      # the built-in engine answers again first (use_local)
+        c.switch_model(e.name)                      # the built-in engine answers again (Services.switch_model)
         c.toast(f"Loading {e.name} ({e.size / GIB:.1f} GiB: a few seconds from an SSD). KV snapshots saved with "
                 "other models are kept and used again when you switch back.")
 

@@ -48,7 +48,7 @@ def start_api(window: Any) -> ApiServer:
     stop_api(window)
     ctx = window.ctx
     settings = ctx.settings
-    model = ctx.model_path.stem if ctx.model_path else "hisho"
+    model = ctx.model_name if ctx.model_path else "hisho"
     defaults = {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]}
     cache = PromptCache(ctx.kv.session) if ctx.kv is not None else None  # the same KV store as the chats
     backend = Backend(ctx.engine, model, defaults, int(settings["max_tokens"]), cache)
