@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hisho.core.models.store import ModelStore
+from hisho.core.models.store import ModelEntry, ModelStore
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,13 @@ def name_of(path: str | Path | None, store: ModelStore | None = None) -> ModelNa
         return NO_MODEL
     file = Path(path)
     entry = (store or ModelStore()).find_path(file)
-    if entry is None:
-        return ModelName(file.stem, file.stem, file.stem)
-    # The store's id is what the menu has always shown; the display name is the same words, so that a name
-    # seen anywhere can be typed anywhere.
-    return ModelName(entry.name, entry.name, file.stem)
+    return ModelName(file.stem, file.stem, file.stem) if entry is None else entry_name(entry)
+
+
+def entry_name(entry: ModelEntry) -> ModelName:
+    """The name of a store entry. The display name is the id's own words, so that a name seen anywhere (the
+    menu, the header, ``hisho models list``) can be typed anywhere (``--model``, the API's ``model``)."""
+    return ModelName(entry.name, entry.name, Path(entry.path).stem)
 
 
 def remote_name(model: str, engine: str) -> ModelName:

@@ -12,13 +12,14 @@ from typing import Any
 
 from PySide6.QtWidgets import QMenu, QToolButton
 
+from hisho.core.models.names import entry_name
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
 
 
 def _label(e: ModelEntry) -> str:
     bits = " · ".join(b for b in (e.arch, e.quant, format_bytes(e.size)) if b)
-    return f"{e.name}    {bits}"
+    return f"{entry_name(e).display}    {bits}"
 
 
 class ModelPicker(QToolButton):
