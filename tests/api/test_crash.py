@@ -17,6 +17,7 @@ from hisho.api.server import ApiServer
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.errors import EngineCrashed
+from hisho.core.models.names import ModelName
 
 
 @pytest.fixture()
@@ -24,7 +25,7 @@ def api(default_model_path: Path) -> Iterator[tuple[ApiServer, EngineClient]]:
     engine = EngineClient(test_hooks=True)
     engine.load(dataclasses.replace(LoadParams(model_path=str(default_model_path), n_ctx=2048, n_seq_max=2),
                                     kv_unified=False))
-    server = ApiServer(Backend(lambda: engine, lambda: "m", {}, 256), "k", port=0)
+    server = ApiServer(Backend(lambda: engine, lambda: ModelName("m", "m"), {}, 256), "k", port=0)
     server.start()
     yield server, engine
     server.stop()

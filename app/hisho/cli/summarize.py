@@ -56,13 +56,12 @@ def cut_of(result: JobResult) -> list[str]:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from hisho.cli.main import emit_json
+    from hisho.cli.output import emit_json
     from hisho.core import services
     from hisho.core.documents.job import JobProgress
 
     parallel = max(1, args.parallel)
-    # Batches run in job contexts the engine swaps in (one KV stream per sequence): a plain load is enough.
-    app = services.build(args.model, n_ctx=args.n_ctx, n_seq_max=1, kv=False, strict=True)
+    app = services.build(args.model, "summarize", n_ctx=args.n_ctx)
 
     def progress(p: JobProgress) -> None:
         if not args.json and sys.stderr.isatty():

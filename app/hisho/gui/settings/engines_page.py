@@ -99,7 +99,7 @@ class EnginesPage(QWidget):
         ctx = self.w.ctx
         self.list.blockSignals(True)
         self.list.clear()
-        local = ctx.model_path.stem if getattr(ctx, "model_path", None) else "no model"
+        local = ctx.model_name.display if getattr(ctx, "model_path", None) else "no model"
         self.list.addItem(f"Local — this computer ({local})")
         for ep in self.endpoints:
             self.list.addItem(f"{ep.name} — {ep.root}")
