@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import sqlite_utils
+
 from hisho.core.documents.model import Document
 
 log = logging.getLogger("hisho.documents")
@@ -105,16 +107,17 @@ def question_with_parts(att: Attachment, question: str, count: Count, budget: in
 # ----- storage and the chat hook ---------------------------------------------------------------------------
 
 
-def migrate_v2(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE doc_attachments (
-        conversation_id INTEGER PRIMARY KEY, approach TEXT NOT NULL, note TEXT NOT NULL, parts TEXT NOT NULL,
-        doc_shas TEXT NOT NULL)""")
+def migrate_v2(db: sqlite_utils.Database) -> None:
+    db.table("doc_attachments").create(
+        {"conversation_id": int, "approach": str, "note": str, "parts": str, "doc_shas": str},
+        pk="conversation_id", not_null={"approach", "note", "parts", "doc_shas"})
 
 
 def save_attachment(db: Any, conversation_id: int, att: Attachment, doc_shas: list[str]) -> None:
     with db.transaction():
-        db.execute("INSERT OR REPLACE INTO doc_attachments VALUES (?,?,?,?,?)",
-                   [conversation_id, att.approach, att.note, json.dumps(att.parts), json.dumps(doc_shas)])
+        db.upsert("doc_attachments", {"conversation_id": conversation_id, "approach": att.approach,
+                                      "note": att.note, "parts": json.dumps(att.parts),
+                                      "doc_shas": json.dumps(doc_shas)}, pk="conversation_id")
 
 
 def load_attachment(db: Any, conversation_id: int) -> Attachment | None:

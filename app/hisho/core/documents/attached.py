@@ -21,12 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import sqlite_utils
 
 from hisho.core.documents.ask import Attachment, question_with_parts
 from hisho.core.documents.extract import extract
@@ -62,13 +63,15 @@ class ChatDocument:
         return "\n\n".join(t for _, t in self.parts)
 
 
-def migrate_v3(db: sqlite3.Connection) -> None:
+def migrate_v3(db: sqlite_utils.Database) -> None:
+    # Plain SQL: the rows point at the conversations component's table, which sqlite-utils would insist exists
+    # already; the components migrate in any order and SQLite resolves the reference when it is used.
     db.execute("""CREATE TABLE chat_documents (
         id INTEGER PRIMARY KEY,
         conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
         name TEXT NOT NULL, sha256 TEXT NOT NULL, tokens INTEGER NOT NULL, parts TEXT NOT NULL,
         added REAL NOT NULL)""")
-    db.execute("CREATE INDEX chat_documents_conversation ON chat_documents(conversation_id)")
+    db.table("chat_documents").create_index(["conversation_id"], index_name="chat_documents_conversation")
 
 
 def read_document(path: Path, password: str | None = None, ask_password: AskPassword | None = None,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import sqlite_utils
 
 from hisho.core.db import Database
 from hisho.core.models import identity as model_identity
@@ -25,24 +26,24 @@ log = logging.getLogger("hisho.documents")
 COMPONENT = "documents"
 
 
-def _v1(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE doc_summaries (
-        doc_sha TEXT NOT NULL, level INTEGER NOT NULL, chunk_key TEXT NOT NULL, model_fp TEXT NOT NULL,
-        prompt_version TEXT NOT NULL, chunk_index INTEGER NOT NULL, refs TEXT NOT NULL, summary TEXT NOT NULL,
-        completion_tokens INTEGER NOT NULL, created REAL NOT NULL,
-        PRIMARY KEY (doc_sha, level, chunk_key, model_fp, prompt_version))""")
-    db.execute("""CREATE TABLE doc_speeds (
-        model_fp TEXT PRIMARY KEY, prefill_tps REAL NOT NULL, decode_tps REAL NOT NULL,
-        batch_gain REAL NOT NULL, updated REAL NOT NULL)""")
+SUMMARY_KEY = ("doc_sha", "level", "chunk_key", "model_fp", "prompt_version")
 
 
-def _v2(db: sqlite3.Connection) -> None:
+def _v1(db: sqlite_utils.Database) -> None:
+    columns = {"doc_sha": str, "level": int, "chunk_key": str, "model_fp": str, "prompt_version": str,
+               "chunk_index": int, "refs": str, "summary": str, "completion_tokens": int, "created": float}
+    db.table("doc_summaries").create(columns, pk=SUMMARY_KEY, not_null=set(columns))
+    speeds = {"model_fp": str, "prefill_tps": float, "decode_tps": float, "batch_gain": float, "updated": float}
+    db.table("doc_speeds").create(speeds, pk="model_fp", not_null=set(speeds) - {"model_fp"})
+
+
+def _v2(db: sqlite_utils.Database) -> None:
     from hisho.core.documents.ask import migrate_v2
 
     migrate_v2(db)
 
 
-def _v3(db: sqlite3.Connection) -> None:
+def _v3(db: sqlite_utils.Database) -> None:
     from hisho.core.documents.attached import migrate_v3
 
     migrate_v3(db)
@@ -86,10 +87,11 @@ class SummaryCache:
 
     def put(self, key: Key, chunk_index: int, refs: str, summary: str, completion_tokens: int) -> None:
         with self.db.transaction():
-            self.db.execute(
-                "INSERT OR REPLACE INTO doc_summaries VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [key.doc_sha, key.level, key.chunk_key, key.model_fp, key.prompt_version, chunk_index, refs,
-                 summary, completion_tokens, time.time()])
+            self.db.upsert("doc_summaries", {
+                "doc_sha": key.doc_sha, "level": key.level, "chunk_key": key.chunk_key, "model_fp": key.model_fp,
+                "prompt_version": key.prompt_version, "chunk_index": chunk_index, "refs": refs,
+                "summary": summary, "completion_tokens": completion_tokens, "created": time.time()},
+                pk=SUMMARY_KEY)
 
     def count(self, doc_sha: str, level: int | None = None) -> int:
         sql = "SELECT count(*) FROM doc_summaries WHERE doc_sha=?"
@@ -112,5 +114,5 @@ class SummaryCache:
 
     def put_speeds(self, model_fp: str, prefill_tps: float, decode_tps: float, batch_gain: float) -> None:
         with self.db.transaction():
-            self.db.execute("INSERT OR REPLACE INTO doc_speeds VALUES (?,?,?,?,?)",
-                            [model_fp, prefill_tps, decode_tps, batch_gain, time.time()])
+            self.db.upsert("doc_speeds", {"model_fp": model_fp, "prefill_tps": prefill_tps, "decode_tps": decode_tps,
+                                          "batch_gain": batch_gain, "updated": time.time()}, pk="model_fp")
