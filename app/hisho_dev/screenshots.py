@@ -1,4 +1,4 @@
-"""``python -m hisho.bench.screenshots OUT_DIR``: render the main screens to PNG (``make screenshots``).
+"""``python -m hisho_dev.screenshots OUT_DIR``: render the main screens to PNG (``make screenshots``).
 
 Runs offscreen in a throw-away HISHO_HOME with the real bundled model loaded (the status bar shows real
 figures). The sample conversation is written into the store by this script, so the pictures show the same
@@ -218,7 +218,7 @@ def main(argv: list[str]) -> int:
     _kv_shots(app, window, out, [c.store.conversations()[1].id, cid])
     _use_shots(app, window, out, cid)
     _attach_shots(app, window, out, cid)
-    from hisho.bench.models_shots import models_shots
+    from hisho_dev.models_shots import models_shots
 
     models_shots(app, window, out)
     window.close()
