@@ -17,7 +17,7 @@ sqlite-utils for the schema work and upserts (docs/architecture.md, "SQLite", sa
 - Errors are split: ``DatabaseUnavailable`` (disk full, locked, corrupt, read-only, too new: tell the user) versus
   everything else (a bug: let it propagate). A full disk is ``DiskFull``, whose message says how much space to
   free. SQLite rolls a transaction back itself on SQLITE_FULL; our own ROLLBACK then runs only if a transaction is
-  still open, so the real error is what the caller sees (issue 16).
+  still open, so the real error is what the caller sees.
 """
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ class KVIndex:
 
         ``alone``: the caller holds the data folder's instance lock (hisho.core.instance) and has not saved yet,
         so no save can be in flight and an unindexed chunk left by a killed client goes now, not two minutes
-        later (issue 16)."""
+        later."""
         missing = [r["key"] for r in self.db.query("SELECT key, path FROM kv_chunks")
                    if not (self.kv_dir / r["path"]).exists()]
         for key in missing:
