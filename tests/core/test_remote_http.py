@@ -62,7 +62,7 @@ def test_event_stream_framed_every_way_the_spec_allows() -> None:
         eng.load(LoadParams(model_path=""))
         stream = eng.generate(messages=[{"role": "user", "content": "hi"}])
         res = stream.collect()
-    assert res.text == "Framed three ways" and res.stop_reason == "stop"
+    assert res.text == "Framéd three ways" and res.stop_reason == "stop"
 
 
 def test_stop_while_the_server_has_not_answered_closes_the_request() -> None:
