@@ -6,6 +6,8 @@ place."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,13 @@ def test_upsert_updates_in_place_and_keeps_what_it_does_not_name() -> None:
                                       "tokens": [5, 6, 7, 8], "path": "/nonexistent-kv/fp/k2.hkv", "bytes": 40}])
     rows = db.query("SELECT owner, tip, n_tokens, pinned FROM kv_entries")
     assert rows == [{"owner": "conv:1", "tip": "k2", "n_tokens": 8, "pinned": 1}]   # pinned survived the update
+
+
+def test_opening_an_up_to_date_database_does_not_import_sqlite_utils(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite3"
+    ConversationStore(Database(path)).close()                    # made, and migrated, here
+    code = ("import sys; from hisho.core.db import Database; from hisho.core.conversations.store import "
+            f"ConversationStore; s = ConversationStore(Database({str(path)!r})); s.search('x'); "
+            "print('sqlite_utils' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"                        # a window's start pays nothing for it

@@ -30,17 +30,18 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from hisho.core import paths
 from hisho.core.errors import UserError
 from hisho.core.units import format_bytes
 
+if TYPE_CHECKING:
+    import sqlite_utils
+
 log = logging.getLogger("hisho.store")
 
-Step = Callable[[sqlite_utils.Database], None]  # one schema upgrade, run inside a transaction
+Step = Callable[["sqlite_utils.Database"], None]  # one schema upgrade, run inside a transaction
 
 _USER_ERRORS = ("database or disk is full", "database is locked", "file is not a database",
                 "database disk image is malformed", "attempt to write a readonly database", "unable to open",
@@ -118,9 +119,7 @@ class Database:
         except sqlite3.Error as exc:
             raise classify(exc, self.path) from exc
         self.conn = conn
-        # The same connection, for the schema helpers and upserts; no plugins, and the connection's pragmas
-        # stay ours (sqlite-utils would turn recursive triggers on).
-        self.utils = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+        self._utils: sqlite_utils.Database | None = None
         if not read_only:
             self.execute("CREATE TABLE IF NOT EXISTS hisho_schema (component TEXT PRIMARY KEY, version INTEGER)")
 
@@ -141,6 +140,18 @@ class Database:
             conn.close()
             raise
         return conn
+
+    @property
+    def utils(self) -> sqlite_utils.Database:
+        """sqlite-utils on the same connection, for the schema steps and upserts: no plugins, and the
+        connection's pragmas stay ours (it would turn recursive triggers on). Imported when first used: it
+        brings click, pluggy and numpy, hundreds of milliseconds of imports that opening an up-to-date
+        database does not need."""
+        if self._utils is None:
+            import sqlite_utils
+
+            self._utils = sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
+        return self._utils
 
     def close(self) -> None:
         with self._lock:

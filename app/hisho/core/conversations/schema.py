@@ -13,10 +13,11 @@ import json
 import logging
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
-from sqlite_utils.db import ForeignKey
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
+
 
 log = logging.getLogger("hisho.store")
 
@@ -120,6 +121,8 @@ class DeletedMessages:
 
 
 def _v1_tables(db: sqlite_utils.Database) -> None:
+    from sqlite_utils.db import ForeignKey
+
     db.table("conversations").create(
         {"id": int, "title": str, "model": str, "system_prompt": str, "settings": str, "created_at": float,
          "updated_at": float, "pinned": int, "leaf_id": int}, pk="id",

@@ -19,11 +19,12 @@ import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from hisho.core.documents.model import Document
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.documents")
 

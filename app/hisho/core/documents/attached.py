@@ -25,13 +25,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from hisho.core.documents.ask import Attachment, question_with_parts
 from hisho.core.documents.extract import extract
 from hisho.core.documents.model import Document, DocumentError, PasswordNeeded
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.documents")
 

@@ -15,11 +15,13 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from hisho.core.db import Database
 from hisho.core.models import identity as model_identity
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.documents")
 

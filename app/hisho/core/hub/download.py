@@ -22,9 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from hisho.core import paths
 from hisho.core.db import Database
@@ -32,6 +30,9 @@ from hisho.core.errors import UserError
 from hisho.core.hub import partial as partial_mod
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.fetch import DiskFull, HashMismatch, Stopped, fetch_part
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.hub")
 

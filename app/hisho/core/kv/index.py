@@ -23,15 +23,17 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
-import sqlite_utils
 
 from hisho.core import paths
 from hisho.core.db import Database
 from hisho.core.kv import format as kvf
 from hisho.core.kv.usage import Usage, chain, plan_eviction, read_usage
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.kv")
 

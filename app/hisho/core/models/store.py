@@ -24,14 +24,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from hisho.core import paths
 from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import ModelFileError, UserError
 from hisho.core.models.gguf_facts import validate_gguf
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.store")
 
