@@ -29,14 +29,17 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx2
 
 from hisho.core.engine.protocol import ErrorKind
 from hisho.core.errors import EngineError
 from hisho.core.remote import pool
+
+if TYPE_CHECKING:
+    # Imported where a request is made: the settings pages and the saved engine choice need ``Endpoint``
+    # only, and httpx2 is a few hundred milliseconds of imports.
+    import httpx2
 
 log = logging.getLogger("hisho.remote")
 
@@ -85,6 +88,8 @@ class RemoteError(EngineError):
 
 
 def _client(ep: Endpoint) -> httpx2.Client:
+    import httpx2
+
     parts = urlsplit(ep.root)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise RemoteError(f"{ep.name}: {ep.base_url!r} is not an http:// or https:// address")
@@ -113,6 +118,8 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 def _describe(ep: Endpoint, exc: BaseException) -> RemoteError:
     """A network exception as the one line the user sees."""
+    import httpx2
+
     if isinstance(exc, RemoteError):
         return exc
     where = f"{ep.name} ({ep.root})"
@@ -205,12 +212,16 @@ class _Tracer:
 
 
 def _stale(exc: BaseException, tracer: _Tracer) -> bool:
+    import httpx2
+
     return (isinstance(exc, httpx2.RemoteProtocolError) and not tracer.connected
             and "without sending a response" in str(exc))
 
 
 def _send(client: httpx2.Client, request: Callable[[_Tracer], httpx2.Request], stream: bool,
           on_socket: Callable[[socket.socket], None] | None = None) -> httpx2.Response:
+    import httpx2
+
     tracer = _Tracer(on_socket)
     try:
         return client.send(request(tracer), stream=stream)
@@ -260,6 +271,8 @@ class SSEStream:
 
     def open(self) -> SSEStream:
         """Send the request and wait for the answer's headers. After ``close()`` it returns an empty stream."""
+        import httpx2
+
         client = _client(self.ep)
         timeout = httpx2.Timeout(self._timeout, connect=CONNECT_TIMEOUT_S)
 
@@ -304,6 +317,8 @@ class SSEStream:
             self._shut(sock)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        import httpx2
+
         if self._whole is not None:
             try:
                 yield json.loads(self._whole.decode("utf-8"))

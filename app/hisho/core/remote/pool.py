@@ -21,9 +21,11 @@ import ipaddress
 import logging
 import threading
 import urllib.request
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx2
+if TYPE_CHECKING:
+    import httpx2  # imported with the first pool (see hisho.core.remote.http)
 
 log = logging.getLogger("hisho.remote")
 
@@ -69,6 +71,8 @@ def shown(proxy: str) -> str:
 
 def client(origin: str, verify_tls: bool, proxy: str) -> httpx2.Client:
     """The pool for ``origin`` (``scheme://host:port``) reached through ``proxy`` ('' for directly)."""
+    import httpx2
+
     key = (origin, verify_tls, proxy)
     with _lock:
         got = _clients.get(key)
