@@ -66,7 +66,7 @@ def test_event_stream_framed_every_way_the_spec_allows() -> None:
 
 
 def test_stop_while_the_server_has_not_answered_closes_the_request() -> None:
-    with StubServer("slow", delay_s=60.0) as srv:
+    with StubServer("slow", delay_s=60.0, keep_alive=True) as srv:       # the probe leaves a kept-alive connection
         eng = RemoteEngine(Endpoint("box", srv.url))
         eng.load(LoadParams(model_path=""))
         stream = eng.generate(messages=[{"role": "user", "content": "a long prompt"}])

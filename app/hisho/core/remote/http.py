@@ -11,8 +11,9 @@ Rules of use:
   (``HTTPS_PROXY``, ``NO_PROXY``). ``Endpoint.use_proxy`` overrides that choice per engine.
 - The API key goes into the ``Authorization`` header and nowhere else: never into a log line, an error or a
   ``repr`` (``Endpoint.api_key`` has ``repr=False``).
-- A request the server closed without answering, on a kept-alive connection it had just dropped, is sent once
-  more on a new connection; nothing else is retried.
+- Calls share one pool of kept-alive connections per server; a call the server closed without answering, on a
+  kept-alive connection it had just dropped, is sent once more on a new connection; nothing else is retried.
+  Each stream has a connection of its own (``pool.client(keep=False)``), so a stop can always shut it.
 - ``SSEStream.close()`` may be called from any thread, also while ``open()`` still waits for the answer: it
   shuts the socket, so the server sees the client go and stops decoding (llama-server, vLLM and SGLang all abort
   a request whose connection closed). Event data is read as the SSE format says (one space after ``data:`` is
@@ -87,14 +88,14 @@ class RemoteError(EngineError):
         self.status = status
 
 
-def _client(ep: Endpoint) -> httpx2.Client:
+def _client(ep: Endpoint, keep: bool = True) -> httpx2.Client:
     import httpx2
 
     parts = urlsplit(ep.root)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise RemoteError(f"{ep.name}: {ep.base_url!r} is not an http:// or https:// address")
     try:
-        return pool.client(f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}", ep.verify_tls, ep.proxy)
+        return pool.client(f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}", ep.verify_tls, ep.proxy, keep)
     except (ImportError, ValueError, httpx2.InvalidURL) as exc:   # a SOCKS or malformed proxy setting
         raise RemoteError(f"{ep.name}: the system proxy {pool.shown(ep.proxy)} cannot be used ({exc}); set "
                           "HTTPS_PROXY to an http:// proxy or turn off the proxy for this engine") from None
@@ -273,7 +274,7 @@ class SSEStream:
         """Send the request and wait for the answer's headers. After ``close()`` it returns an empty stream."""
         import httpx2
 
-        client = _client(self.ep)
+        client = _client(self.ep, keep=False)        # its own connection: see pool.client
         timeout = httpx2.Timeout(self._timeout, connect=CONNECT_TIMEOUT_S)
 
         def request(tracer: _Tracer) -> httpx2.Request:
@@ -291,8 +292,8 @@ class SSEStream:
         self._resp = resp
         stream = resp.extensions.get("network_stream")
         sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            self._keep_socket(sock)             # a reused connection: known only now
+        if isinstance(sock, socket.socket) and sock not in self._sockets:
+            self._keep_socket(sock)             # the stream's own socket after TLS, where the trace gave the raw one
         try:
             if resp.status_code >= 400:
                 raw = resp.read()
