@@ -236,7 +236,7 @@ def test_usage_of_a_thousand_owners_is_one_statement(index: KVIndex) -> None:
 
 
 def test_an_unindexed_chunk_goes_at_once_when_this_instance_is_alone(tmp_path: Path) -> None:
-    """A client killed between the engine's rename and the index row leaves a chunk file (issue 16.8): with the
+    """A client killed between the engine's rename and the index row leaves a chunk file: with the
     data folder's instance lock held nothing else can be saving, so it is removed now, not two minutes later."""
     from hisho.core.db import Database
     from hisho.core.kv.index import KVIndex
@@ -253,7 +253,7 @@ def test_a_version_1_index_gains_the_model_table_and_keeps_its_snapshots(tmp_pat
     from hisho.core.kv import index as index_mod
 
     db = Database(tmp_path / "db.sqlite3")
-    db.migrate(index_mod.COMPONENT, index_mod.STEPS[:1])  # the index as session 5 left it
+    db.migrate(index_mod.COMPONENT, index_mod.STEPS[:1])  # the index as the first release left it
     db.execute("INSERT INTO kv_entries VALUES ('conv:1', ?, 'tip', 4, 0, 1.0, 1.0)", [FP])
 
     index = KVIndex(db, tmp_path / "kv")

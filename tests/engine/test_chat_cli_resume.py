@@ -53,7 +53,7 @@ def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
 
 def test_a_new_terminal_chat_starts_with_the_default_system_prompt(monkeypatch: pytest.MonkeyPatch,
                                                                   default_model_path: Path) -> None:
-    """Settings → System prompts' default applies to chats `hisho chat` makes, as to the window's (issue 11)."""
+    """Settings → System prompts' default applies to chats `hisho chat` makes, as to the window's."""
     prefs = settings.load()
     prefs.set("default_system_prompt", "Answer in one short sentence.")
     prefs.save()

@@ -211,7 +211,7 @@ class Runtime:
                                  parse_special=bool(request.get("special", False)))
         raise RequestError(ErrorKind.BAD_REQUEST, "request needs messages, prompt, tokens or text")
 
-    # ----- control tokens only from the template (issue 16) ------------------------------------------------
+    # ----- control tokens only from the template ------------------------------------------------
 
     def template_tokens(self, parts: list[tuple[str, bool]]) -> list[int]:
         """Tokens of a rendered chat prompt: control tokens only where the template's markup spells them; message

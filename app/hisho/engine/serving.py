@@ -303,8 +303,8 @@ class ServingBatch:
 
 QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
 # Ops on one sequence (the window's chat on sequence 0 and its KV restores and saves, a type-ahead prefill) also
-# run between two steps, whole: the window's reply is never behind more than one step of the API's requests
-# (issue 14). A sequence they change is made whole again afterwards (ServingBatch.resync).
+# run between two steps, whole: the window's reply is never behind more than one step of the API's requests.
+# A sequence they change is made whole again afterwards (ServingBatch.resync).
 TURN_OPS = frozenset({"generate", "prefill", "state_load", "state_save", "seq_rm"})
 
 

@@ -15,7 +15,7 @@ The window and ``hisho chat`` both use it. Rules of use:
   (``Turn.drop_oldest`` or ``summarize_into_new``).
 - A store that fails while a reply streams (disk full) stops the engine at once; the reply stays in memory
   (``unsaved``) and is written by ``save_unsaved`` — called before every send and run — once there is space
-  again. The turn's ``error`` then says what happened (issue 16).
+  again. The turn's ``error`` then says what happened.
 """
 
 from __future__ import annotations

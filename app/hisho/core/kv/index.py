@@ -18,13 +18,12 @@ missing files and rows, and ``reconcile`` repairs both directions. Deleting is l
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -33,34 +32,36 @@ from hisho.core.db import Database
 from hisho.core.kv import format as kvf
 from hisho.core.kv.usage import Usage, chain, plan_eviction, read_usage
 
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
+
 log = logging.getLogger("hisho.kv")
 
 COMPONENT = "kv"
 RECENT_S = 120.0  # files younger than this may belong to a save in flight: reconcile leaves them alone
 
 
-def _v1(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE kv_chunks (
-        key TEXT PRIMARY KEY, parent TEXT NOT NULL, fingerprint TEXT NOT NULL, start INTEGER NOT NULL,
-        n_tokens INTEGER NOT NULL, tokens BLOB NOT NULL, path TEXT NOT NULL, bytes INTEGER NOT NULL,
-        created REAL NOT NULL, last_used REAL NOT NULL)""")
-    db.execute("CREATE INDEX kv_chunks_parent ON kv_chunks(parent)")
-    db.execute("""CREATE TABLE kv_entries (
-        owner TEXT NOT NULL, fingerprint TEXT NOT NULL, tip TEXT NOT NULL, n_tokens INTEGER NOT NULL,
-        pinned INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL, last_used REAL NOT NULL,
-        PRIMARY KEY (owner, fingerprint))""")
-    db.execute("""CREATE TABLE kv_speed (
-        fingerprint TEXT PRIMARY KEY, prefill_tok_s REAL, restore_bytes_s REAL, updated REAL NOT NULL)""")
+def _v1(db: sqlite_utils.Database) -> None:
+    db.table("kv_chunks").create(
+        {"key": str, "parent": str, "fingerprint": str, "start": int, "n_tokens": int, "tokens": bytes,
+         "path": str, "bytes": int, "created": float, "last_used": float}, pk="key",
+        not_null={"parent", "fingerprint", "start", "n_tokens", "tokens", "path", "bytes", "created", "last_used"})
+    db.table("kv_chunks").create_index(["parent"], index_name="kv_chunks_parent")
+    db.table("kv_entries").create(
+        {"owner": str, "fingerprint": str, "tip": str, "n_tokens": int, "pinned": int, "updated": float,
+         "last_used": float}, pk=("owner", "fingerprint"),
+        not_null={"owner", "fingerprint", "tip", "n_tokens", "pinned", "updated", "last_used"}, defaults={"pinned": 0})
+    db.table("kv_speed").create({"fingerprint": str, "prefill_tok_s": float, "restore_bytes_s": float, "updated": float},
+                          pk="fingerprint", not_null={"updated"})
 
 
-def _v2(db: sqlite3.Connection) -> None:
+def _v2(db: sqlite_utils.Database) -> None:
     # Which model file each fingerprint was computed from (its path and whole-file identity), so that deleting
     # a model can name and delete its snapshots. Recorded by every save from v2 on; a fingerprint saved
     # earlier has no row until it is saved again (the chunk files hold only the fingerprint).
-    db.execute("""CREATE TABLE kv_models (
-        fingerprint TEXT PRIMARY KEY, xxh3_128 TEXT NOT NULL, size INTEGER NOT NULL, path TEXT NOT NULL,
-        updated REAL NOT NULL)""")
-    db.execute("CREATE INDEX kv_models_identity ON kv_models(xxh3_128, size)")
+    db.table("kv_models").create({"fingerprint": str, "xxh3_128": str, "size": int, "path": str, "updated": float},
+                           pk="fingerprint", not_null={"xxh3_128", "size", "path", "updated"})
+    db.table("kv_models").create_index(["xxh3_128", "size"], index_name="kv_models_identity")
 
 
 STEPS = [_v1, _v2]
@@ -103,9 +104,9 @@ class KVIndex:
         tip, n_tokens = "", 0
         with self.db.transaction():
             if model and model.get("xxh3_128"):
-                self.db.execute("INSERT OR REPLACE INTO kv_models VALUES (?,?,?,?,?)",
-                                [fp, str(model["xxh3_128"]), int(model.get("size", 0)), str(model.get("path", "")),
-                                 now])
+                self.db.upsert("kv_models", {"fingerprint": fp, "xxh3_128": str(model["xxh3_128"]),
+                                             "size": int(model.get("size", 0)), "path": str(model.get("path", "")),
+                                             "updated": now}, pk="fingerprint")
             for c in chunks:
                 if c.get("error") or "bytes" not in c:
                     break  # a chain with a hole is only usable up to the hole
@@ -117,11 +118,8 @@ class KVIndex:
                      self._rel(c["path"]), int(c["bytes"]), now, now])
                 tip, n_tokens = c["key"], c["start"] + c["n_tokens"]
             if tip:
-                self.db.execute(
-                    """INSERT INTO kv_entries (owner, fingerprint, tip, n_tokens, updated, last_used)
-                       VALUES (?,?,?,?,?,?) ON CONFLICT(owner, fingerprint) DO UPDATE SET tip = excluded.tip,
-                       n_tokens = excluded.n_tokens, updated = excluded.updated, last_used = excluded.last_used""",
-                    [owner, fp, tip, n_tokens, now, now])
+                self.db.upsert("kv_entries", {"owner": owner, "fingerprint": fp, "tip": tip, "n_tokens": n_tokens,
+                                              "updated": now, "last_used": now}, pk=("owner", "fingerprint"))
         return n_tokens
 
     def set_pinned(self, owner: str, pinned: bool) -> None:
@@ -278,7 +276,7 @@ class KVIndex:
 
         ``alone``: the caller holds the data folder's instance lock (hisho.core.instance) and has not saved yet,
         so no save can be in flight and an unindexed chunk left by a killed client goes now, not two minutes
-        later (issue 16)."""
+        later."""
         missing = [r["key"] for r in self.db.query("SELECT key, path FROM kv_chunks")
                    if not (self.kv_dir / r["path"]).exists()]
         for key in missing:
@@ -335,9 +333,9 @@ class KVIndex:
                 return prev if isinstance(prev, float) else None
             return new if prev is None else 0.7 * float(prev) + 0.3 * new
 
-        self.db.execute("INSERT OR REPLACE INTO kv_speed VALUES (?,?,?,?)",
-                        [fp, blend("prefill_tok_s", prefill_tok_s), blend("restore_bytes_s", restore_bytes_s),
-                         time.time()])
+        self.db.upsert("kv_speed", {"fingerprint": fp, "prefill_tok_s": blend("prefill_tok_s", prefill_tok_s),
+                                    "restore_bytes_s": blend("restore_bytes_s", restore_bytes_s),
+                                    "updated": time.time()}, pk="fingerprint")
 
     def usage(self, owner: str) -> Usage:
         return self.usage_all(owner).get(owner, Usage(owner, 0, 0, 0, 0.0))

@@ -112,7 +112,7 @@ class Sending:
     def waiting_on_remote(self, name: str) -> None:
         """A remote engine has not sent the streaming reply's first byte for a while (``RemoteEngine.on_wait``;
         "" once it has): say what the send waits for — in the status bar, on the reply, and on the messages
-        queued behind it (#11's "Waiting for …")."""
+        queued behind it (the same "Waiting for …")."""
         if not name:
             if self.remote_wait and self.w.status.currentMessage().startswith("Waiting for "):
                 self.w.status.clearMessage()
@@ -372,7 +372,7 @@ class Sending:
 
     def stop_here(self) -> None:
         """The user's Stop (the message box's button, Chat → Stop, Escape): the reply of the chat on screen
-        only; in any other chat it does nothing (issue 11: Chat → Stop stopped another chat's reply unseen)."""
+        only; in any other chat it does nothing (Chat → Stop stopped another chat's reply unseen)."""
         if self.generating_here():
             self.stop()
 
