@@ -145,24 +145,37 @@ class Soak:
         body = {"model": self.model, "messages": [{"role": "user", "content": "Count from one to five hundred."}],
                 "max_tokens": 600, "stream": True}
         with httpx.Client(timeout=120) as http:
-            with http.stream("POST", self.url + "/chat/completions", json=body,
-                             headers={"Authorization": f"Bearer {KEY}"}) as r:
-                lines = r.iter_lines()
-                next(lines, None)
-                pid = engine.pid
-                killed_at = time.monotonic()
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                rest = list(lines)
-            self.kill = {"engine_pid": pid, "stream_ended_with_error": any('"error"' in x for x in rest)}
+            for _ in range(10):  # until a stream is under way (the box may be busy: a few tries)
+                with http.stream("POST", self.url + "/chat/completions", json=body,
+                                 headers={"Authorization": f"Bearer {KEY}"}) as r:
+                    lines = r.iter_lines()
+                    if r.status_code != 200 or not any('"content": "' in line and '"content": ""' not in line
+                                                       for line in lines):
+                        time.sleep(2)
+                        continue
+                    pid = engine.pid
+                    killed_at = time.monotonic()
+                    if pid:
+                        os.kill(pid, signal.SIGKILL)
+                    rest = list(lines)
+                    break
+            else:
+                self.kill = {"skipped": "no stream got under way in 10 tries"}
+                return
+            self.kill = {"engine_pid": pid,
+                         "stream_ended_with_error": any('"error"' in x for x in rest),
+                         "stream_ended_after_s": round(time.monotonic() - killed_at, 2), "tries": []}
             for _ in range(600):  # bounded: up to ~10 minutes of retries, once a second
+                sent = time.monotonic()
                 r2 = http.post(self.url + "/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
                                json={"model": self.model, "messages": [{"role": "user", "content": "Hi"}],
                                      "max_tokens": 2})
+                self.kill["tries"].append([r2.status_code, round(time.monotonic() - sent, 2)])
                 if r2.status_code == 200:
                     self.kill["answering_again_after_s"] = round(time.monotonic() - killed_at, 2)
                     break
                 time.sleep(1)
+            self.kill["tries"] = self.kill["tries"][:10]
         self.kill["new_engine_pid"] = self.app.engine.pid
 
     def window_chat(self) -> None:

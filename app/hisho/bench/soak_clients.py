@@ -88,7 +88,7 @@ class Client:
 
     def _long(self) -> Outcome:
         rules = "\n".join(f"Rule {i}: a report on site {i} names its author, its date and every figure it measured."
-                          for i in range(self.rng.randint(20, 60)))
+                          for i in range(self.rng.randint(15, 45)))
         return self._stream_body("long", self._chat(f"The handbook:\n{rules}\nWho signs a report?", 16))
 
     def _whole(self) -> Outcome:
