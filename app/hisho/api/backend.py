@@ -2,7 +2,7 @@
 handed to the loop through an ``asyncio.Queue``. No Qt.
 
 Rules of use:
-- ``Backend(engine, model_id, ...)``: two callables, asked again for each request, so the API follows a model
+- ``Backend(engine, model, ...)``: two callables (the engine, the model's ``ModelName``), asked again for each request, so the API follows a model
   switch or a remote connect the moment the app makes it. An engine with ``Capability.SERVE`` runs requests
   in its serving batch as parallel sequences; one without it gets one reply at a time through ``generate``.
 - ``open(job, key)`` is awaited on the event loop; it checks the request against ``Limits`` and the key's place
@@ -24,10 +24,11 @@ from typing import Any
 from hisho.api.cache import PromptCache
 from hisho.api.limits import Admission, Limits
 from hisho.api.shapes import ApiError, Job
-from hisho.core.engine import Capability, Engine, TokenStream
+from hisho.core.engine.ops import Serve
+from hisho.core.engine.protocol import ErrorKind, GenerationResult
+from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.ops import Serve
-from hisho.core.protocol import ErrorKind, GenerationResult
+from hisho.core.models.names import ModelName
 
 log = logging.getLogger("hisho.api")
 
@@ -146,10 +147,10 @@ class Reply:
 
 
 class Backend:
-    def __init__(self, engine: Callable[[], Engine], model_id: Callable[[], str], defaults: dict[str, Any],
+    def __init__(self, engine: Callable[[], Engine], model: Callable[[], ModelName], defaults: dict[str, Any],
                  max_tokens: int, cache: PromptCache | None = None, limits: Limits | None = None) -> None:
         self._engine = engine
-        self._model_id = model_id
+        self._model = model
         self.cache = cache  # the disk prompt cache (chat requests on an engine with SERVE and KV_STATE)
         self.defaults = defaults
         self.max_tokens = max_tokens
@@ -167,8 +168,12 @@ class Backend:
         return self._engine()
 
     @property
+    def model(self) -> ModelName:
+        return self._model()
+
+    @property
     def model_id(self) -> str:
-        return self._model_id()
+        return self._model().id
 
     @property
     def busy(self) -> int:
@@ -209,8 +214,10 @@ class Backend:
         self._count(-1)
 
     async def open(self, job: Job, key: str = "") -> Reply:
-        engine, model = self.engine, self.model_id  # resolved once per request: the one running now
-        if job.model != model:
+        engine, name = self.engine, self.model  # resolved once per request: the one running now
+        model = name.id
+        # /v1/models lists the id; a request may name the model by any of its aliases (core.models.names)
+        if not name.accepts(job.model):
             raise ApiError(404, f"the model '{job.model}' does not exist; this server has '{model}'",
                            param="model", code="model_not_found")
         n_ctx_seq = context_of(engine)

@@ -13,6 +13,7 @@ Rules of use:
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from hisho.api.backend import Backend
 from hisho.api.cache import PromptCache
@@ -20,7 +21,8 @@ from hisho.api.limits import Limits
 from hisho.api.server import ApiServer
 from hisho.core import services
 from hisho.core import settings as settings_mod
-from hisho.core.engine import Engine
+from hisho.core.engine.seam import Engine
+from hisho.core.models.names import ModelName
 
 
 def origins(text: str) -> list[str]:
@@ -28,10 +30,14 @@ def origins(text: str) -> list[str]:
     return [o.strip() for o in text.split(",") if o.strip()]
 
 
-def model_id(app: services.Services) -> str:
-    """The name the API gives the model answering now (the one the chat service names, which follows a
-    switch and a remote connect)."""
-    return app.chat.model_name or (app.model_path.stem if app.model_path is not None else "hisho")
+def model_name(app: services.Services) -> ModelName:
+    """The model answering now, as the API names it: the one the chat service answers with, which follows a
+    switch and a remote connect (a remote model is known by its server's id)."""
+    local = app.model_name
+    answering = app.chat.model_name
+    if not answering or answering == local.id:
+        return local if local.id else ModelName("hisho", "hisho")
+    return ModelName(answering, answering, Path(answering).stem)
 
 
 def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
@@ -39,7 +45,7 @@ def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
     settings = app.settings
     defaults = {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]}
     cache = PromptCache(app.kv.session) if app.kv is not None else None  # the same KV store as the chats
-    backend = Backend(lambda: app.engine, lambda: model_id(app), defaults, int(settings["max_tokens"]), cache,
+    backend = Backend(lambda: app.engine, lambda: model_name(app), defaults, int(settings["max_tokens"]), cache,
                       Limits.from_settings(settings))
     return ApiServer(backend, key, port=port, cors_origins=origins(str(settings["api_cors_origins"])))
 
@@ -53,8 +59,8 @@ def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, 
     settings = settings or settings_mod.load()
     per_seq = int(n_ctx or settings["n_ctx"])
     # One KV stream per sequence (docs/api.md): the plan is made for all of them together.
-    app = services.build(model, n_ctx=per_seq * parallel, n_seq_max=parallel, kv=True, strict=True,
-                         override=force, settings=settings, engine=engine)
+    app = services.build(model, "serve", n_ctx=per_seq * parallel, parallel=parallel, override=force,
+                         settings=settings, engine=engine)
     try:
         assert app.load_params is not None and app.model_path is not None
         app.load(dataclasses.replace(app.load_params, kv_unified=False))

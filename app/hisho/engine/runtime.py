@@ -20,13 +20,12 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import ErrorKind, LoadParams, Sampling, common_prefix
+from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
 from hisho.core.units import padded_cells
 from hisho.engine import backends
 from hisho.engine.chat import ChatTemplate
 from hisho.engine.llama_setup import (
     Batch,
-    GenStats,
     context_params,
     control_tokens,
     make_governors,
@@ -41,7 +40,7 @@ log = logging.getLogger("hisho.engine")
 
 
 class RequestError(Exception):
-    """An error with a protocol kind (``hisho.core.protocol.ErrorKind``)."""
+    """An error with a protocol kind (``hisho.core.engine.protocol.ErrorKind``)."""
 
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
@@ -357,12 +356,3 @@ class Runtime:
             raise RequestError(ErrorKind.CONTEXT_FULL, "no KV cache slot left for this batch (context full)")
         if rc != 0:
             raise RequestError(ErrorKind.INTERNAL, f"llama_decode failed with code {rc}")
-
-    # ----- generation ---------------------------------------------------------------------------------
-
-    def generate(self, seq: int, prompt: list[int], sampling: Sampling,
-                 cancelled: Callable[[], bool]) -> Iterator[tuple[int, str] | GenStats]:
-        """One reply on ``seq`` (hisho.engine.reply.generate says how)."""
-        from hisho.engine.reply import generate
-
-        return generate(self, seq, prompt, sampling, cancelled)
