@@ -15,15 +15,13 @@ import pytest
 from hisho.api.launch import api_server
 from hisho.api.server import ApiServer
 from hisho.core import services
-from hisho.core.protocol import LoadParams
 from hisho.core.remote.endpoints import Endpoint
-from hisho.core.remote.engine import RemoteEngine
 from tests.remote_stub import MODEL, StubServer
 
 
 @pytest.fixture()
 def app(default_model_path: Path) -> Iterator[services.Services]:
-    svc = services.build(str(default_model_path), n_ctx=2048, n_seq_max=2)  # the window's shape
+    svc = services.build(str(default_model_path), "window", n_ctx=2048)
     svc.load()
     yield svc
     svc.close()
@@ -47,15 +45,12 @@ def test_requests_follow_a_remote_connect_and_disconnect(app: services.Services)
         local = app.chat.model_name
         assert models(server) == [local] and ask(server, local).status_code == 200
         with StubServer("ok") as stub:
-            remote = RemoteEngine(Endpoint("box", stub.url))
-            remote.load(LoadParams(model_path=""))
-            services.use_engine(app, remote, MODEL)
+            app.connect(Endpoint("box", stub.url), MODEL)
             assert models(server) == [MODEL]
             r = ask(server, MODEL)
             assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Hello from the stub."
             assert ask(server, local).json()["error"]["code"] == "model_not_found"
-            assert app.local_engine is not None
-            services.use_engine(app, app.local_engine, local)
+            app.disconnect()
         assert models(server) == [local]
         r = ask(server, local)
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] != "Hello from the stub."
@@ -68,9 +63,7 @@ def test_a_whole_request_left_by_its_client_is_cancelled_on_a_remote_engine(app:
     server.start()
     try:
         with StubServer("endless") as stub:
-            remote = RemoteEngine(Endpoint("box", stub.url))
-            remote.load(LoadParams(model_path=""))
-            services.use_engine(app, remote, MODEL)
+            app.connect(Endpoint("box", stub.url), MODEL)
             sock = socket.create_connection(("127.0.0.1", server.port))
             body = b'{"model": "%s", "messages": [{"role": "user", "content": "Go on"}]}' % MODEL.encode()
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
@@ -87,5 +80,6 @@ def test_a_whole_request_left_by_its_client_is_cancelled_on_a_remote_engine(app:
             while server.backend.busy and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert server.backend.busy == 0
+            app.disconnect()
     finally:
         server.stop()

@@ -37,7 +37,7 @@ from hisho.bench.api import _home
 from hisho.bench.soak_clients import Client, Outcome
 from hisho.core import paths
 from hisho.core import settings as settings_mod
-from hisho.core.conversation_schema import ChatSettings
+from hisho.core.conversations.schema import ChatSettings
 from hisho.core.services import Services
 
 log = logging.getLogger("hisho.bench")
