@@ -97,7 +97,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity")
+BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b")
     p.add_argument("--fa-both", action="store_true",
                    help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
+    p.add_argument("--minutes", type=float, default=None, help="soak: how long the clients run (default 2)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 
