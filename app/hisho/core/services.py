@@ -233,10 +233,11 @@ def make_engine() -> Engine:
 def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) -> None:
     """The chat service's hooks, in the order they run. Declared here only.
 
-    before the prompt goes to the engine (the turn's worker thread):
+    while the turn's prompt is built (the turn's worker thread, ``before_prompt``):
       1. documents: a long attached document's relevant parts are added to the outgoing question — this
-         changes the prompt, so it comes first;
-      2. kv: the saved KV of that final prompt is restored (it tokenizes exactly what the engine will see).
+         changes the prompt, so it runs before the prompt is tokenized;
+    once the prompt is tokenized, before the reply (``restore_prompt``):
+      1. kv: the saved KV of those exact tokens is restored (the engine then generates from the same tokens).
     after the reply is saved:
       1. kv: the sequence is saved for the next turn.
     wherever a chat's prompt is built (prompt_context): documents attached to the chat that fit go in its
@@ -244,9 +245,10 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) ->
     """
     chat.before_prompt[:] = [documents.before_prompt]
     chat.prompt_context[:] = [documents.prompt_context]
+    chat.restore_prompt[:] = []
     chat.after_turn[:] = []
     if kv is not None:
-        chat.before_prompt.append(kv.before_prompt)
+        chat.restore_prompt.append(kv.restore)
         chat.after_turn.append(kv.after_turn)
 
 
