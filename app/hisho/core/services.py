@@ -100,11 +100,15 @@ class Services:
     local_engine: Engine | None = None   # the built-in engine, kept while a remote one answers (use_engine)
     profile: Profile = field(default_factory=lambda: PROFILES["window"])
     n_ctx: int | None = None             # the front end's context length (None: the settings')
+    _named: tuple[Path | None, ModelName] | None = field(default=None, repr=False)
 
     @property
     def model_name(self) -> ModelName:
-        """The loaded (or chosen) local model's one identity and display name."""
-        return name_of(self.model_path)
+        """The loaded (or chosen) local model's one identity and display name (read from the model store once
+        per model, so the GUI thread may ask)."""
+        if self._named is None or self._named[0] != self.model_path:
+            self._named = (self.model_path, name_of(self.model_path))
+        return self._named[1]
 
     def load(self, params: LoadParams | None = None) -> dict[str, Any]:
         """Load ``params`` (default: the planned ones) into the engine; a file the engine cannot load is the
@@ -277,7 +281,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
         model_problem, plan_refused = str(exc), isinstance(exc, PlanRefused)
     engine = engine or make_engine()
     executor = Executor(post)
-    chat = ChatService(store, engine, model_name=name_of(model_path).id,
+    named = name_of(model_path)
+    chat = ChatService(store, engine, model_name=named.id,
                        write=lambda fn: executor.call("store", fn),
                        default_system_prompt=lambda: str(settings["default_system_prompt"]))
     kv_chat = None
@@ -287,7 +292,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
                           write=lambda fn: executor.call("store", fn))
     install_hooks(chat, documents, kv_chat)
     return Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
-                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx)
+                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
+                    _named=(model_path, named))
 
 
 def use_engine(services: Services, engine: Engine, model_name: str) -> None:
