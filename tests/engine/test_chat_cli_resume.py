@@ -45,7 +45,8 @@ def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
     app = services.build(None, "chat")
     try:
         assert app.kv is not None
-        assert app.chat.before_prompt == [app.documents.before_prompt, app.kv.before_prompt]
+        assert app.chat.before_prompt == [app.documents.before_prompt]
+        assert app.chat.restore_prompt == [app.kv.restore]
         assert app.chat.after_turn == [app.kv.after_turn]
     finally:
         app.close()

@@ -59,6 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
         "stop_reason": result.stop_reason,
         "model": str(app.model_path),
+        "model_id": app.model_name.id,
     }
     if args.json:
         emit_json(out)

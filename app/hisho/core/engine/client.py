@@ -115,6 +115,9 @@ class EngineClient:
         # What the engine's thread governors chose and why, as of the last reply (docs/threads.md); one dict
         # replaced whole, so readers on other threads see an old or a new one, never half of one.
         self.threads: dict[str, Any] = {}
+        # Requests sent to the engine so far (each a round trip through the pipe): ``hisho bench resume``
+        # reports how many one chat send takes (``send_round_trips``).
+        self.requests = 0
 
     # ----- process lifecycle -------------------------------------------------------------------------
 
@@ -251,6 +254,7 @@ class EngineClient:
         if req.streaming:
             raise ValueError(f"{req.op} is a streaming op: use stream()")
         self._ensure_ready()
+        self.requests += 1
         return self._call(req)
 
     def stream(self, request: Request | str, params: dict[str, Any] | None = None) -> Stream:
@@ -258,6 +262,7 @@ class EngineClient:
         if not req.streaming:
             raise ValueError(f"{req.op} is not a streaming op")
         self._ensure_ready()
+        self.requests += 1
         req_id, events = self._process.submit(req)
         return Stream(self, req_id, events)
 

@@ -1,6 +1,9 @@
 """Sending and streaming: what happens from Enter to the saved reply, one operation at a time.
 
 Rules of use (the chat presenter owns one ``Sending``):
+- A send is one job on the engine lane (``ChatService.send_if_fits`` then ``run``): the prompt is built and
+  tokenized once there, checked against the context, recorded and answered. The GUI thread is asked only when
+  the prompt does not fit (the choice is the user's).
 - Every send goes through one queue. Enter takes the text out of the message box at once (so a second Enter
   cannot send it again) and queues it; ``pump`` starts the first queued message as soon as the engine is free:
   no reply streaming, no summary running, the model loaded. While it waits, the message is shown below its chat
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QMessageBox
 
-from hisho.core.conversations.chat import FitReport, Turn, TurnResult
+from hisho.core.conversations.chat import FitReport, PreparedPrompt, Turn, TurnResult
 from hisho.core.conversations.store import STREAMING, Conversation, Message
 
 if TYPE_CHECKING:
@@ -226,8 +229,7 @@ class Sending:
             editing = item.editing
             self._start_turn(lambda: self.service.edit(editing, text))
             return
-        self.c.engine_job(lambda: self.service.check_fit(cid, text), lambda fit: self._fit_checked(item, fit),
-                          lambda exc: self._not_started(item, exc))
+        self._start_turn(lambda: self.service.send_if_fits(cid, text))
 
     def _not_started(self, item: Queued, exc: BaseException | None) -> None:
         self.starting = None
@@ -239,8 +241,8 @@ class Sending:
     def _fit_checked(self, item: Queued, fit: FitReport) -> None:
         cid, text = item.conversation_id, item.text
         self.c.fit.remember(cid, fit)
-        if fit.fits:
-            self._start_turn(lambda: self.service.send(cid, text), base=fit.prompt_tokens)
+        if fit.fits:  # it fits now (the chat changed since): send as usual
+            self._start_turn(lambda: self.service.send_if_fits(cid, text))
             return
         box = QMessageBox(self.w)
         box.setIcon(QMessageBox.Icon.Warning)
@@ -277,23 +279,37 @@ class Sending:
 
         self.c.store_job(lambda: self.c.store.update(new_id, draft=text), opened)
 
-    def _start_turn(self, make: Callable[[], Turn], base: int | None = None) -> None:
-        """Record the user's side, then stream the reply, all on the engine lane."""
+    def _start_turn(self, make: Callable[[], Turn | tuple[Turn, PreparedPrompt] | FitReport]) -> None:
+        """Record the user's side, then stream the reply: one job on the engine lane. ``make`` may return the
+        turn with its prepared prompt (a send), or a ``FitReport`` when that prompt does not fit (nothing was
+        recorded; the user is asked)."""
         live = LiveFigures()
 
-        def job() -> TurnResult:
-            turn = make()
+        def job() -> TurnResult | FitReport:
+            made = make()
+            if isinstance(made, FitReport):
+                return made
+            turn, prompt = made if isinstance(made, tuple) else (made, None)
             self.running = turn  # visible to stop()/shutdown() before the GUI hears of the turn
             branch = self.c.store.branch(turn.conversation_id, turn.parent_id)
             siblings = {m.id: self.c.store.siblings(m.id) for m in branch}
-            self.c.executor.post(lambda: self._began(turn, live, branch, siblings, base))
+            fit = prompt.fit if prompt is not None else None
+            self.c.executor.post(lambda: self._began(turn, live, branch, siblings, fit))
             try:
-                return self.service.run(turn, live.on_text)
+                return self.service.run(turn, live.on_text, prompt)
             finally:
                 self.running = None
 
         item = self.starting
-        self.c.engine_job(job, self._finished, lambda exc: self._turn_failed(exc, item))
+
+        def done(out: TurnResult | FitReport) -> None:
+            if isinstance(out, FitReport):
+                assert item is not None
+                self._fit_checked(item, out)
+            else:
+                self._finished(out)
+
+        self.c.engine_job(job, done, lambda exc: self._turn_failed(exc, item))
 
     def regenerate(self, reply_id: int) -> None:
         if self.busy_with():
@@ -303,12 +319,13 @@ class Sending:
         self._start_turn(lambda: self.service.regenerate(reply_id))
 
     def _began(self, turn: Turn, live: LiveFigures, branch: list[Message], siblings: dict[int, list[int]],
-               base: int | None) -> None:
+               fit: FitReport | None) -> None:
         self.starting = None
         self.active = turn
         self.live = live
-        if base is not None:
-            self._base_tokens[turn.id] = base
+        if fit is not None:
+            self.c.fit.remember(turn.conversation_id, fit)
+            self._base_tokens[turn.id] = fit.prompt_tokens
         cur = self.c.current
         if cur is not None and cur.id == turn.conversation_id:
             self.w.show_empty(False)
