@@ -75,8 +75,9 @@ class TrueShape:
         return not (self.conv_l or self.ssm[0]) or il in self.attn_layers
 
 
-# Real shapes (the files people run) and tiny ones for tests: the same architecture, memory type, layer pattern,
-# window and vocabulary at a small width and few layers, so exactness tests run in seconds.
+# Real shapes (the files people run) and tiny ones for tests: the same architecture, memory type, layer pattern
+# and window at a small width, few layers and the tokenizer's own 49152-token vocabulary (the output layer is most
+# of a tiny model's step), so exactness tests run in seconds.
 _LFM2_ATTN = (2, 5, 8, 10, 12, 14)         # LFM2-350M/1.2B: 6 attention layers of 16, the rest short convolutions
 _GRANITE_ATTN = (5, 15, 25, 35)            # Granite-4.0-H: 4 attention layers of 40, the rest Mamba-2
 SHAPES: dict[str, TrueShape] = {s.name: s for s in (
@@ -95,13 +96,13 @@ SHAPES: dict[str, TrueShape] = {s.name: s for s in (
               rope_base=10000.0, attn_layers=_GRANITE_ATTN, ssm=(4, 3072, 128, 48, 1)),
     # Tiny test shapes.
     TrueShape("llama-tiny", "llama", 4, 128, 256, 4, 2, 32, 49152, 8192, tied=False, matrix=False),
-    TrueShape("gemma-3-tiny", "gemma3", 6, 128, 256, 2, 1, 64, 262144, 32768, sliding_window=512,
+    TrueShape("gemma-3-tiny", "gemma3", 6, 128, 256, 2, 1, 64, 49152, 32768, sliding_window=512,
               rope_base=1000000.0, matrix=False),
-    TrueShape("gpt-oss-tiny", "gpt-oss", 4, 128, 128, 4, 2, 32, 201088, 131072, tied=False, sliding_window=128,
+    TrueShape("gpt-oss-tiny", "gpt-oss", 4, 128, 128, 4, 2, 32, 49152, 131072, tied=False, sliding_window=128,
               rope_base=150000.0, experts=(4, 2, 128), matrix=False),
-    TrueShape("lfm2-tiny", "lfm2", 16, 128, 256, 4, 2, 32, 65536, 128000, rope_base=1000000.0,
+    TrueShape("lfm2-tiny", "lfm2", 16, 128, 256, 4, 2, 32, 49152, 128000, rope_base=1000000.0,
               attn_layers=_LFM2_ATTN, conv_l=3, matrix=False),
-    TrueShape("granite-4.0-h-tiny", "granitehybrid", 10, 128, 256, 4, 2, 32, 100352, 131072,
+    TrueShape("granite-4.0-h-tiny", "granitehybrid", 10, 128, 256, 4, 2, 32, 49152, 131072,
               rope_base=10000.0, attn_layers=(5,), ssm=(4, 256, 128, 4, 1), matrix=False),
 )}
 # Each memory type's tiny test shape and full shape (the bench's): dense, sliding window (Gemma-3's 5 local : 1
