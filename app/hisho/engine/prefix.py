@@ -35,14 +35,15 @@ import llama_cpp
 log = logging.getLogger("hisho.engine")
 
 PARTIAL = int(getattr(llama_cpp, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY", 1))
-CHECKPOINTS_PER_SEQ = 8          # the newest are kept: the last turns and the type-ahead states after them
-CHECKPOINT_BYTES_PER_SEQ = 512 << 20
+CHECKPOINTS_PER_SEQ = 8          # the newest: the last turns, then the type-ahead states after them
+CHECKPOINT_BYTES_PER_SEQ = 256 << 20
 
 
 @dataclass
 class Checkpoint:
     tokens: list[int]              # what the sequence held when it was taken (its first ``n`` tokens)
     data: ctypes.Array[ctypes.c_uint8]
+    turn: bool = False             # a prompt's end or the turn boundary after a reply: evicted after type-ahead's
 
     @property
     def n(self) -> int:
@@ -63,10 +64,12 @@ class PrefixKeeper:
         # After a restore from several chunk files the window cells can have holes below the last window (each
         # file holds the window of its own end): positions below the floor are not trusted for a cut.
         self.floor: dict[int, int] = {}
+        self._after_reply: dict[int, bool] = {}
 
     def reset(self) -> None:
         self.checkpoints.clear()
         self.floor.clear()
+        self._after_reply.clear()
 
     @property
     def kind(self) -> str:
@@ -134,10 +137,15 @@ class PrefixKeeper:
 
     # ----- checkpoints ----------------------------------------------------------------------------
 
-    def checkpoint(self, seq: int) -> bool:
-        """Keep the partial state of ``seq`` as it is now (no-op for dense models, or when one exists)."""
+    def checkpoint(self, seq: int, *, prompt: bool = False) -> bool:
+        """Keep the partial state of ``seq`` as it is now (no-op for dense models, or when one exists).
+        ``prompt``: taken before a reply; the next one (the boundary the app appends after the reply) is a
+        turn's too. Type-ahead states go first when there are too many."""
         if self.dense:
             return False
+        turn = prompt or self._after_reply.pop(seq, False)
+        if prompt:
+            self._after_reply[seq] = True
         held = self.rt.seqs.get(seq, [])
         if not held or self.why_not(seq, len(held)) is not None:
             return False
@@ -151,10 +159,11 @@ class PrefixKeeper:
         if got != size:
             log.warning("checkpoint of sequence %d: llama.cpp wrote %d of %d bytes", seq, got, size)
             return False
-        mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data)]
+        mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data, turn)]
         while len(mine) > 1 and (len(mine) > CHECKPOINTS_PER_SEQ
                                  or sum(len(c.data) for c in mine) > CHECKPOINT_BYTES_PER_SEQ):
-            mine.pop(0)
+            typed = [i for i, c in enumerate(mine[:-1]) if not c.turn]
+            mine.pop(typed[0] if typed else 0)  # the oldest type-ahead state, else the oldest turn
         return True
 
     def checkpoint_bytes(self) -> int:

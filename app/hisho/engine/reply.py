@@ -39,7 +39,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
             stats.stop_reason = "cancelled"
             yield stats
             return
-        rt.keeper.checkpoint(seq)
+        rt.keeper.checkpoint(seq, prompt=True)
         rest = rest[-1:]
     if not rt.decode_tokens(seq, rest, should_stop=cancelled):
         stats.stop_reason = "cancelled"
