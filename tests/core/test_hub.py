@@ -40,7 +40,7 @@ from hisho.core.hub import download as download_mod
 from hisho.core.hub import fetch as fetch_mod
 from hisho.core.hub import token as token_mod
 from hisho.core.machine import Machine
-from hisho.core.models import ModelStore
+from hisho.core.models.store import ModelStore
 from tests.core.hub_fixtures import (
     big_model,
     environ_for_child,
@@ -162,7 +162,7 @@ def test_a_killed_download_resumes_without_sending_much_again(hub: FakeHub, tmp_
     src = serve_tiny(hub, tmp_path, 16)
     size = src.stat().st_size
     hub.throttle = 8 * MIB  # ~2 s for the file: time to kill it halfway
-    child = subprocess.Popen([sys.executable, "-m", "hisho.cli", "models", "pull", f"{REPO}:tiny-Q4_K_M.gguf"],
+    child = subprocess.Popen([sys.executable, "-m", "hisho.cli.main", "models", "pull", f"{REPO}:tiny-Q4_K_M.gguf"],
                              env=environ_for_child(hub), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     folder = download_mod.target_dir(REPO)
     deadline = time.monotonic() + 60
@@ -319,7 +319,7 @@ def test_models_json_is_migrated_once_and_kept(tmp_path: Path, hisho_home: Path)
 
 
 def test_cli_search_files_pull_list(hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hisho.cli import main
+    from hisho.cli.main import main
 
     serve_tiny(hub, tmp_path, 1)
     assert main(["models", "search", "tiny", "--json"]) == 0
@@ -344,7 +344,7 @@ def test_plan_hf_repo_reads_headers_from_the_hub(hub: FakeHub, tmp_path: Path) -
     (huggingface_hub reads HF_ENDPOINT when it is imported)."""
     big = big_model(tmp_path / "big")
     hub.add_file("org/Llama-8B-GGUF", big.name, big, sha256="c" * 64)
-    out = subprocess.run([sys.executable, "-m", "hisho.cli", "plan", "hf:org/Llama-8B-GGUF", "--json",
+    out = subprocess.run([sys.executable, "-m", "hisho.cli.main", "plan", "hf:org/Llama-8B-GGUF", "--json",
                           "--ram-gib", "4"], env=environ_for_child(hub), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)

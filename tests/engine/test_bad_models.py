@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.errors import EngineError
-from hisho.core.protocol import LoadParams, Sampling
 
 
 def _truncated_copy(src: Path, dest: Path, fraction: float) -> Path:
@@ -35,7 +35,7 @@ def _bad_files(tmp: Path, model: Path) -> dict[str, Path]:
 
 def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, HISHO_HOME=str(home))
-    return subprocess.run([sys.executable, "-m", "hisho.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hisho.cli.main", *args], capture_output=True, text=True,
                           env=env, timeout=120)
 
 

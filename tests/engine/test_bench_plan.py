@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hisho.bench import plan as bench_plan
-from hisho.core.gguf_facts import read_facts
 from hisho.core.machine import detect, from_fixture
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner import calibration_for
 from hisho.core.planner.memory import Config
 from tests.fixtures.gguf_shapes import LLAMA_31_8B, TINY_LLAMA, true_model, write_shape
@@ -97,7 +97,7 @@ def test_matrix_only_filter() -> None:
 def test_whole_matrix_within_limits() -> None:
     """Every shape x quant x 2 contexts x f16/q8_0 KV: within 5 %, never more than 2 % under (CPU-heavy:
     about an hour on 2 cores)."""
-    out = subprocess.run([sys.executable, "-m", "hisho.cli", "bench", "plan", "--matrix", "--json"],
+    out = subprocess.run([sys.executable, "-m", "hisho.cli.main", "bench", "plan", "--matrix", "--json"],
                          capture_output=True, text=True, timeout=6 * 3600, check=True)
     result = json.loads(out.stdout)
     assert result["cells_measured"] == len(bench_plan.matrix_models()) * 4

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hisho.cli import main
+from hisho.cli.main import main
 from hisho.core import services, settings
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
 
 LONG = " ".join(f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(25))
@@ -42,7 +42,7 @@ def test_terminal_chat_resumes_a_long_chat_from_kv(monkeypatch: pytest.MonkeyPat
 
 
 def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
-    app = services.build(None, strict=True)
+    app = services.build(None, "chat")
     try:
         assert app.kv is not None
         assert app.chat.before_prompt == [app.documents.before_prompt, app.kv.before_prompt]

@@ -28,9 +28,10 @@ import pytest
 
 from hisho.bench.shapes import MEMORY_TYPES, SHAPES
 from hisho.core.db import Database
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.kv.index import KVIndex
-from hisho.core.protocol import LoadParams, Sampling
 from hisho.engine.kvstate import ChunkWriter, KVState, prefill
+from hisho.engine.reply import generate
 from hisho.engine.runtime import Runtime
 from hisho.engine.serving import Job, ServingBatch
 from tests.fixtures.gguf_shapes import true_model
@@ -70,7 +71,7 @@ def long_reply(shape: str) -> int:
 
 
 def reply(rt: Runtime, prompt: list[int], n: int = 8) -> list[int]:
-    events = list(rt.generate(0, prompt, replace(GREEDY, max_tokens=n), lambda: False))
+    events = list(generate(rt, 0, prompt, replace(GREEDY, max_tokens=n), lambda: False))
     return list(events[-1].tokens)  # type: ignore[union-attr]
 
 

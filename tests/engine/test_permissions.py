@@ -30,7 +30,7 @@ def test_data_is_private_and_old_modes_are_fixed(hisho_home: Path) -> None:
         left.chmod(0o644)
         (hisho_home / "logs/hisho.log.1").write_text("an old log\n")
         assert readable_by_others(hisho_home)
-        done = subprocess.run([sys.executable, "-m", "hisho.cli", "chat"], input="Hello there.\n/quit\n",
+        done = subprocess.run([sys.executable, "-m", "hisho.cli.main", "chat"], input="Hello there.\n/quit\n",
                               capture_output=True, text=True, timeout=300)
     finally:
         os.umask(old_umask)

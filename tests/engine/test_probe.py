@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.gguf_facts import read_facts
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.calibrate import calibrate, run_probe
 from hisho.core.planner.memory import Config, estimate, kv_bytes
-from hisho.core.protocol import LoadParams
 from tests.fixtures.gguf_shapes import GEMMA3_4B, LLAMA_31_8B, write_shape
 
 MIB = 1024**2
@@ -101,7 +101,7 @@ def test_real_load_matches_prediction(default_model_path: Path) -> None:
 
 def test_hisho_plan_json_then_cached(default_model_path: Path, hisho_home: Path) -> None:
     # A pretend budget: the free RAM of a shared box moves between two runs, and the budget with it.
-    cmd = [sys.executable, "-m", "hisho.cli", "plan", "--json", "--min-ctx", "1024", "--ram-gib", "4"]
+    cmd = [sys.executable, "-m", "hisho.cli.main", "plan", "--json", "--min-ctx", "1024", "--ram-gib", "4"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
     plan = json.loads(first.stdout)
@@ -121,7 +121,7 @@ def test_hisho_plan_json_then_cached(default_model_path: Path, hisho_home: Path)
     (["--min-ctx", "10"], "at least 256"),
 ])
 def test_hisho_plan_bad_budgets_exit_2(args: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "hisho.cli", "plan", *args], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "hisho.cli.main", "plan", *args], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
@@ -130,6 +130,6 @@ def test_hisho_plan_bad_budgets_exit_2(args: list[str], message: str) -> None:
 def test_hisho_plan_not_a_gguf(tmp_path: Path) -> None:
     bad = tmp_path / "x.gguf"
     bad.write_text("nope")
-    proc = subprocess.run([sys.executable, "-m", "hisho.cli", "plan", str(bad)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "hisho.cli.main", "plan", str(bad)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2 and "not a GGUF" in proc.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 def test_self_test_passes_on_a_fresh_home(tmp_path: Path) -> None:
     env = dict(os.environ, HISHO_HOME=str(tmp_path / "fresh"))
-    proc = subprocess.run([sys.executable, "-m", "hisho.cli", "self-test", "--json"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "hisho.cli.main", "self-test", "--json"], capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)

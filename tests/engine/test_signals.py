@@ -36,7 +36,7 @@ def engine_loaded() -> bool:
 
 def test_ctrl_c_to_the_process_group_cancels_summarize_with_130(tmp_path: Path) -> None:
     pdf = report_pdf(tmp_path / "report.pdf", pages=20)
-    proc = subprocess.Popen([sys.executable, "-m", "hisho.cli", "summarize", str(pdf), *SMALL, "--json"],
+    proc = subprocess.Popen([sys.executable, "-m", "hisho.cli.main", "summarize", str(pdf), *SMALL, "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert wait_for(engine_loaded, 120)
@@ -51,7 +51,7 @@ def test_ctrl_c_to_the_process_group_cancels_summarize_with_130(tmp_path: Path) 
 
 
 def test_ctrl_c_during_a_chat_reply_saves_it_as_stopped(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "hisho.cli", "chat"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "hisho.cli.main", "chat"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdin is not None and proc.stdout is not None
     try:
@@ -80,8 +80,8 @@ def test_ctrl_c_during_a_chat_reply_saves_it_as_stopped(tmp_path: Path) -> None:
 
 CLIENT = """
 import sys, time
-from hisho.core.engine_client import EngineClient
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams, Sampling
 c = EngineClient()
 c.load(LoadParams(model_path=sys.argv[1], n_ctx=4096, n_batch=4096, n_ubatch=4096))
 print(c.pid, flush=True)

@@ -17,8 +17,8 @@ import pytest
 
 from hisho.core import paths
 from hisho.core.documents.job import JobProgress, SummaryJob
-from hisho.core.engine_client import EngineClient
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from tests.fixtures.docs.make import make_pdf
 
 # Small budgets keep the tiny model fast; the planner still has to cut the document into ~10 chunks.
@@ -42,7 +42,7 @@ def report_pdf(path: Path, pages: int = 10) -> Path:
 
 
 def hisho(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hisho.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hisho.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, env=dict(os.environ))
 
 
@@ -80,7 +80,7 @@ def test_resume_after_kill_redoes_no_finished_chunk(tmp_path: Path) -> None:
     pdf = report_pdf(tmp_path / "resume.pdf", pages=12)
     # One sequence at a time, so chunks finish one by one and the kill lands between them (12 pages of ~90
     # tokens and 160-token chunks: one page per chunk).
-    proc = subprocess.Popen([sys.executable, "-m", "hisho.cli", "summarize", str(pdf), "--json", "--parallel", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "hisho.cli.main", "summarize", str(pdf), "--json", "--parallel", "1",
                              *SMALL], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
     deadline = time.monotonic() + 400
     while len(stored_rows()) < 6:  # 6 of 12 chunks: killed at 50 %
@@ -184,12 +184,12 @@ def test_encrypted_pdf_message_from_cli(tmp_path: Path, name: str) -> None:
 
 
 def test_followup_question_prefills_only_the_question(tmp_path: Path, default_model_path: Path) -> None:
-    from hisho.core.conversations import ConversationStore
+    from hisho.core.conversations.store import ConversationStore
     from hisho.core.db import Database
     from hisho.core.documents.ask import open_conversation, precompute_kv
     from hisho.core.documents.cache import SummaryCache
     from hisho.core.documents.extract import extract
-    from hisho.core.protocol import Sampling
+    from hisho.core.engine.protocol import Sampling
 
     note = tmp_path / "minutes.md"
     note.write_text("# Budget\nThe council approved 4,000 dollars for the bridge.\n\n# Library\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hisho.core.documents import job as job_mod
 from hisho.core.documents.job import SummaryJob
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
 
 CHUNK = 160
 
@@ -48,7 +48,7 @@ def test_a_small_document_is_not_asked_about(tmp_path: Path, engine: EngineClien
 
 def test_cli_refuses_without_a_terminal_or_yes(tmp_path: Path) -> None:
     big = long_text(tmp_path / "big.txt", 4 * CHUNK * (job_mod.CONFIRM_CHUNKS + 50))
-    done = subprocess.run([sys.executable, "-m", "hisho.cli", "summarize", str(big), "--chunk-tokens", str(CHUNK),
+    done = subprocess.run([sys.executable, "-m", "hisho.cli.main", "summarize", str(big), "--chunk-tokens", str(CHUNK),
                            "--n-ctx", "1024"], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr
     assert "big.txt: about" in done.stderr and "confirm to run it" in done.stderr

@@ -9,10 +9,11 @@ import llama_cpp
 import pytest
 
 from hisho.bench.shapes import MEMORY_TYPES, QUANTS, SHAPES, VALUES_PER_BLOCK, nbytes, tensor_table
-from hisho.core.gguf_facts import read_facts
+from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.repack import repacked_bytes
-from hisho.core.protocol import LoadParams, Sampling
 from hisho.engine.llama_setup import cpu_features, mmap_policy
+from hisho.engine.reply import generate
 from hisho.engine.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
@@ -55,7 +56,7 @@ def test_llama_1b_q4_0_loads_once_and_decodes() -> None:
     try:
         assert rt.mmap is (not expect_repack)
         prompt = rt.prompt_tokens({"messages": [{"role": "user", "content": "Hello"}]})
-        events = list(rt.generate(0, prompt, Sampling(temperature=0.0, max_tokens=3, ignore_eos=True),
+        events = list(generate(rt, 0, prompt, Sampling(temperature=0.0, max_tokens=3, ignore_eos=True),
                                   lambda: False))
         stats = events[-1]
         assert stats.completion_tokens == 3  # type: ignore[union-attr]
@@ -75,7 +76,7 @@ def test_each_memory_type_loads_as_that_type_and_decodes(memory: str) -> None:
         replies = []
         for first in (1000, 20000):  # two prompts with no token in common
             prompt = list(range(first, first + 64))
-            events = list(rt.generate(0, prompt, Sampling(temperature=0.0, max_tokens=6, ignore_eos=True),
+            events = list(generate(rt, 0, prompt, Sampling(temperature=0.0, max_tokens=6, ignore_eos=True),
                                       lambda: False))
             replies.append(events[-1].tokens)  # type: ignore[union-attr]
             rt.seq_rm(0, 0)

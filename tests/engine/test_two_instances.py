@@ -10,7 +10,7 @@ import time
 
 from hisho.core import paths
 
-CHAT = [sys.executable, "-m", "hisho.cli", "chat"]
+CHAT = [sys.executable, "-m", "hisho.cli.main", "chat"]
 
 
 def test_a_second_instance_is_refused_and_changes_nothing() -> None:
@@ -26,7 +26,7 @@ def test_a_second_instance_is_refused_and_changes_nothing() -> None:
                                 timeout=120)
         assert second.returncode == 2
         assert "already running" in second.stderr and str(first.pid) in second.stderr
-        gui = subprocess.run([sys.executable, "-m", "hisho.cli", "gui"], capture_output=True, text=True,
+        gui = subprocess.run([sys.executable, "-m", "hisho.cli.main", "gui"], capture_output=True, text=True,
                              timeout=120)
         assert gui.returncode == 2 and "already running" in gui.stderr
         first.communicate("/quit\n", timeout=60)

@@ -15,9 +15,9 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.core import instance, paths
-from hisho.gui.app import welcome_second_launches
-from hisho.gui.main_window import MainWindow
-from hisho.gui.single import FirstInstance, hand_over, server_name
+from hisho.gui.shell.app import welcome_second_launches
+from hisho.gui.shell.main_window import MainWindow
+from hisho.gui.shell.single import FirstInstance, hand_over, server_name
 from tests.gui.conftest import QT_NOISE
 
 
@@ -33,7 +33,7 @@ def test_a_second_launch_brings_the_first_window_forward(qtbot: QtBot, window: M
         first.activated.connect(got.append)
         window.showMinimized()
         qtbot.waitUntil(window.isMinimized)
-        second = subprocess.Popen([sys.executable, "-m", "hisho.cli", "gui", "--model", "other.gguf"],
+        second = subprocess.Popen([sys.executable, "-m", "hisho.cli.main", "gui", "--model", "other.gguf"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
         qtbot.waitUntil(lambda: second.poll() is not None, timeout=120_000)  # the first answers meanwhile

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hisho.core import paths
 
-AREAS = ("hisho.engine", "hisho.kv", "hisho.planner", "hisho.gui", "hisho.store", "hisho.docs", "hisho.cli")
+AREAS = ("hisho.engine", "hisho.kv", "hisho.planner", "hisho.gui", "hisho.store", "hisho.docs", "hisho.cli.main")
 _FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 _configured: set[str] = set()
 

@@ -6,7 +6,7 @@ Rules of use:
   ``popen_options`` (the one place for process-group and parent-death settings).
 - From a checkout or a wheel the child is ``python -m <module>``. In a PyInstaller bundle ``sys.executable`` is
   the ``hisho`` binary itself, which does not understand ``-m``: the child is then ``hisho --hisho-child ROLE
-  ARGS…`` and ``hisho.cli.main`` hands it to the role's entry point (``run_child`` in cli.py). A test runs the
+  ARGS…`` and ``hisho.cli.main`` hands it to the role's entry point (``run_child`` in cli/main.py). A test runs the
   probe through such a launcher (tests/engine/test_spawn.py).
 - Core never imports the engine: roles map to module *names*; only the launcher imports them.
 - ``stop_process`` is the one way to stop a child (ours, or a server a benchmark or a test started): ask, wait,

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import IO, Any
 
-from hisho.core.ops import (
+from hisho.core.engine.ops import (
     Abort,
     BatchGenerate,
     Detokenize,
@@ -36,9 +36,10 @@ from hisho.core.ops import (
     Unload,
     parse_request,
 )
-from hisho.core.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
+from hisho.core.engine.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
 from hisho.engine.llama_setup import GenStats
 from hisho.engine.process import keep_llama_log_at_info, watch_parent
+from hisho.engine.reply import generate
 from hisho.engine.runtime import RequestError, Runtime
 from hisho.engine.serving import run_serving  # at start, not on the first API request (its first-token time)
 
@@ -245,7 +246,7 @@ class Server:
         emit = self.emit
         first = True
         try:
-            for item in rt.generate(seq, prompt, sampling, lambda: self.is_cancelled(req_id)):
+            for item in generate(rt, seq, prompt, sampling, lambda: self.is_cancelled(req_id)):
                 if isinstance(item, GenStats):
                     emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
                 elif first:

@@ -105,12 +105,6 @@ def question_with_parts(att: Attachment, question: str, count: Count, budget: in
 # ----- storage and the chat hook ---------------------------------------------------------------------------
 
 
-def migrate_v2(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE doc_attachments (
-        conversation_id INTEGER PRIMARY KEY, approach TEXT NOT NULL, note TEXT NOT NULL, parts TEXT NOT NULL,
-        doc_shas TEXT NOT NULL)""")
-
-
 def save_attachment(db: Any, conversation_id: int, att: Attachment, doc_shas: list[str]) -> None:
     with db.transaction():
         db.execute("INSERT OR REPLACE INTO doc_attachments VALUES (?,?,?,?,?)",
@@ -172,7 +166,7 @@ def precompute_kv(client: Any, messages: list[dict[str, str]], kv: Any = None, o
         client.prefill(tokens, seq)
     except Exception as exc:  # an engine without the KV persistence ops: a one-token generate prefills too
         log.info("prefill op unavailable (%s); prefilling with generate", exc)
-        from hisho.core.protocol import Sampling
+        from hisho.core.engine.protocol import Sampling
 
         client.seq_rm(seq)
         client.generate(tokens=tokens, seq=seq, sampling=Sampling(temperature=0.0, max_tokens=1)).collect()

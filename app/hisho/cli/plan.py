@@ -1,0 +1,84 @@
+"""``hisho plan [MODEL … | hf:REPO] [--ram-gib X] [--gpu-gib Y] [--uma] [--min-ctx N] [--json]``.
+
+Several MODELs (paths or store names) are the candidate files, typically the quants of one model; ``hf:REPO``
+takes every GGUF in a hub repository (headers only, by range requests). The first plan of a local file runs
+llama.cpp's dry run once (a few seconds); later plans answer from the cache in well under a second.
+Exit 2 with one line for bad input (not a GGUF, truncated, absurd budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from hisho.core.units import GIB
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("plan", help="memory plan: quant, context, KV type and GPU layers that fit")
+    p.add_argument("models", nargs="*", metavar="MODEL",
+                   help="GGUF paths, model store names, or hf:OWNER/REPO[/FILE] (default: the bundled model)")
+    p.add_argument("--ram-gib", type=float, default=None, help="plan as if the machine had this much RAM")
+    p.add_argument("--gpu-gib", type=float, default=None, help="plan as if the GPU could use this much memory")
+    p.add_argument("--uma", action="store_true", default=None,
+                   help="the GPU shares RAM (iGPU / Apple): one pool")
+    p.add_argument("--min-ctx", type=int, default=None, help="smallest acceptable context (default: settings)")
+    p.add_argument("--ctx", type=int, default=None, help="context wanted (default: settings n_ctx, >= min-ctx)")
+    p.add_argument("--no-calibrate", action="store_true", help="formulas only, no llama.cpp dry run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from hisho.core import machine as machine_mod
+    from hisho.core import settings as settings_mod
+    from hisho.core.errors import UserError
+    from hisho.core.planner import check_budget, make_plan
+
+    s = settings_mod.load()
+    min_ctx = int(args.min_ctx if args.min_ctx is not None else s["min_ctx"])
+    if min_ctx < 256:
+        raise UserError(f"--min-ctx must be at least 256 tokens, not {min_ctx}")
+    target = max(int(args.ctx if args.ctx is not None else s["n_ctx"]), min_ctx)
+    machine = machine_mod.detect()
+    budget = check_budget(machine, args.ram_gib, args.gpu_gib, args.uma)
+    plan = make_plan(args.models, machine, budget, min_ctx=min_ctx, target_ctx=target,
+                     calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
+                     n_ubatch=int(s["n_batch"]))
+    data = plan.to_dict()
+    if args.json:
+        from hisho.cli.output import emit_json
+
+        emit_json(data)
+    else:
+        sys.stdout.write(render(data))
+    return 0
+
+
+def render(d: dict[str, Any]) -> str:
+    def gib(n: int) -> str:
+        return f"{n / GIB:6.2f} GiB"
+
+    b = d["breakdown"]
+    lines = [
+        f"model      {d['model']}",
+        f"choice     {d['quant']}  n_ctx {d['n_ctx']}  KV {d['type_k']}/{d['type_v']}  "
+        f"flash_attn {'on' if d['flash_attn'] else 'off'}  gpu layers {d['n_gpu_layers']}",
+        f"fits       {'yes' if d['fits'] else 'NO'}{'  (estimate only)' if d['estimate'] else ''}",
+        f"budget     {d['budget']}",
+        f"weights    {gib(b['weights'])}",
+        f"kv         {gib(b['kv'])}",
+        f"compute    {gib(b['compute'])}",
+        f"output     {gib(b['output'])}",
+        f"runtime    {gib(b['runtime'])}",
+        f"committed  {gib(d['committed'])}   resident {gib(d['resident'])}",
+        f"why        {d['reason']}",
+    ]
+    for alt in d["alternatives"]:
+        extra = f"  needs {alt['needs_bytes'] / GIB:.2f} GiB" if "needs_bytes" in alt else ""
+        ctx = f"  n_ctx {alt['n_ctx']}" if "n_ctx" in alt else ""
+        lines.append(f"  - {alt['what']}{ctx}{extra}")
+    for note in d["notes"]:
+        lines.append(f"note       {note}")
+    return "\n".join(lines) + "\n"
