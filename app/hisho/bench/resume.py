@@ -58,7 +58,9 @@ def document(n_sentences: int) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     n = max(256, int(args.tokens or 4096))
     repeat = max(1, int(args.repeat))
-    model_path = open_model(args.model)
+    from hisho.bench.shapes import SHAPES, resolve
+
+    model_path = resolve(args.model) or open_model(args.model)
     base = load_params_for(model_path, n_ctx=padded_cells(n + 512), n_seq_max=2)
     kv = args.kv_type or base.type_k
     params = dataclasses.replace(base, type_k=kv, type_v=kv, flash_attn=base.flash_attn or kv != "f16")
@@ -66,8 +68,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     background = max(0, int(getattr(args, "background", 0) or 0))
     with tempfile.TemporaryDirectory(prefix="hisho-bench-kv-") as tmp, busy_processes(background):
         index = KVIndex(Database(Path(tmp) / "index.sqlite3"), Path(tmp) / "kv")
+        shape = SHAPES.get(str(args.model).removeprefix("shape:").split(":")[0])
         out: dict[str, Any] = {"tokens": 0, "kv_type": kv, "cold": bool(args.cold), "n_ctx": params.n_ctx,
-                               "background": background, "_tmp": tmp}
+                               "background": background, "_tmp": tmp, "model": model_path.name,
+                               "memory": shape.memory if shape else None}
         a = _phase_fresh(params, index, n, greedy, out)
         _phase_restore(params, index, a, greedy, repeat, bool(args.cold), out)
     return out

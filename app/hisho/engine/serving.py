@@ -159,8 +159,7 @@ class ServingBatch:
             if slot.out:  # decoding: the cells held prompt + out[:-1]; the last sampled token was not fed yet
                 slot.item = item = Item(item.index, item.prompt + slot.out[slot.out_base:], item.max_tokens)
                 slot.out_base = len(slot.out)
-            keep = min(common_prefix(now, want), len(item.prompt) - 1)
-            rt.seq_rm(slot.seq, keep)
+            keep = rt.seq_rm(slot.seq, min(common_prefix(now, want), len(item.prompt) - 1))
             slot.held = want[:keep]
             rt.seqs[slot.seq] = slot.held
             slot.fed = slot.pos = keep
@@ -217,7 +216,7 @@ class ServingBatch:
                 log.warning("disk prompt cache: restore failed (%s); prefilling", exc)
                 keep = 0
             slot.held = list(rt.seqs.get(slot.seq, []))[:keep]
-        rt.seq_rm(slot.seq, keep)
+        keep = rt.seq_rm(slot.seq, keep)  # exact or shorter (a sliding window, a recurrent state)
         slot.held = slot.held[:keep]
         slot.job, slot.cached = job, keep
         slot.item = Item(job.req_id, job.prompt, job.sampling.max_tokens)

@@ -64,7 +64,14 @@ def _v2(db: sqlite_utils.Database) -> None:
     db.table("kv_models").create_index(["xxh3_128", "size"], index_name="kv_models_identity")
 
 
-STEPS = [_v1, _v2]
+def _v3(db: sqlite3.Connection) -> None:
+    # What a restore ending at a chunk can continue from exactly (kvf.ChunkHeader): NULL for dense models and
+    # for rows saved before (dense then: sliding-window and recurrent models got a new fingerprint with them).
+    for column in ("swa_lo", "state_end", "n_swa"):
+        db.execute(f"ALTER TABLE kv_chunks ADD COLUMN {column} INTEGER")
+
+
+STEPS = [_v1, _v2, _v3]
 
 
 def _unpack(blob: bytes) -> array[int]:
@@ -112,10 +119,12 @@ class KVIndex:
                     break  # a chain with a hole is only usable up to the hole
                 self.db.execute(
                     """INSERT INTO kv_chunks (key, parent, fingerprint, start, n_tokens, tokens, path, bytes,
-                       created, last_used) VALUES (?,?,?,?,?,?,?,?,?,?)
-                       ON CONFLICT(key) DO UPDATE SET last_used = excluded.last_used, bytes = excluded.bytes""",
+                       created, last_used, swa_lo, state_end, n_swa) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
+                       ON CONFLICT(key) DO UPDATE SET last_used = excluded.last_used, bytes = excluded.bytes,
+                       swa_lo = excluded.swa_lo, state_end = excluded.state_end, n_swa = excluded.n_swa""",
                     [c["key"], c["parent"], fp, c["start"], c["n_tokens"], kvf.tokens_bytes(c["tokens"]),
-                     self._rel(c["path"]), int(c["bytes"]), now, now])
+                     self._rel(c["path"]), int(c["bytes"]), now, now, c.get("swa_lo"), c.get("state_end"),
+                     c.get("n_swa")])
                 tip, n_tokens = c["key"], c["start"] + c["n_tokens"]
             if tip:
                 self.db.upsert("kv_entries", {"owner": owner, "fingerprint": fp, "tip": tip, "n_tokens": n_tokens,
@@ -156,7 +165,12 @@ class KVIndex:
                 break
             parent = best["key"]
         # A KV cell holds no logits: the caller re-evaluates the last kept token, so never keep all of them.
-        return Match(chosen, min(pos, len(want) - 1) if chosen else 0)
+        if not chosen:
+            return Match([], 0)
+        n, keep = exact_point(chosen, min(pos, len(want) - 1))
+        if keep < min(pos, len(want) - 1):
+            log.info("KV lookup: %d tokens match, %d can be continued exactly from disk", pos, keep)
+        return Match(chosen[:n], keep)
 
     # ----- removal, budget, repair -----------------------------------------------------------------
 
@@ -361,6 +375,31 @@ class KVIndex:
             pass
         except OSError as exc:
             log.warning("could not delete KV file %s: %s", path, exc)
+
+
+def exact_point(chain: Sequence[Mapping[str, Any]], keep: int) -> tuple[int, int]:
+    """The longest restore of ``chain`` (chunk rows from position 0) that ends at most at ``keep`` and can be
+    continued exactly: (chunks to load, tokens to keep). Dense rows (no window, no recurrent state) allow any
+    point. A recurrent state allows only the end of a chunk whose state was taken there (``state_end``); a
+    sliding window needs its last ``window`` positions before the point in the chunks' window cells
+    (``swa_lo`` on)."""
+    ends = sorted({int(c["start"]) + int(c["n_tokens"]) for c in chain if int(c["start"]) + int(c["n_tokens"]) < keep},
+                  reverse=True)
+    for p in [keep, *ends]:
+        if p <= 0:
+            break
+        k = next(i for i, c in enumerate(chain) if int(c["start"]) < p <= int(c["start"]) + int(c["n_tokens"]))
+        last = chain[k]
+        end = int(last["start"]) + int(last["n_tokens"])
+        if last.get("state_end") is not None and not p == end == int(last["state_end"]):
+            continue
+        window = int(last.get("n_swa") or 0)
+        low = max(0, p - window)
+        if window and any(int(c["swa_lo"] if c.get("swa_lo") is not None else c["start"]) > max(int(c["start"]), low)
+                          for c in chain[:k + 1] if int(c["start"]) + int(c["n_tokens"]) > low):
+            continue
+        return k + 1, p
+    return 0, 0
 
 
 def _common(have: array[int], want: array[int], pos: int) -> int:
