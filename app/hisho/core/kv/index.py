@@ -64,11 +64,11 @@ def _v2(db: sqlite_utils.Database) -> None:
     db.table("kv_models").create_index(["xxh3_128", "size"], index_name="kv_models_identity")
 
 
-def _v3(db: sqlite3.Connection) -> None:
+def _v3(db: sqlite_utils.Database) -> None:
     # What a restore ending at a chunk can continue from exactly (kvf.ChunkHeader): NULL for dense models and
     # for rows saved before (dense then: sliding-window and recurrent models got a new fingerprint with them).
     for column in ("swa_lo", "state_end", "n_swa"):
-        db.execute(f"ALTER TABLE kv_chunks ADD COLUMN {column} INTEGER")
+        db.table("kv_chunks").add_column(column, int)
 
 
 STEPS = [_v1, _v2, _v3]
