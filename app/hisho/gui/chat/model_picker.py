@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMenu, QToolButton
 
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
+
+NAME_MAX = 240   # px: a long file name is elided on the button, whole in its tooltip
 
 
 def _label(e: ModelEntry) -> str:
@@ -33,8 +36,21 @@ class ModelPicker(QToolButton):
         self.setMenu(self.menu_)
         self.entries: list[ModelEntry] = []
         self.remote: list[Any] = []     # (Endpoint, ServerInfo) of the remote engines that answered
+        self.full_name = ""
+        self.room = NAME_MAX
         self.menu_.aboutToShow.connect(self.refresh)
         self._fill()
+
+    def show_name(self, text: str | None = None, room: int | None = None) -> None:
+        """The button shows the model's name, elided in the middle (quant and extension stay) to ``room`` px."""
+        if text is not None:
+            self.full_name = text
+        if room is not None:
+            self.room = room
+        name = self.full_name
+        shown = self.fontMetrics().elidedText(name, Qt.TextElideMode.ElideMiddle, self.room) if name else ""
+        self.setText(shown or "Switch model")
+        self.setToolTip((f"{name}\n\n" if name else "") + "Switch model (Ctrl+M: the Models page)")
 
     def refresh(self) -> None:
         self.window_.ctx.executor.submit("store", lambda: ModelStore().list(), done=self._listed)
@@ -94,8 +110,10 @@ class ModelPicker(QToolButton):
 
 
 def attach_picker(window: Any) -> ModelPicker:
-    """Put the picker in the chat header, right of the model's name."""
+    """Put the picker in the chat header where the model's name is: the button shows that name."""
     picker = ModelPicker(window)
+
+    window.model_label.changed.connect(picker.show_name)
     header = window.model_label.parentWidget()
     lay = header.layout()
     lay.insertWidget(lay.indexOf(window.model_label) + 1, picker)

@@ -1,4 +1,4 @@
-"""The Models page (View → Models): Installed, Hub and Downloads tabs (issue 13).
+"""The Models page (View → Models, a page of the window): Installed, Hub and Downloads tabs.
 
 - *Installed*: the model store with architecture, quant, size, trained context, source and a fit badge from the
   planner; Load, Set as default, Delete (says how much space comes back and which KV snapshots go with it:
@@ -71,7 +71,6 @@ class ModelsPage(QWidget):
         self.in_use = in_use or (lambda: None)  # the file this computer's engine has loaded, if any
         self.setWindowTitle("Models")
         self.setAcceptDrops(True)
-        self.resize(1100, 720)
         self.workers = workers
         self.load_model = load
         self.toast = toast or (lambda text: self.say(text))
@@ -319,35 +318,16 @@ class ModelsPage(QWidget):
         self.downloads.download(f)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
-        if event.type() == QEvent.Type.Close and watched is self.parent():
+        if event.type() == QEvent.Type.Close and watched is self.window() and watched is not self:
             self.downloads.pause_all()  # before the window waits for its worker lanes
         return False
 
 
 def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
-    """View → Models: the page as its own window (one per main window)."""
-    page = getattr(window, "_models_page", None)
-    if page is None:
-        controller = window.controller
-        kv = window.ctx.kv.session if window.ctx.kv is not None else None
-
-        def in_use() -> str | None:
-            local = window.ctx.local_engine  # kept while a remote engine answers, its model still mapped
-            params = local.load_params if local is not None else None
-            return params.model_path if params is not None else None
-
-        page = ModelsPage(window.ctx.executor, load=controller.switch_model, toast=controller.toast, kv=kv,
-                          in_use=in_use, parent=window)
-        page.setWindowFlag(Qt.WindowType.Window, True)
-        window.installEventFilter(page)
-        window._models_page = page
-        from hisho.gui.shell.remote_switch import offer_remote
-
-        offer_remote(window, page.hub)  # too big here: "Run on <engine>" (issue 15)
-    index = {"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0)
-    page.tabs.setCurrentIndex(index)
-    page.show()
-    page.raise_()
+    """View → Models (Ctrl+M): the Models page of the window, on ``tab``."""
+    page = window.show_page("models")
+    assert isinstance(page, ModelsPage)
+    page.tabs.setCurrentIndex({"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0))
     return page
 
 
