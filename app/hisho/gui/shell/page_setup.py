@@ -50,6 +50,11 @@ def add_pages(window: Any) -> None:
 
 
 def _shown(window: Any, name: str) -> None:
+    toast = window.toast
+    if name == CHATS:
+        toast.move_to(window.right, window.composer.parentWidget())   # above the message box
+    else:
+        toast.move_to(window.host)
     if name == "planner":
         from hisho.gui.models.planner_page import PlannerPage
 
