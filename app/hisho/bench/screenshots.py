@@ -99,7 +99,7 @@ def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
     window.grab().save(str(out / "5-kv-sidebar.png"))
     dialog = open_preferences(window)
     wait_until(app, lambda: dialog.kv_page.refreshes > 0)
-    dialog.grab().save(str(out / "6-settings-kv-cache.png"))
+    window.grab().save(str(out / "6-settings-kv-cache.png"))   # a page of the window
     dialog.close()
 
 
@@ -171,7 +171,7 @@ def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
     dialog.nav.setCurrentRow(dialog.pages.indexOf(dialog.prompts_page))
     dialog.prompts_page.reload()
     wait_until(app, lambda: False, timeout=0.3)
-    dialog.grab().save(str(out / "12-settings-system-prompts.png"))
+    window.grab().save(str(out / "12-settings-system-prompts.png"))
     dialog.close()
     window.resize(1280, 900)
 
@@ -221,9 +221,14 @@ def main(argv: list[str]) -> int:
     from hisho.bench.models_shots import models_shots
 
     models_shots(app, window, out)
+    from hisho.bench.page_shots import page_shots
+
+    problems = page_shots(app, window, out)
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
-    return 0
+    for line in problems:
+        sys.stderr.write(f"off screen: {line}\n")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

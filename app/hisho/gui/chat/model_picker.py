@@ -8,13 +8,28 @@ controller's ``switch_model`` (engine lane).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMenu, QToolButton
 
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
+from hisho.gui.shell.pages import ShowsPages
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.context import AppContext
+    from hisho.gui.shell.controller import ChatController
+
+
+class PickerWindow(ShowsPages, Protocol):
+    """What the picker uses of the main window."""
+
+    @property
+    def ctx(self) -> AppContext: ...
+
+    @property
+    def controller(self) -> ChatController: ...
 
 NAME_MAX = 240   # px: a long file name is elided on the button, whole in its tooltip
 
@@ -25,7 +40,7 @@ def _label(e: ModelEntry) -> str:
 
 
 class ModelPicker(QToolButton):
-    def __init__(self, window: Any) -> None:
+    def __init__(self, window: PickerWindow) -> None:
         super().__init__()
         self.window_ = window
         self.setObjectName("Flat")

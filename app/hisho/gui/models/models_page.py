@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent
@@ -46,6 +46,11 @@ from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import format_bytes
 from hisho.gui.models.downloads_tab import DownloadsTab
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
+from hisho.gui.shell.pages import ShowsPages
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.context import AppContext
+    from hisho.gui.shell.controller import ChatController
 
 log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
@@ -323,7 +328,7 @@ class ModelsPage(QWidget):
         return False
 
 
-def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
+def open_models(window: ShowsPages, tab: str = "Installed") -> ModelsPage:
     """View → Models (Ctrl+M): the Models page of the window, on ``tab``."""
     page = window.show_page("models")
     assert isinstance(page, ModelsPage)
@@ -331,12 +336,24 @@ def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
     return page
 
 
-def offer_unfinished(window: Any) -> None:
+class OffersDownloads(ShowsPages, Protocol):
+    """What the start-up offer uses of the window."""
+
+    @property
+    def ctx(self) -> AppContext: ...
+
+    @property
+    def controller(self) -> ChatController: ...
+
+
+def offer_unfinished(window: OffersDownloads) -> None:
     """At start-up: downloads left unfinished by an earlier run are offered for resuming."""
 
     def found(jobs: list[Job]) -> None:
         if jobs:
-            window.controller.toast(f"{len(jobs)} model download(s) did not finish.",
-                                    lambda: open_models(window, "Downloads"), label="Show downloads")
+            def show() -> None:
+                open_models(window, "Downloads")
+
+            window.controller.toast(f"{len(jobs)} model download(s) did not finish.", show, label="Show downloads")
 
     window.ctx.executor.submit("store", lambda: Downloader().unfinished(), done=found)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import html
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from hisho.core.hub import QuantFile
 from hisho.core.planner import Calibration, Plan
 from hisho.gui.models.planner_panel import PlannerPanel
+from hisho.gui.shell.pages import ShowsPages
 
 if TYPE_CHECKING:
     from hisho.gui.models.hub_tab import HubTab
@@ -30,13 +31,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("hisho.gui")
 
 
-class PlannerWindow(Protocol):
+class PlannerWindow(ShowsPages, Protocol):
     """What the page uses of the main window."""
 
-    ctx: AppContext
-    controller: ChatController
+    @property
+    def ctx(self) -> AppContext: ...
 
-    def show_page(self, name: str) -> QWidget: ...
+    @property
+    def controller(self) -> ChatController: ...
 
 
 class PlannerPage(PlannerPanel):
@@ -158,14 +160,14 @@ class PlannerPage(PlannerPanel):
                 (lambda: c.switch_model(model)) if model else None, label="Reload now", ms=15_000)
 
 
-def open_planner(window: Any) -> PlannerPage:
+def open_planner(window: ShowsPages) -> PlannerPage:
     """View → Memory planner: the page, planning the loaded model (unless a hub file is being planned)."""
     page = window.show_page("planner")
     assert isinstance(page, PlannerPage)
     return page
 
 
-def offer_planning(window: Any, hub: HubTab) -> None:
+def offer_planning(window: ShowsPages, hub: HubTab) -> None:
     """The Hub tab's "Plan memory" button: the selected file on the Memory planner page."""
     button = QPushButton("Plan memory for this file")
     button.setObjectName("Flat")

@@ -48,6 +48,7 @@ from hisho.core.units import GIB, format_bytes
 from hisho.gui.chat.kv_status import human_seconds
 from hisho.gui.settings.performance_page import PerformancePage
 from hisho.gui.settings.settings_page import page_layout
+from hisho.gui.shell.pages import ShowsPages
 
 log = logging.getLogger("hisho.gui")
 
@@ -368,7 +369,7 @@ class PreferencesDialog(QWidget):
 SettingsPage = PreferencesDialog
 
 
-def open_preferences(window: Any) -> PreferencesDialog:
+def open_preferences(window: ShowsPages) -> PreferencesDialog:
     """File → Settings… (Ctrl+Alt+S): the Settings page of the window."""
     page = window.show_page("settings")
     assert isinstance(page, PreferencesDialog)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMenuBar, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMenu, QMenuBar, QVBoxLayout, QWidget
 
 import hisho
 from hisho.core import paths
@@ -44,7 +44,7 @@ def shortcut_rows(window: HelpHost) -> list[tuple[str, str]]:
         for act in actions:
             menu = act.menu()
             name = act.text().replace("&", "")
-            if menu is not None:
+            if isinstance(menu, QMenu):
                 walk(menu.actions(), f"{prefix}{name} → ")
             elif not act.shortcut().isEmpty():
                 keys = act.shortcut().toString(QKeySequence.SequenceFormat.NativeText)

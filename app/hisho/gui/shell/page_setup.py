@@ -25,10 +25,17 @@ RAIL = ((CHATS, "Chats", "Chats (Ctrl+1)"), ("models", "Models", "Models: instal
 class PageWindow(Protocol):
     """What the pages' builders use of the main window."""
 
-    ctx: AppContext
-    controller: ChatController
-    host: PageHost
-    rail: NavRail
+    @property
+    def ctx(self) -> AppContext: ...
+
+    @property
+    def controller(self) -> ChatController: ...
+
+    @property
+    def host(self) -> PageHost: ...
+
+    @property
+    def rail(self) -> NavRail: ...
 
     def show_page(self, name: str) -> QWidget: ...
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtWidgets import QButtonGroup, QFrame, QPushButton, QStackedWidget, QVBoxLayout, QWidget
@@ -22,6 +23,12 @@ log = logging.getLogger("hisho.gui")
 
 CHATS = "chats"
 RAIL_WIDTH = 76
+
+
+class ShowsPages(Protocol):
+    """What an opener of a page needs of the window (``open_models``, ``open_preferences``, ``open_planner``)."""
+
+    def show_page(self, name: str) -> QWidget: ...
 
 
 class PageHost(QStackedWidget):
