@@ -126,6 +126,13 @@ def test_planner_page_names_its_model_says_the_bar_s_numbers_and_uses_them(qtbot
     s = settings_mod.load()
     assert s["n_ctx"] == 8192 and s["kv_type"] == "q8_0"
     assert "8,192 tokens" in w.toast.text() and w.toast.action_button.text() == "Reload now"
+    # The grid prices other contexts and KV types; a click shows that cell on the bar, with its numbers.
+    cell = page.grid.item(0, 0)
+    assert cell is not None and page.grid.contexts[0] == 2048
+    page.grid.cellClicked.emit(0, 0)
+    said, drawn = _numbers(page)
+    assert said == drawn and "2048 tokens" in page.ctx_label.text() and "KV f16/f16" in page.choice.text()
+    assert cell.text().startswith(drawn.split(" of ")[0])
     wait_idle(qtbot, w)
 
 

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from hisho.core.planner import Calibration, Config, Plan, price
 from hisho.core.planner.memory import CELL_PAD
 from hisho.core.units import GIB
+from hisho.gui.models.fit_grid import FitGrid
 from hisho.gui.shell import theme
 
 log = logging.getLogger("hisho.gui")
@@ -136,6 +137,10 @@ class PlannerPanel(QWidget):
         self.apply.setEnabled(False)
         self.apply.setToolTip("Save them in Settings; they are used from the next model load")
         self.apply.clicked.connect(self._apply)
+        self.grid = FitGrid()
+        self.grid.chosen.connect(self._pick)
+        self.grid_title = QLabel("What fits at other contexts and KV types (click one to see it above)")
+        self.grid_title.setObjectName("Meta")
         self.controls = QWidget()
         row = QHBoxLayout(self.controls)
         row.setContentsMargins(0, 0, 0, 0)
@@ -145,14 +150,17 @@ class PlannerPanel(QWidget):
         row.addWidget(self.apply)
         layout = QVBoxLayout(self)
         layout.setSpacing(10)
-        for widget in (self.subject, self.choice, self.bar, self.legend, self.ctx_label, self.controls, self.reason):
+        for widget in (self.subject, self.choice, self.bar, self.legend, self.ctx_label, self.controls, self.reason,
+                       self.grid_title, self.grid):
             layout.addWidget(widget)
+        self.grid.hide()
+        self.grid_title.hide()
         layout.addStretch(1)
 
     def show_plan(self, plan: Plan, calib: Calibration | None = None) -> None:
         """Show ``plan``; the slider spans 256 tokens to the model's trained context."""
         self.plan, self.calib = plan, calib
-        for widget in (self.bar, self.legend, self.slider, self.controls):
+        for widget in (self.bar, self.legend, self.slider, self.controls, self.grid, self.grid_title):
             widget.show()
         top = plan.facts.context_length if plan.facts and plan.facts.context_length else plan.config.n_ctx
         for widget in (self.slider, self.kv_type):
@@ -166,13 +174,14 @@ class PlannerPanel(QWidget):
         self.slider.setEnabled(plan.facts is not None)
         self.kv_type.setEnabled(plan.facts is not None)
         self.reason.setText(plan.reason + "\n" + plan.budget.explain)
+        self.grid.show_for(plan, calib)
         self._show(plan)
 
     def show_remote(self, engine: dict[str, Any], loaded: dict[str, Any]) -> None:
         """A remote model: where it runs and what its server told us; no bar, no slider (nothing here to plan)."""
         self.plan = self.current = None
         name, model = str(engine.get("engine", "")), str(loaded.get("model", ""))
-        for widget in (self.bar, self.legend, self.slider, self.controls):
+        for widget in (self.bar, self.legend, self.slider, self.controls, self.grid, self.grid_title):
             widget.hide()
         self.subject.setText(f"Planning for <b>{html.escape(model)}</b>")
         self.choice.setText(f"<b>{html.escape(model)}</b> runs on <b>{html.escape(name)}</b>")
@@ -187,6 +196,13 @@ class PlannerPanel(QWidget):
 
     def set_context(self, n_ctx: int) -> None:
         self.slider.setValue(max(1, n_ctx // CELL_PAD))
+
+    def _pick(self, n_ctx: int, kv_type: str) -> None:
+        self.kv_type.blockSignals(True)
+        self.set_kv_type(kv_type)
+        self.kv_type.blockSignals(False)
+        self.set_context(n_ctx)
+        self._reprice(self.slider.value())
 
     def set_kv_type(self, name: str) -> None:
         self.kv_type.setCurrentIndex(max(0, self.kv_type.findData(name)))
