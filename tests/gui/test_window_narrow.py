@@ -32,6 +32,10 @@ def test_700_px_with_the_list_over_the_chat_and_a_whole_header_at_1280(qtbot: Qt
     assert w.rect().contains(corner)
     qtbot.keyClick(w, Qt.Key.Key_Escape)               # Esc puts the list away
     assert not w.sidebar_shown() and w.width() == 700
+    w.rail.buttons["chats"].click()                    # the rail's Chats, on Chats: the list comes out
+    assert w.sidebar_shown() and w.width() == 700
+    w.rail.buttons["chats"].click()
+    assert not w.sidebar_shown()
 
     conv = w.ctx.store.create(TITLE)
     w.controller.refresh(conv.id)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hisho.bench.screenshots import wait_until
+from hisho.bench.screenshots import place, wait_until
 
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
 TINY = "TheBlock/TinyStories-GGUF"
@@ -124,7 +124,7 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         for repo, downloads, likes in OTHERS:
             hub.add_repo(repo, downloads=downloads, likes=likes, gated="Gated" in repo)
         page = open_models(window)
-        window.resize(1280, 760)
+        place(window, 1280, 720)
         _wait(app, lambda: bool(page.entries) and page.model_table.cellWidget(0, 7) is not None
               and page.model_table.cellWidget(0, 7).objectName() == "FitBadge")
         page.model_table.selectRow(0)
@@ -139,10 +139,10 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         page.hub.results.setCurrentRow(row)
         _wait(app, lambda: len(page.hub.fits) == 3 and "GGUF conversions" in page.hub.card.toPlainText())
         window.grab().save(str(out / "8-models-hub.png"))
-        window.resize(1280, 720)
+        place(window, 1280, 720)
         _wait(app, lambda: False, timeout=0.3)
         window.grab().save(str(out / "8b-models-hub-1280x720.png"))
-        window.resize(1280, 760)
+        place(window, 1280, 720)
         _gated_shots(app, window, page, out, hub, files)
 
         from hisho.core.hub import repo_files

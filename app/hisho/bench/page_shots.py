@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hisho.bench.screenshots import wait_until
+from hisho.bench.screenshots import place, wait_until
 
 log = logging.getLogger("hisho.bench")
 
@@ -42,7 +42,7 @@ def page_shots(app: Any, window: Any, out: Path) -> list[str]:
     for theme_name in ("light", "dark"):
         c.set_theme(theme_name)
         for size, width, height in SIZES:
-            window.resize(width, height)
+            place(window, width, height)
             wait_until(app, lambda: False, timeout=0.3)
             for name in PAGES:
                 page = window.show_page(name)
@@ -58,7 +58,6 @@ def page_shots(app: Any, window: Any, out: Path) -> list[str]:
                 window.grab().save(str(out / f"p-{theme_name}-{size}-chat-list.png"))
                 window.toggle_sidebar()
     c.set_theme("system")
-    window.resize(1280, 900)
     for line in problems:
         log.error("screenshot: %s", line)
     return problems

@@ -40,7 +40,6 @@ class FitGrid(QTableWidget):
         self.contexts = [n for n in CONTEXTS if n < top] + [top]
         self.setRowCount(len(self.contexts))
         self.setVerticalHeaderLabels([f"{n:,} tokens" for n in self.contexts])
-        t = theme.current()
         for row, n_ctx in enumerate(self.contexts):
             for col, kv in enumerate(KV_TYPES):
                 flash = plan.config.flash_attn or kv != "f16"  # quantized V needs flash attention
@@ -48,7 +47,8 @@ class FitGrid(QTableWidget):
                                 "flash_attn": flash})
                 p = price(plan.facts, cfg, plan.budget, calib)
                 item = QTableWidgetItem(f"{p.need / GIB:.2f} GiB · " + ("fits" if p.fits else "does not fit"))
-                item.setForeground(QColor(t.text if p.fits else t.error))
+                if not p.fits:  # fits: the palette's text colour, which follows a theme change
+                    item.setForeground(QColor(theme.current().error))
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 item.setToolTip(p.reason)
                 self.setItem(row, col, item)

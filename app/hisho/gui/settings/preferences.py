@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import Qt, QTimer, QUrl
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl
 from PySide6.QtGui import QDesktopServices, QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -359,6 +359,9 @@ class PreferencesDialog(QWidget):
 
     def _add(self, name: str, page: QWidget) -> None:
         self.nav.addItem(name)
+        item = self.nav.item(self.nav.count() - 1)
+        # A row's height of its own: the style sheet's item padding took effect only after a theme change.
+        item.setSizeHint(QSize(0, self.nav.fontMetrics().height() + 14))
         self.pages.addWidget(page)
 
     def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802 - Qt naming

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from hisho.gui.shell.context import AppContext
     from hisho.gui.shell.controller import ChatController
 
-RAIL = ((CHATS, "Chats", "Chats (Ctrl+1)"), ("models", "Models", "Models: installed, Hub, downloads (Ctrl+M)"),
+RAIL = ((CHATS, "Chats", "Chats (Ctrl+1); again: show or hide the chat list (Ctrl+B)"), ("models", "Models", "Models: installed, Hub, downloads (Ctrl+M)"),
         ("planner", "Memory", "Memory planner: what fits this computer (Ctrl+P)"))
 
 
@@ -39,6 +39,8 @@ class PageWindow(Protocol):
 
     def show_page(self, name: str) -> QWidget: ...
 
+    def toggle_sidebar(self) -> None: ...
+
 
 def add_pages(window: Any) -> None:
     w: PageWindow = window
@@ -48,12 +50,23 @@ def add_pages(window: Any) -> None:
                bottom=True)
     w.rail.finish()
     w.rail.show_current(CHATS)
-    w.rail.chosen.connect(lambda name: w.host.back() if name == CHATS else w.show_page(name))
+    w.rail.chosen.connect(lambda name: _chosen(w, name))
     w.host.changed.connect(w.rail.show_current)
     w.host.add("models", lambda: _models(window))
     w.host.add("planner", lambda: _planner(window))
     w.host.add("settings", lambda: _settings(window))
     w.host.changed.connect(lambda name: _shown(window, name))
+
+
+def _chosen(w: PageWindow, name: str) -> None:
+    """A rail button: its page. Chats while Chats is on screen shows or hides the chat list (the way an
+    activity bar's active button collapses its side bar): in a narrow window, that is how the list comes out."""
+    if name != CHATS:
+        w.show_page(name)
+    elif w.host.current_name() == CHATS:
+        w.toggle_sidebar()
+    else:
+        w.host.back()
 
 
 def _shown(window: Any, name: str) -> None:
