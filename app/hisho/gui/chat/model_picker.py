@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMenu, QToolButton
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QMenu, QSizePolicy, QToolButton
 
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
@@ -32,6 +33,7 @@ class PickerWindow(ShowsPages, Protocol):
     def controller(self) -> ChatController: ...
 
 NAME_MAX = 240   # px: a long file name is elided on the button, whole in its tooltip
+MIN_NAME = 60
 
 
 def _label(e: ModelEntry) -> str:
@@ -53,19 +55,43 @@ class ModelPicker(QToolButton):
         self.remote: list[Any] = []     # (Endpoint, ServerInfo) of the remote engines that answered
         self.full_name = ""
         self.room = NAME_MAX
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)  # it may get less than asked
         self.menu_.aboutToShow.connect(self.refresh)
         self._fill()
 
     def show_name(self, text: str | None = None, room: int | None = None) -> None:
-        """The button shows the model's name, elided in the middle (quant and extension stay) to ``room`` px."""
+        """The button shows the model's name, elided in the middle (quant and extension stay) to the room it has
+        (at most ``room`` px): it asks for that much, and for little as its minimum, so a long name never widens
+        the window."""
         if text is not None:
             self.full_name = text
         if room is not None:
             self.room = room
         name = self.full_name
-        shown = self.fontMetrics().elidedText(name, Qt.TextElideMode.ElideMiddle, self.room) if name else ""
-        self.setText(shown or "Switch model")
         self.setToolTip((f"{name}\n\n" if name else "") + "Switch model (Ctrl+M: the Models page)")
+        self.updateGeometry()
+        self._elide()
+
+    def _elide(self) -> None:
+        name = self.full_name or "Switch model"
+        fits = max(MIN_NAME, min(self.room, self.width() - self._padding()))
+        super().setText(self.fontMetrics().elidedText(name, Qt.TextElideMode.ElideMiddle, fits))
+
+    def _padding(self) -> int:
+        return super().sizeHint().width() - self.fontMetrics().horizontalAdvance(self.text())
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        hint = super().sizeHint()
+        name = self.full_name or "Switch model"
+        width = min(self.fontMetrics().horizontalAdvance(name), self.room) + self._padding()
+        return QSize(width, hint.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        return QSize(MIN_NAME + self._padding(), super().minimumSizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
+        super().resizeEvent(event)
+        self._elide()
 
     def refresh(self) -> None:
         self.window_.ctx.executor.submit("store", lambda: ModelStore().list(), done=self._listed)
