@@ -147,6 +147,9 @@ def test_planner_plans_a_hub_file_from_the_hub_tab(qtbot: QtBot, window: MainWin
     hubtab = models.hub
     models.tabs.setCurrentWidget(hubtab)
     hubtab.open_repo(repo)
+    hubtab.query.setFocus()
+    qtbot.keyClick(hubtab.query, Qt.Key.Key_Escape)     # Esc in a page's text field stays on the page
+    assert w.host.currentWidget() is models
     wait_for(qtbot, lambda: len(hubtab.fits) == 1)
     button = hubtab.plan_button  # type: ignore[attr-defined]
     assert not button.isEnabled()

@@ -22,9 +22,11 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMenu,
+    QPlainTextEdit,
     QPushButton,
     QSplitter,
     QStackedWidget,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
@@ -351,7 +353,11 @@ class MainWindow(QMainWindow):
     def escape(self) -> None:
         search = self.sidebar.search
         if self.host.current_name() != CHATS:
-            self.host.back()
+            field, page = self.focusWidget(), self.host.currentWidget()
+            typing = isinstance(field, QLineEdit | QPlainTextEdit | QTextEdit) and field.isVisible() and \
+                page is not None and page.isAncestorOf(field)
+            if not typing:               # Esc in a page's text field is the field's (a search box keeps it)
+                self.host.back()
         elif search.hasFocus() or (search.text() and self.sidebar.isAncestorOf(self.focusWidget())):
             if search.text():
                 search.clear()           # the whole list again
