@@ -43,7 +43,7 @@ def test_700_px_with_the_list_over_the_chat_and_a_whole_header_at_1280(qtbot: Qt
     wait_for(qtbot, lambda: w.controller.current is not None and w.controller.current.id == conv.id)
     w.resize(1280, 720)
     settle(qtbot)
-    assert w.sidebar_shown()                           # beside the chat again, as it was
+    assert w.sidebar_shown() and w.sidebar.width() == 260   # beside the chat again, at its width (not squeezed)
     fm = w.title.fontMetrics()
     assert fm.horizontalAdvance(TITLE) <= w.title.contentsRect().width(), (w.title.width(), TITLE)
     name = w.model_label.text()

@@ -31,6 +31,12 @@ class ChatListPlace(QObject):
         self.width = LIST_WIDTH
         sidebar.selected.connect(lambda _cid: self.put_away())
         overlay_on.installEventFilter(self)
+        splitter.splitterMoved.connect(self._moved)
+
+    def _moved(self, _pos: int, _index: int) -> None:
+        width = self.splitter.sizes()[0]
+        if width > 0 and not self.narrow:
+            self.width = width   # the user dragged the list wider or narrower: it comes back at that width
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
         if watched is self.overlay_on and event.type() == QEvent.Type.Resize:
@@ -83,8 +89,7 @@ class ChatListPlace(QObject):
         self.sidebar.raise_()
 
     def _go_narrow(self) -> None:
-        if self.shown():
-            self.width = self.splitter.sizes()[0]
+        # Not the list's width now: the shrinking window has squeezed it to its minimum already.
         self.narrow = True
         self.sidebar.hide()
         self.sidebar.setParent(self.overlay_on)     # out of the splitter: it no longer counts in its minimum
