@@ -21,7 +21,7 @@ from typing import Any
 
 import shiboken6
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl
-from PySide6.QtGui import QDesktopServices, QHideEvent, QShowEvent
+from PySide6.QtGui import QDesktopServices, QHideEvent, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -54,7 +54,8 @@ log = logging.getLogger("hisho.gui")
 
 KV_TYPES = (("f16", "f16 — exact (default)"), ("q8_0", "q8_0 — half the disk and memory, uses flash attention"))
 COLUMNS = ("Chat or document", "Size", "Saves", "Last used", "Kept longest", "")
-APPLY_MS = 600  # the budget spin box applies this long after the last change
+APPLY_MS = 600
+NAV_WIDTH, NAV_NARROW, NARROW = 150, 118, 760   # the section list, and the page width below which it narrows  # the budget spin box applies this long after the last change
 
 
 class KVCachePage(QWidget):
@@ -324,7 +325,7 @@ class PreferencesDialog(QWidget):
         self.setWindowTitle("Settings")
         self.nav = QListWidget()
         self.nav.setObjectName("SettingsNav")
-        self.nav.setFixedWidth(150)
+        self.nav.setFixedWidth(NAV_WIDTH)
         self.pages = QStackedWidget()
         self.kv_page = KVCachePage(window)
         self._add("KV cache", self.kv_page)
@@ -363,6 +364,10 @@ class PreferencesDialog(QWidget):
         # A row's height of its own: the style sheet's item padding took effect only after a theme change.
         item.setSizeHint(QSize(0, self.nav.fontMetrics().height() + 14))
         self.pages.addWidget(page)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
+        super().resizeEvent(event)
+        self.nav.setFixedWidth(NAV_WIDTH if self.width() >= NARROW else NAV_NARROW)  # the section gets the room
 
     def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802 - Qt naming
         self.kv_page.apply_budget()  # a budget typed just before leaving the page still applies
