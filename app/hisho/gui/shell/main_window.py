@@ -46,7 +46,7 @@ from hisho.gui.shell.toast import Toast
 
 log = logging.getLogger("hisho.gui")
 
-METER_MAX = 210
+METER_MAX = 190
 NARROW_HEADER = 760
 NAME_NARROW = 120
 SUGGESTIONS = ("Explain how a transformer model works, simply", "Write a Python function that reverses a list",
