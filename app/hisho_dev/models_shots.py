@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho_dev.qt_wait import wait_until
+from hisho_dev.screenshots import place
 
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
 TINY = "TheBlock/TinyStories-GGUF"
@@ -88,7 +89,7 @@ def _delete_shot(app: Any, page: Any, out: Path) -> None:
     _wait(app, lambda: (out / "7b-models-delete.png").exists() and app.activeModalWidget() is None)
 
 
-def _gated_shots(app: Any, page: Any, out: Path, hub: Any, files: Path) -> None:
+def _gated_shots(app: Any, window: Any, page: Any, out: Path, hub: Any, files: Path) -> None:
     """A gated repository without a token: the token dialog, then (cancelled) the one line."""
     from hisho.bench.hub import LLAMA2_13B, write_llama
 
@@ -99,7 +100,7 @@ def _gated_shots(app: Any, page: Any, out: Path, hub: Any, files: Path) -> None:
     results = page.hub.results
     results.setCurrentRow(next(i for i in range(results.count()) if repo in results.item(i).text()))
     _wait(app, lambda: "gated" in page.hub.status.text() and app.activeModalWidget() is None)
-    page.grab().save(str(out / "8d-models-hub-gated.png"))
+    window.grab().save(str(out / "8d-models-hub-gated.png"))
 
 
 def models_shots(app: Any, window: Any, out: Path) -> None:
@@ -124,11 +125,11 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         for repo, downloads, likes in OTHERS:
             hub.add_repo(repo, downloads=downloads, likes=likes, gated="Gated" in repo)
         page = open_models(window)
-        page.resize(1180, 760)
+        place(window, 1280, 720)
         _wait(app, lambda: bool(page.entries) and page.model_table.cellWidget(0, 7) is not None
               and page.model_table.cellWidget(0, 7).objectName() == "FitBadge")
         page.model_table.selectRow(0)
-        page.grab().save(str(out / "7-models-installed.png"))
+        window.grab().save(str(out / "7-models-installed.png"))
         _delete_shot(app, page, out)
 
         page.tabs.setCurrentWidget(page.hub)
@@ -138,12 +139,12 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         row = next(i for i in range(page.hub.results.count()) if REPO in page.hub.results.item(i).text())
         page.hub.results.setCurrentRow(row)
         _wait(app, lambda: len(page.hub.fits) == 3 and "GGUF conversions" in page.hub.card.toPlainText())
-        page.grab().save(str(out / "8-models-hub.png"))
-        page.resize(1280, 720)
+        window.grab().save(str(out / "8-models-hub.png"))
+        place(window, 1280, 720)
         _wait(app, lambda: False, timeout=0.3)
-        page.grab().save(str(out / "8b-models-hub-1280x720.png"))
-        page.resize(1180, 760)
-        _gated_shots(app, page, out, hub, files)
+        window.grab().save(str(out / "8b-models-hub-1280x720.png"))
+        place(window, 1280, 720)
+        _gated_shots(app, window, page, out, hub, files)
 
         from hisho.core.hub import repo_files
 
@@ -151,13 +152,13 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         page.download(repo_files(TINY)[0])
         _wait(app, lambda: any(p.done > 20 * 2**20 and p.eta_s for p in page.downloads.live.values()))
         page.downloads.job_table.selectRow(0)
-        page.grab().save(str(out / "9-models-downloading.png"))
+        window.grab().save(str(out / "9-models-downloading.png"))
         for job_id in list(page.downloads.queued):
             page.downloads.pause(job_id)
         _wait(app, lambda: not page.downloads.queued and page.downloads.job_table.rowCount() == 1
               and "paused" in _cell_text(page.downloads.job_table, 0, 5))
         page.downloads.job_table.selectRow(0)
-        page.grab().save(str(out / "9b-models-download-paused.png"))
+        window.grab().save(str(out / "9b-models-download-paused.png"))
         for job_id in list(page.downloads.jobs):
             page.downloads.cancel(job_id)
         page.close()

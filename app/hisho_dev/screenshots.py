@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from hisho_dev.qt_wait import wait_until
 
@@ -70,6 +71,16 @@ def _seed(store: object) -> int:
     return conv.id
 
 
+def place(window: Any, width: int, height: int) -> None:
+    """The window, frame included, ``width``×``height`` at the top left of the screen's free area (at 1280×720:
+    the whole screen, as a maximized window)."""
+    free = window.screen().availableGeometry()
+    dx = window.frameGeometry().width() - window.geometry().width()
+    dy = window.frameGeometry().height() - window.geometry().height()
+    window.resize(min(width, free.width()) - dx, min(height, free.height()) - dy)
+    window.move(free.topLeft())
+
+
 def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
     """A short real reply in each chat saves its KV: the sidebar shows the badges, Settings → KV cache the list."""
     from hisho.core.conversations.store import ChatSettings
@@ -88,7 +99,7 @@ def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
     window.grab().save(str(out / "5-kv-sidebar.png"))
     dialog = open_preferences(window)
     wait_until(app, lambda: dialog.kv_page.refreshes > 0)
-    dialog.grab().save(str(out / "6-settings-kv-cache.png"))
+    window.grab().save(str(out / "6-settings-kv-cache.png"))   # a page of the window
     dialog.close()
 
 
@@ -123,7 +134,7 @@ def _use_shots(app: object, window: object, out: Path, cid: int) -> None:
     wait_until(app, lambda: False, timeout=0.5)
     window.grab().save(str(out / "8-narrow-window.png"))
     window.toggle_sidebar()
-    window.resize(1280, 900)
+    place(window, 1280, 720)
     dark = next(a for a in window.theme_menu.actions() if a.text() == "Dark")
     dark.trigger()
     wait_until(app, lambda: False, timeout=0.5)
@@ -139,7 +150,7 @@ def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
 
     assert isinstance(window, MainWindow)
     c = window.controller
-    window.resize(1280, 720)
+    place(window, 1280, 720)
     c.select(cid)
     wait_until(app, lambda: c.current is not None and c.current.id == cid)
     notes = Path(tempfile.mkdtemp(prefix="hisho-shots-doc-")) / "sales-notes.md"
@@ -160,15 +171,21 @@ def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
     dialog.nav.setCurrentRow(dialog.pages.indexOf(dialog.prompts_page))
     dialog.prompts_page.reload()
     wait_until(app, lambda: False, timeout=0.3)
-    dialog.grab().save(str(out / "12-settings-system-prompts.png"))
+    window.grab().save(str(out / "12-settings-system-prompts.png"))
     dialog.close()
-    window.resize(1280, 900)
+    place(window, 1280, 720)
 
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "screenshots").resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if os.environ["QT_QPA_PLATFORM"] == "offscreen":
+        # A 1280×720 screen (the offscreen default is 800×800), so "within the screen" is checked at that size.
+        screens = Path(tempfile.mkdtemp(prefix="hisho-shots-screen-")) / "screens.json"
+        screens.write_text('{"screens": [{"name": "shots", "x": 0, "y": 0, "width": 1280, "height": 720, '
+                           '"logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}', encoding="utf-8")
+        os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={screens}"
     os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
     from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
     from hisho.gui.shell import theme
@@ -176,7 +193,7 @@ def main(argv: list[str]) -> int:
 
     app = application()
     window = open_window(None)
-    window.resize(1280, 900)
+    place(window, 1280, 720)
     window.show()
     c = window.controller
     wait_until(app, lambda: c.model_ready, timeout=600)  # a loaded machine: the shots must show the model loaded
@@ -210,9 +227,14 @@ def main(argv: list[str]) -> int:
     from hisho_dev.models_shots import models_shots
 
     models_shots(app, window, out)
+    from hisho_dev.page_shots import page_shots
+
+    problems = page_shots(app, window, out)
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
-    return 0
+    for line in problems:
+        sys.stderr.write(f"off screen: {line}\n")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

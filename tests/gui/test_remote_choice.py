@@ -20,7 +20,7 @@ from hisho.core.remote import endpoints
 from hisho.core.remote import stream as remote_stream
 from hisho.core.remote.http import Endpoint
 from hisho.gui.models.models_page import open_models
-from hisho.gui.models.planner_panel import open_planner
+from hisho.gui.models.planner_page import open_planner
 from hisho.gui.shell.app import open_window
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import QT_NOISE, wait_for, wait_idle
@@ -105,7 +105,6 @@ def test_unreachable_choice_falls_back_to_local(qtbot: QtBot, default_model_path
 
 def test_planner_says_where_a_remote_model_runs(qtbot: QtBot, on_box: MainWindow) -> None:
     panel = open_planner(on_box)
-    qtbot.addWidget(panel)
     assert "runs on" in panel.choice.text() and "box" in panel.choice.text() and MODEL in panel.choice.text()
     assert panel.bar.isHidden() and panel.slider.isHidden()        # nothing priced against this laptop's RAM
     assert "RAM is not planned" in panel.reason.text() and "your setting" in panel.ctx_label.text()

@@ -262,6 +262,9 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
     off = price(p.facts, replace(p.config, flash_attn=False), p.budget, calib, cpu=cpu)
     if not off.fits:
         return p
+    # The reason names what the plan needs: say the figure of the configuration chosen, not the one before.
+    before = f"({p.budget.metric} {_gib(_need(p.breakdown, p.budget))})"
+    after = f"({p.budget.metric} {_gib(_need(off.breakdown, p.budget))})"
     return replace(p, config=off.config, breakdown=off.breakdown,
-                   reason=f"{p.reason}; flash attention off (a short prompt at long context runs faster without "
-                          "it on this CPU)")
+                   reason=f"{p.reason.replace(before, after, 1)}; flash attention off (a short prompt at long "
+                          "context runs faster without it on this CPU)")

@@ -8,13 +8,33 @@ controller's ``switch_model`` (engine lane).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtWidgets import QMenu, QToolButton
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QMenu, QSizePolicy, QToolButton
 
 from hisho.core.models.names import entry_name
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
+from hisho.gui.shell.pages import ShowsPages
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.context import AppContext
+    from hisho.gui.shell.controller import ChatController
+
+
+class PickerWindow(ShowsPages, Protocol):
+    """What the picker uses of the main window."""
+
+    @property
+    def ctx(self) -> AppContext: ...
+
+    @property
+    def controller(self) -> ChatController: ...
+
+NAME_MAX = 240   # px: a long file name is elided on the button, whole in its tooltip
+MIN_NAME = 60
 
 
 def _label(e: ModelEntry) -> str:
@@ -23,7 +43,7 @@ def _label(e: ModelEntry) -> str:
 
 
 class ModelPicker(QToolButton):
-    def __init__(self, window: Any) -> None:
+    def __init__(self, window: PickerWindow) -> None:
         super().__init__()
         self.window_ = window
         self.setObjectName("Flat")
@@ -34,8 +54,45 @@ class ModelPicker(QToolButton):
         self.setMenu(self.menu_)
         self.entries: list[ModelEntry] = []
         self.remote: list[Any] = []     # (Endpoint, ServerInfo) of the remote engines that answered
+        self.full_name = ""
+        self.room = NAME_MAX
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)  # it may get less than asked
         self.menu_.aboutToShow.connect(self.refresh)
         self._fill()
+
+    def show_name(self, text: str | None = None, room: int | None = None) -> None:
+        """The button shows the model's name, elided in the middle (quant and extension stay) to the room it has
+        (at most ``room`` px): it asks for that much, and for little as its minimum, so a long name never widens
+        the window."""
+        if text is not None:
+            self.full_name = text
+        if room is not None:
+            self.room = room
+        name = self.full_name
+        self.setToolTip((f"{name}\n\n" if name else "") + "Switch model (Ctrl+M: the Models page)")
+        self.updateGeometry()
+        self._elide()
+
+    def _elide(self) -> None:
+        name = self.full_name or "Switch model"
+        fits = max(MIN_NAME, min(self.room, self.width() - self._padding()))
+        super().setText(self.fontMetrics().elidedText(name, Qt.TextElideMode.ElideMiddle, fits))
+
+    def _padding(self) -> int:
+        return super().sizeHint().width() - self.fontMetrics().horizontalAdvance(self.text())
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        hint = super().sizeHint()
+        name = self.full_name or "Switch model"
+        width = min(self.fontMetrics().horizontalAdvance(name), self.room) + self._padding()
+        return QSize(width, hint.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        return QSize(MIN_NAME + self._padding(), super().minimumSizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
+        super().resizeEvent(event)
+        self._elide()
 
     def refresh(self) -> None:
         self.window_.ctx.executor.submit("store", lambda: ModelStore().list(), done=self._listed)
@@ -95,8 +152,10 @@ class ModelPicker(QToolButton):
 
 
 def attach_picker(window: Any) -> ModelPicker:
-    """Put the picker in the chat header, right of the model's name."""
+    """Put the picker in the chat header where the model's name is: the button shows that name."""
     picker = ModelPicker(window)
+
+    window.model_label.changed.connect(picker.show_name)
     header = window.model_label.parentWidget()
     lay = header.layout()
     lay.insertWidget(lay.indexOf(window.model_label) + 1, picker)

@@ -1,4 +1,4 @@
-"""The Models page (View → Models): Installed, Hub and Downloads tabs.
+"""The Models page (View → Models, a page of the window): Installed, Hub and Downloads tabs.
 
 - *Installed*: the model store with architecture, quant, size, trained context, source and a fit badge from the
   planner; Load, Set as default, Delete (says how much space comes back and which KV snapshots go with it:
@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent
@@ -47,6 +47,11 @@ from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import format_bytes
 from hisho.gui.models.downloads_tab import DownloadsTab
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
+from hisho.gui.shell.pages import ShowsPages
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.context import AppContext
+    from hisho.gui.shell.controller import ChatController
 
 log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
@@ -72,7 +77,6 @@ class ModelsPage(QWidget):
         self.in_use = in_use or (lambda: None)  # the file this computer's engine has loaded, if any
         self.setWindowTitle("Models")
         self.setAcceptDrops(True)
-        self.resize(1100, 720)
         self.workers = workers
         self.load_model = load
         self.toast = toast or (lambda text: self.say(text))
@@ -320,44 +324,37 @@ class ModelsPage(QWidget):
         self.downloads.download(f)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
-        if event.type() == QEvent.Type.Close and watched is self.parent():
+        if event.type() == QEvent.Type.Close and watched is self.window() and watched is not self:
             self.downloads.pause_all()  # before the window waits for its worker lanes
         return False
 
 
-def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
-    """View → Models: the page as its own window (one per main window)."""
-    page = getattr(window, "_models_page", None)
-    if page is None:
-        controller = window.controller
-        kv = window.ctx.kv.session if window.ctx.kv is not None else None
-
-        def in_use() -> str | None:
-            local = window.ctx.local_engine  # kept while a remote engine answers, its model still mapped
-            params = local.load_params if local is not None else None
-            return params.model_path if params is not None else None
-
-        page = ModelsPage(window.ctx.executor, load=controller.switch_model, toast=controller.toast, kv=kv,
-                          in_use=in_use, parent=window)
-        page.setWindowFlag(Qt.WindowType.Window, True)
-        window.installEventFilter(page)
-        window._models_page = page
-        from hisho.gui.shell.remote_switch import offer_remote
-
-        offer_remote(window, page.hub)  # too big here: "Run on <engine>"
-    index = {"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0)
-    page.tabs.setCurrentIndex(index)
-    page.show()
-    page.raise_()
+def open_models(window: ShowsPages, tab: str = "Installed") -> ModelsPage:
+    """View → Models (Ctrl+M): the Models page of the window, on ``tab``."""
+    page = window.show_page("models")
+    assert isinstance(page, ModelsPage)
+    page.tabs.setCurrentIndex({"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0))
     return page
 
 
-def offer_unfinished(window: Any) -> None:
+class OffersDownloads(ShowsPages, Protocol):
+    """What the start-up offer uses of the window."""
+
+    @property
+    def ctx(self) -> AppContext: ...
+
+    @property
+    def controller(self) -> ChatController: ...
+
+
+def offer_unfinished(window: OffersDownloads) -> None:
     """At start-up: downloads left unfinished by an earlier run are offered for resuming."""
 
     def found(jobs: list[Job]) -> None:
         if jobs:
-            window.controller.toast(f"{len(jobs)} model download(s) did not finish.",
-                                    lambda: open_models(window, "Downloads"), label="Show downloads")
+            def show() -> None:
+                open_models(window, "Downloads")
+
+            window.controller.toast(f"{len(jobs)} model download(s) did not finish.", show, label="Show downloads")
 
     window.ctx.executor.submit("store", lambda: Downloader().unfinished(), done=found)

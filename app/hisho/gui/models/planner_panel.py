@@ -1,27 +1,40 @@
-"""The memory planner panel: a stacked bar (weights / KV / compute / other) against the budget, a context slider
-that re-prices the bar live, and the chosen settings with the plan's reason.
+"""The memory planner panel: which model it plans for, a stacked bar (weights / KV / compute / other) against
+the budget, a context slider and a KV type that re-price the bar live, the settings shown with the plan's
+reason, and a button that uses them (the page saves them: ``hisho.gui.models.planner_page``).
 
 A model on a remote engine (docs/remote-engines.md) is not priced against this computer's memory: the panel says
 "runs on <engine>" and shows only what that server reported (``show_remote``).
 
 Rules of use: ``PlannerPanel.show_plan(plan, calibration)`` on the GUI thread with a plan made elsewhere (making
-one reads a GGUF header and may run llama.cpp's dry run: seconds, so never on the GUI thread; ``open_planner``
-runs it on the engine lane). Moving the slider only does the planner's arithmetic (microseconds), so it runs
+one reads a GGUF header and may run llama.cpp's dry run: seconds, so never on the GUI thread; the planner page
+runs it on a worker lane). Moving the slider only does the planner's arithmetic (microseconds), so it runs
 on the GUI thread directly.
 """
 
 from __future__ import annotations
 
+import html
 import logging
 from typing import Any
 
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPen
-from PySide6.QtWidgets import QLabel, QSizePolicy, QSlider, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
 
 from hisho.core.planner import Calibration, Config, Plan, price
 from hisho.core.planner.memory import CELL_PAD
 from hisho.core.units import GIB
+from hisho.gui.models.fit_grid import FitGrid
+from hisho.gui.shell import theme
 
 log = logging.getLogger("hisho.gui")
 
@@ -29,13 +42,18 @@ SEGMENTS = (("weights", "#4e79a7"), ("kv", "#f28e2b"), ("compute", "#59a14f"), (
 
 
 def segments_of(plan: Plan) -> dict[str, int]:
-    """Bytes per bar segment for the plan's fit metric. Compute counts what that metric counts (the touched part
-    for resident); "other" is the output buffer and the runtime overhead."""
+    """Bytes per bar segment for the plan's fit metric; they add up to exactly what the text says is needed
+    (``plan.need``). Compute counts what that metric counts (the touched part for resident); "other" is the
+    output buffer and the runtime overhead. Where the metric counts less than the parts (resident, mapped
+    weights), the later parts are cut to what is left, so the bar never shows more than the text."""
     b = plan.breakdown
-    need = plan.need
-    other = b.output + b.runtime
-    compute = max(0, need - b.weights - b.kv - other)
-    return {"weights": b.weights, "kv": b.kv, "compute": compute, "other": other}
+    left = plan.need
+    out: dict[str, int] = {}
+    for name, size in (("weights", b.weights), ("kv", b.kv), ("other", b.output + b.runtime)):
+        out[name] = min(size, left)
+        left -= out[name]
+    out["compute"] = left
+    return {name: out[name] for name, _colour in SEGMENTS}
 
 
 class MemoryBar(QWidget):
@@ -61,7 +79,7 @@ class MemoryBar(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt naming)
         p = QPainter(self)
         w, h = float(self.width()), float(self.height())
-        p.fillRect(QRectF(0, 0, w, h), QColor("#e8e8e8"))
+        p.fillRect(QRectF(0, 0, w, h), QColor(theme.current().hover))  # the track follows the theme
         x, scale = 0.0, self.scale()
         for name, color in SEGMENTS:
             width = w * self.parts.get(name, 0) / scale
@@ -69,58 +87,110 @@ class MemoryBar(QWidget):
             x += width
         if self.budget:
             bx = w * self.budget / scale
-            p.setPen(QPen(QColor("#d62728"), 3))
+            p.setPen(QPen(QColor(theme.current().error), 3))
             p.drawLine(int(bx) - 1, 0, int(bx) - 1, int(h))
         p.end()
 
 
+
+KV_CHOICES = (("f16", "f16 KV (exact)"), ("q8_0", "q8_0 KV (half the memory)"), ("q4_0", "q4_0 KV (a quarter)"))
+
+
 class PlannerPanel(QWidget):
+    """What one model needs at the context and KV type shown, against this computer's budget. The bar, its
+    legend and the line under it are drawn from the same priced plan (``current``), so they say the same
+    numbers. ``apply_requested(n_ctx, kv_type)``: the user asked to use what is shown."""
+
+    apply_requested = Signal(int, str)
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Memory planner")
         self.plan: Plan | None = None
         self.current: Plan | None = None
         self.calib: Calibration | None = None
+        self.subject = QLabel("")
+        self.subject.setObjectName("PlannerSubject")
+        self.subject.setWordWrap(True)
+        self.subject.setTextFormat(Qt.TextFormat.RichText)
         self.bar = MemoryBar()
         self.legend = QLabel()
+        self.legend.setWordWrap(True)
         self.choice = QLabel("Planning…")
+        self.choice.setWordWrap(True)
         self.choice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.reason = QLabel()
+        self.reason.setObjectName("Meta")
         self.reason.setWordWrap(True)
         self.ctx_label = QLabel()
+        self.ctx_label.setWordWrap(True)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setEnabled(False)
         self.slider.valueChanged.connect(self._reprice)
+        self.kv_type = QComboBox()
+        for name, label in KV_CHOICES:
+            self.kv_type.addItem(label, name)
+        self.kv_type.setEnabled(False)
+        self.kv_type.currentIndexChanged.connect(lambda _i: self._reprice(self.slider.value()))
+        self.apply = QPushButton("Use this context and KV type")
+        self.apply.setObjectName("Primary")
+        self.apply.setEnabled(False)
+        self.apply.setToolTip("Save them in Settings; they are used from the next model load")
+        self.apply.clicked.connect(self._apply)
+        self.grid = FitGrid()
+        self.grid.chosen.connect(self._pick)
+        self.grid_title = QLabel("What fits at other contexts and KV types (click one to see it above)")
+        self.grid_title.setObjectName("Meta")
+        self.controls = QWidget()
+        rows = QVBoxLayout(self.controls)
+        rows.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Context"))
+        row.addWidget(self.slider, 1)
+        choose = QHBoxLayout()
+        choose.addWidget(QLabel("KV cache"))
+        choose.addWidget(self.kv_type)
+        choose.addStretch(1)
+        choose.addWidget(self.apply)
+        rows.addLayout(row)
+        rows.addLayout(choose)
         layout = QVBoxLayout(self)
-        for widget in (self.choice, self.bar, self.legend, self.ctx_label, self.slider, self.reason):
+        layout.setSpacing(10)
+        for widget in (self.subject, self.choice, self.bar, self.legend, self.ctx_label, self.controls, self.reason,
+                       self.grid_title, self.grid):
             layout.addWidget(widget)
+        self.grid.hide()
+        self.grid_title.hide()
         layout.addStretch(1)
-        self.resize(560, 260)
 
     def show_plan(self, plan: Plan, calib: Calibration | None = None) -> None:
         """Show ``plan``; the slider spans 256 tokens to the model's trained context."""
         self.plan, self.calib = plan, calib
+        for widget in (self.bar, self.legend, self.slider, self.controls, self.grid, self.grid_title):
+            widget.show()
         top = plan.facts.context_length if plan.facts and plan.facts.context_length else plan.config.n_ctx
-        self.slider.blockSignals(True)
+        for widget in (self.slider, self.kv_type):
+            widget.blockSignals(True)
         self.slider.setRange(1, max(1, top // CELL_PAD))
         self.slider.setValue(max(1, plan.config.n_ctx // CELL_PAD))
-        self.slider.blockSignals(False)
+        index = self.kv_type.findData(plan.config.type_k)
+        self.kv_type.setCurrentIndex(max(0, index))
+        for widget in (self.slider, self.kv_type):
+            widget.blockSignals(False)
         self.slider.setEnabled(plan.facts is not None)
-        c = plan.config
-        self.choice.setText(
-            f"<b>{plan.quant}</b> · {c.n_ctx} tokens · KV {c.type_k}/{c.type_v} · flash attention "
-            f"{'on' if c.flash_attn else 'off'} · {c.n_gpu_layers} GPU layers"
-            + ("" if plan.fits else " · <b>does not fit</b>") + (" · estimate" if plan.breakdown.estimate else ""))
+        self.kv_type.setEnabled(plan.facts is not None)
         self.reason.setText(plan.reason + "\n" + plan.budget.explain)
+        self.grid.show_for(plan, calib)
         self._show(plan)
 
     def show_remote(self, engine: dict[str, Any], loaded: dict[str, Any]) -> None:
         """A remote model: where it runs and what its server told us; no bar, no slider (nothing here to plan)."""
         self.plan = self.current = None
         name, model = str(engine.get("engine", "")), str(loaded.get("model", ""))
-        for widget in (self.bar, self.legend, self.slider):
+        for widget in (self.bar, self.legend, self.slider, self.controls, self.grid, self.grid_title):
             widget.hide()
-        self.choice.setText(f"<b>{model}</b> runs on <b>{name}</b>")
+        self.subject.setText(f"Planning for <b>{html.escape(model)}</b>")
+        self.choice.setText(f"<b>{html.escape(model)}</b> runs on <b>{html.escape(name)}</b>")
         server = f"{engine.get('kind', '')} {engine.get('version', '')}".strip() or "an OpenAI-compatible server"
         n_ctx = int(loaded.get("n_ctx") or 0)
         self.ctx_label.setText(f"Context {n_ctx:,} tokens, " + ("as the server reports it" if loaded.get(
@@ -133,11 +203,24 @@ class PlannerPanel(QWidget):
     def set_context(self, n_ctx: int) -> None:
         self.slider.setValue(max(1, n_ctx // CELL_PAD))
 
+    def _pick(self, n_ctx: int, kv_type: str) -> None:
+        self.kv_type.blockSignals(True)
+        self.set_kv_type(kv_type)
+        self.kv_type.blockSignals(False)
+        self.set_context(n_ctx)
+        self._reprice(self.slider.value())
+
+    def set_kv_type(self, name: str) -> None:
+        self.kv_type.setCurrentIndex(max(0, self.kv_type.findData(name)))
+
     def _reprice(self, value: int) -> None:
         if self.plan is None or self.plan.facts is None:
             return
-        n_ctx = value * CELL_PAD
-        cfg = Config(**{**self.plan.config.__dict__, "n_ctx": n_ctx})
+        kv = str(self.kv_type.currentData() or self.plan.config.type_k)
+        # quantized V needs flash attention (as the load sets it: launch.load_params_for)
+        flash = self.plan.config.flash_attn or kv != "f16"
+        cfg = Config(**{**self.plan.config.__dict__, "n_ctx": value * CELL_PAD, "type_k": kv, "type_v": kv,
+                        "flash_attn": flash})
         self._show(price(self.plan.facts, cfg, self.plan.budget, self.calib))
 
     def _show(self, shown: Plan) -> None:
@@ -146,49 +229,18 @@ class PlannerPanel(QWidget):
         self.bar.set_parts(parts, shown.budget.ram)
         self.legend.setText("   ".join(f"<span style='color:{color}'>■</span> {name} {parts[name] / GIB:.2f} GiB"
                                        for name, color in SEGMENTS))
+        c = shown.config
+        chosen = self.plan is not None and c == self.plan.config
+        self.choice.setText(
+            f"<b>{shown.quant}</b> · {c.n_ctx} tokens · KV {c.type_k}/{c.type_v} · flash attention "
+            f"{'on' if c.flash_attn else 'off'} · {c.n_gpu_layers} GPU layers"
+            + (" · the planner's choice" if chosen else "")
+            + ("" if shown.fits else " · <b>does not fit</b>") + (" · estimate" if shown.breakdown.estimate else ""))
         verdict = "fits" if shown.fits else "does NOT fit"
-        self.ctx_label.setText(f"Context {shown.config.n_ctx} tokens: {shown.budget.metric} "
-                               f"{shown.need / GIB:.2f} GiB of {shown.budget.ram / GIB:.2f} GiB — {verdict}")
+        self.ctx_label.setText(f"Context {c.n_ctx} tokens: {shown.budget.metric} "
+                               f"{sum(parts.values()) / GIB:.2f} GiB of {self.bar.budget / GIB:.2f} GiB — {verdict}")
+        self.apply.setEnabled(self.plan is not None and self.plan.facts is not None)
 
-
-def open_planner(window: Any) -> PlannerPanel:
-    """Open the panel as its own window and make the plan for the loaded model on the engine lane."""
-    panel = PlannerPanel(window)
-    panel.setWindowFlag(Qt.WindowType.Window, True)
-    # On the window's screen, whole: no larger than its free area, centred on the window (it opened half off a
-    # 1440 px screen when placed by the window manager alone).
-    free = window.screen().availableGeometry()
-    hint = panel.sizeHint()
-    panel.resize(min(max(hint.width(), 560), free.width() - 40), min(max(hint.height(), 420), free.height() - 60))
-    panel.show()  # first: the frame's size is known once it is shown
-    frame = panel.frameGeometry()
-    frame.moveCenter(window.frameGeometry().center())
-    frame.moveLeft(max(free.left(), min(frame.left(), free.left() + free.width() - frame.width())))
-    frame.moveTop(max(free.top(), min(frame.top(), free.top() + free.height() - frame.height())))
-    panel.move(frame.topLeft())
-    engine = window.ctx.engine
-    if engine.engine_info.get("remote"):
-        panel.show_remote(dict(engine.engine_info), dict(engine.load_info))
-        return panel
-    params = getattr(getattr(window, "ctx", None), "load_params", None)
-    spec = [params.model_path] if params is not None else []
-
-    def work() -> tuple[Plan, Calibration | None]:
-        from hisho.core import machine as machine_mod
-        from hisho.core import settings as settings_mod
-        from hisho.core.planner import calibration_for, facts_for, make_plan
-
-        s = settings_mod.load()
-        m = machine_mod.detect()
-        plan = make_plan(spec, m, m.budget(), min_ctx=int(s["min_ctx"]), target_ctx=int(s["n_ctx"]))
-        calib = calibration_for(facts_for(spec)[0], run=False)
-        return plan, calib
-
-    def done(result: tuple[Plan, Calibration | None]) -> None:
-        panel.show_plan(*result)
-
-    def failed(exc: BaseException) -> None:
-        panel.choice.setText(f"No plan: {exc}")
-
-    window.controller.executor.submit("engine", work, done=done, failed=failed)
-    return panel
+    def _apply(self) -> None:
+        if self.current is not None:
+            self.apply_requested.emit(self.current.config.n_ctx, self.current.config.type_k)

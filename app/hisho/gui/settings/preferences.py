@@ -1,4 +1,4 @@
-"""The app's Settings dialog (File → Settings…): a list of pages on the left; today one page, "KV cache".
+"""The app's Settings page (File → Settings…, a page of the window): a list of sections on the left.
 
 KV cache page: the disk budget (applied at once: eviction runs on the store lane), the KV cache type
 (f16 / q8_0; used at the next model load), disk used against the budget, the KV folder, and every chat and
@@ -20,13 +20,11 @@ import time
 from typing import Any
 
 import shiboken6
-from PySide6.QtCore import QObject, Qt, QTimer, QUrl
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl
+from PySide6.QtGui import QDesktopServices, QHideEvent, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QDialog,
-    QDialogButtonBox,
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
@@ -49,12 +47,14 @@ from hisho.core.units import GIB, format_bytes
 from hisho.gui.chat.kv_status import human_seconds
 from hisho.gui.settings.performance_page import PerformancePage
 from hisho.gui.settings.settings_page import confirm_destructive, page_layout
+from hisho.gui.shell.pages import ShowsPages
 
 log = logging.getLogger("hisho.gui")
 
 KV_TYPES = (("f16", "f16 — exact (default)"), ("q8_0", "q8_0 — half the disk and memory, uses flash attention"))
 COLUMNS = ("Chat or document", "Size", "Saves", "Last used", "Kept longest", "")
-APPLY_MS = 600  # the budget spin box applies this long after the last change
+APPLY_MS = 600
+NAV_WIDTH, NAV_NARROW, NARROW = 150, 118, 760   # the section list, and the page width below which it narrows  # the budget spin box applies this long after the last change
 
 
 class KVCachePage(QWidget):
@@ -131,7 +131,7 @@ class KVCachePage(QWidget):
         folder.addWidget(self.folder_label, 1)
         folder.addWidget(open_button)
         self.budget.setFixedWidth(140)
-        self.kv_type.setMinimumWidth(380)
+        self.kv_type.setMinimumWidth(300)
         form.addRow("Disk budget", self.budget)
         form.addRow("KV cache type", _stack(self.kv_type, type_note))
         form.addRow("Disk used", _stack(self.usage_bar, self.usage_label))
@@ -179,8 +179,15 @@ class KVCachePage(QWidget):
         return self.kv.session.kv_dir if self.kv is not None else paths.kv_dir()
 
     def _refresh_soon(self) -> None:
-        if self.kv is not None:  # still open
+        if not shiboken6.isValid(self):  # the window (and this page with it) is gone; the session lives on
+            return
+        if self.kv is not None and self.isVisible():  # read again when next shown (showEvent)
             self._refresh_timer.start()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt naming
+        super().showEvent(event)
+        if self.refreshes:
+            self.refresh()
 
     def detach(self) -> None:
         """The dialog closes: stop listening to the session (before the widgets go)."""
@@ -308,16 +315,16 @@ def _stack(*widgets: QWidget) -> QWidget:
     return box
 
 
-class PreferencesDialog(QDialog):
-    """Pages on the left, the chosen page on the right. Changes apply as they are made; Close closes."""
+class PreferencesDialog(QWidget):
+    """The Settings page of the window: pages on the left, the chosen one on the right. Changes apply as they
+    are made; leaving the page applies a budget typed just before."""
 
     def __init__(self, window: Any) -> None:
         super().__init__(window)
         self.setWindowTitle("Settings")
-        self.resize(860, 600)
         self.nav = QListWidget()
         self.nav.setObjectName("SettingsNav")
-        self.nav.setFixedWidth(150)
+        self.nav.setFixedWidth(NAV_WIDTH)
         self.pages = QStackedWidget()
         self.kv_page = KVCachePage(window)
         self._add("KV cache", self.kv_page)
@@ -339,38 +346,38 @@ class PreferencesDialog(QDialog):
         self._add("API", ApiPage(window))
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
         self.nav.setCurrentRow(0)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.reject)
+        heading = QLabel("Settings")
+        heading.setObjectName("PageTitle")
         body = QHBoxLayout()
         body.setSpacing(18)
         body.addWidget(self.nav)
         body.addWidget(self.pages, 1)
         lay = QVBoxLayout(self)
-        lay.setContentsMargins(18, 16, 18, 14)
+        lay.setContentsMargins(18, 14, 18, 12)
+        lay.addWidget(heading)
         lay.addLayout(body, 1)
-        lay.addWidget(buttons)
 
     def _add(self, name: str, page: QWidget) -> None:
         self.nav.addItem(name)
+        item = self.nav.item(self.nav.count() - 1)
+        # A row's height of its own: the style sheet's item padding took effect only after a theme change.
+        item.setSizeHint(QSize(0, self.nav.fontMetrics().height() + 14))
         self.pages.addWidget(page)
 
-    def done(self, result: int) -> None:
-        self.kv_page.apply_budget()  # a budget typed just before Close still applies
-        self.kv_page.detach()
-        super().done(result)
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
+        super().resizeEvent(event)
+        self.nav.setFixedWidth(NAV_WIDTH if self.width() >= NARROW else NAV_NARROW)  # the section gets the room
+
+    def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802 - Qt naming
+        self.kv_page.apply_budget()  # a budget typed just before leaving the page still applies
+        super().hideEvent(event)
 
 
-def open_preferences(window: Any) -> PreferencesDialog:
-    """Show the Settings dialog (one at a time; a second call raises the open one)."""
-    existing: QObject | None = getattr(window, "_preferences", None)
-    # A closed dialog is deleted (WA_DeleteOnClose): its wrapper outlives it, so check it first (opening
-    # Settings a second time raised "Internal C++ object already deleted").
-    if isinstance(existing, PreferencesDialog) and shiboken6.isValid(existing) and existing.isVisible():
-        existing.raise_()
-        existing.activateWindow()
-        return existing
-    dialog = PreferencesDialog(window)
-    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    window._preferences = dialog
-    dialog.show()
-    return dialog
+SettingsPage = PreferencesDialog
+
+
+def open_preferences(window: ShowsPages) -> PreferencesDialog:
+    """File → Settings… (Ctrl+Alt+S): the Settings page of the window."""
+    page = window.show_page("settings")
+    assert isinstance(page, PreferencesDialog)
+    return page

@@ -87,14 +87,18 @@ class PromptsPage(QWidget):
         editor = QVBoxLayout()
         editor.addWidget(self.name)
         editor.addWidget(self.prompt, 1)
-        buttons = QHBoxLayout()
-        for b in (self.new_button, self.save_button, self.use_as_default):
+        # Two rows of buttons: in a 700 px window one row squeezed each button to a few letters.
+        buttons, more = QHBoxLayout(), QHBoxLayout()
+        for b in (self.new_button, self.save_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
-        buttons.addWidget(self.delete_button)
+        more.addWidget(self.use_as_default)
+        more.addStretch(1)
+        more.addWidget(self.delete_button)
         editor.addLayout(buttons)
+        editor.addLayout(more)
         body = QHBoxLayout()
-        self.list.setFixedWidth(180)
+        self.list.setFixedWidth(160)
         body.addWidget(self.list)
         body.addLayout(editor, 1)
         lay = QVBoxLayout(self)

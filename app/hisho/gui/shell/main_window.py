@@ -22,9 +22,11 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMenu,
+    QPlainTextEdit,
     QPushButton,
     QSplitter,
     QStackedWidget,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
@@ -33,16 +35,36 @@ from hisho.gui.chat.attach import AttachController
 from hisho.gui.chat.chat_view import ChatView
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.documents import DocumentsController
+from hisho.gui.chat.model_picker import NAME_MAX
 from hisho.gui.chat.sidebar import Sidebar
+from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
 from hisho.gui.shell.controller import ChatController
+from hisho.gui.shell.pages import CHATS, NavRail, PageHost
 from hisho.gui.shell.status_bar import ContextMeter, ElidedLabel, StatusBar
 from hisho.gui.shell.toast import Toast
 
 log = logging.getLogger("hisho.gui")
 
+METER_MAX = 190
+NARROW_HEADER = 760
+NAME_NARROW = 120
 SUGGESTIONS = ("Explain how a transformer model works, simply", "Write a Python function that reverses a list",
                "Give me three ideas for a weekend trip", "Summarize the pros and cons of remote work")
+
+
+class ModelName(ElidedLabel):
+    """The loaded model's name. The header shows it on the model picker's button (one control, the name, that
+    switches model), so the label itself stays hidden and says when its text changes."""
+
+    changed = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__("", 6)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt naming
+        super().setText(text)
+        self.changed.emit(text)
 
 
 class MainWindow(QMainWindow):
@@ -55,6 +77,9 @@ class MainWindow(QMainWindow):
         self.ctx = ctx
         self.setWindowTitle("Hisho")
         self.resize(1240, 820)
+        # Its own minimum, not its layout's (the chat list beside the chat): narrower, the list collapses to
+        # the rail (hisho.gui.shell.chat_list_place).
+        self.setMinimumSize(MIN_WIDTH, 420)
         self._fit_to_screen()
         self.sidebar = Sidebar()
         self.view = ChatView()
@@ -71,6 +96,9 @@ class MainWindow(QMainWindow):
         from hisho.gui.chat.model_picker import attach_picker
 
         attach_picker(self)  # header: switch model in one click
+        from hisho.gui.shell.page_setup import add_pages
+
+        add_pages(self)      # Models, Memory planner, Settings: pages beside Chats, on the rail
         if ctx.problem:
             self.show_banner(ctx.problem)
 
@@ -112,7 +140,21 @@ class MainWindow(QMainWindow):
         self.splitter.setHandleWidth(1)
         self.splitter.setCollapsible(0, True)   # drag it away, or Ctrl+B / the header's ☰
         self.splitter.setCollapsible(1, False)
-        self.setCentralWidget(self.splitter)
+        chats = QWidget()
+        chats.setObjectName("ChatsPage")
+        cl = QHBoxLayout(chats)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.splitter)
+        self.list_place = ChatListPlace(self.splitter, self.sidebar, right, chats)
+        self.host = PageHost(chats)
+        self.rail = NavRail()
+        central = QWidget()
+        lay = QHBoxLayout(central)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        lay.addWidget(self.rail)
+        lay.addWidget(self.host, 1)
+        self.setCentralWidget(central)
 
     def _build_header(self) -> QWidget:
         header = QFrame()
@@ -125,21 +167,26 @@ class MainWindow(QMainWindow):
         self.sidebar_button.clicked.connect(self.toggle_sidebar)
         self.title = ElidedLabel("New chat", 10)
         self.title.setObjectName("HeaderTitle")
-        self.model_label = ElidedLabel("", 6)
+        self.model_label = ModelName()   # shown by the model picker, which is the model's name in the header
         self.model_label.setObjectName("Meta")
         self.context_meter = ContextMeter()
         self.meter = self.context_meter.bar
         self.meter_label = self.context_meter.label
         self.settings_button = QPushButton("Chat settings")
         self.settings_button.setToolTip("Model, system prompt and sampling for this chat (Ctrl+,)")
+        # The title takes the room that is left; the model's name and the meter take what they need (the meter
+        # at most METER_MAX): spread 3:1:2 they cut a title to "What is …" and the model to "Smo…" at 1280 px.
+        self.context_meter.setMaximumWidth(METER_MAX)
+        self.model_label.hide()
         lay.addWidget(self.sidebar_button)
-        lay.addWidget(self.title, 3)
+        lay.addWidget(self.title, 1)
         lay.addSpacing(8)
-        lay.addWidget(self.model_label, 1)
-        lay.addStretch(0)
-        lay.addWidget(self.context_meter, 2)
-        lay.addSpacing(8)
+        lay.addWidget(self.model_label)
+        lay.addWidget(self.context_meter)
+        lay.addSpacing(4)
         lay.addWidget(self.settings_button)
+        header.installEventFilter(self)   # a narrow header gives the title the room first (_fit_header)
+        self.header = header
         return header
 
     def _build_find_bar(self) -> QWidget:
@@ -234,10 +281,8 @@ class MainWindow(QMainWindow):
         self._action(self.file_menu, "Import chat…", c.listing.import_chat)
         self._action(self.file_menu, "Export chat…", lambda: c.listing.export_chat(None))
         self.file_menu.addSeparator()
-        from hisho.gui.settings.preferences import open_preferences
-
         # App settings (KV cache budget and type, what is stored); Ctrl+, is the chat's own settings.
-        self._action(self.file_menu, "Settings…", lambda: open_preferences(self), QKeySequence("Ctrl+Alt+S"))
+        self._action(self.file_menu, "Settings…", lambda: self.show_page("settings"), QKeySequence("Ctrl+Alt+S"))
         self.file_menu.addSeparator()
         self._action(self.file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
         edit = bar.addMenu("&Edit")
@@ -247,12 +292,10 @@ class MainWindow(QMainWindow):
         self._action(edit, "Search chats", self.focus_search, QKeySequence("Ctrl+K"))
         self.view_menu: QMenu = bar.addMenu("&View")
         self._action(self.view_menu, "Show or hide the chat list", self.toggle_sidebar, QKeySequence("Ctrl+B"))
-        from hisho.gui.models.planner_panel import open_planner
-
-        self._action(self.view_menu, "Memory planner", lambda: open_planner(self))
-        from hisho.gui.models.models_page import open_models
-
-        self._action(self.view_menu, "Models", lambda: open_models(self), QKeySequence("Ctrl+M"))
+        self._action(self.view_menu, "Chats", lambda: self.show_page(CHATS), QKeySequence("Ctrl+1"))
+        self._action(self.view_menu, "Models", lambda: self.show_page("models"), QKeySequence("Ctrl+M"))
+        self._action(self.view_menu, "Memory planner", lambda: self.show_page("planner"), QKeySequence("Ctrl+P"))
+        self.view_menu.addSeparator()
         self.theme_menu = self.view_menu.addMenu("Theme")
         group = QActionGroup(self)
         chosen = str(self.ctx.settings["theme"])
@@ -271,7 +314,12 @@ class MainWindow(QMainWindow):
         self._action(chat, "Rename chat", c.listing.start_rename, QKeySequence(Qt.Key.Key_F2))
         self._action(chat, "Chat settings…", c.open_settings, QKeySequence("Ctrl+,"))
         help_menu = bar.addMenu("&Help")
+        from hisho.gui.shell.help import show_about, show_shortcuts
+
+        self._action(help_menu, "Keyboard shortcuts", lambda: show_shortcuts(self), QKeySequence("Ctrl+/"))
         self._action(help_menu, "Copy diagnostics", c.copy_diagnostics)
+        help_menu.addSeparator()
+        self._action(help_menu, "About Hisho", lambda: show_about(self))
 
     def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
                 key: str | QKeySequence | QKeySequence.StandardKey | None = None) -> QAction:
@@ -285,22 +333,63 @@ class MainWindow(QMainWindow):
         esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         esc.activated.connect(self.escape)
         self.find_edit.returnPressed.connect(self.controller.listing.find_next)
+        # Delete on a chat selected in the list: soft delete with Undo, as the list's menu does. Only while the
+        # list has the focus: in the message box and the search box Delete edits text.
+        delete = QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.sidebar.list)
+        delete.setContext(Qt.ShortcutContext.WidgetShortcut)
+        delete.activated.connect(self.delete_selected_chat)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
-        if obj is self.find_edit and event.type() == QEvent.Type.KeyPress and isinstance(event, QKeyEvent) and \
-                event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and \
+        if obj is getattr(self, "header", None) and event.type() == QEvent.Type.Resize:
+            self._fit_header(self.header.width())
+            return False
+        if obj is getattr(self, "find_edit", None) and event.type() == QEvent.Type.KeyPress and \
+                isinstance(event, QKeyEvent) and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and \
                 event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             self.controller.listing.find_previous()
             return True
         return super().eventFilter(obj, event)
 
     def escape(self) -> None:
-        if self.controller.sending.generating_here():
+        search = self.sidebar.search
+        if self.host.current_name() != CHATS:
+            field, page = self.focusWidget(), self.host.currentWidget()
+            typing = isinstance(field, QLineEdit | QPlainTextEdit | QTextEdit) and field.isVisible() and \
+                page is not None and page.isAncestorOf(field)
+            if not typing:               # Esc in a page's text field is the field's (a search box keeps it)
+                self.host.back()
+        elif search.hasFocus() or (search.text() and self.sidebar.isAncestorOf(self.focusWidget())):
+            if search.text():
+                search.clear()           # the whole list again
+            else:
+                self.composer.focus()
+            self.list_place.put_away()
+        elif self.controller.sending.generating_here():
             self.controller.sending.stop_here()
         elif self.find_bar.isVisible():
             self.hide_find()
         elif self.composer.editing_id is not None:
             self.composer.cancel_edit()  # the draft typed before the edit comes back
+        else:
+            self.list_place.put_away()
+
+    def delete_selected_chat(self) -> None:
+        item = self.sidebar.list.currentItem()
+        cid = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        if cid is not None:
+            self.controller.delete_chat(int(cid))
+
+    def _fit_header(self, width: int) -> None:
+        """Below NARROW_HEADER px the model's name and the meter take less, so the title keeps ~20 characters."""
+        narrow = width < NARROW_HEADER
+        self.context_meter.setMaximumWidth(METER_MAX // 2 + 10 if narrow else METER_MAX)
+        picker = getattr(self, "model_picker", None)
+        if picker is not None:
+            picker.show_name(room=NAME_NARROW if narrow else NAME_MAX)
+
+    def show_page(self, name: str) -> QWidget:
+        """Show a page of the window (Chats, Models, Memory planner, Settings); the rail marks it."""
+        return self.host.show_page(name)
 
     def show_find(self) -> None:
         self.find_bar.show()
@@ -312,18 +401,13 @@ class MainWindow(QMainWindow):
         self.composer.focus()
 
     def toggle_sidebar(self) -> None:
-        """Hide the chat list (hidden, not just squeezed: the window may then be narrower), or bring it back."""
-        sizes = self.splitter.sizes()
-        if self.sidebar_shown():
-            self._sidebar_width = sizes[0]
-            self.sidebar.hide()
-        else:
-            self.sidebar.show()
-            width = getattr(self, "_sidebar_width", 260)
-            self.splitter.setSizes([width, max(0, sum(sizes) - width)])
+        """Hide the chat list (hidden, not just squeezed: the window may then be narrower), or bring it back
+        (over the chat when the window is narrow: showing it never widens the window)."""
+        self.host.back()
+        self.list_place.toggle()
 
     def sidebar_shown(self) -> bool:
-        return self.sidebar.isVisible() and self.splitter.sizes()[0] > 0
+        return self.list_place.shown()
 
     def _fit_to_screen(self) -> None:
         """Open no larger than the screen's free area (a 1280×720 laptop screen at 150 % is 853×480)."""
@@ -334,6 +418,7 @@ class MainWindow(QMainWindow):
             self.resize(min(self.width(), free.width()), min(self.height(), free.height() - 40))
 
     def focus_search(self) -> None:
+        self.host.back()
         if not self.sidebar_shown():
             self.toggle_sidebar()
         self.sidebar.search.setFocus()

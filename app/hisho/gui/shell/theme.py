@@ -120,7 +120,7 @@ QPushButton {{ background: {t.surface}; border: 1px solid {t.border}; border-rad
 QPushButton:hover {{ background: {t.hover}; }}
 QPushButton#Primary, QPushButton#SendButton {{ background: {t.accent}; color: {t.accent_text}; border: none;
     font-weight: 600; }}
-QPushButton#SendButton:disabled {{ background: {t.border}; color: {t.muted}; }}
+QPushButton#SendButton:disabled, QPushButton#Primary:disabled {{ background: {t.border}; color: {t.muted}; }}
 QPushButton#StopButton {{ background: {t.text}; color: {t.bg}; border: none; font-weight: 600; }}
 QPushButton#Flat, QToolButton#Flat {{ background: transparent; border: none; color: {t.muted}; padding: 2px 6px;
     border-radius: 5px; }}
@@ -161,4 +161,31 @@ QPushButton#JumpButton {{ background: {t.surface}; border: 1px solid {t.border};
     padding: 5px 14px; color: {t.text}; }}
 QMenuBar {{ background: {t.bg}; }}
 QMenuBar::item:selected {{ background: {t.hover}; }}
+#NavRail {{ background: {t.sidebar}; border-right: 1px solid {t.border}; }}
+QPushButton#RailButton {{ background: transparent; border: none; border-radius: 8px; padding: 9px 2px;
+    color: {t.muted}; font-size: 8.5pt; font-weight: 600; }}
+QPushButton#RailButton:hover {{ background: {t.hover}; color: {t.text}; }}
+QPushButton#RailButton:checked {{ background: {t.selected}; color: {t.text}; }}
+#Sidebar[drawer="true"] {{ border-right: 2px solid {t.accent}; }}
+#PageTitle {{ font-size: 15pt; font-weight: 600; }}
+#PlannerSubject {{ font-size: 11pt; }}
+QListWidget#SettingsNav {{ background: {t.sidebar}; border: 1px solid {t.border}; border-radius: 8px; }}
+QListWidget#SettingsNav::item {{ padding: 6px 8px; }}
+QListWidget#SettingsNav::item:selected {{ background: {t.selected}; color: {t.text}; }}
+{focus_rules(t)}
 """
+
+
+def focus_rules(t: Theme) -> str:
+    """Keyboard focus drawn on every button: a style sheet that gives a button a border also takes Fusion's
+    focus frame away, which left focus invisible (in the dark theme most of all). The ring is 2 px in a colour
+    that stands out from the button's own: the accent on plain buttons, the text colour on accent buttons.
+    Padding shrinks by the border's extra pixel so a focused button keeps its size."""
+    return f"""QPushButton:focus, QToolButton:focus {{ border: 2px solid {t.accent}; padding: 4px 11px; }}
+QPushButton#Flat:focus, QToolButton#Flat:focus, QPushButton#RailButton:focus {{ border: 2px solid {t.accent};
+    padding: 0px 4px; }}
+QPushButton#RailButton:focus {{ padding: 7px 0px; }}
+QPushButton#Primary:focus, QPushButton#SendButton:focus, QPushButton#StopButton:focus {{
+    border: 2px solid {t.text}; padding: 3px 10px; }}
+QPushButton#Chip:focus {{ border: 2px solid {t.accent}; padding: 7px 13px; }}
+#Toast QPushButton:focus {{ border: 2px solid {t.bg}; }}"""

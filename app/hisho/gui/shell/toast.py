@@ -95,6 +95,20 @@ class Toast(QFrame):
             self._place()
         return False
 
+    def move_to(self, host: QWidget, above: QWidget | None = None) -> None:
+        """Show over ``host`` from now on (the page on screen: a page's messages must be seen on that page)."""
+        if host is self.host:
+            return
+        shown = self.isVisible()
+        self.host.removeEventFilter(self)
+        self.setParent(host)
+        self.host, self.above = host, above
+        host.installEventFilter(self)
+        if shown:
+            self._place()
+            self.show()
+            self.raise_()
+
     def enterEvent(self, event: QEnterEvent) -> None:  # noqa: N802 - Qt naming
         self._timer.stop()  # reading it: it stays
         super().enterEvent(event)

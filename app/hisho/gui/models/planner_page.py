@@ -1,0 +1,194 @@
+"""The Memory planner page of the window (View → Memory planner, the rail's "Memory").
+
+It plans the model that is loaded, or a hub file being considered on the Models page's Hub tab ("Plan memory"):
+the panel shows which one. "Use this context and KV type" saves what the panel shows in Settings (``n_ctx``,
+``kv_type``) and offers to reload the model with them now; for a hub file, which is not on this computer yet,
+the button downloads it instead.
+
+Rules of use: GUI thread. Plans are made on the ``engine`` lane for a local file (the dry run may take seconds)
+and on the ``hub`` lane for a hub file (range reads of its header); results come back through the executor.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from hisho.core.hub import QuantFile
+from hisho.core.planner import Calibration, Plan
+from hisho.gui.models.planner_panel import PlannerPanel
+from hisho.gui.shell.pages import ShowsPages
+
+if TYPE_CHECKING:
+    from hisho.gui.models.hub_tab import HubTab
+    from hisho.gui.shell.context import AppContext
+    from hisho.gui.shell.controller import ChatController
+
+log = logging.getLogger("hisho.gui")
+
+
+class PlannerWindow(ShowsPages, Protocol):
+    """What the page uses of the main window."""
+
+    @property
+    def ctx(self) -> AppContext: ...
+
+    @property
+    def controller(self) -> ChatController: ...
+
+
+class PlannerPage(PlannerPanel):
+    def __init__(self, window: PlannerWindow, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.w = window
+        self.hub_file: QuantFile | None = None   # planning a hub file, not the loaded model
+        self.planned_for = ""                     # the loaded file (or remote model) the plan is for
+        self.plans = 0                            # plans shown so far (tests wait on it)
+        title = QLabel("Memory planner")
+        title.setObjectName("PageTitle")
+        self.back_to_loaded = QPushButton("Plan the loaded model")
+        self.back_to_loaded.setObjectName("Flat")
+        self.back_to_loaded.hide()
+        self.back_to_loaded.clicked.connect(self.plan_loaded)
+        head = QHBoxLayout()
+        head.addWidget(title)
+        head.addStretch(1)
+        head.addWidget(self.back_to_loaded)
+        lay = self.layout()
+        assert isinstance(lay, QVBoxLayout)
+        lay.setContentsMargins(24, 16, 24, 16)
+        lay.insertLayout(0, head)
+        self.apply_requested.connect(self.use_shown)
+
+    # ----- what is planned -------------------------------------------------------------------------------
+
+    def follow_loaded(self) -> None:
+        """On showing the page: plan the loaded model again if it changed (a hub plan stays until left)."""
+        if self.hub_file is None and self._loaded_key() != self.planned_for:
+            self.plan_loaded()
+
+    def _loaded_key(self) -> str:
+        engine = self.w.ctx.engine
+        if engine.engine_info.get("remote"):
+            return f"remote:{engine.engine_info.get('engine', '')}:{engine.load_info.get('model', '')}"
+        params = engine.load_params or self.w.ctx.load_params
+        return str(params.model_path) if params is not None else ""
+
+    def plan_loaded(self) -> None:
+        self.hub_file = None
+        self.back_to_loaded.hide()
+        self.planned_for = key = self._loaded_key()
+        engine = self.w.ctx.engine
+        if engine.engine_info.get("remote"):
+            self.show_remote(dict(engine.engine_info), dict(engine.load_info))
+            return
+        if not key:
+            self.subject.setText("No model is loaded: choose one in the chat header or on the Models page.")
+            return
+        self.subject.setText(f"Planning for <b>{html.escape(Path(key).name)}</b> · the model in use")
+        self.choice.setText("Planning…")
+        spec = [key]
+
+        def work() -> tuple[Plan, Calibration | None]:
+            from hisho.core import machine as machine_mod
+            from hisho.core import settings as settings_mod
+            from hisho.core.planner import calibration_for, facts_for, make_plan
+
+            s = settings_mod.load()
+            m = machine_mod.detect()
+            plan = make_plan(spec, m, m.budget(), min_ctx=int(s["min_ctx"]), target_ctx=int(s["n_ctx"]))
+            return plan, calibration_for(facts_for(spec)[0], run=False)
+
+        self.w.ctx.executor.submit("engine", work, done=lambda r: self._planned(key, r), failed=self._failed)
+
+    def plan_hub_file(self, f: QuantFile) -> None:
+        """Plan ``f`` (not downloaded: its header is read from the hub) and show it here."""
+        self.hub_file = f
+        self.planned_for = key = f"hf:{f.repo}/{f.name}"
+        self.back_to_loaded.show()
+        self.subject.setText(f"Planning for <b>{html.escape(f.name)}</b> · {html.escape(f.repo)} on the hub, "
+                             "not downloaded")
+        self.choice.setText("Reading its header from the hub…")
+
+        def work() -> tuple[Plan, Calibration | None]:
+            from hisho.core import planner
+            from hisho.core.hub.fit import file_facts
+            from hisho.gui.models.models_page import planner_budget
+
+            facts, _nbytes = file_facts(f)
+            budget, opts = planner_budget()
+            wanted = min(opts["target_ctx"], facts.context_length or opts["target_ctx"])
+            p = planner.plan([facts], budget, min_ctx=min(opts["min_ctx"], wanted), target_ctx=opts["target_ctx"],
+                             n_batch=opts["n_batch"], n_ubatch=opts["n_batch"])
+            return p, None
+
+        self.w.ctx.executor.submit("hub", work, done=lambda r: self._planned(key, r), failed=self._failed)
+
+    def _planned(self, key: str, result: tuple[Plan, Calibration | None]) -> None:
+        if key != self.planned_for:
+            return  # another model was asked for since
+        self.show_plan(*result)
+        self.apply.setText("Download this file" if self.hub_file is not None else "Use this context and KV type")
+        self.plans += 1
+
+    def _failed(self, exc: BaseException) -> None:
+        self.choice.setText(f"No plan: {exc}")
+
+    # ----- using what is shown ---------------------------------------------------------------------------
+
+    def use_shown(self, n_ctx: int, kv_type: str) -> None:
+        if self.hub_file is not None:
+            from hisho.gui.models.models_page import open_models
+
+            open_models(self.w, "Downloads").download(self.hub_file)
+            return
+        settings, c = self.w.ctx.settings, self.w.controller
+        try:
+            settings.set("n_ctx", n_ctx)
+            settings.set("kv_type", kv_type)
+        except ValueError as exc:
+            c.toast(f"Not saved: {exc}")
+            return
+        self.w.ctx.executor.submit("store", settings.save, failed=c.report)
+        params = self.w.ctx.engine.load_params
+        model = str(params.model_path) if params is not None else ""
+        c.toast(f"Context {n_ctx:,} tokens and {kv_type} KV are used from the next model load.",
+                (lambda: c.switch_model(model)) if model else None, label="Reload now", ms=15_000)
+
+
+def open_planner(window: ShowsPages) -> PlannerPage:
+    """View → Memory planner: the page, planning the loaded model (unless a hub file is being planned)."""
+    page = window.show_page("planner")
+    assert isinstance(page, PlannerPage)
+    return page
+
+
+def offer_planning(window: ShowsPages, hub: HubTab) -> None:
+    """The Hub tab's "Plan memory" button: the selected file on the Memory planner page."""
+    button = QPushButton("Plan memory for this file")
+    button.setObjectName("Flat")
+    button.setToolTip("See on the Memory planner page what the selected file needs here, at any context")
+    button.setEnabled(False)
+
+    def selected() -> QuantFile | None:
+        rows = hub.files.selectionModel().selectedRows() if hub.files.selectionModel() else []
+        row = rows[0].row() if rows else -1
+        return hub.fits[row].file if 0 <= row < len(hub.fits) else None
+
+    def plan() -> None:
+        f = selected()
+        if f is not None:
+            page = open_planner(window)
+            page.plan_hub_file(f)
+
+    hub.files.itemSelectionChanged.connect(lambda: button.setEnabled(selected() is not None))
+    button.clicked.connect(plan)
+    host = hub.files.parentWidget()
+    lay = host.layout() if host is not None else None
+    if isinstance(lay, QVBoxLayout):
+        lay.insertWidget(lay.indexOf(hub.files) + 1, button)
+    hub.plan_button = button  # type: ignore[attr-defined]  # for tests and the screenshots
