@@ -378,7 +378,8 @@ class KVState:
         return pos_max + 1 == n_tokens
 
 
-def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], bool]) -> dict[str, Any]:
+def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], bool],
+            on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Type-ahead: make ``seq`` hold ``tokens``, rolling back (``llama_memory_seq_rm``) from the first token
     that differs and decoding only the rest, without logits (``generate`` re-evaluates its last prompt token)."""
     if len(tokens) >= rt.n_ctx:
@@ -389,7 +390,8 @@ def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], 
     if rolled_back:
         rt.seq_rm(seq, common)
     start = time.perf_counter()
-    complete = rt.decode_tokens(seq, tokens[common:], want_logits=False, should_stop=should_stop)
+    complete = rt.decode_tokens(seq, tokens[common:], want_logits=False, should_stop=should_stop,
+                                on_progress=on_progress)
     return {"held": len(rt.seqs.get(seq, [])), "decoded": len(tokens) - common, "rolled_back": rolled_back,
             "complete": complete, "seconds": time.perf_counter() - start}
 

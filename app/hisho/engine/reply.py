@@ -15,12 +15,13 @@ from hisho.engine.llama_setup import GenStats, build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
 
-def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
-             cancelled: Callable[[], bool]) -> Iterator[tuple[int, str] | GenStats]:
+def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cancelled: Callable[[], bool],
+             on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str] | GenStats]:
     """Prefill ``prompt`` into ``seq`` (reusing its cached prefix) and sample a reply.
 
-    Yields ``(token, text)`` per token, then the final ``GenStats``. ``cancelled`` is checked before every
-    token, so a cancel takes effect within one token.
+    Yields ``(token, text)`` per token, then the final ``GenStats``. ``cancelled`` is checked between prefill
+    slices and before every token, so a cancel takes effect within one slice or one token. ``on_progress(done,
+    total)`` reports the prefill between slices (``Runtime.decode_tokens``).
     """
     rt.check_seq(seq)
     if not prompt:
@@ -31,7 +32,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
     stats = GenStats(prompt_tokens=len(prompt))
     start = time.perf_counter()
     stats.cached_tokens = rt.reuse_prefix(seq, prompt)
-    if not rt.decode_tokens(seq, prompt[stats.cached_tokens:], should_stop=cancelled):
+    if not rt.decode_tokens(seq, prompt[stats.cached_tokens:], should_stop=cancelled, on_progress=on_progress):
         stats.stop_reason = "cancelled"
         yield stats
         return

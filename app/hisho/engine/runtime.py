@@ -274,9 +274,11 @@ class Runtime:
         return common
 
     def decode_tokens(self, seq: int, tokens: list[int], *, want_logits: bool = True,
-                      should_stop: Callable[[], bool] | None = None) -> bool:
+                      should_stop: Callable[[], bool] | None = None,
+                      on_progress: Callable[[int, int], None] | None = None) -> bool:
         """Append ``tokens`` to ``seq`` in n_batch slices. Logits only for the very last token.
-        Returns False if ``should_stop`` said stop between slices (the cache then holds what was done)."""
+        Returns False if ``should_stop`` said stop between slices (the cache then holds what was done).
+        ``on_progress(done, total)`` runs after every slice but the last (a long prompt's reading progress)."""
         held = self.seqs.setdefault(seq, [])
         if len(held) + len(tokens) > self.n_ctx:
             raise RequestError(ErrorKind.CONTEXT_FULL,
@@ -292,6 +294,8 @@ class Runtime:
                 self.batch.add(tok, base + i, seq, want_logits and last_slice and i == len(part) - 1)
             self.decode_batch()
             held.extend(part)
+            if on_progress is not None and not last_slice:
+                on_progress(start + len(part), len(tokens))
         return True
 
     def run_step(self, batch: Batch) -> int:
@@ -360,9 +364,9 @@ class Runtime:
 
     # ----- generation ---------------------------------------------------------------------------------
 
-    def generate(self, seq: int, prompt: list[int], sampling: Sampling,
-                 cancelled: Callable[[], bool]) -> Iterator[tuple[int, str] | GenStats]:
+    def generate(self, seq: int, prompt: list[int], sampling: Sampling, cancelled: Callable[[], bool],
+                 on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str] | GenStats]:
         """One reply on ``seq`` (hisho.engine.reply.generate says how)."""
         from hisho.engine.reply import generate
 
-        return generate(self, seq, prompt, sampling, cancelled)
+        return generate(self, seq, prompt, sampling, cancelled, on_progress)
