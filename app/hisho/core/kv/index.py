@@ -339,6 +339,12 @@ class KVIndex:
                         [fp, blend("prefill_tok_s", prefill_tok_s), blend("restore_bytes_s", restore_bytes_s),
                          time.time()])
 
+    def prefill_speed(self, fp: str) -> float | None:
+        """The prefill speed (tokens/s) measured on this computer for fingerprint ``fp``; None if never."""
+        row = self.db.query("SELECT prefill_tok_s FROM kv_speed WHERE fingerprint = ?", [fp])
+        value = row[0]["prefill_tok_s"] if row else None
+        return float(value) if value else None
+
     def usage(self, owner: str) -> Usage:
         return self.usage_all(owner).get(owner, Usage(owner, 0, 0, 0, 0.0))
 

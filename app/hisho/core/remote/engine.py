@@ -319,6 +319,9 @@ class RemoteEngine:
         """A remote server reports no prompt-reading progress (the window says what it waits for instead)."""
         return None
 
+    def cancel(self, req_id: int) -> None:
+        """Nothing to stop by id: a remote request is stopped through its stream (it reports no progress)."""
+
     # ----- local-only operations (no capability: callers never reach these) ------------------------------
 
     def _local_only(self, what: str) -> RemoteError:

@@ -188,8 +188,15 @@ class ChatController(QObject):
         seconds = int(time.monotonic() - self._loading_since)
         self.w.status.set_model(f"Loading {self._loading_name_shown}…" + (f" {seconds} s" if seconds else ""))
 
+    def _end_load_notice(self) -> None:
+        """A toast that announced the load ("Loading X…", from the header's menu or the Models page) is out
+        of date once the load ended: it goes at once instead of covering the chat for its full time."""
+        if self.w.toast.text().startswith("Loading "):
+            self.w.toast.dismiss()
+
     def _loaded(self, info: dict[str, Any]) -> None:
         self._load_tick.stop()
+        self._end_load_notice()
         self.model_ready, self.model_failed = True, False
         params = self.ctx.engine.load_params
         name = Path(params.model_path).stem if params else ""
@@ -205,6 +212,7 @@ class ChatController(QObject):
 
     def _load_failed(self, exc: BaseException) -> None:
         self._load_tick.stop()
+        self._end_load_notice()
         self.model_failed = True
         self.w.status.set_model("No model loaded")
         self.w.show_banner(f"The model could not be loaded: {exc}")
