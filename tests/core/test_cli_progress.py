@@ -34,5 +34,5 @@ def test_a_pipe_gets_plain_lines_once_per_step() -> None:
         progress(JobProgress("done", 1, 1, 0.0))
     lines = out.getvalue().splitlines()
     assert lines[0] == "hisho: loading SmolLM2…"
-    assert lines[1] == "hisho: summarizing a.txt: chunk 1 of 4 · ETA 30 seconds · 25 %"
+    assert lines[1] == "hisho: summarizing a.txt: chunk 1 of 4 · 25 % · ETA 30 seconds"
     assert lines[2].startswith("hisho: done in ") and len(lines) == 3

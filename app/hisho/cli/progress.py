@@ -33,6 +33,7 @@ class StderrProgress:
         self._last_line = self._started
         self._state = ""       # what the job does now, for the bar and the heartbeat
         self._fraction: float | None = None
+        self._eta = ""
         self._bar_shown = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,27 +77,28 @@ class StderrProgress:
         if p.stage in ("summarizing", "combining"):  # "chunk 3 of 8" says which step, not of what
             text = f"{p.stage} {p.file}: {text}" if p.file else f"{p.stage}: {text}"
         fraction = p.done / p.total if p.total > 0 and p.stage not in ("done", "cancelled") else None
+        eta = ""
         if fraction is not None and p.eta_s > 0 and p.stage in ("summarizing", "combining"):
-            text += f" · ETA {duration(p.eta_s)}"
+            eta = f" · ETA {duration(p.eta_s)}"
         if p.stage == "done":
             text = f"done in {duration(time.monotonic() - self._started)}"
         elif p.stage == "cancelled":
             text = "cancelled; finished chunks are kept, run it again to resume"
-        self._set(text, fraction)
+        self._set(text, fraction, eta)
 
     # ----- output ----------------------------------------------------------------------------------------
 
-    def _set(self, text: str, fraction: float | None) -> None:
+    def _set(self, text: str, fraction: float | None, eta: str = "") -> None:
         with self._lock:
             changed = text != self._state
-            self._state, self._fraction = text, fraction
+            self._state, self._fraction, self._eta = text, fraction, eta
             if self._held:
                 return
             if self.tty:
                 self._draw()
             elif changed:
                 percent = f" · {int(fraction * 100)} %" if fraction is not None else ""
-                self._line(f"hisho: {text}{percent}")
+                self._line(f"hisho: {text}{percent}{eta}")
 
     def _line(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -110,7 +112,7 @@ class StderrProgress:
             head = f"[{'#' * filled}{'-' * (BAR - filled)}] {int(self._fraction * 100):3d} % "
         else:
             head = ""
-        self.out.write(f"\r{head}{self._state}{elapsed}\033[K")
+        self.out.write(f"\r{head}{self._state}{self._eta}{elapsed}\033[K")
         self.out.flush()
         self._bar_shown = True
 
@@ -122,4 +124,5 @@ class StderrProgress:
                 if self.tty:
                     self._draw()
                 elif time.monotonic() - self._last_line >= HEARTBEAT_S:
-                    self._line(f"hisho: still {self._state} · {duration(time.monotonic() - self._started)} so far")
+                    so_far = duration(time.monotonic() - self._started)
+                    self._line(f"hisho: still {self._state}{self._eta} · {so_far} so far")

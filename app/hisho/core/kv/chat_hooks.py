@@ -90,13 +90,15 @@ class KVChat:
         cid = result.turn.conversation_id
         with self._lock:
             self._busy.discard(cid)
+        figures = getattr(result, "engine", None)  # the engine's: its ttft_s is the prefill and one token
         if result.error:
             return
+        if figures is not None and figures.stop_reason == "cancelled" and figures.completion_tokens == 0:
+            return  # stopped while the prompt was read: saving would read the rest of it, what Stop refused
         try:
             self._close_turn(cid)
             pinned = bool(self.service.store.get(cid).pinned)
             self.session.save(conversation_owner(cid), pinned=pinned)
-            figures = getattr(result, "engine", None)  # the engine's: its ttft_s is the prefill and one token
             if figures is not None and figures.ttft_s > 0:  # measured prefill speed, for "seconds saved"
                 self.session.record_prefill(int(figures.prompt_tokens) - int(figures.cached_tokens),
                                             float(figures.ttft_s))
