@@ -95,3 +95,30 @@ def test_prefill_reports_progress_and_stops_on_cancel(small_batches: EngineClien
     assert out["result"]["complete"] is False
     assert out["result"]["held"] < len(tokens)
     assert engine.progress() is None
+
+
+def test_a_model_load_reports_progress_and_a_cancel_stops_it(default_model_path: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from hisho.core.errors import EngineError
+
+    monkeypatch.setenv("HISHO_HOME", str(tmp_path))
+    engine = EngineClient()
+    try:
+        engine.start()
+        out: dict[str, Any] = {}
+
+        def load() -> None:
+            try:
+                out["info"] = engine.load(LoadParams(model_path=str(default_model_path), n_ctx=512))
+            except EngineError as exc:
+                out["error"] = exc
+
+        worker = threading.Thread(target=load)
+        worker.start()
+        seen = wait_progress(engine, worker)
+        assert seen is not None and seen.op == "load" and seen.total == 1000 and 0 <= seen.done < 1000
+        engine.cancel(seen.id)
+        worker.join(120)
+        assert "cancelled" in str(out.get("error", "")), out
+    finally:
+        engine.close()

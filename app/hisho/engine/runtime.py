@@ -122,11 +122,21 @@ class Runtime:
     # ----- loading ------------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, params: LoadParams) -> Runtime:
+    def load(cls, params: LoadParams, on_progress: Callable[[float], bool] | None = None) -> Runtime:
+        """``on_progress(fraction)`` reports the file's loading (llama.cpp's callback); False stops it."""
         backends.init()
         mapped = maps_file(params)
         start = time.perf_counter()
-        model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), model_params(params, mapped))
+        stopped = [False]
+
+        def report(fraction: float) -> bool:
+            stopped[0] = on_progress is not None and not on_progress(fraction)
+            return not stopped[0]
+
+        mparams = model_params(params, mapped, report if on_progress is not None else None)
+        model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
+        if not model and stopped[0]:
+            raise RequestError(ErrorKind.MODEL_LOAD, f"the load of {params.model_path} was cancelled")
         if not model:
             raise RequestError(ErrorKind.MODEL_LOAD, f"llama.cpp could not load the model file: {params.model_path}")
         cparams = context_params(params)

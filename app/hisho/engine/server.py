@@ -231,7 +231,13 @@ class Server:
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
-        self.runtime = Runtime.load(params)
+        reading = self.progress(req_id)
+
+        def loading(fraction: float) -> bool:  # "progress" in thousandths of the file; a cancel stops the load
+            reading(int(fraction * 1000), 1000)
+            return not self.is_cancelled(req_id)
+
+        self.runtime = Runtime.load(params, loading)
         self.result(req_id, self.runtime.info())
 
     def op_unload(self, req_id: int, req: Unload) -> None:
