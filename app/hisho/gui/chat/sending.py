@@ -467,7 +467,7 @@ class Sending:
             if progress.id not in self._cancelled_reads:  # type-ahead of the stopped message: let it go
                 self._cancelled_reads.add(progress.id)
                 self.c.ctx.engine.cancel(progress.id)
-        text = reading_text(progress)
+        text = reading_text(progress, len(self.w.composer.attachment_names()))
         if text == self.reading_text:
             return
         self.reading_text = text

@@ -26,12 +26,15 @@ TICK_MS = 200        # how often a wait's progress is read (the engine reports a
 RESTORE_MS = 9000    # the resume notice stays a little longer than a plain toast
 
 
-def reading_text(progress: Progress | None) -> str:
-    """"Reading your message · 37 %" for the engine's latest progress; "" when it reports none."""
+def reading_text(progress: Progress | None, documents: int = 0) -> str:
+    """"Reading your message · 37 %" for the engine's latest progress ("… and the attached document" when the
+    chat's prompt carries ``documents``); "" when it reports none."""
     if progress is None or progress.total <= 0:
         return ""
     percent = min(99, int(progress.fraction * 100))  # 100 % would be a lie until the first word comes
-    return f"Reading your message · {percent} %"
+    what = "your message" if not documents else (
+        "your message and the attached document" if documents == 1 else "your message and the attached documents")
+    return f"Reading {what} · {percent} %"
 
 
 def seconds_text(s: float) -> str:
