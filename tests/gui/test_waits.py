@@ -16,7 +16,9 @@ from pytestqt.qtbot import QtBot
 
 from hisho.core import settings as settings_mod
 from hisho.core.conversations.store import STOPPED, ChatSettings
+from hisho.core.kv.session import RestoreReport
 from hisho.core.models.store import ModelStore
+from hisho.gui.chat.waits import reading_text, restored_text
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window, settle, wait_for, wait_idle
 
@@ -57,6 +59,24 @@ def held_tokens(w: MainWindow) -> int:
 def typeahead_reading(w: MainWindow) -> bool:
     p = w.ctx.engine.progress()
     return p is not None and p.op == "prefill"
+
+
+def test_the_resume_notice_says_only_what_was_measured() -> None:
+    report = RestoreReport(restored=2730, loaded_bytes=62 << 20, seconds=0.097)
+    assert restored_text(report) == "Restored 2,730 tokens from disk in 97 ms"  # no speed measured: no claim
+    report.saved_s = 54.6
+    assert restored_text(report) == "Restored 2,730 tokens from disk in 97 ms · saved ~55 s"
+    report.seconds = 1.25
+    assert restored_text(report).startswith("Restored 2,730 tokens from disk in 1.2 s")
+
+
+def test_reading_text_names_what_is_read() -> None:
+    from hisho.core.engine.protocol import Progress
+
+    assert reading_text(None) == ""
+    assert reading_text(Progress(7, "generate", 370, 1000)) == "Reading your message · 37 %"
+    assert reading_text(Progress(7, "prefill", 1000, 1000)) == "Reading your message · 99 %"
+    assert reading_text(Progress(7, "generate", 10, 100), 1) == "Reading your message and the attached document · 10 %"
 
 
 def test_long_paste_reading_progress_stop_and_ttft(qtbot: QtBot, hisho_home: Path) -> None:
@@ -142,7 +162,7 @@ def test_restart_says_what_the_resume_saved(qtbot: QtBot, hisho_home: Path) -> N
     wait_for(qtbot, lambda: getattr(w, "last_restore_notice", "").startswith("Restored "), SLOW)
     text = w.last_restore_notice
     assert w.toast.text() in (text, "")  # shown over the chat (gone if its time is up)
-    assert re.fullmatch(r"Restored [\d,]+ tokens from disk in [\d.]+ s · saved ~[\d.,]+ s", text), text
+    assert re.fullmatch(r"Restored [\d,]+ tokens from disk in [\d.]+ m?s · saved ~[\d.,]+ m?s", text), text
     assert f"Restored {tokens:,} tokens" in text
     w.close()
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PASTE = "Please read these notes. " + " ".join(f"Note {i % 89} is about topic {i % 13}." for i in range(40))
+PASTE = "Please read these notes. " + " ".join(f"Note {i % 89} is about topic {i % 13}." for i in range(150))
 SIZES = ((1280, 720), (700, 720))
 
 
@@ -114,11 +114,12 @@ def main(argv: list[str]) -> int:
     say(f"waiting message: {[q.meta.text() for q in window.view.queued.values()]}; "
         f"button {window.composer.button.text()!r}")
     shoot(app, window, out, "2-send-reading")
+    began = c.active is not None  # the reading may have ended while the shots were taken: then a reply stops
     window.composer.button.click()
-    wait_until(app, lambda: window.composer.text() == PASTE)
+    wait_until(app, lambda: window.composer.text() == PASTE or (c.active is None and c.sending.starting is None))
     idle(app, window)
-    say(f"Stop: message back in the box ({len(window.composer.text())} chars), chat has "
-        f"{len(c.store.branch(second))} messages")
+    say(f"Stop ({'after the reply began' if began else 'while the message was read'}): message box holds "
+        f"{len(window.composer.text())} chars, chat has {len(c.store.branch(second))} messages")
     window.composer.clear()
 
     # 3. Read to the end: the TTFT counts from Send; the prefill speed is measured and the save lands.

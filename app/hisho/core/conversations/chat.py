@@ -282,7 +282,7 @@ class ChatService:
         if result is not None:
             first = turn.first_token_at
             meta = {"tokens": result.completion_tokens, "prompt_tokens": result.prompt_tokens,
-                    "ttft_s": first - turn.sent_at if first is not None else result.ttft_s,
+                    "ttft_s": first - turn.sent_at if first is not None else (result.ttft_s or None),
                     "tokens_per_s": result.tokens_per_s}
         if turn.store_error is not None:
             status, error = FAILED, "the disk filled up during this reply; it was stopped here"
