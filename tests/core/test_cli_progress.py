@@ -36,4 +36,3 @@ def test_a_pipe_gets_plain_lines_once_per_step() -> None:
     assert lines[0] == "hisho: loading SmolLM2…"
     assert lines[1] == "hisho: summarizing a.txt: chunk 1 of 4 · 25 % · ETA 30 seconds"
     assert lines[2].startswith("hisho: done in ") and len(lines) == 3
-
