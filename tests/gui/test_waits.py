@@ -23,7 +23,9 @@ from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window, settle, wait_for, wait_idle
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=8, repeat_penalty=1.0)
-PASTE = "Please read these notes. " + " ".join(f"Note {i % 89} is about topic {i % 13}." for i in range(40))
+NOTES = " ".join(f"Note {i % 89} is about topic {i % 13}." for i in range(40))
+PASTE = "Please read these notes. " + NOTES
+OTHER = "Read these notes, please. " + NOTES  # differs from the first token on: nothing of PASTE is reused
 SLOW = 600_000  # ms: reading a few hundred tokens took minutes on a 2-core machine shared with other work
 READING = re.compile(r"Reading your message · \d+ %")
 
@@ -107,7 +109,7 @@ def test_long_paste_reading_progress_stop_and_ttft(qtbot: QtBot, hisho_home: Pat
 
     # 2. Sent at once (no type-ahead): the reply's own reading shows progress on the reply, Stop stops it there.
     cid = open_chat(qtbot, w, "stop")
-    w.controller.send(PASTE)
+    w.controller.send(OTHER)
     wait_for(qtbot, lambda: READING.fullmatch(stream_state(w).capitalize()) is not None, SLOW)
     assert w.composer.button.text() == "Stop"
     w.composer.button.click()
