@@ -12,11 +12,12 @@ import httpx
 from hisho.api.backend import Backend
 from hisho.api.server import ApiServer
 from hisho.core.engine.client import EngineClient
+from hisho.core.models.names import ModelName
 
 
 def test_accepted_connections_have_nagle_off() -> None:
     engine = EngineClient()  # never started: /health does not ask the engine
-    server = ApiServer(Backend(engine, "model", {}, 16), "key")
+    server = ApiServer(Backend(lambda: engine, lambda: ModelName("model", "model"), {}, 16), "key")
     server.start()
     try:
         with httpx.Client() as client:  # keeps the connection open after the request

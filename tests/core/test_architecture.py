@@ -58,3 +58,106 @@ def test_qt_and_llama_cpp_really_are_blocked_here() -> None:
         with pytest.raises(ImportError):
             __import__(name)
     assert "PySide6" not in sys.modules and "llama_cpp" not in sys.modules
+
+
+# ----- import cycles: every import that runs (module level and inside functions; not TYPE_CHECKING) -----------
+
+
+def _module_names() -> dict[str, Path]:
+    names: dict[str, Path] = {}
+    for path in _modules(APP):
+        parts = list(path.relative_to(APP.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+def _runtime_edges(name: str, path: Path, names: dict[str, Path]) -> set[str]:
+    """The hisho modules ``name`` imports when it runs: ``from a.b import c`` counts as a.b.c when that is a
+    module, else a.b; imports under ``if TYPE_CHECKING:`` never run and are left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in
+                   ast.dump(node.test) for n in ast.walk(node)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def known(dotted: str) -> str | None:
+        while dotted and dotted not in names:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(m for a in node.names if (m := known(a.name)))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            out.update(m for a in node.names if (m := known(f"{base}.{a.name}")))
+    out.discard(name)
+    return out
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_runtime_import_cycles() -> None:
+    names = _module_names()
+    graph = {name: _runtime_edges(name, path, names) for name, path in names.items()}
+    cycles = import_cycles(graph)
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_walker_counts_function_local_imports_and_skips_type_checking(tmp_path: Path) -> None:
+    pkg = tmp_path / "hisho"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from hisho.b import g\n")
+    (pkg / "b.py").write_text("from hisho import a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hisho.a import f\n")
+    names = {"hisho": pkg / "__init__.py", "hisho.a": pkg / "a.py", "hisho.b": pkg / "b.py", "hisho.c": pkg / "c.py"}
+    graph = {n: _runtime_edges(n, p, names) for n, p in names.items()}
+    assert graph["hisho.c"] == set()
+    assert import_cycles(graph) == [["hisho.a", "hisho.b"]]
+
+
+def test_no_module_over_500_lines_in_core_and_cli() -> None:
+    long = [f"{p.relative_to(APP)}: {n}" for p in _modules(APP / "core") + _modules(APP / "cli")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
+    assert not long, long

@@ -319,7 +319,7 @@ def test_models_json_is_migrated_once_and_kept(tmp_path: Path, hisho_home: Path)
 
 
 def test_cli_search_files_pull_list(hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hisho.cli import main
+    from hisho.cli.main import main
 
     serve_tiny(hub, tmp_path, 1)
     assert main(["models", "search", "tiny", "--json"]) == 0

@@ -13,7 +13,7 @@ from hisho.core.conversations.chat import ChatService
 from hisho.core.conversations.store import DONE, FAILED, STOPPED, ConversationStore
 from hisho.core.db import Database
 from hisho.core.engine.protocol import LoadParams
-from hisho.core.remote import engine as engine_mod
+from hisho.core.remote import stream as stream_mod
 from hisho.core.remote.engine import RemoteEngine
 from hisho.core.remote.http import Endpoint, RemoteError
 from hisho.core.remote.probe import probe
@@ -111,7 +111,7 @@ def test_tls_to_a_plain_server_is_a_tls_error() -> None:
 
 
 def test_slow_server_reports_waiting_and_still_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_mod, "WAIT_NOTICE_S", 0.2)
+    monkeypatch.setattr(stream_mod, "WAIT_NOTICE_S", 0.2)
     waited: list[str] = []
     with StubServer("slow", delay_s=1.0) as srv:
         eng = _engine(srv.url)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hisho.cli import main
+from hisho.cli.main import main
 from hisho.core import services, settings
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
@@ -42,7 +42,7 @@ def test_terminal_chat_resumes_a_long_chat_from_kv(monkeypatch: pytest.MonkeyPat
 
 
 def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
-    app = services.build(None, strict=True)
+    app = services.build(None, "chat")
     try:
         assert app.kv is not None
         assert app.chat.before_prompt == [app.documents.before_prompt, app.kv.before_prompt]

@@ -84,7 +84,7 @@ def test_deleting_a_model_names_its_snapshots_and_deletes_them(saved: tuple[Mode
 def test_snapshots_stay_while_another_entry_is_the_same_file(saved: tuple[ModelStore, KVIndex, str, str],
                                                              tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from hisho.cli import main
+    from hisho.cli.main import main
 
     store, index, fp, _other = saved
     twin = tmp_path / "elsewhere" / "Twin.gguf"

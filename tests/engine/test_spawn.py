@@ -21,7 +21,7 @@ from hisho.core.planner.calibrate import run_probe
 def bundle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A frozen-style ``hisho`` executable, and this process made to look like it runs inside it."""
     launcher = tmp_path / "hisho"
-    launcher.write_text(f"#!{sys.executable}\nimport sys\nfrom hisho.cli import main\nsys.exit(main())\n")
+    launcher.write_text(f"#!{sys.executable}\nimport sys\nfrom hisho.cli.main import main\nsys.exit(main())\n")
     launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "executable", str(launcher))

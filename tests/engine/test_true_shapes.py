@@ -12,6 +12,7 @@ from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.repack import repacked_bytes
 from hisho.engine.llama_setup import cpu_features, mmap_policy
+from hisho.engine.reply import generate
 from hisho.engine.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
@@ -54,7 +55,7 @@ def test_llama_1b_q4_0_loads_once_and_decodes() -> None:
     try:
         assert rt.mmap is (not expect_repack)
         prompt = rt.prompt_tokens({"messages": [{"role": "user", "content": "Hello"}]})
-        events = list(rt.generate(0, prompt, Sampling(temperature=0.0, max_tokens=3, ignore_eos=True),
+        events = list(generate(rt, 0, prompt, Sampling(temperature=0.0, max_tokens=3, ignore_eos=True),
                                   lambda: False))
         stats = events[-1]
         assert stats.completion_tokens == 3  # type: ignore[union-attr]

@@ -53,7 +53,11 @@ def test_add_test_pick_and_chat_remote(qtbot: QtBot, slow_window: MainWindow,
         assert page.list.item(0).text().startswith("Local — this computer")
         page.list.setCurrentRow(page.list.count() - 1)          # "+ Add a remote engine"
         page.name.setText("local")
-        page.url.setText(srv.url)
+        qtbot.keyClicks(page.url, "https://api.example.com")
+        assert page.proxy.isChecked()                          # an internet address: the system proxy
+        page.url.clear()
+        qtbot.keyClicks(page.url, srv.url)
+        assert not page.proxy.isChecked()                      # loopback: direct
         page.save_btn.click()
         assert "built-in engine" in page.result.text()         # the reserved name is refused, in one line
         page.name.setText("box")
@@ -61,6 +65,7 @@ def test_add_test_pick_and_chat_remote(qtbot: QtBot, slow_window: MainWindow,
         page.save_btn.click()
         saved = endpoints.engines_file().read_text()
         assert "box" in saved and KEY not in saved             # the key is not in the list file
+        assert "use_proxy" not in saved                        # the address's default is not written down
         key_file = endpoints._key_file("box")
         assert key_file.read_text() == KEY and stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
         page.test_btn.click()

@@ -9,8 +9,8 @@ import pytest
 from PySide6.QtWidgets import QPushButton
 from pytestqt.qtbot import QtBot
 
+from hisho.core import services as services_mod
 from hisho.core.planner.gate import PlanRefused
-from hisho.gui.shell import controller as controller_mod
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 
@@ -24,7 +24,7 @@ def test_plan_refusal_offers_load_anyway(qtbot: QtBot, window: MainWindow, defau
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     c = window.controller
     wait_idle(qtbot, window)
-    real = controller_mod.load_params_for
+    real = services_mod.load_params_for
     overrides: list[bool] = []
 
     def refusing(path: Path, **kw: Any) -> Any:
@@ -33,7 +33,7 @@ def test_plan_refusal_offers_load_anyway(qtbot: QtBot, window: MainWindow, defau
             raise PlanRefused("the plan says 900 MiB do not fit a 100 MiB budget", plan=None)  # type: ignore[arg-type]
         return real(path, **kw)
 
-    monkeypatch.setattr(controller_mod, "load_params_for", refusing)
+    monkeypatch.setattr(services_mod, "load_params_for", refusing)
     c.switch_model(str(default_model_path))
     wait_for(qtbot, lambda: _load_anyway_button(window) is not None)
     assert not c.model_ready

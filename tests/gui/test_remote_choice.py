@@ -17,7 +17,7 @@ from pytestqt.qtbot import QtBot
 
 from hisho.core.hub import Fit, QuantFile
 from hisho.core.remote import endpoints
-from hisho.core.remote import engine as remote_engine
+from hisho.core.remote import stream as remote_stream
 from hisho.core.remote.http import Endpoint
 from hisho.gui.models.models_page import open_models
 from hisho.gui.models.planner_panel import open_planner
@@ -152,7 +152,7 @@ def test_hub_offers_a_remote_engine_for_a_model_too_big_here(qtbot: QtBot, on_bo
 def test_a_send_waiting_on_a_slow_remote_engine_names_it(qtbot: QtBot, on_box: MainWindow, stub: StubServer,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     w = on_box
-    monkeypatch.setattr(remote_engine, "WAIT_NOTICE_S", 0.3)
+    monkeypatch.setattr(remote_stream, "WAIT_NOTICE_S", 0.3)
     stub.mode, stub.delay_s = "slow", 4.0
     chat(qtbot, w, "Slow server")
     w.controller.send("Hello?")

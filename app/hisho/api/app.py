@@ -1,11 +1,16 @@
 """The Starlette application: routes, the API key check, CORS, OpenAI-shaped errors.
 
 Rules of use: ``make_app(backend, key, cors_origins)``; every response, an error included, is JSON or SSE in
-OpenAI's shapes, never a traceback. Every route but ``/health`` needs ``Authorization: Bearer <key>``.
+OpenAI's shapes, never a traceback. Every route but ``/health`` needs ``Authorization: Bearer <key>``, checked
+before the body is read; a body over ``backend.limits.max_body_bytes`` is refused (413) before it is read
+whole. From the moment a request is parsed the client's connection is watched: a client that leaves, streamed
+or not, has its engine work cancelled at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -27,19 +32,60 @@ log = logging.getLogger("hisho.api")
 
 
 def error_response(exc: ApiError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
 
 
 def _sse(data: dict[str, Any] | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-async def _body(request: Request) -> Any:
-    raw = await request.body()
+def _too_large(limit: int) -> ApiError:
+    # Connection: close, since the rest of the body is never read.
+    return ApiError(413, f"the request body is larger than this server takes ({limit} bytes; Settings → API)",
+                    code="request_too_large", headers={"Connection": "close"})
+
+
+async def _body(request: Request, limit: int) -> Any:
+    """The JSON body, read up to ``limit`` bytes: a declared length over it is refused before reading a byte,
+    a chunked body as soon as it passes it."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
     try:
-        return json.loads(raw)
+        return json.loads(b"".join(chunks))
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise ApiError(400, "the request body nests arrays or objects too deeply") from None
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the request body is not valid JSON") from None
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has closed its connection (the body has been read: nothing else comes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(request: Request, work: Awaitable[Response]) -> Response:
+    """``work``'s response, or, if the client leaves first, ``work`` cancelled (its ``finally`` cancels the
+    engine's sequence) and an empty response nobody reads. Covers the wait for a free sequence and the prefill
+    of every request, and the whole reply of one not streamed; a stream is then watched by Starlette."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(request))
+    await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        gone.cancel()
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    log.info("client left before its reply: %s cancelled", request.url.path)
+    return Response(status_code=499)
 
 
 def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) -> Starlette:
@@ -70,12 +116,13 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
             {"id": backend.model_id, "object": "model", "created": 0, "owned_by": "hisho"}]})
 
     async def chat(request: Request) -> Response:
-        job = parse_chat(await _body(request), backend.defaults, backend.max_tokens)
-        return await _answer(backend, job)
+        job = parse_chat(await _body(request, backend.limits.max_body_bytes), backend.defaults, backend.max_tokens)
+        return await _unless_gone(request, _answer(backend, job, key))
 
     async def completions(request: Request) -> Response:
-        job = parse_completion(await _body(request), backend.defaults, backend.max_tokens)
-        return await _answer(backend, job)
+        job = parse_completion(await _body(request, backend.limits.max_body_bytes), backend.defaults,
+                               backend.max_tokens)
+        return await _unless_gone(request, _answer(backend, job, key))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
@@ -101,9 +148,12 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
                      exception_handlers={HTTPException: http_error, Exception: internal})
 
 
-async def _answer(backend: Backend, job: Job) -> Response:
-    reply = await backend.open(job)
-    ids = Ids(job.kind, backend.model_id)
+async def _answer(backend: Backend, job: Job, key: str) -> Response:
+    try:
+        reply = await backend.open(job, key)
+    except ApiError as exc:
+        return error_response(exc)
+    ids = Ids(job.kind, reply.model_id)
     if not job.stream:
         return await _whole(reply, job, ids)
     if reply.error is not None and reply.queue.qsize() <= 1:  # refused before any token: a plain HTTP error

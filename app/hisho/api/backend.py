@@ -2,12 +2,15 @@
 handed to the loop through an ``asyncio.Queue``. No Qt.
 
 Rules of use:
-- ``Backend(engine, model_id, ...)`` wraps an ``Engine`` with ``Capability.SERVE`` (requests join the engine's
-  serving batch as parallel sequences); an engine without it gets one reply at a time through ``generate``.
-- ``open(job)`` is awaited on the event loop; it returns once the engine answered with something (a queue
-  position, a first token, a finished reply or an error), so a refused request becomes an HTTP error before any
-  byte of a 200 stream is sent. ``Reply.close()`` cancels the engine's sequence at once (client gone).
-- ``busy`` counts requests in flight (the window shows it).
+- ``Backend(engine, model, ...)``: two callables (the engine, the model's ``ModelName``), asked again for each request, so the API follows a model
+  switch or a remote connect the moment the app makes it. An engine with ``Capability.SERVE`` runs requests
+  in its serving batch as parallel sequences; one without it gets one reply at a time through ``generate``.
+- ``open(job, key)`` is awaited on the event loop; it checks the request against ``Limits`` and the key's place
+  in line (``Admission``), and returns once the engine answered with something (a queue position, a first
+  token, a finished reply or an error), so a refused request becomes an HTTP error before any byte of a 200
+  stream is sent. ``Reply.close()`` cancels the engine's sequence at once (client gone); the request's
+  wall-clock limit does the same by itself (``Reply.timed_out``).
+- ``busy`` counts requests the engine has not ended yet (the window shows it, ``/health`` reports it).
 """
 
 from __future__ import annotations
@@ -19,19 +22,22 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from hisho.api.cache import PromptCache
+from hisho.api.limits import Admission, Limits
 from hisho.api.shapes import ApiError, Job
 from hisho.core.engine.ops import Serve
 from hisho.core.engine.protocol import ErrorKind, GenerationResult
 from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
+from hisho.core.models.names import ModelName
 
 log = logging.getLogger("hisho.api")
 
 _END = object()
 
 
-def api_error(exc: BaseException) -> ApiError:
-    """What a client sees for an engine failure: never a traceback."""
+def api_error(exc: BaseException, prompt_param: str = "messages") -> ApiError:
+    """What a client sees for an engine failure: never a traceback. ``prompt_param``: the field a refused
+    prompt is named by ("messages" for chat, "prompt" for completions)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, EngineCrashed):
@@ -39,7 +45,7 @@ def api_error(exc: BaseException) -> ApiError:
                         type_="server_error", code="engine_crashed")
     if isinstance(exc, EngineError):
         if exc.kind is ErrorKind.CONTEXT_FULL:
-            return ApiError(400, str(exc), code="context_length_exceeded", param="messages")
+            return ApiError(400, str(exc), code="context_length_exceeded", param=prompt_param)
         if exc.kind is ErrorKind.BAD_REQUEST:
             return ApiError(400, str(exc))
         if exc.kind is ErrorKind.NOT_LOADED:
@@ -49,19 +55,54 @@ def api_error(exc: BaseException) -> ApiError:
     return ApiError(500, f"internal error ({type(exc).__name__}); details in the log", type_="server_error")
 
 
+def context_of(engine: Engine) -> int:
+    """Tokens one sequence holds, prompt and reply together (0: the engine does not say)."""
+    info = engine.load_info
+    return int(info.get("n_ctx_seq") or info.get("n_ctx") or 0)
+
+
+def slots_of(engine: Engine) -> int:
+    """Requests the engine runs at once: its serving batch's sequences (in a unified KV cache the last one is
+    the KV saves' scratch sequence), else one."""
+    if Capability.SERVE.value not in engine.capabilities:
+        return 1
+    params = engine.load_params
+    n = int(engine.load_info.get("n_seq_max") or (params.n_seq_max if params else 1))
+    unified = params.kv_unified if params is not None else True
+    return max(1, n - 1) if unified and n > 1 else max(1, n)
+
+
+def _cancel_started(started: asyncio.Future[TokenStream]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        started.result().cancel()
+
+
 class Reply:
     """One request's engine stream, read on a worker thread. Iterate (async) for token texts; ``result`` when
-    it ends."""
+    it ends, or ``error``."""
 
-    def __init__(self, stream: TokenStream, loop: asyncio.AbstractEventLoop, on_end: Callable[[Reply], None]) -> None:
+    def __init__(self, stream: TokenStream, loop: asyncio.AbstractEventLoop, on_end: Callable[[Reply], None],
+                 model_id: str = "", prompt_param: str = "messages") -> None:
         self.stream = stream
+        self.model_id = model_id          # the model that answers (what the response names)
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.result: GenerationResult | None = None
         self.error: ApiError | None = None
+        self.timed_out = False
+        self._prompt_param = prompt_param
         self._loop = loop
         self._on_end = on_end
+        self._timer: asyncio.TimerHandle | None = None
         self._first: asyncio.Future[None] = loop.create_future()
         threading.Thread(target=self._read, name="hisho-api-reply", daemon=True).start()
+
+    def limit(self, seconds: float) -> None:
+        """Cancel the engine's work after ``seconds`` whatever the client does (the loop's thread)."""
+        self._timer = self._loop.call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.timed_out = True
+        self.stream.cancel()
 
     def _put(self, item: Any) -> None:
         self._loop.call_soon_threadsafe(self._deliver, item)
@@ -69,6 +110,9 @@ class Reply:
     def _deliver(self, item: Any) -> None:
         if not self._first.done():
             self._first.set_result(None)
+        if item is _END and self._timer is not None:
+            self._timer.cancel()  # a finished reply is not held for the rest of its time limit
+            self._timer = None
         self.queue.put_nowait(item)
 
     def _read(self) -> None:
@@ -77,8 +121,12 @@ class Reply:
                 self._put(str(ev.get("text", "")))
             self.result = self.stream.result
         except Exception as exc:  # every engine failure becomes an OpenAI-shaped error
-            self.error = api_error(exc)
+            self.error = api_error(exc, self._prompt_param)
         finally:
+            if self.timed_out and self.error is None and (self.result is None
+                                                          or self.result.stop_reason == "cancelled"):
+                self.error = ApiError(504, "the request ran past this server's time limit and was cancelled "
+                                           "(Settings → API)", type_="server_error", code="request_timeout")
             self._on_end(self)
             self._put(_END)
 
@@ -99,18 +147,32 @@ class Reply:
 
 
 class Backend:
-    def __init__(self, engine: Engine, model_id: str, defaults: dict[str, Any], max_tokens: int,
-                 cache: PromptCache | None = None) -> None:
-        self.engine = engine
+    def __init__(self, engine: Callable[[], Engine], model: Callable[[], ModelName], defaults: dict[str, Any],
+                 max_tokens: int, cache: PromptCache | None = None, limits: Limits | None = None) -> None:
+        self._engine = engine
+        self._model = model
         self.cache = cache  # the disk prompt cache (chat requests on an engine with SERVE and KV_STATE)
-        self.model_id = model_id
         self.defaults = defaults
         self.max_tokens = max_tokens
+        self.limits = limits or Limits()
+        self.admission = Admission(self.limits.max_queued)
         self._busy = 0
-        self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away)
+        self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away, or its time ran out)
         self._lock = threading.Lock()
         self.on_busy: Callable[[int], None] | None = None  # the window's indicator (any thread)
         self.on_result: Callable[[GenerationResult], None] | None = None  # each finished request (bench)
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine()
+
+    @property
+    def model(self) -> ModelName:
+        return self._model()
+
+    @property
+    def model_id(self) -> str:
+        return self._model().id
 
     @property
     def busy(self) -> int:
@@ -123,22 +185,23 @@ class Backend:
         if self.on_busy is not None:
             self.on_busy(n)
 
-    def _start(self, job: Job) -> TokenStream:
+    def _start(self, engine: Engine, job: Job, n_ctx_seq: int) -> TokenStream:
         fields: dict[str, Any] = {"messages": job.messages} if job.kind == "chat" else {"prompt": job.prompt}
-        serve = getattr(self.engine, "serve", None)
-        if Capability.SERVE.value in self.engine.capabilities and serve is not None:
-            extra: dict[str, Any] = {}
+        serve = getattr(engine, "serve", None)
+        if Capability.SERVE.value in engine.capabilities and serve is not None:
+            extra: dict[str, Any] = {"max_prompt": self.limits.prompt_tokens(n_ctx_seq)}
             if self.cache is not None and job.kind == "chat" and self.cache.worth_it(job.messages or []):
-                tokens = self.engine.tokenize(messages=job.messages)
+                tokens = engine.tokenize(messages=job.messages)
                 plan = self.cache.plan(tokens)
                 fields = {"tokens": tokens}
-                extra = {"chunks": plan.chunks or None, "keep": plan.keep, "save_dir": plan.save_dir}
+                extra.update(chunks=plan.chunks or None, keep=plan.keep, save_dir=plan.save_dir)
                 self.cache.used(plan)
             stream: TokenStream = serve(Serve(sampling=job.sampling, **fields, **extra))
             return stream
-        return self.engine.generate(sampling=job.sampling, **fields)
+        return engine.generate(sampling=job.sampling, **fields)
 
-    def _ended(self, reply: Reply) -> None:
+    def _ended(self, reply: Reply, key: str, since: float) -> None:
+        self.admission.leave(key, since)
         if reply.result is not None and self.on_result is not None:
             self.on_result(reply.result)
         if reply.result is not None and self.cache is not None:
@@ -148,17 +211,31 @@ class Backend:
                 self.cancelled += 1
         self._count(-1)
 
-    async def open(self, job: Job) -> Reply:
-        if job.model != self.model_id:
-            raise ApiError(404, f"the model '{job.model}' does not exist; this server has '{self.model_id}'",
+    async def open(self, job: Job, key: str = "") -> Reply:
+        engine, name = self.engine, self.model  # resolved once per request: the one running now
+        model = name.id
+        # /v1/models lists the id; a request may name the model by any of its aliases (core.models.names)
+        if not name.accepts(job.model):
+            raise ApiError(404, f"the model '{job.model}' does not exist; this server has '{model}'",
                            param="model", code="model_not_found")
+        n_ctx_seq = context_of(engine)
+        self.limits.check(job, n_ctx_seq)
+        since = self.admission.enter(key, slots_of(engine))
         loop = asyncio.get_running_loop()
+        started = loop.run_in_executor(None, self._start, engine, job, n_ctx_seq)
         try:
-            stream = await loop.run_in_executor(None, self._start, job)
-        except Exception as exc:
-            raise api_error(exc) from None
+            # Shielded: a client that leaves while the request is being sent must still have the stream it gets
+            # cancelled, or the engine would answer nobody.
+            stream = await asyncio.shield(started)
+        except BaseException as exc:
+            self.admission.leave(key, since)
+            if isinstance(exc, asyncio.CancelledError):
+                started.add_done_callback(_cancel_started)
+                raise
+            raise api_error(exc, job.prompt_param) from None
         self._count(1)
-        reply = Reply(stream, loop, self._ended)
+        reply = Reply(stream, loop, lambda r: self._ended(r, key, since), model, job.prompt_param)
+        reply.limit(self.limits.request_timeout_s)
         try:
             await reply.started()
         except asyncio.CancelledError:

@@ -1,17 +1,53 @@
-"""Making an API server from the composition root (``hisho.core.services``): the engine loaded with one KV
-stream per parallel sequence, the disk prompt cache on the app's KV store. ``hisho serve`` and
-``hisho bench api`` call it. No Qt."""
+"""Making an API server from the composition root (``hisho.core.services``). No Qt.
+
+Rules of use:
+- ``api_server(app, key, port=...)`` is the one way an ``ApiServer`` is made over a ``Services``: ``hisho
+  serve``, ``hisho bench`` and the window's Settings → API all call it, so they honour the same settings (the
+  limits, the CORS origins, the sampling defaults), use the app's KV store as the disk prompt cache, and ask
+  ``app`` for its engine and model for each request (a model switch or a remote connect is followed at once).
+- ``build_api(...)`` is ``hisho serve``'s whole start: the model loaded for ``parallel`` sequences with one KV
+  stream each (docs/api.md), then ``api_server`` bound on loopback. The window keeps its own engine shape
+  and only calls ``api_server``.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from hisho.api.backend import Backend
 from hisho.api.cache import PromptCache
+from hisho.api.limits import Limits
 from hisho.api.server import ApiServer
 from hisho.core import services
 from hisho.core import settings as settings_mod
 from hisho.core.engine.seam import Engine
+from hisho.core.models.names import ModelName
+
+
+def origins(text: str) -> list[str]:
+    """The ``api_cors_origins`` setting as a list."""
+    return [o.strip() for o in text.split(",") if o.strip()]
+
+
+def model_name(app: services.Services) -> ModelName:
+    """The model answering now, as the API names it: the one the chat service answers with, which follows a
+    switch and a remote connect (a remote model is known by its server's id)."""
+    local = app.model_name
+    answering = app.chat.model_name
+    if not answering or answering == local.id:
+        return local if local.id else ModelName("hisho", "hisho")
+    return ModelName(answering, answering, Path(answering).stem)
+
+
+def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
+    """An unstarted server over ``app`` on loopback ``port`` (0: a free one once bound)."""
+    settings = app.settings
+    defaults = {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]}
+    cache = PromptCache(app.kv.session) if app.kv is not None else None  # the same KV store as the chats
+    backend = Backend(lambda: app.engine, lambda: model_name(app), defaults, int(settings["max_tokens"]), cache,
+                      Limits.from_settings(settings))
+    return ApiServer(backend, key, port=port, cors_origins=origins(str(settings["api_cors_origins"])))
 
 
 def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, port: int = 0,
@@ -23,15 +59,12 @@ def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, 
     settings = settings or settings_mod.load()
     per_seq = int(n_ctx or settings["n_ctx"])
     # One KV stream per sequence (docs/api.md): the plan is made for all of them together.
-    app = services.build(model, n_ctx=per_seq * parallel, n_seq_max=parallel, kv=True, strict=True,
-                         override=force, settings=settings, engine=engine)
+    app = services.build(model, "serve", n_ctx=per_seq * parallel, parallel=parallel, override=force,
+                         settings=settings, engine=engine)
     try:
         assert app.load_params is not None and app.model_path is not None
         app.load(dataclasses.replace(app.load_params, kv_unified=False))
-        defaults = {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]}
-        cache = PromptCache(app.kv.session) if app.kv is not None else None
-        backend = Backend(app.engine, app.model_path.stem, defaults, int(settings["max_tokens"]), cache)
-        server = ApiServer(backend, key, port=port)
+        server = api_server(app, key, port=port)
         server.bind()
     except BaseException:
         app.close()

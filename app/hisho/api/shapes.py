@@ -15,15 +15,19 @@ from typing import Any
 from hisho.core.engine.protocol import Sampling
 
 MAX_STOPS = 4  # OpenAI's limit
+# The roles a chat template knows; "developer" is OpenAI's newer name for the system message. Tool and function
+# messages are refused: this server has no tool calling, and a template would render them as something else.
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
 class ApiError(Exception):
     """An error a client sees as OpenAI's ``{"error": {message, type, param, code}}`` with ``status``."""
 
     def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -41,6 +45,18 @@ class Job:
     messages: list[dict[str, str]] | None = None
     prompt: str | None = None
     stops: tuple[str, ...] = ()
+    max_tokens_param: str = "max_tokens"       # the field the client gave it in (errors name it)
+    max_tokens_given: bool = False
+
+    @property
+    def prompt_param(self) -> str:
+        """The field an error about the prompt names."""
+        return "messages" if self.kind == "chat" else "prompt"
+
+    def prompt_chars(self) -> int:
+        if self.messages is not None:
+            return sum(len(m["content"]) for m in self.messages)
+        return len(self.prompt or "")
 
 
 def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float) -> float:
@@ -72,7 +88,17 @@ def _stops(body: dict[str, Any]) -> tuple[str, ...]:
         raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
     if len(stops) > MAX_STOPS:
         raise ApiError(400, f"'stop' takes at most {MAX_STOPS} strings", param="stop")
-    return tuple(s for s in stops if s)
+    if not all(stops):
+        raise ApiError(400, "'stop' strings must not be empty", param="stop", code="invalid_value")
+    return tuple(stops)
+
+
+def _one_choice(body: dict[str, Any], name: str) -> None:
+    """``n`` (and ``best_of``) other than 1: one choice per request is all this server makes."""
+    value = _integer(body, name)
+    if value is not None and value != 1:
+        raise ApiError(400, f"'{name}' must be 1: this server makes one choice per request", param=name,
+                       code="invalid_value")
 
 
 def _common(body: dict[str, Any], kind: str, defaults: dict[str, Any], max_default: int) -> Job:
@@ -85,11 +111,11 @@ def _common(body: dict[str, Any], kind: str, defaults: dict[str, Any], max_defau
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
-    max_tokens = _integer(body, "max_completion_tokens")
-    if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens")
+    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _integer(body, param)
     if max_tokens is not None and max_tokens < 1:
-        raise ApiError(400, "'max_tokens' must be at least 1", param="max_tokens")
+        raise ApiError(400, f"'{param}' must be at least 1", param=param)
+    _one_choice(body, "n")
     seed = _integer(body, "seed")
     stops = _stops(body)
     sampling = Sampling(
@@ -101,7 +127,8 @@ def _common(body: dict[str, Any], kind: str, defaults: dict[str, Any], max_defau
         max_tokens=max_tokens or max_default,
         stop=list(stops),
     )
-    return Job(kind, model, stream, bool(options.get("include_usage", False)), sampling, stops=stops)
+    return Job(kind, model, stream, bool(options.get("include_usage", False)), sampling, stops=stops,
+               max_tokens_param=param, max_tokens_given=max_tokens is not None)
 
 
 def parse_chat(body: Any, defaults: dict[str, Any], max_default: int) -> Job:
@@ -115,15 +142,27 @@ def parse_chat(body: Any, defaults: dict[str, Any], max_default: int) -> Job:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{i}] needs a 'role'", param=f"messages[{i}]")
-        out.append({"role": m["role"], "content": _content(m.get("content"), i)})
+        role = ROLES.get(m["role"])
+        if role is None:
+            known = ", ".join(f"'{r}'" for r in ROLES)
+            why = " (this server has no tool calling)" if m["role"] in ("tool", "function") else ""
+            raise ApiError(400, f"messages[{i}].role: {_short(m['role'])} is not supported{why}; use {known}",
+                           param=f"messages[{i}].role", code="invalid_value")
+        out.append({"role": role, "content": _content(m.get("content"), i)})
     job.messages = out
     return job
 
 
+def _short(text: str, n: int = 40) -> str:
+    return repr(text if len(text) <= n else text[:n] + "…")
+
+
 def _content(content: Any, i: int) -> str:
-    """A message's text: a string, or OpenAI's list of parts (text parts only: the models here see no images)."""
+    """A message's text: a string, or OpenAI's list of parts (text parts only: the models here see no images).
+    ``null`` is refused, as OpenAI refuses it where no tool call stands in for the text."""
     if content is None:
-        return ""
+        raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts, not null",
+                       param=f"messages[{i}].content", code="invalid_type")
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -141,6 +180,7 @@ def parse_completion(body: Any, defaults: dict[str, Any], max_default: int) -> J
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     job = _common(body, "text", defaults, max_default)
+    _one_choice(body, "best_of")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]

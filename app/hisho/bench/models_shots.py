@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hisho.bench.screenshots import wait_until
+from hisho.bench.qt_wait import wait_until
 
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
 TINY = "TheBlock/TinyStories-GGUF"

@@ -12,8 +12,9 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from hisho.bench.qt_wait import wait_until
 
 SAMPLE_USER = "How do I read a large CSV file in Python without running out of memory?"
 SAMPLE_REPLY = """Read it **in chunks** instead of all at once. Two good options:
@@ -67,18 +68,6 @@ def _seed(store: object) -> int:
     store.add_message(conv.id, "assistant", SAMPLE_REPLY2, parent_id=u2.id, tokens=52, tokens_per_s=121.0)
     store.update(conv.id, pinned=True)
     return conv.id
-
-
-def wait_until(app: object, until: Callable[[], bool], timeout: float = 30.0) -> None:
-    from PySide6.QtWidgets import QApplication
-
-    assert isinstance(app, QApplication)
-    end = time.monotonic() + timeout
-    while not until() and time.monotonic() < end:
-        app.processEvents()
-        time.sleep(0.01)
-    for _ in range(20):
-        app.processEvents()
 
 
 def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:

@@ -38,7 +38,7 @@ def register(subparsers: Any) -> None:
 def cmd_chat(args: argparse.Namespace) -> int:
     from hisho.core import services
 
-    app = services.build(args.model, strict=True)
+    app = services.build(args.model, "chat")
     try:
         if app.problem:
             sys.stderr.write(f"hisho: warning: {app.problem}\n")
@@ -47,8 +47,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 app.store.get(args.conversation)
             except KeyError:
                 raise UserError(f"no conversation {args.conversation} (see /list inside 'hisho chat')") from None
-        app.load()
-        if app.kv is not None and args.conversation is not None:
+        if args.model:
+            app.load()               # a model named here answers, whatever the window chose last
+        else:                        # as the window: the engine chosen last (a remote one), else the local model
+            running = app.restore_engine()
+            if running.fallback:
+                sys.stderr.write(f"hisho: warning: {running.fallback}\n")
+            if running.endpoint is not None:
+                sys.stderr.write(f"hisho: chatting with {running.model} on {running.endpoint.name}\n")
+        if app.kv is not None and app.engine is app.local_engine and args.conversation is not None:
             app.kv.selected(args.conversation)  # restore its saved KV while the user types, as the window does
         return TerminalChat(app.chat, args.conversation, sys.stdin, sys.stdout).loop()
     finally:

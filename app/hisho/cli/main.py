@@ -7,7 +7,6 @@ internal failure; never a traceback for a user mistake.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -15,24 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from hisho import __version__
+from hisho.cli.output import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, emit_json, fail
 from hisho.core import instance, logs, paths, spawn
 from hisho.core.errors import EngineError, UserError
 
 log = logging.getLogger("hisho.cli.main")
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
-
 Handler = Callable[[argparse.Namespace], int]
-
-
-def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    sys.stdout.flush()
-
-
-def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
-    sys.stderr.write(f"hisho: error: {message}\n")
-    return code
 
 
 # ----- generate ----------------------------------------------------------------------------------------
@@ -42,7 +30,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from hisho.core import services
     from hisho.core.engine.protocol import Sampling
 
-    app = services.build(args.model, n_ctx=args.n_ctx, n_seq_max=1, kv=False, strict=True, override=args.force)
+    app = services.build(args.model, "generate", n_ctx=args.n_ctx, override=args.force)
     sampling = Sampling(temperature=args.temperature, seed=args.seed, max_tokens=args.max_tokens)
     messages = [{"role": "user", "content": args.prompt}]
     try:

@@ -38,7 +38,7 @@ def register(sub: Any) -> None:
 
 
 def _emit(data: Any) -> None:
-    from hisho.cli.main import emit_json
+    from hisho.cli.output import emit_json
 
     emit_json(data)
 
@@ -59,14 +59,15 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from hisho.core.models.names import entry_name
     from hisho.core.models.store import ModelStore
 
     entries = ModelStore().list()
     if args.json:
-        _emit([e.to_dict() for e in entries])
+        _emit([{**e.to_dict(), "id": entry_name(e).id, "display_name": entry_name(e).display} for e in entries])
         return 0
     for e in entries:
-        _out(f"{e.name:40s} {e.arch or '?':10s} {e.quant or '?':8s} {e.size / MIB:9.1f} MiB  "
+        _out(f"{entry_name(e).display:40s} {e.arch or '?':10s} {e.quant or '?':8s} {e.size / MIB:9.1f} MiB  "
              f"ctx {e.n_ctx_train or '?':>7}  {e.source}")
     return 0
 

@@ -48,7 +48,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                      n_ubatch=int(s["n_batch"]))
     data = plan.to_dict()
     if args.json:
-        from hisho.cli.main import emit_json
+        from hisho.cli.output import emit_json
 
         emit_json(data)
     else:

@@ -57,14 +57,12 @@ def cut_of(result: JobResult) -> list[str]:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from hisho.cli.main import emit_json
+    from hisho.cli.output import emit_json
     from hisho.cli.progress import StderrProgress
     from hisho.core import services
 
     parallel = max(1, args.parallel)
-    # Batches run in job contexts the engine swaps in (one KV stream per sequence): a plain load is enough.
-    app = services.build(args.model, n_ctx=args.n_ctx, n_seq_max=1, kv=False, strict=True)
-
+    app = services.build(args.model, "summarize", n_ctx=args.n_ctx)
 
     # Ctrl+C and SIGTERM cancel: finished chunks stay cached, the exit code is 130. The engine runs in its own
     # session (core.spawn), so the terminal's SIGINT reaches only this process. Caught from the start: a Ctrl+C

@@ -8,18 +8,22 @@ an ``EngineClient``, a ``KVSession`` or a ``ChatService`` for the app (benchmark
 isolate one part).
 
 Rules of use:
-- The caller chooses only what differs between front ends: ``post`` (how callbacks reach its thread: the
-  window's bridge, or nothing for the command line), ``n_seq_max`` (2 where KV saves need a scratch
-  sequence), whether KV persistence is wanted, and ``strict`` (the CLI raises a bad model or a refused plan as
-  a ``UserError``; the window opens anyway and shows it in a banner).
+- A front end names its ``Profile`` (``PROFILES``: window, chat, generate, summarize, serve); the profile says
+  what it gets (sequences, KV persistence, strictness), here and nowhere else. The caller adds only ``post``
+  (how callbacks reach its thread: the window's bridge, or nothing for the command line).
+- What is running is changed here only: ``restore_engine`` at start (the saved local/remote choice, window and
+  ``hisho chat`` alike), ``switch_model`` (a local model, planned and loaded as at start-up), ``connect`` /
+  ``disconnect`` (a remote engine). Each runs on the caller's engine lane, between turns.
 - The chat hooks and their order are declared in ``install_hooks`` and nowhere else.
 - ``close()`` once at exit: KV saves in flight land, the lanes stop, the engine exits, the database closes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +39,48 @@ from hisho.core.errors import EngineCrashed, EngineError, UserError
 from hisho.core.executor import Executor, Post
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.chat_hooks import attach as attach_kv
+from hisho.core.models.names import ModelName, name_of
 from hisho.core.planner.gate import PlanRefused
+from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
+from hisho.core.remote.http import Endpoint
 
 log = logging.getLogger("hisho.services")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one front end gets from the root.
+
+    ``n_seq_max``: sequences the model is loaded with (KV saves use the last one as scratch, so a front end
+    that keeps KV needs 2; ``serve`` takes its ``parallel`` instead). ``kv``: saved KV is restored and saved
+    per chat. ``strict``: a bad model or a refused plan raises (``UserError``) instead of opening with a
+    problem to show."""
+
+    name: str
+    n_seq_max: int
+    kv: bool
+    strict: bool
+
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("window", n_seq_max=2, kv=True, strict=False),      # opens anyway; the banner says what is wrong
+    Profile("chat", n_seq_max=2, kv=True, strict=True),         # resumes a chat from its KV, as the window
+    Profile("generate", n_seq_max=1, kv=False, strict=True),    # one turn, nothing kept
+    # Document batches run in job contexts the engine swaps in (one KV stream per sequence): a plain load.
+    Profile("summarize", n_seq_max=1, kv=False, strict=True),
+    Profile("serve", n_seq_max=1, kv=True, strict=True),        # n_seq_max: the server's ``parallel``
+)}
+
+
+@dataclass
+class Running:
+    """What answers after ``restore_engine`` / ``connect``: the load's info, the remote endpoint (None: this
+    computer) and, when a saved remote engine did not answer, why the local model answers instead."""
+
+    info: dict[str, Any]
+    endpoint: Endpoint | None = None
+    model: str = ""
+    fallback: str = ""
 
 
 @dataclass
@@ -55,6 +98,13 @@ class Services:
     model_problem: str = ""
     plan_refused: bool = False
     local_engine: Engine | None = None   # the built-in engine, kept while a remote one answers (use_engine)
+    profile: Profile = field(default_factory=lambda: PROFILES["window"])
+    n_ctx: int | None = None             # the front end's context length (None: the settings')
+
+    @property
+    def model_name(self) -> ModelName:
+        """The loaded (or chosen) local model's one identity and display name."""
+        return name_of(self.model_path)
 
     def load(self, params: LoadParams | None = None) -> dict[str, Any]:
         """Load ``params`` (default: the planned ones) into the engine; a file the engine cannot load is the
@@ -63,6 +113,74 @@ class Services:
         if params is None:
             raise UserError(self.model_problem or "no model to load")
         return load_engine(self.engine, params)
+
+    # ----- what is running: each on the engine lane, between turns ---------------------------------------
+
+    def switch_model(self, name: str | None, *, override: bool = False) -> dict[str, Any]:
+        """Answer with local model ``name`` (a store id or a path; None: the default model), planned and loaded
+        as at start-up, with this front end's profile. A remote engine that answered steps aside (and the next
+        start is local). The engine's crash or a file it cannot load is a ``UserError`` in one line; a refused
+        plan is ``PlanRefused`` (``override`` loads anyway). On success ``model_path`` and ``load_params`` name
+        the new model (the API page, documents and a later reload use them)."""
+        self.disconnect()
+        path = open_model(name or None)
+        params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
+                                 n_seq_max=self.profile.n_seq_max, override=override)
+        info = load_engine(self.engine, params)
+        self.model_path, self.load_params = path, params
+        self.model_problem, self.plan_refused = "", False
+        self.chat.model_name = self.model_name.id
+        return info
+
+    def connect(self, endpoint: Endpoint, model: str,
+                on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """Answer with ``model`` on remote ``endpoint`` from the next turn on, and remember that choice for the
+        next start. Raises the engine's one-line error when it does not answer; what answered before still
+        does then."""
+        from hisho.core.remote.engine import RemoteEngine
+
+        eng = RemoteEngine(with_key(endpoint))
+        eng.on_wait = on_wait
+        info = eng.load(LoadParams(model_path=model, n_ctx=int(self.n_ctx or self.settings["n_ctx"])))
+        previous = self.engine
+        use_engine(self, eng, model)
+        if previous is not self.local_engine:
+            previous.close()
+        save_choice(endpoint.name, model)
+        return info
+
+    def disconnect(self) -> None:
+        """Back to this computer's engine (its model, if loaded, answers again) and remember that; a no-op when
+        it answers already."""
+        local = self.local_engine
+        if local is None or local is self.engine:
+            return
+        remote = self.engine
+        use_engine(self, local, self.model_name.id)
+        remote.close()
+        save_choice(LOCAL)
+
+    def saved_remote(self) -> tuple[Endpoint, str] | None:
+        """The remote engine and model chosen last (``connect``), if it is still configured; None: local."""
+        name, model = load_choice()
+        ep = next((e for e in load_endpoints() if e.name == name), None)
+        return None if name == LOCAL or ep is None else (ep, model)
+
+    def restore_engine(self, on_wait: Callable[[str], None] | None = None) -> Running:
+        """At start: answer as the user chose last — the remote model picked then, else the local model loaded
+        (``load``). A remote engine that does not answer now is said in ``Running.fallback`` and the local
+        model loads instead; the choice is kept, so the next start tries it again."""
+        saved = self.saved_remote()
+        fallback = ""
+        if saved is not None:
+            ep, model = saved
+            try:
+                return Running(self.connect(ep, model, on_wait), ep, model)
+            except EngineError as exc:
+                fallback = (f"{exc}. Using this computer's model for now (Hisho tries {ep.name} again at the "
+                            "next start).")
+                log.warning("the saved engine %s did not answer: %s", ep.name, exc)
+        return Running(self.load(), None, self.model_name.id, fallback)
 
     def close(self, timeout: float = 30.0) -> None:
         """App exit: KV saves in flight land and are indexed, the lanes stop, the engine exits, the store
@@ -132,11 +250,15 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) ->
         chat.after_turn.append(kv.after_turn)
 
 
-def build(model: str | None = None, *, db_path: Path | None = None, post: Post | None = None,
-          n_ctx: int | None = None, n_seq_max: int = 2, kv: bool = True, strict: bool = False,
-          override: bool = False, engine: Engine | None = None,
-          settings: settings_mod.Settings | None = None) -> Services:
-    """Make and wire every service. ``model``: a store name or path (None: the settings' default model)."""
+def build(model: str | None = None, profile: str = "window", *, db_path: Path | None = None,
+          post: Post | None = None, n_ctx: int | None = None, parallel: int | None = None, override: bool = False,
+          engine: Engine | None = None, settings: settings_mod.Settings | None = None) -> Services:
+    """Make and wire every service for front end ``profile`` (``PROFILES``). ``model``: a store id or path (None:
+    the settings' default model). ``parallel``: the ``serve`` profile's sequences."""
+    chosen = PROFILES[profile]
+    if parallel is not None:
+        chosen = dataclasses.replace(chosen, n_seq_max=max(1, parallel))
+    n_seq_max, kv, strict = chosen.n_seq_max, chosen.kv, chosen.strict
     settings = settings or settings_mod.load()
     store, problem = open_store(db_path)
     model_problem, plan_refused = "", False
@@ -153,7 +275,7 @@ def build(model: str | None = None, *, db_path: Path | None = None, post: Post |
         model_problem, plan_refused = str(exc), isinstance(exc, PlanRefused)
     engine = engine or make_engine()
     executor = Executor(post)
-    chat = ChatService(store, engine, model_name=model_path.stem if model_path else "",
+    chat = ChatService(store, engine, model_name=name_of(model_path).id,
                        write=lambda fn: executor.call("store", fn),
                        default_system_prompt=lambda: str(settings["default_system_prompt"]))
     kv_chat = None
@@ -163,7 +285,7 @@ def build(model: str | None = None, *, db_path: Path | None = None, post: Post |
                           write=lambda fn: executor.call("store", fn))
     install_hooks(chat, documents, kv_chat)
     return Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
-                    model_problem, plan_refused, local_engine=engine)
+                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx)
 
 
 def use_engine(services: Services, engine: Engine, model_name: str) -> None:

@@ -109,9 +109,24 @@ DECLARED: tuple[Setting, ...] = (
     Setting("api_enabled", bool, False, "Serve the OpenAI-compatible API while the window is open (docs/api.md)."),
     Setting("api_port", int, 8765, "Loopback port of the window's API.", 1024, 65535),
     Setting("api_cors_origins", str, "", "Web origins allowed to call the API, comma-separated ('' = none)."),
+    # What one API request may cost (docs/api.md, "Limits"): each refusal is an OpenAI-shaped error.
+    Setting("api_max_body_mb", int, 8, "Largest API request body in MiB; a bigger one is refused (413) before "
+            "it is read.", 1, 1024),
+    Setting("api_max_prompt_tokens", int, 0, "Longest API prompt in tokens (0 = what one sequence's context "
+            "holds); a prompt with more than 8 characters per allowed token is refused before it is tokenized.",
+            0, 1 << 20),
+    Setting("api_request_timeout_s", int, 600, "Longest an API request may run, queue and prefill included; "
+            "then its reply is cancelled (504).", 5, 86400),
+    Setting("api_max_queued", int, 16, "API requests a key may have waiting for a free sequence; more are "
+            "refused (429 with Retry-After).", 0, 1024),
 )
 
 _BY_NAME = {s.name: s for s in DECLARED}
+
+
+def declared(name: str) -> Setting:
+    """A setting's declaration (its bounds and doc, for a form that edits it)."""
+    return _BY_NAME[name]
 
 # version N -> N+1. Each takes the raw dict and returns the upgraded one.
 _UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}

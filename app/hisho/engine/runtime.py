@@ -20,13 +20,12 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.engine.protocol import ErrorKind, LoadParams, Sampling, common_prefix
+from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
 from hisho.core.units import padded_cells
 from hisho.engine import backends
 from hisho.engine.chat import ChatTemplate
 from hisho.engine.llama_setup import (
     Batch,
-    GenStats,
     context_params,
     control_tokens,
     make_governors,
@@ -168,7 +167,7 @@ class Runtime:
 
     def info(self) -> dict[str, Any]:
         return {
-            "n_ctx": self.n_ctx, "n_batch": self.n_batch, "n_seq_max": self.n_seq_max, "n_vocab": self.n_vocab,
+            "n_ctx": self.n_ctx, "n_ctx_seq": self.n_ctx_seq, "n_batch": self.n_batch, "n_seq_max": self.n_seq_max, "n_vocab": self.n_vocab,
             "n_ctx_train": int(llama_cpp.llama_model_n_ctx_train(self.model)),
             "model_size": int(llama_cpp.llama_model_size(self.model)),
             "n_params": int(llama_cpp.llama_model_n_params(self.model)),
@@ -371,12 +370,3 @@ class Runtime:
             raise RequestError(ErrorKind.CONTEXT_FULL, "no KV cache slot left for this batch (context full)")
         if rc != 0:
             raise RequestError(ErrorKind.INTERNAL, f"llama_decode failed with code {rc}")
-
-    # ----- generation ---------------------------------------------------------------------------------
-
-    def generate(self, seq: int, prompt: list[int], sampling: Sampling, cancelled: Callable[[], bool],
-                 on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str] | GenStats]:
-        """One reply on ``seq`` (hisho.engine.reply.generate says how)."""
-        from hisho.engine.reply import generate
-
-        return generate(self, seq, prompt, sampling, cancelled, on_progress)

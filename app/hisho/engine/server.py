@@ -40,6 +40,7 @@ from hisho.core.engine.ops import (
 from hisho.core.engine.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
 from hisho.engine.llama_setup import GenStats
 from hisho.engine.process import keep_llama_log_at_info, watch_parent
+from hisho.engine.reply import generate
 from hisho.engine.runtime import RequestError, Runtime
 from hisho.engine.serving import run_serving  # at start, not on the first API request (its first-token time)
 
@@ -267,7 +268,7 @@ class Server:
         first = True
         try:
             cancelled, progress = (lambda: self.is_cancelled(req_id)), self.progress(req_id)
-            for item in rt.generate(seq, prompt, sampling, cancelled, progress):
+            for item in generate(rt, seq, prompt, sampling, cancelled, progress):
                 if isinstance(item, GenStats):
                     emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
                 elif first:

@@ -53,6 +53,7 @@ class Job:
     restore: Callable[[int, list[int]], int] | None = None  # (seq, prompt) -> tokens now in seq (disk cache)
     save: Callable[[int, Emit], None] | None = None  # (seq, done) saves seq's KV once the prompt is in (disk cache)
     arrived: float = field(default_factory=time.perf_counter)
+    max_prompt: int = 0    # the API's prompt limit in tokens (0: the sequence's context)
     # A save in flight holds the "done" event back until its files are written, so the client can index them.
     lock: threading.Lock = field(default_factory=threading.Lock)
     saving: bool = False
@@ -97,6 +98,9 @@ class ServingBatch:
         if len(job.prompt) >= self.rt.n_ctx_seq:
             raise RequestError(ErrorKind.CONTEXT_FULL, f"the prompt has {len(job.prompt)} tokens; the context "
                                                        f"holds {self.rt.n_ctx_seq}")
+        if job.max_prompt and len(job.prompt) > job.max_prompt:
+            raise RequestError(ErrorKind.CONTEXT_FULL, f"the prompt has {len(job.prompt)} tokens; this server "
+                                                       f"takes at most {job.max_prompt}")
         self.waiting.append(job)
         self._fill()
         for pos, waiting in enumerate(self.waiting, 1):
@@ -361,7 +365,8 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         prompt = batch.rt.prompt_tokens(req.spec())
         restore = server.restorer(req) if req.chunks else None
         save = server.saver(req) if req.save_dir else None
-        batch.add(Job(req_id, prompt, req.sampling, server.emit_soon, server.emit, restore, save))
+        batch.add(Job(req_id, prompt, req.sampling, server.emit_soon, server.emit, restore, save,
+                      max_prompt=req.max_prompt))
     except Exception as exc:
         kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
         server.error(req_id, kind, str(exc) or type(exc).__name__)

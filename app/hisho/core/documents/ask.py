@@ -105,12 +105,6 @@ def question_with_parts(att: Attachment, question: str, count: Count, budget: in
 # ----- storage and the chat hook ---------------------------------------------------------------------------
 
 
-def migrate_v2(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE doc_attachments (
-        conversation_id INTEGER PRIMARY KEY, approach TEXT NOT NULL, note TEXT NOT NULL, parts TEXT NOT NULL,
-        doc_shas TEXT NOT NULL)""")
-
-
 def save_attachment(db: Any, conversation_id: int, att: Attachment, doc_shas: list[str]) -> None:
     with db.transaction():
         db.execute("INSERT OR REPLACE INTO doc_attachments VALUES (?,?,?,?,?)",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any
 from hisho.core.documents.ask import Attachment, question_with_parts
 from hisho.core.documents.extract import extract
 from hisho.core.documents.model import Document, DocumentError, PasswordNeeded
+from hisho.core.documents.schema import COMPONENT, STEPS
 
 log = logging.getLogger("hisho.documents")
 
@@ -60,15 +60,6 @@ class ChatDocument:
     @property
     def text(self) -> str:
         return "\n\n".join(t for _, t in self.parts)
-
-
-def migrate_v3(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE chat_documents (
-        id INTEGER PRIMARY KEY,
-        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        name TEXT NOT NULL, sha256 TEXT NOT NULL, tokens INTEGER NOT NULL, parts TEXT NOT NULL,
-        added REAL NOT NULL)""")
-    db.execute("CREATE INDEX chat_documents_conversation ON chat_documents(conversation_id)")
 
 
 def read_document(path: Path, password: str | None = None, ask_password: AskPassword | None = None,
@@ -177,8 +168,6 @@ class ChatDocuments:
 def exported(db: Any, conversation_id: int) -> list[dict[str, Any]]:
     """The chat's attached documents as plain data: what was read from each file, not the file. [] when it has
     none, or when this database never held any (the documents component is older than the table)."""
-    from hisho.core.documents.cache import COMPONENT
-
     if db.version(COMPONENT) < 3:
         return []
     rows = db.query("SELECT name, sha256, tokens, parts, added FROM chat_documents WHERE conversation_id=? "
@@ -219,8 +208,6 @@ def checked(items: Any) -> list[dict[str, Any]]:
 
 def prepare(db: Any) -> None:
     """Make sure the table exists (the documents component's steps); before a transaction that restores."""
-    from hisho.core.documents.cache import COMPONENT, STEPS
-
     db.migrate(COMPONENT, STEPS)
 
 

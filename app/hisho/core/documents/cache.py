@@ -12,43 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from hisho.core.db import Database
+from hisho.core.documents.schema import COMPONENT, STEPS
 from hisho.core.models import identity as model_identity
 
 log = logging.getLogger("hisho.documents")
-
-COMPONENT = "documents"
-
-
-def _v1(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE doc_summaries (
-        doc_sha TEXT NOT NULL, level INTEGER NOT NULL, chunk_key TEXT NOT NULL, model_fp TEXT NOT NULL,
-        prompt_version TEXT NOT NULL, chunk_index INTEGER NOT NULL, refs TEXT NOT NULL, summary TEXT NOT NULL,
-        completion_tokens INTEGER NOT NULL, created REAL NOT NULL,
-        PRIMARY KEY (doc_sha, level, chunk_key, model_fp, prompt_version))""")
-    db.execute("""CREATE TABLE doc_speeds (
-        model_fp TEXT PRIMARY KEY, prefill_tps REAL NOT NULL, decode_tps REAL NOT NULL,
-        batch_gain REAL NOT NULL, updated REAL NOT NULL)""")
-
-
-def _v2(db: sqlite3.Connection) -> None:
-    from hisho.core.documents.ask import migrate_v2
-
-    migrate_v2(db)
-
-
-def _v3(db: sqlite3.Connection) -> None:
-    from hisho.core.documents.attached import migrate_v3
-
-    migrate_v3(db)
-
-
-STEPS = [_v1, _v2, _v3]
 
 
 def model_fingerprint(model_path: str | Path) -> str:

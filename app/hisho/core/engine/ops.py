@@ -142,11 +142,13 @@ class Serve(Prompt):
     sequence. Events: "queued" (its position while every sequence is busy), "token"s, one "done". ``chunks`` /
     ``keep``: a KV restore (as in ``StateLoad``) of the prompt's longest saved prefix, done when it gets a
     sequence (the disk prompt cache); ``save_dir`` / ``save_tokens``: save the prompt's first ``save_tokens``
-    tokens' KV there once prefilled (its own "saved" event)."""
+    tokens' KV there once prefilled (its own "saved" event). ``max_prompt``: refuse (context_full) a prompt of
+    more tokens (0: what a sequence holds)."""
 
     op = "serve"
     streaming = True
     sampling: Sampling = field(default_factory=Sampling)
+    max_prompt: int = 0
     chunks: list[dict[str, Any]] | None = None
     keep: int = 0
     save_dir: str | None = None

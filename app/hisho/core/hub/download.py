@@ -31,6 +31,7 @@ from hisho.core.errors import UserError
 from hisho.core.hub import partial as partial_mod
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.fetch import DiskFull, HashMismatch, Stopped, fetch_part
+from hisho.core.models.store import ModelStore, slug
 
 log = logging.getLogger("hisho.hub")
 
@@ -97,8 +98,6 @@ def _job(row: dict[str, Any]) -> Job:
 
 
 def target_dir(repo: str) -> Path:
-    from hisho.core.models.store import slug
-
     return paths.models_dir() / slug(repo.replace("/", "--"))
 
 
@@ -137,8 +136,6 @@ class Downloader:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from hisho.core.models.store import ModelStore
-
             self._store = ModelStore(self.db)
         return self._store
 
@@ -323,8 +320,6 @@ class Downloader:
         return self._register(job, folder, shas, revision)
 
     def _register(self, job: Job, folder: Path, shas: list[str], revision: str) -> Any:
-        from hisho.core.models.store import slug
-
         first = folder / Path(job.parts[0]).name
         stem = re.sub(r"-00001-of-\d{5}$", "", first.stem)
         store = self.store

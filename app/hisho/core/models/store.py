@@ -92,9 +92,6 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "model"
 
 
-_slug = slug  # the old private name
-
-
 def _v1_table(db: sqlite3.Connection) -> None:
     db.execute("""CREATE TABLE models (
         name TEXT PRIMARY KEY, path TEXT NOT NULL, size INTEGER NOT NULL, source TEXT NOT NULL,
@@ -264,11 +261,4 @@ class ModelStore:
                 except FileNotFoundError:
                     pass
         self.db.execute("DELETE FROM models WHERE name = ?", [name])
-        return entry
-
-    def pull(self, spec: str, **kw: Any) -> ModelEntry:
-        """Download ``REPO[:FILE]`` from the Hugging Face hub into the models dir (see hisho.core.hub)."""
-        from hisho.core.hub.download import pull
-
-        entry: ModelEntry = pull(spec, store=self, **kw)
         return entry

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from hisho.core.engine.ops import BatchGenerate, Prompt
 from hisho.core.engine.protocol import GenerationResult
 from hisho.core.remote.http import RemoteError
+from hisho.core.remote.stream import RemoteStream
 
 if TYPE_CHECKING:
-    from hisho.core.remote.engine import RemoteEngine, RemoteStream
+    from hisho.core.remote.engine import RemoteEngine
 
 
 class RemoteBatch:
@@ -51,8 +52,6 @@ class RemoteBatch:
         return self.result
 
     def _stream(self, item: Prompt) -> RemoteStream:
-        from hisho.core.remote.engine import RemoteStream
-
         eng = self._engine
         sampling = self._request.sampling
         if item.max_tokens:

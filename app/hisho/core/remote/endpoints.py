@@ -1,4 +1,4 @@
-"""The user's remote engines (Settings → Engines): names, addresses and TLS choice in
+"""The user's remote engines (Settings → Engines): names, addresses, TLS and proxy choice in
 ``config_dir()/engines.json``; API keys stored like the Hugging Face token — the OS keyring when one is usable,
 else a file only the user can read (``config_dir()/engine-keys/<name>``, mode 0600). No Qt.
 
@@ -6,6 +6,8 @@ Rules of use:
 - ``load_endpoints()`` never raises: an unreadable file gives an empty list and a log line.
 - Keys are read only when an ``Endpoint`` is made for a request (``with_key``); they are never written to
   ``engines.json``, a log line or an error message.
+- ``use_proxy`` is stored only when the user set it against what the address suggests (``Endpoint.proxied``):
+  absent, a LAN address goes direct and any other through the system proxy.
 - ``LOCAL`` is the name of the built-in engine; a remote one may not take it.
 - The engine (and model) last chosen in the chat header's picker is kept in the same file (``"chosen"``), so the
   window starts on it after a restart (``load_choice`` / ``save_choice``). A choice naming an engine that is no
@@ -73,14 +75,17 @@ def load_endpoints(path: Path | None = None) -> list[Endpoint]:
     out = []
     for item in _read(path or engines_file()).get("engines", []):
         if isinstance(item, dict) and item.get("name") and item.get("base_url"):
-            out.append(Endpoint(str(item["name"]), str(item["base_url"]), bool(item.get("verify_tls", True))))
+            proxy = item.get("use_proxy")
+            out.append(Endpoint(str(item["name"]), str(item["base_url"]), bool(item.get("verify_tls", True)),
+                                use_proxy=proxy if isinstance(proxy, bool) else None))
     return out
 
 
 def save_endpoints(endpoints: list[Endpoint], path: Path | None = None) -> None:
     path = path or engines_file()
     data = _read(path)
-    data["engines"] = [{"name": e.name, "base_url": e.base_url, "verify_tls": e.verify_tls} for e in endpoints]
+    data["engines"] = [{"name": e.name, "base_url": e.base_url, "verify_tls": e.verify_tls,
+                        **({"use_proxy": e.use_proxy} if e.use_proxy is not None else {})} for e in endpoints]
     _write(data, path)
 
 
@@ -149,7 +154,7 @@ def set_key(name: str, key: str) -> str:
 
 def with_key(ep: Endpoint) -> Endpoint:
     """``ep`` carrying its stored API key (for a request; never keep it around longer)."""
-    return Endpoint(ep.name, ep.base_url, ep.verify_tls, get_key(ep.name))
+    return ep.with_(api_key=get_key(ep.name))
 
 
 def masked(key: str) -> str:

@@ -12,7 +12,7 @@ Rules of use:
   ``usage.prompt_tokens_details.cached_tokens``) and ``extra["prompt_n"]`` the tokens it actually read.
 - Against llama-server with ``--slot-save-path`` a chat is pinned to one slot, saved after each finished
   turn and restored before the next when the server lost it (``slots.SlotKeeper``).
-- ``cancel()`` closes the connection: the server stops decoding. No first byte after ``WAIT_NOTICE_S``:
+- ``cancel()`` closes the connection: the server stops decoding. No first byte after ``stream.WAIT_NOTICE_S``:
   ``on_wait(engine name)`` is called once (the window shows "waiting for <engine>"); nothing blocks.
 - ``batch`` (a document summary's map-reduce) runs its items as parallel requests (``batch.RemoteBatch``).
 - Capabilities: ``batch`` only; none of the local KV ones (files, prefill): the server keeps its own cache.
@@ -21,138 +21,21 @@ Rules of use:
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from hisho.core.engine.ops import BatchGenerate, StateLoad, StateSave
 from hisho.core.engine.protocol import ErrorKind, GenerationResult, LoadParams, Progress, Sampling
 from hisho.core.engine.seam import Capability
 from hisho.core.remote.batch import RemoteBatch
-from hisho.core.remote.http import Endpoint, RemoteError, SSEStream, call
+from hisho.core.remote.http import Endpoint, RemoteError, call
 from hisho.core.remote.probe import ServerInfo, probe
 from hisho.core.remote.slots import SlotKeeper
+from hisho.core.remote.stream import RemoteStream
 
 log = logging.getLogger("hisho.remote")
 
-WAIT_NOTICE_S = 5.0
 LLAMA_KINDS = ("llama.cpp", "llama-cpp-python")
-
-
-class RemoteStream:
-    """One streaming request to the server (``TokenStream``)."""
-
-    def __init__(self, engine: RemoteEngine, path: str, body: dict[str, Any],
-                 history: list[dict[str, str]] | None) -> None:
-        self._engine, self._path, self._body, self._history = engine, path, body, history
-        self.result: GenerationResult | None = None
-        self.waited = False
-        self._cancelled = threading.Event()
-        self._sse: SSEStream | None = None
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-        sse = self._sse
-        if sse is not None:
-            sse.close()
-
-    def collect(self) -> GenerationResult:
-        for _ in self:
-            pass
-        assert self.result is not None
-        return self.result
-
-    def _wait_notice(self, first: threading.Event) -> None:
-        if not first.wait(WAIT_NOTICE_S) and not self._cancelled.is_set():
-            self.waited = True
-            log.info("waiting for %s", self._engine.name)
-            if self._engine.on_wait is not None:
-                self._engine.on_wait(self._engine.name)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        eng = self._engine
-        started = time.perf_counter()
-        first = threading.Event()
-        threading.Thread(target=self._wait_notice, args=(first,), name="remote-wait", daemon=True).start()
-        parts: list[str] = []
-        usage: dict[str, Any] = {}
-        timings: dict[str, Any] = {}
-        finish = ""
-        first_at: float | None = None
-        try:
-            if self._cancelled.is_set():
-                raise _Cancelled
-            self._sse = SSEStream(eng.endpoint, self._path, self._body)
-            if self._cancelled.is_set():
-                self._sse.close()
-            for ev in self._sse:
-                first.set()
-                if isinstance(ev.get("usage"), dict):
-                    usage = ev["usage"]
-                if isinstance(ev.get("timings"), dict):
-                    timings = ev["timings"]
-                for choice in ev.get("choices") or []:
-                    piece = _piece(choice)
-                    if piece:
-                        if first_at is None:
-                            first_at = time.perf_counter()
-                        parts.append(piece)
-                        yield {"text": piece, "token": -1}
-                    finish = str(choice.get("finish_reason") or finish)
-            if not self._cancelled.is_set() and not self._sse.done and not finish:
-                raise RemoteError(f"{eng.name} dropped the connection in the middle of the reply; the text so far "
-                                  "is kept — retry to continue")
-        except _Cancelled:
-            pass
-        finally:
-            first.set()
-            if self._sse is not None:
-                self._sse.close()
-        ended = time.perf_counter()
-        text = "".join(parts)
-        cancelled = self._cancelled.is_set()
-        self.result = _result(text, usage, timings, started, first_at, ended, len(parts),
-                              "cancelled" if cancelled else finish or "stop")
-        self.result.extra.update(engine=eng.name, model=eng.model, waited=self.waited)
-        if self._history is not None:
-            eng.last_reply = self.result
-        if self._history is not None and not cancelled:
-            eng._after_reply(self._history, text, self.result)
-
-
-class _Cancelled(Exception):
-    pass
-
-
-def _piece(choice: dict[str, Any]) -> str:
-    delta = choice.get("delta")
-    if isinstance(delta, dict):
-        return str(delta.get("content") or "")
-    message = choice.get("message")                     # a server that answered without streaming
-    if isinstance(message, dict):
-        return str(message.get("content") or "")
-    return str(choice.get("text") or "")
-
-
-def _result(text: str, usage: dict[str, Any], timings: dict[str, Any], started: float,
-            first_at: float | None, ended: float, pieces: int, stop: str) -> GenerationResult:
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
-    cache_n = int(timings.get("cache_n", 0) or 0)
-    prompt_n = int(timings.get("prompt_n", 0) or 0)           # llama-server: tokens actually read
-    cached = cache_n or int((details or {}).get("cached_tokens", 0) or 0)
-    prompt_tokens = int(usage.get("prompt_tokens", 0) or 0) or (prompt_n + cache_n)
-    completion = int(usage.get("completion_tokens", 0) or 0) or int(timings.get("predicted_n", 0) or 0) or pieces
-    ttft = (first_at - started) if first_at is not None else ended - started
-    decode_s = max(ended - first_at, 1e-9) if first_at is not None else 0.0
-    tps = float(timings.get("predicted_per_second", 0.0) or 0.0)
-    if not tps and first_at is not None and completion > 1:
-        tps = (completion - 1) / decode_s                     # the first token is in the TTFT
-    extra: dict[str, Any] = {"prompt_n": prompt_n if timings else max(prompt_tokens - cached, 0),
-                             "server_timings": timings}
-    return GenerationResult(text=text, prompt_tokens=prompt_tokens, completion_tokens=completion,
-                            cached_tokens=cached, ttft_s=ttft, decode_s=decode_s, tokens_per_s=tps,
-                            stop_reason=stop, extra=extra)
 
 
 class RemoteEngine:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisho.core.remote.http import Endpoint, RemoteError, call
+from hisho.core.remote.pool import shown
 
 log = logging.getLogger("hisho.remote")
 
@@ -34,6 +35,7 @@ class ServerInfo:
     slots: int = 0                 # llama-server's parallel slots (0: unknown / not llama-server)
     slot_save: bool = False        # llama-server started with --slot-save-path
     chat_template: str = ""
+    proxy: str = ""                # the proxy the requests went through ('' for directly), shown without a password
     error: str = ""
 
     @property
@@ -45,8 +47,9 @@ class ServerInfo:
             return self.error
         ctx = f", context {self.n_ctx}" if self.n_ctx else ""
         resume = ", slot save/restore" if self.slot_save else ""
+        route = f" through the proxy {self.proxy}" if self.proxy else ""
         return (f"{self.kind} {self.version}".strip() + f" — {len(self.models)} model(s): "
-                f"{', '.join(self.models[:4])}{ctx}{resume}; round trip {self.rtt_ms:.0f} ms")
+                f"{', '.join(self.models[:4])}{ctx}{resume}; round trip {self.rtt_ms:.0f} ms{route}")
 
 
 def _kind_of(models: list[dict[str, Any]], props: dict[str, Any] | None) -> str:
@@ -65,6 +68,8 @@ def _kind_of(models: list[dict[str, Any]], props: dict[str, Any] | None) -> str:
 def probe(ep: Endpoint, timeout: float = 10.0) -> ServerInfo:
     info = ServerInfo()
     try:
+        proxy = ep.proxy
+        info.proxy = shown(proxy) if proxy else ""
         started = time.perf_counter()
         listed = call(ep, "GET", "/v1/models", timeout=timeout)
         info.rtt_ms = (time.perf_counter() - started) * 1000

@@ -22,6 +22,7 @@ from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.stored import conversation_usage
 from hisho.core.kv.usage import Usage
 from hisho.core.units import format_bytes
+from hisho.gui.chat.waits import watch_restores
 from hisho.gui.shell.status_bar import ElidedLabel
 
 log = logging.getLogger("hisho.gui")
@@ -147,7 +148,5 @@ def wire(window: Any, kv: KVChat) -> QLabel:
     window.turn_finished.connect(turn_done)
     window.installEventFilter(_CloseWatcher(window, kv))
     view.schedule()  # first figures, after the start-up repair queued on the same worker
-    from hisho.gui.chat.waits import watch_restores
-
     watch_restores(window, kv)  # "Restored 2,730 tokens from disk in 0.1 s · saved ~55 s"
     return label

@@ -12,13 +12,14 @@ from typing import Any
 
 from PySide6.QtWidgets import QMenu, QToolButton
 
+from hisho.core.models.names import entry_name
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
 
 
 def _label(e: ModelEntry) -> str:
     bits = " · ".join(b for b in (e.arch, e.quant, format_bytes(e.size)) if b)
-    return f"{e.name}    {bits}"
+    return f"{entry_name(e).display}    {bits}"
 
 
 class ModelPicker(QToolButton):
@@ -88,7 +89,7 @@ class ModelPicker(QToolButton):
         if params is not None and str(params.model_path) == e.path and not remote_on:
             return
         c = self.window_.controller
-        c.switch_model(e.name)                      # the built-in engine answers again first (use_local)
+        c.switch_model(e.name)                      # the built-in engine answers again (Services.switch_model)
         c.toast(f"Loading {e.name} ({e.size / GIB:.1f} GiB: a few seconds from an SSD). KV snapshots saved with "
                 "other models are kept and used again when you switch back.")
 

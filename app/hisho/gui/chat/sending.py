@@ -33,7 +33,7 @@ from PySide6.QtWidgets import QMessageBox
 from hisho.core.conversations.chat import FitReport, Turn, TurnResult
 from hisho.core.conversations.store import STREAMING, Conversation, Message
 from hisho.core.engine.protocol import Progress
-from hisho.gui.chat.waits import reading_text
+from hisho.gui.chat.waits import ReadingWatch, reading_text
 
 if TYPE_CHECKING:
     from hisho.gui.shell.controller import ChatController
@@ -98,9 +98,7 @@ class Sending:
         self._tick = QTimer(self.w)
         self._tick.setInterval(LIVE_MS)
         self._tick.timeout.connect(self._show_live)
-        from hisho.gui.chat.waits import ReadingWatch
-
-        self.reading = ReadingWatch(self.w, self.c.ctx.engine, self._reading_shown, self._show_reading)
+        self.reading = ReadingWatch(self.w, lambda: self.c.ctx.engine, self._reading_shown, self._show_reading)
         self.reading_text = ""                # what the wait says now ("Reading your message · 37 %")
         self._cancelled_reads: set[int] = set()
 

@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer
 
 from hisho.core.engine.protocol import Progress
-from hisho.core.kv.session import RestoreReport
+from hisho.core.kv.session import RestoreReport, conversation_owner
 
 log = logging.getLogger("hisho.gui")
 
@@ -56,16 +56,16 @@ def restored_text(report: RestoreReport) -> str:
 class ReadingWatch(QObject):
     """Polls the engine's prompt-reading progress while ``active()`` says a wait is on screen."""
 
-    def __init__(self, parent: QObject, engine: Any, active: Callable[[], bool],
+    def __init__(self, parent: QObject, engine: Callable[[], Any], active: Callable[[], bool],
                  show: Callable[[Progress | None], None]) -> None:
         super().__init__(parent)
-        self.engine, self._active, self._show = engine, active, show
+        self.engine, self._active, self._show = engine, active, show  # engine(): the one answering now
         self._timer = QTimer(self)
         self._timer.setInterval(TICK_MS)
         self._timer.timeout.connect(self.tick)
 
     def progress(self) -> Progress | None:
-        read = getattr(self.engine, "progress", None)  # engines outside this process report none
+        read = getattr(self.engine(), "progress", None)  # engines outside this process report none
         return read() if callable(read) else None
 
     def start(self) -> None:
@@ -83,8 +83,6 @@ class ReadingWatch(QObject):
 
 def watch_restores(window: Any, kv: Any) -> None:
     """Say in the chat what a resume from disk saved, when the restored chat is the one on screen."""
-    from hisho.core.kv.session import conversation_owner
-
     post = window.ctx.executor.post
 
     def shown(owner: str, report: RestoreReport) -> None:

@@ -41,6 +41,7 @@ from hisho.core.executor import Executor
 from hisho.core.hub import Downloader, Job, QuantFile
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession
+from hisho.core.models.names import entry_name
 from hisho.core.models.removal import Removal, plan_removal, remove_model
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import format_bytes
@@ -145,7 +146,7 @@ class ModelsPage(QWidget):
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
             src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
-            values = [e.name, e.arch or "?", "…", e.quant or "?", format_bytes(e.size),
+            values = [entry_name(e).display, e.arch or "?", "…", e.quant or "?", format_bytes(e.size),
                       f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)

@@ -1,9 +1,11 @@
 """Settings → API: the local OpenAI-compatible API served from the window's own engine (off by default).
 
-The switch starts ``hisho.api``'s server on 127.0.0.1 (the ``api_port`` setting) over ``window.ctx.engine``: API
-requests and the window's chats share the one loaded model (a request joins the engine's serving batch; a chat
+The switch starts ``hisho.api``'s server on 127.0.0.1 (the ``api_port`` setting) over the window's services
+(``hisho.api.launch.api_server``, the one way a server is made; it follows a model switch or a remote
+connect): API requests and the window's chats share the one loaded model (a request joins the engine's serving batch; a chat
 sent meanwhile runs when the batch is empty). The key is shown and can be regenerated; CORS is off unless
-origins are listed. A label in the status bar says when API requests are running.
+origins are listed. The limits on what one request may cost (docs/api.md) are set here too; a change restarts
+a running server. A label in the status bar says when API requests are running.
 
 Rules of use: GUI thread only. The server lives on the window (``window._api_server``), not on the page, so it
 keeps serving after the dialog closes; ``stop_api(window)`` at exit. ``ApiServer.start`` waits (≤ 10 s, usually
@@ -29,31 +31,27 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.api import keys
-from hisho.api.backend import Backend
-from hisho.api.cache import PromptCache
+from hisho.api.launch import api_server, origins
 from hisho.api.server import ApiServer
+from hisho.core import settings as settings_mod
 from hisho.core.errors import UserError
 
 log = logging.getLogger("hisho.gui")
 
 REFRESH_MS = 500
-
-
-def _origins(text: str) -> list[str]:
-    return [o.strip() for o in text.split(",") if o.strip()]
+# (setting, label, suffix): what one API request may cost (docs/api.md).
+LIMITS = (
+    ("api_max_body_mb", "Largest request", " MiB"),
+    ("api_max_prompt_tokens", "Longest prompt", " tokens"),
+    ("api_request_timeout_s", "Time limit per request", " s"),
+    ("api_max_queued", "Requests waiting per key", ""),
+)
 
 
 def start_api(window: Any) -> ApiServer:
     """Serve the API from the window's engine (replacing a running server). Raises UserError (port taken)."""
     stop_api(window)
-    ctx = window.ctx
-    settings = ctx.settings
-    model = ctx.model_path.stem if ctx.model_path else "hisho"
-    defaults = {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": settings["top_k"]}
-    cache = PromptCache(ctx.kv.session) if ctx.kv is not None else None  # the same KV store as the chats
-    backend = Backend(ctx.engine, model, defaults, int(settings["max_tokens"]), cache)
-    server = ApiServer(backend, keys.api_key(), port=int(settings["api_port"]),
-                       cors_origins=_origins(str(settings["api_cors_origins"])))
+    server = api_server(window.ctx, keys.api_key(), port=int(window.ctx.settings["api_port"]))
     server.start()
     window._api_server = server
     _indicator(window)
@@ -136,6 +134,20 @@ class ApiPage(QWidget):
         form.addRow("Port", self.port)
         form.addRow("API key", key_row)
         form.addRow("Web origins (CORS)", self.cors)
+        self.limits: dict[str, QSpinBox] = {}
+        for name, label, suffix in LIMITS:
+            box = QSpinBox()
+            box.setObjectName(name)
+            setting = settings_mod.declared(name)
+            box.setRange(int(setting.minimum or 0), int(setting.maximum or 1 << 30))
+            box.setValue(int(self.settings[name]))
+            box.setSuffix(suffix)
+            if name == "api_max_prompt_tokens":
+                box.setSpecialValueText("the context")
+            box.setToolTip(setting.doc)
+            box.editingFinished.connect(self._restart)
+            form.addRow(label, box)
+            self.limits[name] = box
         self.status = QLabel()
         self.status.setObjectName("ApiStatus")
         self.status.setWordWrap(True)
@@ -154,7 +166,9 @@ class ApiPage(QWidget):
     def _save(self) -> None:
         self.settings.set("api_enabled", self.enabled.isChecked())
         self.settings.set("api_port", self.port.value())
-        self.settings.set("api_cors_origins", ",".join(_origins(self.cors.text())))
+        self.settings.set("api_cors_origins", ",".join(origins(self.cors.text())))
+        for name, _, _ in LIMITS:
+            self.settings.set(name, self.limits[name].value())
         values = self.settings
         self.w.ctx.executor.submit("store", values.save)
 

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QWidget
 
 from hisho.core import paths
-from hisho.gui.settings.settings_page import page_layout
+from hisho.gui.settings.settings_page import confirm_destructive, page_layout
 
 
 class DataPage(QWidget):
@@ -36,8 +36,6 @@ class DataPage(QWidget):
         lay.addStretch(1)
 
     def confirm_remove(self) -> bool:
-        from hisho.gui.settings.preferences import confirm_destructive
-
         if not confirm_destructive(self, "Remove all my data",
                                    "Delete every conversation, KV snapshot, downloaded or imported model, setting "
                                    "and log of Hisho?\n\nThis cannot be undone. Hisho closes and removes them.",

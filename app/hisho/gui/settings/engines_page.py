@@ -1,9 +1,11 @@
 """Settings → Engines: the local engine plus any number of remote OpenAI-compatible servers (llama-server,
-vLLM, SGLang, …): name, address, API key (stored like the Hugging Face token), TLS verification, and "Test
-connection" (server kind, version, models, round-trip time). docs/remote-engines.md.
+vLLM, SGLang, …): name, address, API key (stored like the Hugging Face token), TLS verification, whether to go
+through the system proxy, and "Test connection" (server kind, version, models, round-trip time, the route).
+docs/remote-engines.md.
 
 Rules of use: GUI thread. Tests of a connection run on the ``remote`` lane; the list is saved at once on
-"Save". The key field shows only whether a key is stored (its last four characters), never the key.
+"Save". The key field shows only whether a key is stored (its last four characters), never the key. The proxy
+box follows the address as it is typed (off for a LAN address) until the user ticks or clears it.
 """
 
 from __future__ import annotations
@@ -54,11 +56,14 @@ class EnginesPage(QWidget):
         self.key.setEchoMode(QLineEdit.EchoMode.Password)
         self.verify = QCheckBox("Verify the server's TLS certificate (https)")
         self.verify.setChecked(True)
+        self.proxy = QCheckBox("Use the system proxy (HTTPS_PROXY; off for servers on this network)")
+        self._proxy_set = False                  # the user chose; the box no longer follows the address
         form = QFormLayout()
         form.addRow("Name", self.name)
         form.addRow("Address", self.url)
         form.addRow("API key", self.key)
         form.addRow("", self.verify)
+        form.addRow("", self.proxy)
         self.save_btn = QPushButton("Save")
         self.remove_btn = QPushButton("Remove")
         self.test_btn = QPushButton("Test connection")
@@ -84,6 +89,8 @@ class EnginesPage(QWidget):
         self.save_btn.clicked.connect(self.save)
         self.remove_btn.clicked.connect(self.remove)
         self.test_btn.clicked.connect(self.test)
+        self.url.textEdited.connect(self._follow_address)
+        self.proxy.clicked.connect(self._chose_proxy)
         self._fill(0)
 
     # ----- list ----------------------------------------------------------------------------------------
@@ -92,7 +99,7 @@ class EnginesPage(QWidget):
         ctx = self.w.ctx
         self.list.blockSignals(True)
         self.list.clear()
-        local = ctx.model_path.stem if getattr(ctx, "model_path", None) else "no model"
+        local = ctx.model_name.display if getattr(ctx, "model_path", None) else "no model"
         self.list.addItem(f"Local — this computer ({local})")
         for ep in self.endpoints:
             self.list.addItem(f"{ep.name} — {ep.root}")
@@ -113,6 +120,8 @@ class EnginesPage(QWidget):
         self.name.setText(ep.name if ep else "")
         self.url.setText(ep.base_url if ep else "")
         self.verify.setChecked(ep.verify_tls if ep else True)
+        self._proxy_set = ep is not None and ep.use_proxy is not None
+        self.proxy.setChecked(ep.proxied if ep else False)
         self.key.clear()
         stored = store.get_key(ep.name) if ep else ""
         self.key.setPlaceholderText(f"stored ({store.masked(stored)}); type to replace" if stored
@@ -123,8 +132,17 @@ class EnginesPage(QWidget):
 
     # ----- actions -------------------------------------------------------------------------------------
 
+    def _follow_address(self, url: str) -> None:
+        if not self._proxy_set:
+            self.proxy.setChecked(Endpoint("", url).proxied)
+
+    def _chose_proxy(self) -> None:
+        self._proxy_set = True
+
     def _typed(self) -> Endpoint:
-        return Endpoint(self.name.text().strip(), self.url.text().strip(), self.verify.isChecked())
+        ep = Endpoint(self.name.text().strip(), self.url.text().strip(), self.verify.isChecked())
+        wanted = self.proxy.isChecked()
+        return ep if wanted == ep.proxied else ep.with_(use_proxy=wanted)   # stored only when it differs
 
     def save(self) -> None:
         old = self._selected()
@@ -168,7 +186,7 @@ class EnginesPage(QWidget):
             return
         self.result.setText(f"Testing {ep.root}…")
         self.test_btn.setEnabled(False)
-        target = Endpoint(ep.name or "this engine", ep.base_url, ep.verify_tls, key)
+        target = ep.with_(name=ep.name or "this engine", api_key=key)
         self.w.ctx.executor.submit("remote", lambda: probe(target), done=self._tested,
                                    failed=lambda exc: self._tested(ServerInfo(error=str(exc))))
 

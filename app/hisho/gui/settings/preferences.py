@@ -33,7 +33,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QListWidget,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QStackedWidget,
@@ -49,7 +48,7 @@ from hisho.core.kv.stored import StoreReport, list_stored
 from hisho.core.units import GIB, format_bytes
 from hisho.gui.chat.kv_status import human_seconds
 from hisho.gui.settings.performance_page import PerformancePage
-from hisho.gui.settings.settings_page import page_layout
+from hisho.gui.settings.settings_page import confirm_destructive, page_layout
 
 log = logging.getLogger("hisho.gui")
 
@@ -376,14 +375,3 @@ def open_preferences(window: Any) -> PreferencesDialog:
     window._preferences = dialog
     dialog.show()
     return dialog
-
-
-def confirm_destructive(parent: QWidget, title: str, text: str, action: str, name: str) -> bool:
-    """A warning box whose default is Cancel; True when the user chose ``action`` (object name ``name``, for
-    tests)."""
-    box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Cancel, parent)
-    box.setObjectName(name)
-    chosen = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
-    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-    box.exec()
-    return box.clickedButton() is chosen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QMessageBox, QVBoxLayout, QWidget
 
 
 def page_layout(page: QWidget, title: str, intro: str) -> QVBoxLayout:
@@ -18,3 +18,14 @@ def page_layout(page: QWidget, title: str, intro: str) -> QVBoxLayout:
     lay.addWidget(heading)
     lay.addWidget(text)
     return lay
+
+
+def confirm_destructive(parent: QWidget, title: str, text: str, action: str, name: str) -> bool:
+    """A warning box whose default is Cancel; True when the user chose ``action`` (object name ``name``, for
+    tests)."""
+    box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Cancel, parent)
+    box.setObjectName(name)
+    chosen = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
+    box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+    box.exec()
+    return box.clickedButton() is chosen

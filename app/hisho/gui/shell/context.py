@@ -17,5 +17,4 @@ AppContext = Services  # the window's name for it
 
 
 def build(model: str | None, *, bridge: Bridge, db_path: Path | None = None) -> AppContext:
-    # n_seq_max=2: KV saves use the second sequence as scratch (docs/kv-format.md).
-    return services.build(model, db_path=db_path, post=bridge.post, n_seq_max=2)
+    return services.build(model, "window", db_path=db_path, post=bridge.post)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer
@@ -30,7 +29,6 @@ from PySide6.QtWidgets import QApplication
 
 from hisho.core.conversations.chat import FitReport, Turn
 from hisho.core.conversations.store import Conversation
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.errors import EngineError, UserError
 from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
@@ -159,7 +157,7 @@ class ChatController(QObject):
     def start(self) -> None:
         from hisho.gui.shell.remote_switch import restore_choice
 
-        if not restore_choice(self.w, self._start_model):  # the remote engine chosen last time, if any
+        if not restore_choice(self.w):  # the remote engine chosen last time, if any
             self._start_model()
         if not self.store.read_only:  # chats deleted in an earlier session are past their Undo: remove them
             self.store_job(lambda: self.store.purge_deleted())
@@ -173,9 +171,10 @@ class ChatController(QObject):
             if ctx.plan_refused and ctx.model_path is not None:
                 self.offer_load_anyway(str(ctx.model_path))
         else:
-            params = ctx.load_params
-            self._loading(Path(params.model_path).stem)
-            self.engine_job(lambda: self.ctx.engine.load(params), self._loaded, self._load_failed)
+            self._loading(ctx.model_name.display)
+            # The root restores what the user chose last; no remote engine is saved here, so this loads the
+            # planned local model (a crash or a file it cannot load comes back as one line).
+            self.engine_job(lambda: self.ctx.restore_engine().info, self._loaded, self._load_failed)
 
     def _loading(self, name: str) -> None:
         """Show that the load runs, how far the engine is in the file (its "progress"), and for how long."""
@@ -202,7 +201,8 @@ class ChatController(QObject):
         self._end_load_notice()
         self.model_ready, self.model_failed = True, False
         params = self.ctx.engine.load_params
-        name = Path(params.model_path).stem if params else ""
+        name = self.ctx.model_name.display
+        self.w.sidebar.set_engine_note("")  # this computer answers: its saved KV is used again
         self.w.status.set_model(name, int(info.get("n_ctx", 0)))
         self.w.status.set_device(self.ctx.engine.engine_info, params.n_gpu_layers if params else 0)
         self.w.status.engine_pid = self.ctx.engine.pid
@@ -229,21 +229,13 @@ class ChatController(QObject):
                    lambda: self.switch_model(name, override=True), label="Load anyway", ms=60_000)
 
     def switch_model(self, name: str, override: bool = False) -> None:
-        from hisho.gui.shell.remote_switch import use_local
-
-        use_local(self.w)  # a local model: the built-in engine answers again (first, on the engine lane)
+        """A local model answers from now on (``Services.switch_model``: planned and loaded as at start-up; a
+        remote engine steps aside)."""
         self.model_ready = False
         self._loading_name = name
-        self._loading(Path(name).stem if name else "the default model")
-
-        def job() -> dict[str, Any]:
-            path = open_model(name or None)
-            # n_seq_max=2 as at start-up: KV saves use the second sequence as scratch (context.build)
-            params = load_params_for(path, settings=self.ctx.settings, n_seq_max=2, override=override)
-            self.service.model_name = path.stem
-            return self.ctx.engine.load(params)
-
-        self.engine_job(job, self._loaded, self._load_failed)
+        self._loading(name or "the default model")
+        self.engine_job(lambda: self.ctx.switch_model(name or None, override=override), self._loaded,
+                        self._load_failed)
 
     # ----- settings, theme, diagnostics ------------------------------------------------------------------
 
@@ -276,10 +268,9 @@ class ChatController(QObject):
     def _settings_saved(self, conv: Conversation, old_model: str) -> None:
         if self.current is not None and self.current.id == conv.id:
             self.current = conv
-        loaded = self.ctx.engine.load_params
-        loaded_name = Path(loaded.model_path).stem if loaded else ""
+        loaded = self.ctx.model_name if self.ctx.engine is self.ctx.local_engine else None
         # Only a different model needs a reload; the system prompt and sampling apply to the next reply.
-        if conv.model != old_model and conv.model and conv.model != loaded_name:
+        if conv.model != old_model and conv.model and (loaded is None or not loaded.accepts(conv.model)):
             self.switch_model(conv.model)
         self.fit.update()
 

@@ -1,12 +1,14 @@
 """Choosing which engine answers: the local one or a model on a remote server (docs/remote-engines.md).
 
 Rules of use: GUI thread. Probing servers runs on the ``remote`` lane (network waits never hold the engine or
-the store lane); switching runs on the ``engine`` lane, between turns, through ``services.use_engine``. A
-server that does not answer is left out of the picker and said in one line; nothing blocks the window.
+the store lane); switching runs on the ``engine`` lane, between turns, through the composition root
+(``Services.connect`` / ``disconnect`` / ``restore_engine``), which also remembers the choice: this module
+only shows it. A server that does not answer is left out of the picker and said in one line; nothing blocks
+the window.
 
-The choice is remembered (``endpoints.save_choice``, written on the lane that made it): a window started after
-a remote model was picked connects to it instead of loading a local model (``restore_choice``); when that
-engine does not answer, it says so in one line and loads the local model as before.
+A window started after a remote model was picked connects to it instead of loading a local model
+(``restore_choice``, as ``hisho chat`` does); when that engine does not answer, it says so in one line and
+loads the local model as before.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from hisho.core import services as services_mod
-from hisho.core.engine.protocol import LoadParams
 from hisho.core.hub import QuantFile
-from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
-from hisho.core.remote.engine import RemoteEngine
+from hisho.core.models.names import remote_name
+from hisho.core.remote.endpoints import load_endpoints, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
 from hisho.core.remote.probe import ServerInfo, probe
@@ -55,38 +56,7 @@ def use_remote(window: Any, ep: Endpoint, model: str,
     c.sending.show_queue()
 
     def job() -> dict[str, Any]:
-        eng = RemoteEngine(with_key(ep))
-        eng.on_wait = lambda name: ctx.executor.post(lambda: c.sending.waiting_on_remote(name))
-        info = eng.load(LoadParams(model_path=model, n_ctx=int(ctx.settings["n_ctx"])))
-        services_mod.use_engine(ctx, eng, model)
-        save_choice(ep.name, model)
-        return info
-
-    def done(info: dict[str, Any]) -> None:
-        n_ctx = int(info.get("n_ctx", 0))
-        c.model_ready, c.model_failed = True, False
-        c.sending.connecting = ""
-        window.show_banner(ctx.problem)          # a local model's load problem is not this engine's
-        window.model_label.setText(f"{model} · {ep.name}")
-        window.status.set_model(f"{model} on {ep.name}", n_ctx)
-        window.status.device.setText(ep.name)
-        window.status.device.setToolTip(f"{info.get('kind', '')} at {ep.root}")
-        window.empty_subtitle.setText(f"Chatting with {model}, running on {ep.name} ({ep.root}).")
-        resume = ("slots are saved after each turn" if info.get("slot_save")
-                  else "resuming long chats is the server's job there")
-        c.toast(f"{model} on {ep.name}: {info.get('kind', '')} {info.get('version', '')}".rstrip() +
-                f"; {resume}.")
-        window.sidebar.set_engine_note(
-            "" if info.get("slot_save") else
-            f"Chats run on {ep.name}: resuming long chats is the server's job there (its prompt cache); "
-            "Hisho's saved KV cache is used on this computer only.")
-        if not getattr(window, "_cache_shown", False):
-            window.turn_finished.connect(lambda result: show_server_cache(window, result))
-            window._cache_shown = True
-        c.fit.known.clear()
-        c.fit.show_for(c.current.id if c.current else None)
-        c.fit.update()
-        c.sending.pump()
+        return dict(ctx.connect(ep, model, on_wait=waiting(window)))
 
     def not_switched(exc: BaseException) -> None:
         c.model_ready = was_ready               # the engine that answered before still does
@@ -95,7 +65,42 @@ def use_remote(window: Any, ep: Endpoint, model: str,
             window.status.set_model(shown)
         (failed or c.report)(exc)
 
-    c.engine_job(job, done, not_switched)
+    c.engine_job(job, lambda info: connected(window, ep, model, info), not_switched)
+
+
+def waiting(window: Any) -> Callable[[str], None]:
+    """A remote engine's "no first byte yet" notice, delivered to the window (any thread)."""
+    return lambda name: window.ctx.executor.post(lambda: window.controller.sending.waiting_on_remote(name))
+
+
+def connected(window: Any, ep: Endpoint, model: str, info: dict[str, Any]) -> None:
+    """The window once ``model`` on ``ep`` answers (GUI thread)."""
+    ctx, c = window.ctx, window.controller
+    n_ctx = int(info.get("n_ctx", 0))
+    c.model_ready, c.model_failed = True, False
+    c.sending.connecting = ""
+    window.show_banner(ctx.problem)          # a local model's load problem is not this engine's
+    name = remote_name(model, ep.name).display
+    window.model_label.setText(name)
+    window.status.set_model(name, n_ctx)
+    window.status.device.setText(ep.name)
+    window.status.device.setToolTip(f"{info.get('kind', '')} at {ep.root}")
+    window.empty_subtitle.setText(f"Chatting with {model}, running on {ep.name} ({ep.root}).")
+    resume = ("slots are saved after each turn" if info.get("slot_save")
+              else "resuming long chats is the server's job there")
+    c.toast(f"{model} on {ep.name}: {info.get('kind', '')} {info.get('version', '')}".rstrip() +
+            f"; {resume}.")
+    window.sidebar.set_engine_note(
+        "" if info.get("slot_save") else
+        f"Chats run on {ep.name}: resuming long chats is the server's job there (its prompt cache); "
+        "Hisho's saved KV cache is used on this computer only.")
+    if not getattr(window, "_cache_shown", False):
+        window.turn_finished.connect(lambda result: show_server_cache(window, result))
+        window._cache_shown = True
+    c.fit.known.clear()
+    c.fit.show_for(c.current.id if c.current else None)
+    c.fit.update()
+    c.sending.pump()
 
 
 def show_server_cache(window: Any, _result: Any = None) -> None:
@@ -112,37 +117,32 @@ def show_server_cache(window: Any, _result: Any = None) -> None:
                                     f"{read:,} (the server's own figures).")
 
 
-def restore_choice(window: Any, fallback: Callable[[], None]) -> bool:
-    """At start-up: connect to the remote model chosen last time (True), or return False when the local engine
-    was the choice. If that engine does not answer now, say so in one line and run ``fallback`` (the local
-    start-up)."""
-    name, model = load_choice()
-    ep = next((e for e in load_endpoints() if e.name == name), None)
-    if name == LOCAL or ep is None:
+def restore_choice(window: Any) -> bool:
+    """At start-up, when a remote model was chosen last time: ``Services.restore_engine`` connects to it (True);
+    False when the local engine was the choice (the controller's local start-up runs). If that engine does not
+    answer now, the root loads the local model and the window says why in one line."""
+    ctx, c = window.ctx, window.controller
+    saved = ctx.saved_remote()
+    if saved is None:
         return False
+    ep, model = saved
+    window.status.set_model(f"Connecting to {ep.name}…")
+    c.sending.connecting = ep.name
+
+    def done(running: services_mod.Running) -> None:
+        c.sending.connecting = ""
+        if running.endpoint is not None:
+            connected(window, running.endpoint, running.model, running.info)
+            return
+        c.toast(running.fallback, ms=15000)
+        c._loaded(running.info)
 
     def failed(exc: BaseException) -> None:
-        window.controller.toast(f"{exc}. Using this computer's model for now (Hisho tries {name} again at the "
-                                "next start).", ms=15000)
-        fallback()
+        c.sending.connecting = ""
+        c._load_failed(exc)
 
-    use_remote(window, ep, model, failed)
+    c.engine_job(lambda: ctx.restore_engine(on_wait=waiting(window)), done, failed)
     return True
-
-
-def use_local(window: Any) -> None:
-    """Back to the built-in engine (before a local model is chosen); a no-op when it already answers."""
-    ctx = window.ctx
-    local = ctx.local_engine
-    if local is None or local is ctx.engine:
-        return
-    name = ctx.model_path.stem if ctx.model_path else ""
-
-    def job() -> None:
-        services_mod.use_engine(ctx, local, name)
-        save_choice(LOCAL)
-
-    window.controller.engine_job(job, lambda _r: window.sidebar.set_engine_note(""))
 
 
 def offer_remote(window: Any, hub: Any) -> None:
