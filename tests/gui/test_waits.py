@@ -165,7 +165,8 @@ def test_restart_says_what_the_resume_saved(qtbot: QtBot, hisho_home: Path) -> N
     text = w.last_restore_notice
     assert w.toast.text() in (text, "")  # shown over the chat (gone if its time is up)
     assert re.fullmatch(r"Restored [\d,]+ tokens from disk in [\d.]+ m?s · saved ~[\d.,]+ m?s", text), text
-    assert f"Restored {tokens:,} tokens" in text
+    restored = int(text.split()[1].replace(",", ""))
+    assert 0.9 * tokens <= restored <= tokens  # what this prompt reuses of what was saved (the reply's end aside)
     w.close()
 
 
