@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -46,6 +47,11 @@ def hisho(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, env=dict(os.environ))
 
 
+def errors(stderr: str) -> list[str]:
+    """The error lines of stderr (progress lines go there too)."""
+    return [ln for ln in stderr.splitlines() if ln.startswith("hisho: error")]
+
+
 def stored_rows() -> list[tuple[Any, ...]]:
     db = paths.database_path()
     if not db.exists():
@@ -57,6 +63,22 @@ def stored_rows() -> list[tuple[Any, ...]]:
         return []
     finally:
         conn.close()
+
+
+def test_progress_lines_on_stderr_when_it_is_not_a_terminal(tmp_path: Path) -> None:
+    """A captured stderr (a pipe, a log) gets a line per step: the model load, every chunk, the end; the JSON on
+    stdout is untouched."""
+    pdf = report_pdf(tmp_path / "steps.pdf", pages=10)
+    res = hisho("summarize", str(pdf), "--json", *SMALL)
+    assert res.returncode == 0, res.stderr
+    json.loads(res.stdout)
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith("hisho: loading ") and lines[1].startswith("hisho: model loaded in ")
+    chunks = [ln for ln in lines if ln.startswith("hisho: summarizing steps.pdf: chunk ")]
+    assert len(chunks) >= 3 and re.search(r" · \d+ %", chunks[-1])
+    assert any(ln.endswith("ETA") is False and " · ETA " in ln for ln in chunks[1:])
+    assert lines[-1].startswith("hisho: done in ")
+    assert not any("\r" in ln or "\033" in ln for ln in lines)  # no terminal codes in a log
 
 
 def test_map_reduce_cites_pages_and_second_run_is_all_cached(tmp_path: Path) -> None:
@@ -134,7 +156,7 @@ def test_several_files_one_bad_and_notes(tmp_path: Path) -> None:
     scanned = make_pdf(tmp_path / "scan.pdf", ["The harbour opens at six.", ""], image_pages=(2,))
     res = hisho("summarize", str(good), str(tmp_path / "empty.txt"), str(scanned), "--json")
     assert res.returncode == 0, res.stderr
-    assert res.stderr.strip() == "hisho: error: empty.txt: the file is empty (0 bytes)"
+    assert errors(res.stderr) == ["hisho: error: empty.txt: the file is empty (0 bytes)"]
     out = json.loads(res.stdout)
     assert [d["file"] for d in out["documents"]] == ["notes.md", "scan.pdf"]
     assert all(d["mode"] == "single" for d in out["documents"])
@@ -159,14 +181,14 @@ def test_pages_cut_is_reported_as_truncated_with_what_was_cut(tmp_path: Path) ->
         "argument --pages: --pages '7-2': pages start at 1 and the range must not run backwards")
     past = hisho("summarize", str(pdf), "--pages", "40-")
     assert past.returncode == 2
-    assert past.stderr.strip() == "hisho: error: cut.pdf: --pages 40- is past the end (the PDF has 10 pages)"
+    assert errors(past.stderr) == ["hisho: error: cut.pdf: --pages 40- is past the end (the PDF has 10 pages)"]
 
 
 def test_only_bad_files_exit_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "x.bin.txt").write_bytes(bytes(range(256)) * 16)
     res = hisho("summarize", str(tmp_path / "x.bin.txt"))
     assert res.returncode == 2
-    assert [ln.split(" (")[0] for ln in res.stderr.strip().splitlines()] == [
+    assert [ln.split(" (")[0] for ln in errors(res.stderr)] == [
         "hisho: error: x.bin.txt: this looks like a binary file, not text"]
 
 

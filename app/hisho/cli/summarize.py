@@ -14,6 +14,7 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +58,11 @@ def cut_of(result: JobResult) -> list[str]:
 
 def cmd_summarize(args: argparse.Namespace) -> int:
     from hisho.cli.output import emit_json
+    from hisho.cli.progress import StderrProgress
     from hisho.core import services
-    from hisho.core.documents.job import JobProgress
 
     parallel = max(1, args.parallel)
     app = services.build(args.model, "summarize", n_ctx=args.n_ctx)
-
-    def progress(p: JobProgress) -> None:
-        if not args.json and sys.stderr.isatty():
-            sys.stderr.write(f"\r{p.stage}: {p.message or ''} (ETA {p.eta_s:.0f}s)\033[K")
 
     # Ctrl+C and SIGTERM cancel: finished chunks stay cached, the exit code is 130. The engine runs in its own
     # session (core.spawn), so the terminal's SIGINT reaches only this process. Caught from the start: a Ctrl+C
@@ -81,16 +78,21 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             job.cancel()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    progress = StderrProgress()  # lines on stderr, a bar on a terminal; stdout keeps only the result
     try:
-        app.load()
-        job = app.documents.job(args.files, password=args.password, max_parallel=parallel,
-                                summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
-                                chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages,
-                                confirm=lambda name, chunks, eta: confirm_long(args.yes, name, chunks, eta))
-        running.append(job)
-        if asked.is_set():
-            job.cancel()
-        result = job.run()
+        with progress:
+            progress.note(f"loading {Path(str(app.model_path)).stem}…")
+            started = time.monotonic()
+            app.load()
+            progress.note(f"model loaded in {time.monotonic() - started:.1f} s")
+            job = app.documents.job(args.files, password=args.password, max_parallel=parallel,
+                                    summary_tokens=args.summary_tokens, final_tokens=args.final_tokens,
+                                    chunk_target=args.chunk_tokens, on_progress=progress, pages=args.pages,
+                                    confirm=lambda name, chunks, eta: asked_on(progress, args.yes, name, chunks, eta))
+            running.append(job)
+            if asked.is_set():
+                job.cancel()
+            result = job.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -104,12 +106,16 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({**result.as_dict(), "cut": cut_of(result)})
     else:
-        if sys.stderr.isatty():
-            sys.stderr.write("\n")
         sys.stdout.write(result.summary + "\n")
     if result.cancelled:
         return 130
     return 0 if result.documents else 2
+
+
+def asked_on(progress: Any, yes: bool, name: str, chunks: int, eta_s: float) -> bool:
+    """``confirm_long`` with the progress bar held while the question is on the terminal."""
+    with progress.held():
+        return confirm_long(yes, name, chunks, eta_s)
 
 
 def confirm_long(yes: bool, name: str, chunks: int, eta_s: float) -> bool:

@@ -444,7 +444,8 @@ def window_floor(chunks: list[kvf.ChunkHeader]) -> int:
     return floor
 
 
-def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], bool]) -> dict[str, Any]:
+def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], bool],
+            on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Type-ahead: make ``seq`` hold ``tokens``, rolling back (``llama_memory_seq_rm``) from the first token
     that differs and decoding only the rest, without logits (``generate`` re-evaluates its last prompt token)."""
     if len(tokens) >= rt.n_ctx:
@@ -455,7 +456,8 @@ def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], 
         common = rt.seq_rm(seq, common)  # where the memory cannot cut there: a checkpoint, or from the start
     rolled_back = len(held) - common
     start = time.perf_counter()
-    complete = rt.decode_tokens(seq, tokens[common:], want_logits=False, should_stop=should_stop)
+    complete = rt.decode_tokens(seq, tokens[common:], want_logits=False, should_stop=should_stop,
+                                on_progress=on_progress)
     if complete:
         rt.keeper.checkpoint(seq)  # a turn boundary or a type-ahead state: a later edit restores it
     return {"held": len(rt.seqs.get(seq, [])), "decoded": len(tokens) - common, "rolled_back": rolled_back,

@@ -63,11 +63,15 @@ def maps_file(params: LoadParams) -> bool:
     return params.use_mmap if params.use_mmap is not None else mmap_policy(params.model_path)
 
 
-def model_params(params: LoadParams, mapped: bool) -> Any:
-    """``llama_model_params`` for a load: its GPU layers, the file mapped (``mapped``) or read."""
+def model_params(params: LoadParams, mapped: bool, on_progress: Callable[[float], bool] | None = None) -> Any:
+    """``llama_model_params`` for a load: its GPU layers, the file mapped (``mapped``) or read.
+    ``on_progress(fraction)`` is llama.cpp's load progress callback (False aborts the load)."""
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = params.n_gpu_layers
     mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if mapped else llama_cpp.LLAMA_LOAD_MODE_NONE
+    if on_progress is not None:
+        # The structure keeps a reference to the ctypes callback for as long as it lives (the load call).
+        mparams.progress_callback = llama_cpp.llama_progress_callback(lambda p, _data: bool(on_progress(float(p))))
     return mparams
 
 

@@ -15,12 +15,13 @@ from hisho.engine.llama_setup import GenStats, build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
 
-def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
-             cancelled: Callable[[], bool]) -> Iterator[tuple[int, str] | GenStats]:
+def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cancelled: Callable[[], bool],
+             on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str] | GenStats]:
     """Prefill ``prompt`` into ``seq`` (reusing its cached prefix) and sample a reply.
 
-    Yields ``(token, text)`` per token, then the final ``GenStats``. ``cancelled`` is checked before every
-    token, so a cancel takes effect within one token.
+    Yields ``(token, text)`` per token, then the final ``GenStats``. ``cancelled`` is checked between prefill
+    slices and before every token, so a cancel takes effect within one slice or one token. ``on_progress(done,
+    total)`` reports the prefill between slices (``Runtime.decode_tokens``).
     """
     rt.check_seq(seq)
     if not prompt:
@@ -35,13 +36,14 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling,
     if not rt.keeper.dense:
         # A checkpoint one token short of the prompt: a regenerate (or an edit of the next message) restores
         # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.prefix).
-        if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled):
+        if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled,
+                                on_progress=on_progress):
             stats.stop_reason = "cancelled"
             yield stats
             return
         rt.keeper.checkpoint(seq, prompt=True)
         rest = rest[-1:]
-    if not rt.decode_tokens(seq, rest, should_stop=cancelled):
+    if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress):
         stats.stop_reason = "cancelled"
         yield stats
         return

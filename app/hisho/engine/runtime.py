@@ -123,11 +123,21 @@ class Runtime:
     # ----- loading ------------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, params: LoadParams) -> Runtime:
+    def load(cls, params: LoadParams, on_progress: Callable[[float], bool] | None = None) -> Runtime:
+        """``on_progress(fraction)`` reports the file's loading (llama.cpp's callback); False stops it."""
         backends.init()
         mapped = maps_file(params)
         start = time.perf_counter()
-        model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), model_params(params, mapped))
+        stopped = [False]
+
+        def report(fraction: float) -> bool:
+            stopped[0] = on_progress is not None and not on_progress(fraction)
+            return not stopped[0]
+
+        mparams = model_params(params, mapped, report if on_progress is not None else None)
+        model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
+        if not model and stopped[0]:
+            raise RequestError(ErrorKind.MODEL_LOAD, f"the load of {params.model_path} was cancelled")
         if not model:
             raise RequestError(ErrorKind.MODEL_LOAD, f"llama.cpp could not load the model file: {params.model_path}")
         cparams = context_params(params)
@@ -277,9 +287,11 @@ class Runtime:
         return common
 
     def decode_tokens(self, seq: int, tokens: list[int], *, want_logits: bool = True,
-                      should_stop: Callable[[], bool] | None = None) -> bool:
+                      should_stop: Callable[[], bool] | None = None,
+                      on_progress: Callable[[int, int], None] | None = None) -> bool:
         """Append ``tokens`` to ``seq`` in n_batch slices. Logits only for the very last token.
-        Returns False if ``should_stop`` said stop between slices (the cache then holds what was done)."""
+        Returns False if ``should_stop`` said stop between slices (the cache then holds what was done).
+        ``on_progress(done, total)`` runs after every slice but the last (a long prompt's reading progress)."""
         held = self.seqs.setdefault(seq, [])
         if len(held) + len(tokens) > self.n_ctx:
             raise RequestError(ErrorKind.CONTEXT_FULL,
@@ -295,6 +307,8 @@ class Runtime:
                 self.batch.add(tok, base + i, seq, want_logits and last_slice and i == len(part) - 1)
             self.decode_batch()
             held.extend(part)
+            if on_progress is not None and not last_slice:
+                on_progress(start + len(part), len(tokens))
         return True
 
     def run_step(self, batch: Batch) -> int:

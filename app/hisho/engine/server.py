@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import IO, Any
 
 from hisho.core.engine.ops import (
@@ -46,6 +47,7 @@ from hisho.engine.serving import run_serving  # at start, not on the first API r
 log = logging.getLogger("hisho.engine")
 
 COALESCE_S = 0.025  # token events of a reply are written at most this often after the first (emit_soon)
+PROGRESS_S = 0.1    # "progress" events of one request are written at most this often (a window shows ~2 Hz)
 
 
 class Server:
@@ -93,6 +95,19 @@ class Server:
         self._out.write(b"".join(self._pending))
         self._pending.clear()
         self._last_write = time.perf_counter()
+
+    def progress(self, req_id: int) -> Callable[[int, int], None]:
+        """The ``on_progress`` of a request's prompt reading: a "progress" event (tokens read of the tokens to
+        read), the first at once, then at most every PROGRESS_S."""
+        last = [-PROGRESS_S]
+
+        def report(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - last[0] >= PROGRESS_S:
+                last[0] = now
+                self.emit({"id": req_id, "ev": "progress", "done": done, "total": total})
+
+        return report
 
     def error(self, req_id: int, kind: ErrorKind, message: str) -> None:
         self.emit({"id": req_id, "ev": "error", "kind": kind.value, "message": message})
@@ -217,7 +232,13 @@ class Server:
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
-        self.runtime = Runtime.load(params)
+        reading = self.progress(req_id)
+
+        def loading(fraction: float) -> bool:  # "progress" in thousandths of the file; a cancel stops the load
+            reading(int(fraction * 1000), 1000)
+            return not self.is_cancelled(req_id)
+
+        self.runtime = Runtime.load(params, loading)
         self.result(req_id, self.runtime.info())
 
     def op_unload(self, req_id: int, req: Unload) -> None:
@@ -246,7 +267,8 @@ class Server:
         emit = self.emit
         first = True
         try:
-            for item in generate(rt, seq, prompt, sampling, lambda: self.is_cancelled(req_id)):
+            cancelled, progress = (lambda: self.is_cancelled(req_id)), self.progress(req_id)
+            for item in generate(rt, seq, prompt, sampling, cancelled, progress):
                 if isinstance(item, GenStats):
                     emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
                 elif first:
@@ -340,7 +362,7 @@ class Server:
 
         rt = self.need_runtime()
         self.result(req_id, prefill(rt, req.seq, rt.prompt_tokens(req.spec()),
-                                    lambda: self.is_cancelled(req_id)))
+                                    lambda: self.is_cancelled(req_id), self.progress(req_id)))
 
     def op_kv_flush(self, req_id: int, req: KvFlush) -> None:
         """Wait until queued chunk files are written (tests, app exit)."""

@@ -44,7 +44,7 @@ from hisho.core.conversations.store import (
     Message,
 )
 from hisho.core.db import DatabaseUnavailable
-from hisho.core.engine.protocol import ErrorKind, Sampling
+from hisho.core.engine.protocol import ErrorKind, GenerationResult, Sampling
 from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineError, UserError
 
@@ -97,6 +97,10 @@ class Turn:
     text: str = ""
     reply_id: int | None = None
     store_error: DatabaseUnavailable | None = None   # the store failed while this reply streamed (disk full)
+    # Time to first token counts from ``sent_at`` (time.monotonic: when the user sent it; the window sets when
+    # its message left the send queue), so everything the send waited for, the prompt's reading included, is in.
+    sent_at: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _stream: TokenStream | None = field(default=None, repr=False)
 
@@ -128,6 +132,7 @@ class TurnResult:
     message: Message
     prompt_messages: list[dict[str, str]]
     error: str = ""
+    engine: GenerationResult | None = None   # the engine's own figures (its ttft_s is its prefill + first token)
 
 
 def sampling_for(settings: Any, n_ctx: int | None = None) -> Sampling:
@@ -332,8 +337,10 @@ class ChatService:
             log.warning("turn %s in conversation %s failed: %s", turn.id, turn.conversation_id, error)
         meta: dict[str, Any] = {}
         if result is not None:
+            first = turn.first_token_at
             meta = {"tokens": result.completion_tokens, "prompt_tokens": result.prompt_tokens,
-                    "ttft_s": result.ttft_s, "tokens_per_s": result.tokens_per_s}
+                    "ttft_s": first - turn.sent_at if first is not None else (result.ttft_s or None),
+                    "tokens_per_s": result.tokens_per_s}
         if turn.store_error is not None:
             status, error = FAILED, "the disk filled up during this reply; it was stopped here"
         fields = {"content": turn.text, "status": status, "error": error, **meta}
@@ -348,8 +355,8 @@ class ChatService:
             message = dataclasses.replace(reply, **fields)
             shown = f"{turn.store_error} — the reply is kept and saved when there is space again"
             log.warning("reply %d of conversation %s not saved: %s", reply.id, turn.conversation_id, turn.store_error)
-            return TurnResult(turn, message, messages, shown)  # no after_turn: a KV save cannot land either
-        out = TurnResult(turn, self.store.message(reply.id), messages, error)
+            return TurnResult(turn, message, messages, shown, result)  # no after_turn: a KV save cannot land
+        out = TurnResult(turn, self.store.message(reply.id), messages, error, result)
         for after in self.after_turn:
             after(out)
         return out
@@ -358,6 +365,8 @@ class ChatService:
         saved_at = time.monotonic()
         assert turn.reply_id is not None
         for ev in stream:
+            if turn.first_token_at is None:
+                turn.first_token_at = time.monotonic()
             piece = str(ev.get("text", ""))
             turn.text += piece
             if on_text is not None:

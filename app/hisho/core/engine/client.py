@@ -42,6 +42,7 @@ from hisho.core.engine.protocol import (
     ErrorKind,
     GenerationResult,
     LoadParams,
+    Progress,
     ProtocolMismatch,
     Sampling,
     check_protocol,
@@ -56,22 +57,28 @@ class Stream:
     """Iterator over one streaming request's token events (dicts with ``text`` and ``token``).
 
     After iteration ends, ``result`` holds the ``GenerationResult``. ``cancel()`` may be called from any thread;
-    the engine stops before sampling its next token.
+    the engine stops before its next prompt batch or sampled token. "progress" events are not yielded: the
+    latest is ``progress`` (and ``EngineClient.progress()``).
     """
 
-    def __init__(self, client: EngineClient, req_id: int, events: queue.Queue[Any]) -> None:
+    def __init__(self, client: EngineClient, req_id: int, events: queue.Queue[Any], op: str = "") -> None:
         self._client = client
         self.id = req_id
+        self.op = op
         self._events = events
         self.result: GenerationResult | None = None
         self.first_token_at: float | None = None
+        self.progress: Progress | None = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
             while True:
                 ev = self._events.get()
                 kind = ev.get("ev")
-                if kind == "token":
+                if kind == "progress":
+                    self.progress = Progress.from_event(ev, self.op)
+                    self._client._progressed(self.progress)
+                elif kind == "token":
                     if self.first_token_at is None:
                         self.first_token_at = time.perf_counter()
                     yield ev
@@ -118,6 +125,9 @@ class EngineClient:
         # Requests sent to the engine so far (each a round trip through the pipe): ``hisho bench resume``
         # reports how many one chat send takes (``send_round_trips``).
         self.requests = 0
+        # The latest "progress" of each request in flight (request id -> Progress), for waits that show how
+        # far the engine is in reading a prompt (the window's "Reading your message · 37 %").
+        self._progress: dict[int, Progress] = {}
 
     # ----- process lifecycle -------------------------------------------------------------------------
 
@@ -243,6 +253,12 @@ class EngineClient:
         """What this engine can do beyond generate/tokenize (``hisho.core.engine.seam.Capability``)."""
         return frozenset(c.value for c in Capability)
 
+    def progress(self) -> Progress | None:
+        """How far the request the engine is reading a prompt for is (the latest "progress" of a request in
+        flight), or None when no request in flight has reported any. Any thread."""
+        current = list(self._progress.values())
+        return current[-1] if current else None
+
     def cancel(self, req_id: int) -> None:
         """Stop request ``req_id``; harmless if it already ended or the engine is gone."""
         self._process.cancel(req_id)
@@ -264,7 +280,7 @@ class EngineClient:
         self._ensure_ready()
         self.requests += 1
         req_id, events = self._process.submit(req)
-        return Stream(self, req_id, events)
+        return Stream(self, req_id, events, req.op)
 
     # ----- internals -------------------------------------------------------------------------------
 
@@ -293,6 +309,9 @@ class EngineClient:
         req_id, events = self._process.submit(req)
         try:
             ev = events.get()
+            while ev.get("ev") == "progress":
+                self._progressed(Progress.from_event(ev, req.op))
+                ev = events.get()
         finally:
             self._forget(req_id)
         if ev.get("ev") == "error":
@@ -300,7 +319,11 @@ class EngineClient:
         result: dict[str, Any] = ev.get("result", {})
         return result
 
+    def _progressed(self, progress: Progress) -> None:
+        self._progress[progress.id] = progress
+
     def _forget(self, req_id: int) -> None:
+        self._progress.pop(req_id, None)
         self._process.forget(req_id)
 
 

@@ -4,7 +4,8 @@ Transport: one JSON object per line over the child's stdin (requests) and a priv
 Requests are typed records (``hisho.core.engine.ops``: one ``Request`` subclass per op, in ``REQUESTS``) carrying the
 values defined here (``LoadParams``, ``Sampling``); streaming ops answer with any number of "token" events and
 then one "done" event (``GenerationResult``), the others with exactly one "result"; any op may instead end with
-one "error" event whose ``kind`` is an ``ErrorKind``. Both sides check ``PROTOCOL_VERSION`` at ``hello``. See
+one "error" event whose ``kind`` is an ``ErrorKind``. Before any of those, an op that reads a prompt longer than
+one batch (``generate``, ``prefill``) sends "progress" events between batches (``Progress``). Both sides check ``PROTOCOL_VERSION`` at ``hello``. See
 docs/engine-protocol.md for the full contract. Nothing here imports llama_cpp.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-PROTOCOL_VERSION = 1  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
+PROTOCOL_VERSION = 2  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
 
 
 class ErrorKind(str, Enum):
@@ -133,6 +134,25 @@ class GenerationResult:
             stop_reason=str(ev.get("stop_reason", "")),
             extra={k: v for k, v in ev.items() if k not in known and k not in ("id", "ev")},
         )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a request is in reading its prompt (a "progress" event): ``done`` of ``total`` tokens to read
+    (what the sequence already held is not counted). ``op`` is the request's op, ``id`` its request id."""
+
+    id: int
+    op: str
+    done: int
+    total: int
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total > 0 else 0.0
+
+    @classmethod
+    def from_event(cls, ev: dict[str, Any], op: str) -> Progress:
+        return cls(int(ev.get("id", -1)), op, int(ev.get("done", 0)), int(ev.get("total", 0)))
 
 
 def check_protocol(theirs: object, side: str) -> None:

@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any, Protocol, runtime_checkable
 
 from hisho.core.engine.ops import BatchGenerate, StateLoad, StateSave
-from hisho.core.engine.protocol import GenerationResult, LoadParams, Sampling
+from hisho.core.engine.protocol import GenerationResult, LoadParams, Progress, Sampling
 
 
 class Capability(str, Enum):
@@ -79,3 +79,8 @@ class Engine(Protocol):
     def state_save(self, request: StateSave) -> TokenStream: ...
     def state_load(self, request: StateLoad) -> dict[str, Any]: ...
     def kv_flush(self, timeout: float = 30.0) -> bool: ...
+
+    # How far the engine is in reading a prompt (None when it reads none it reports on), and stopping the
+    # request that reports it (``Progress.id``): any thread, at once.
+    def progress(self) -> Progress | None: ...
+    def cancel(self, req_id: int) -> None: ...

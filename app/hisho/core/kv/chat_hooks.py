@@ -61,6 +61,7 @@ class KVChat:
         self._lock = threading.Lock()
         self._suffix: dict[str, int] = {}
         self.last_restore: RestoreReport | None = None  # what the last send found (for the status bar)
+        self._held: dict[int, str] = {}  # chat id -> a draft whose reading the user stopped: not read again
 
     def install(self) -> KVChat:
         """Add the hooks to the chat service (tests; the app's root declares them in ``install_hooks``)."""
@@ -92,15 +93,18 @@ class KVChat:
         cid = result.turn.conversation_id
         with self._lock:
             self._busy.discard(cid)
+        figures = getattr(result, "engine", None)  # the engine's: its ttft_s is the prefill and one token
         if result.error:
             return
+        if figures is not None and figures.stop_reason == "cancelled" and figures.completion_tokens == 0:
+            return  # stopped while the prompt was read: saving would read the rest of it, what Stop refused
         try:
             self._close_turn(cid)
             pinned = bool(self.service.store.get(cid).pinned)
             self.session.save(conversation_owner(cid), pinned=pinned)
-            msg, restored = result.message, self.last_restore.restored if self.last_restore else 0
-            if msg.prompt_tokens and msg.ttft_s:  # measured prefill speed, for "seconds saved" estimates
-                self.session.record_prefill(int(msg.prompt_tokens) - restored, float(msg.ttft_s))
+            if figures is not None and figures.ttft_s > 0:  # measured prefill speed, for "seconds saved"
+                self.session.record_prefill(int(figures.prompt_tokens) - int(figures.cached_tokens),
+                                            float(figures.ttft_s))
         except EngineError as exc:
             log.info("KV save skipped: %s", exc)
         except Exception:
@@ -114,9 +118,21 @@ class KVChat:
 
     def draft(self, cid: int, text: str) -> None:
         """The unsent text changed: prefill it (type-ahead)."""
+        with self._lock:
+            if self._held.get(cid) == text:
+                return  # the user stopped reading this very text: only an edit starts it again
+            self._held.pop(cid, None)
         if text.strip():  # latest wins: a keystroke replaces the previous one's job if it has not started
             self.session.executor.submit("engine", lambda: self.session.quietly(self._draft, cid, text),
                                          key=f"kv-draft-{id(self)}")
+
+    def hold_draft(self, cid: int, text: str) -> None:
+        """The user stopped the send of ``text`` while the engine read it: drop type-ahead jobs not started
+        yet, and do not read that same text again until it changes (GUI thread; returns at once)."""
+        with self._lock:
+            self._held[cid] = text
+        self.session.executor.submit("engine", lambda: None, key=f"kv-draft-{id(self)}")
+        self.session.drop_drafts()
 
     def pinned(self, cid: int, pinned: bool) -> None:
         """Pinned conversations are evicted last when the KV disk budget is exceeded."""

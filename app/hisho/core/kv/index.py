@@ -351,6 +351,12 @@ class KVIndex:
                                     "restore_bytes_s": blend("restore_bytes_s", restore_bytes_s),
                                     "updated": time.time()}, pk="fingerprint")
 
+    def prefill_speed(self, fp: str) -> float | None:
+        """The prefill speed (tokens/s) measured on this computer for fingerprint ``fp``; None if never."""
+        row = self.db.query("SELECT prefill_tok_s FROM kv_speed WHERE fingerprint = ?", [fp])
+        value = row[0]["prefill_tok_s"] if row else None
+        return float(value) if value else None
+
     def usage(self, owner: str) -> Usage:
         return self.usage_all(owner).get(owner, Usage(owner, 0, 0, 0, 0.0))
 

@@ -76,6 +76,13 @@ class RestoreReport:
     skipped: bool = False     # the engine already held the prefix
     failed: int = 0           # chunk files found bad (removed)
     engine_s: float = 0.0     # inside the engine: read + verify + load into llama.cpp
+    # Prefill time avoided minus the restore, from this computer's measured prefill speed for the model; None
+    # when none was measured yet (then nothing is claimed).
+    saved_s: float | None = None
+
+    @property
+    def from_disk(self) -> bool:
+        return self.restored > 0 and not self.skipped and self.loaded_bytes > 0
 
 
 class KVSession:
@@ -98,6 +105,8 @@ class KVSession:
         self._closed = False
         self._draft_key = f"kv-typeahead-{id(self)}"
         self.on_change: list[Callable[[], None]] = []  # after a save, delete, eviction or clear (any thread)
+        # After a restore that read KV from disk: (owner, report), on the thread that restored (the engine lane).
+        self.on_restore: list[Callable[[str, RestoreReport], None]] = []
 
     # ----- engine facts ---------------------------------------------------------------------------------
 
@@ -143,8 +152,18 @@ class KVSession:
 
         self._write(record)  # before returning, as callers read the index next (engine lane may wait for store)
         engine_s = sum(float(res.get(k, 0.0)) for k in ("read_s", "verify_s", "set_s"))
-        return RestoreReport(int(res.get("restored", 0)), int(res.get("bytes", 0)), seconds,
-                             bool(res.get("skipped")), len(failed), engine_s)
+        report = RestoreReport(int(res.get("restored", 0)), int(res.get("bytes", 0)), seconds,
+                               bool(res.get("skipped")), len(failed), engine_s)
+        if report.from_disk:
+            speed = self.index.prefill_speed(fp)
+            if speed:
+                report.saved_s = max(0.0, report.restored / speed - seconds)
+            for fn in list(self.on_restore):
+                try:
+                    fn(owner, report)
+                except Exception:
+                    log.exception("KV restore listener failed")
+        return report
 
     def prefetch(self, owner: str, tokens: Sequence[int]) -> None:
         """Restore in the background (a conversation was selected); the next send finds it in memory."""
@@ -235,8 +254,20 @@ class KVSession:
     def _submit_draft(self, tokens: list[int], tag: str, delay: float = 0.0, cancel_only: bool = False) -> None:
         if self._closed:
             return
-        job = (lambda: None) if cancel_only else (lambda: self.quietly(self.engine.prefill, tokens, self.seq))
+        job = (lambda: None) if cancel_only else (lambda: self.quietly(self._prefill_draft, tokens))
         self.executor.submit("engine", job, key=self._draft_key + tag, delay=delay)
+
+    def _prefill_draft(self, tokens: list[int]) -> None:
+        """Type-ahead prefill; a complete one is a measurement of this model's prefill speed here."""
+        res = self.engine.prefill(tokens, self.seq)
+        if res.get("complete"):
+            self.record_prefill(int(res.get("decoded", 0)), float(res.get("seconds", 0.0)))
+
+    def drop_drafts(self) -> None:
+        """The user stopped the reading of a draft: type-ahead jobs not started yet are dropped (the one
+        running is the engine's to cancel)."""
+        for tag in ("", "-pause"):
+            self._submit_draft([], tag, cancel_only=True)
 
     def wait_drafted(self, timeout: float = 30.0) -> bool:
         """Wait until the latest draft (with its suffix) is prefilled (tests and benchmarks)."""

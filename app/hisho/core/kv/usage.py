@@ -53,6 +53,9 @@ class Usage:
     seconds_saved: float  # estimated prefill avoided minus the restore
     pinned: bool = False  # evicted last (a pinned conversation; documents are always kept like pinned ones)
     last_used: float = 0.0
+    # seconds_saved comes from a prefill speed measured on this computer for this model and KV type; without
+    # one it rests on DEFAULT_PREFILL_TOK_S, a guess that must not be shown as a measurement.
+    measured: bool = False
 
 
 def protected(owner: str, pinned: bool) -> bool:
@@ -72,11 +75,15 @@ def read_usage(db: Database, owner: str | None = None) -> dict[str, Usage]:
         size, own, prefill, restore = row["size"], row["own"], row["prefill"], row["restore"]
         saved = max(0.0, int(n_tokens) / float(prefill or DEFAULT_PREFILL_TOK_S)
                     - int(size) / float(restore or DEFAULT_RESTORE_BYTES_S))
+        measured = prefill is not None and float(prefill) > 0
         u = out.get(name)
         if u is None:
-            out[name] = Usage(name, int(n_tokens), int(size), int(own), saved, bool(pinned), float(last_used))
+            out[name] = Usage(name, int(n_tokens), int(size), int(own), saved, bool(pinned), float(last_used),
+                              measured)
         else:
-            u.n_tokens, u.seconds_saved = max(u.n_tokens, int(n_tokens)), max(u.seconds_saved, saved)
+            if saved > u.seconds_saved or (measured and not u.measured):
+                u.seconds_saved, u.measured = saved, measured
+            u.n_tokens = max(u.n_tokens, int(n_tokens))
             u.bytes, u.own_bytes = u.bytes + int(size), u.own_bytes + int(own)
             u.pinned, u.last_used = u.pinned or bool(pinned), max(u.last_used, float(last_used))
     return out

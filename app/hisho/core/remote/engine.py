@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hisho.core.engine.ops import BatchGenerate, StateLoad, StateSave
-from hisho.core.engine.protocol import ErrorKind, GenerationResult, LoadParams, Sampling
+from hisho.core.engine.protocol import ErrorKind, GenerationResult, LoadParams, Progress, Sampling
 from hisho.core.engine.seam import Capability
 from hisho.core.remote.batch import RemoteBatch
 from hisho.core.remote.http import Endpoint, RemoteError, call
@@ -197,6 +197,13 @@ class RemoteEngine:
             return str(call(self.endpoint, "POST", "/detokenize", {"tokens": tokens, "model": self.model})
                        .get("content") or "")
         raise RemoteError(f"{self.name} does not detokenize for clients")
+
+    def progress(self) -> Progress | None:
+        """A remote server reports no prompt-reading progress (the window says what it waits for instead)."""
+        return None
+
+    def cancel(self, req_id: int) -> None:
+        """Nothing to stop by id: a remote request is stopped through its stream (it reports no progress)."""
 
     # ----- local-only operations (no capability: callers never reach these) ------------------------------
 

@@ -22,6 +22,7 @@ from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.stored import conversation_usage
 from hisho.core.kv.usage import Usage
 from hisho.core.units import format_bytes
+from hisho.gui.chat.waits import watch_restores
 from hisho.gui.shell.status_bar import ElidedLabel
 
 log = logging.getLogger("hisho.gui")
@@ -40,28 +41,37 @@ def human_seconds(s: float) -> str:
     return f"{s / 60:.0f} min"
 
 
-def describe(n_bytes: int, seconds_saved: float) -> str:
-    """The status-bar text for the open chat."""
+NOT_MEASURED = ("Time saved: not measured yet for this model on this computer (it is measured the next time "
+                "a long message is read).")
+
+
+def describe(n_bytes: int, seconds_saved: float, measured: bool = True) -> str:
+    """The status-bar text for the open chat; seconds only from a measured prefill speed."""
     if n_bytes <= 0:
         return "KV not saved yet"
     size = format_bytes(n_bytes)
-    return f"KV {size} · resumes ~{seconds_saved:.0f} s faster" if seconds_saved >= 1 else f"KV {size}"
+    return f"KV {size} · resumes ~{seconds_saved:.0f} s faster" if measured and seconds_saved >= 1 else f"KV {size}"
 
 
 def badge(usage: Usage | None) -> tuple[str, str]:
-    """(badge text, tooltip) of a sidebar row: "12 MB · 9 s", or no badge when nothing is saved."""
+    """(badge text, tooltip) of a sidebar row: "KV 12 MiB · saves 9 s" (seconds from this computer's measured
+    prefill speed for the model; only the size while none is measured), or no badge when nothing is saved."""
     if usage is None or usage.bytes <= 0:
         return "", "KV cache: not saved. The next reply re-reads the whole conversation."
     shared = usage.bytes - usage.own_bytes
+    saves = (f"Resuming it saves about {human_seconds(usage.seconds_saved)} of reading the conversation "
+             "(from this computer's measured prefill speed for this model)." if usage.measured else NOT_MEASURED)
     lines = [EXPLAIN,
              f"{format_bytes(usage.bytes)} on disk for {usage.n_tokens:,} tokens"
              + (f" ({format_bytes(shared)} of it shared with other chats or documents, stored once)." if shared
                 else "."),
-             f"Resuming it saves about {human_seconds(usage.seconds_saved)} of prefill "
-             "(estimated from this computer's measured speed).",
+             saves,
              "Pinned chats are kept longest when the disk budget is full." if usage.pinned else
              "Least recently used chats are evicted first when the disk budget is full."]
-    return f"{format_bytes(usage.bytes)} · {human_seconds(usage.seconds_saved)}", "\n".join(lines)
+    text = f"KV {format_bytes(usage.bytes)}"
+    if usage.measured:
+        text += f" · saves {human_seconds(usage.seconds_saved)}"
+    return text, "\n".join(lines)
 
 
 class _CloseWatcher(QObject):
@@ -115,7 +125,7 @@ class KVUsageView(QObject):
 
     def _show_label(self) -> None:
         u = self.usage.get(self.current) if self.current is not None else None
-        self.label.setText(describe(u.bytes, u.seconds_saved) if u else "KV not saved yet")
+        self.label.setText(describe(u.bytes, u.seconds_saved, u.measured) if u else "KV not saved yet")
 
 
 def wire(window: Any, kv: KVChat) -> QLabel:
@@ -138,4 +148,5 @@ def wire(window: Any, kv: KVChat) -> QLabel:
     window.turn_finished.connect(turn_done)
     window.installEventFilter(_CloseWatcher(window, kv))
     view.schedule()  # first figures, after the start-up repair queued on the same worker
+    watch_restores(window, kv)  # "Restored 2,730 tokens from disk in 0.1 s · saved ~55 s"
     return label

@@ -13,7 +13,11 @@ Rules of use (the chat presenter owns one ``Sending``):
   (``hide_streaming_row``), so switching away and back shows the reply once.
 - The composer shows Stop only in the chat whose reply is streaming (``generating_here``).
 - ``live`` holds the streaming reply's figures (tokens, first-token time), written on the engine lane and read
-  by the status bar's timer.
+  by the status bar's timer. Time to first token counts from the moment the message left the queue (Send,
+  unless it waited for another chat's reply, a wait it shows apart), so the reading of the prompt is in it.
+- While the engine reads a long prompt (type-ahead of the message, or the reply's own prefill) the wait says
+  how far it is ("Reading your message · 37 %", ``hisho.gui.chat.waits``), and Stop works: a message not yet
+  recorded goes back to the message box and its reading is cancelled; a recorded one stops like any reply.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from hisho.core.conversations.chat import FitReport, PreparedPrompt, Turn, TurnResult
 from hisho.core.conversations.store import STREAMING, Conversation, Message
+from hisho.core.engine.protocol import Progress
+from hisho.gui.chat.waits import ReadingWatch, reading_text
 
 if TYPE_CHECKING:
     from hisho.gui.shell.controller import ChatController
@@ -47,13 +53,15 @@ class Queued:
     text: str
     editing: int | None = None          # a sent message being replaced by an edited version
     key: int = field(default_factory=lambda: next(_keys))
+    started_at: float = field(default_factory=time.monotonic)  # left the queue (time to first token from here)
+    stopped: bool = False               # the user stopped it before its reply began
 
 
 class LiveFigures:
     """Speed of the reply being streamed. ``on_text`` runs on the engine lane (one call per token event)."""
 
-    def __init__(self) -> None:
-        self.started = time.monotonic()
+    def __init__(self, started: float | None = None) -> None:
+        self.started = time.monotonic() if started is None else started
         self.first: float | None = None
         self.last = self.started
         self.tokens = 0
@@ -93,6 +101,9 @@ class Sending:
         self._tick = QTimer(self.w)
         self._tick.setInterval(LIVE_MS)
         self._tick.timeout.connect(self._show_live)
+        self.reading = ReadingWatch(self.w, lambda: self.c.ctx.engine, self._reading_shown, self._show_reading)
+        self.reading_text = ""                # what the wait says now ("Reading your message · 37 %")
+        self._cancelled_reads: set[int] = set()
 
     # ----- state -----------------------------------------------------------------------------------------
 
@@ -133,9 +144,14 @@ class Sending:
         self.show_queue()
 
     def generating_here(self) -> bool:
+        """A reply of the chat on screen is starting or streaming (the message box offers Stop)."""
         cur = self.c.current
         turn = self.active or self.running
-        return cur is not None and turn is not None and turn.conversation_id == cur.id
+        if cur is None:
+            return False
+        if turn is not None:
+            return turn.conversation_id == cur.id
+        return self.starting is not None and self.starting.conversation_id == cur.id and not self.starting.stopped
 
     def hide_streaming_row(self, branch: list[Message]) -> list[Message]:
         """The branch without the row the streaming reply is being saved into (the stream widget shows it)."""
@@ -198,13 +214,17 @@ class Sending:
         items = [(q.key, q.text, f"Waiting for {waiting} · sent when it finishes") for q in self.queue
                  if q.conversation_id == cur.id]
         if self.starting is not None and self.starting.conversation_id == cur.id:
-            items.insert(0, (self.starting.key, self.starting.text, "Sending…"))
+            state = "Stopping…" if self.starting.stopped else self.reading_text or "Sending…"
+            items.insert(0, (self.starting.key, self.starting.text, state))
         if items:
             self.w.show_empty(False)
         self.w.view.show_queued(items)
 
     def cancel_queued(self, key: int) -> None:
         """The waiting message is not sent; its text goes back to the message box (nothing is lost)."""
+        if self.starting is not None and self.starting.key == key:
+            self.stop_starting()
+            return
         item = next((q for q in self.queue if q.key == key), None)
         if item is None:
             return
@@ -224,6 +244,10 @@ class Sending:
 
     def _dispatch(self, item: Queued) -> None:
         self.starting = item
+        item.started_at = time.monotonic()
+        self.reading_text = ""
+        self.reading.start()
+        self.w.composer.set_generating(self.generating_here())
         cid, text = item.conversation_id, item.text
         if item.editing is not None:
             editing = item.editing
@@ -233,7 +257,11 @@ class Sending:
 
     def _not_started(self, item: Queued, exc: BaseException | None) -> None:
         self.starting = None
+        self.reading_text = ""
         self._give_back(item)
+        if item.stopped:
+            self._hold_draft(item.conversation_id)
+        self.w.composer.set_generating(self.generating_here())
         if exc is not None:
             self.c.report(exc)
         self.pump()
@@ -241,6 +269,9 @@ class Sending:
     def _fit_checked(self, item: Queued, fit: FitReport) -> None:
         cid, text = item.conversation_id, item.text
         self.c.fit.remember(cid, fit)
+        if item.stopped:
+            self._not_started(item, None)
+            return
         if fit.fits:  # it fits now (the chat changed since): send as usual
             self._start_turn(lambda: self.service.send_if_fits(cid, text))
             return
@@ -282,14 +313,19 @@ class Sending:
     def _start_turn(self, make: Callable[[], Turn | tuple[Turn, PreparedPrompt] | FitReport]) -> None:
         """Record the user's side, then stream the reply: one job on the engine lane. ``make`` may return the
         turn with its prepared prompt (a send), or a ``FitReport`` when that prompt does not fit (nothing was
-        recorded; the user is asked)."""
-        live = LiveFigures()
+        recorded; the user is asked). A message stopped while it waited is not sent (its text goes back)."""
+        item = self.starting
+        started = item.started_at if item is not None else time.monotonic()
+        live = LiveFigures(started)
 
-        def job() -> TurnResult | FitReport:
+        def job() -> TurnResult | FitReport | None:
+            if item is not None and item.stopped:
+                return None  # stopped while it waited: nothing recorded, the text goes back
             made = make()
             if isinstance(made, FitReport):
                 return made
             turn, prompt = made if isinstance(made, tuple) else (made, None)
+            turn.sent_at = started
             self.running = turn  # visible to stop()/shutdown() before the GUI hears of the turn
             branch = self.c.store.branch(turn.conversation_id, turn.parent_id)
             siblings = {m.id: self.c.store.siblings(m.id) for m in branch}
@@ -300,10 +336,11 @@ class Sending:
             finally:
                 self.running = None
 
-        item = self.starting
-
-        def done(out: TurnResult | FitReport) -> None:
-            if isinstance(out, FitReport):
+        def done(out: TurnResult | FitReport | None) -> None:
+            if out is None:
+                assert item is not None
+                self._not_started(item, None)
+            elif isinstance(out, FitReport):
                 assert item is not None
                 self._fit_checked(item, out)
             else:
@@ -323,6 +360,7 @@ class Sending:
         self.starting = None
         self.active = turn
         self.live = live
+        self.reading_text = ""
         if fit is not None:
             self.c.fit.remember(turn.conversation_id, fit)
             self._base_tokens[turn.id] = fit.prompt_tokens
@@ -333,6 +371,7 @@ class Sending:
             self.show_in_view(cur.id, branch)
         self._tick.start()
         self._show_live()
+        self.reading.start()
         self.c.listing.refresh()  # the chat's title and place in the list may have changed
 
     def _show_live(self) -> None:
@@ -396,11 +435,57 @@ class Sending:
     def stop(self) -> None:
         """Stop whatever reply runs, in any chat (closing the window)."""
         turn = self.running or self.active
+        if turn is None:
+            self.stop_starting()
         if turn is not None:
             turn.cancel()
             widget = self.w.view.stream_widget
             if widget is not None and self.w.view.stream_turn == turn.id:
                 widget.set_waiting("stopping…")  # seen at once; the saved reply replaces it when the engine stops
+
+    # ----- the wait while the engine reads the prompt -------------------------------------------------------
+
+    def stop_starting(self) -> None:
+        """Stop a message that left the queue but whose reply has not begun (its prompt being read): it is not
+        sent, its text goes back to the message box once the engine lets go of it."""
+        item = self.starting
+        if item is None or item.stopped:
+            return
+        item.stopped = True
+        self.reading.start()  # cancels the reading at its next report (``_show_reading``)
+        self.show_queue()
+        self.w.composer.set_generating(self.generating_here())
+
+    def _hold_draft(self, cid: int) -> None:
+        """After a Stop, the text given back is not read again by type-ahead until the user changes it."""
+        kv = getattr(self.c.ctx, "kv", None)
+        cur = self.c.current
+        if kv is not None and cur is not None and cur.id == cid:
+            kv.hold_draft(cid, self.w.composer.text())
+
+    def _reading_shown(self) -> bool:
+        """Is a wait on the engine's reading on screen (a message starting, or a reply without a token)?"""
+        if self.starting is not None:
+            return True
+        live = self.live
+        return self.active is not None and live is not None and live.figures()[0] == 0
+
+    def _show_reading(self, progress: Progress | None) -> None:
+        item = self.starting
+        if item is not None and item.stopped and progress is not None and progress.op == "prefill":
+            if progress.id not in self._cancelled_reads:  # type-ahead of the stopped message: let it go
+                self._cancelled_reads.add(progress.id)
+                self.c.ctx.engine.cancel(progress.id)
+        text = reading_text(progress, len(self.w.composer.attachment_names()))
+        if text == self.reading_text:
+            return
+        self.reading_text = text
+        if item is not None:
+            self.show_queue()
+            return
+        turn, widget = self.active, self.w.view.stream_widget
+        if turn is not None and widget is not None and self.w.view.stream_turn == turn.id and not turn.cancelled:
+            widget.set_waiting(text[0].lower() + text[1:] if text else "generating…")
 
     def forget(self, conversation_id: int) -> list[Queued]:
         """A chat is deleted: its waiting messages go with it (returned, so Undo can bring them back)."""

@@ -218,7 +218,8 @@ class KVCachePage(QWidget):
         for row, item in enumerate(report.items):
             u = item.usage
             kept = "document" if item.kind == "document" else ("pinned" if item.kept else "")
-            cells = (item.name, format_bytes(u.bytes), human_seconds(u.seconds_saved),
+            saves = human_seconds(u.seconds_saved) if u.measured else "not measured"
+            cells = (item.name, format_bytes(u.bytes), saves,
                      time.strftime("%Y-%m-%d %H:%M", time.localtime(u.last_used)), kept)
             for col, text in enumerate(cells):
                 cell = QTableWidgetItem(text)

@@ -69,7 +69,7 @@ class ChatController(QObject):
         self._loading_since = 0.0
         self._loading_name_shown = ""
         self._load_tick = QTimer(self)
-        self._load_tick.setInterval(1000)
+        self._load_tick.setInterval(500)
         self._load_tick.timeout.connect(self._show_loading)
         self.title_editor = InlineTitle(window.title)
         self.sending = Sending(self)
@@ -177,7 +177,7 @@ class ChatController(QObject):
             self.engine_job(lambda: self.ctx.restore_engine().info, self._loaded, self._load_failed)
 
     def _loading(self, name: str) -> None:
-        """The load is one engine call without progress events: show that it runs and for how long."""
+        """Show that the load runs, how far the engine is in the file (its "progress"), and for how long."""
         self._loading_name_shown = name
         self._loading_since = time.monotonic()
         self._show_loading()
@@ -185,10 +185,20 @@ class ChatController(QObject):
 
     def _show_loading(self) -> None:
         seconds = int(time.monotonic() - self._loading_since)
-        self.w.status.set_model(f"Loading {self._loading_name_shown}…" + (f" {seconds} s" if seconds else ""))
+        progress = self.ctx.engine.progress()
+        percent = f" {int(progress.fraction * 100)} %" if progress is not None and progress.op == "load" else ""
+        elapsed = f" · {seconds} s" if seconds else ""
+        self.w.status.set_model(f"Loading {self._loading_name_shown}…{percent}{elapsed}")
+
+    def _end_load_notice(self) -> None:
+        """A toast that announced the load ("Loading X…", from the header's menu or the Models page) is out
+        of date once the load ended: it goes at once instead of covering the chat for its full time."""
+        if self.w.toast.text().startswith("Loading "):
+            self.w.toast.dismiss()
 
     def _loaded(self, info: dict[str, Any]) -> None:
         self._load_tick.stop()
+        self._end_load_notice()
         self.model_ready, self.model_failed = True, False
         params = self.ctx.engine.load_params
         name = self.ctx.model_name.display
@@ -205,6 +215,7 @@ class ChatController(QObject):
 
     def _load_failed(self, exc: BaseException) -> None:
         self._load_tick.stop()
+        self._end_load_notice()
         self.model_failed = True
         self.w.status.set_model("No model loaded")
         self.w.show_banner(f"The model could not be loaded: {exc}")

@@ -57,7 +57,8 @@ class StatusBar(QStatusBar):
         self.ttft = ElidedLabel("TTFT —", 5)
         self.ram = ElidedLabel("RAM —", 5)
         self.speed.setToolTip("Speed of the reply (live while it streams)")
-        self.ttft.setToolTip("Time to the first token of the reply")
+        self.ttft.setToolTip("Time to first token: from Send to the reply's first word, the reading of your "
+                             "message included")
         self.addWidget(self.model, 2)
         self.addWidget(self.device)
         for w in (self.speed, self.ttft, self.ram):
