@@ -1,4 +1,4 @@
-"""``python -m hisho.bench.waits_shots OUT_DIR``: the waits, rendered from a real run (offscreen, real model).
+"""``python -m hisho_dev.waits_shots OUT_DIR``: the waits, rendered from a real run (offscreen, real model).
 
 A scripted run of what a newcomer meets: a long paste sent at once (the reply's reading: "reading your
 message · N %", then Stop), a long paste sent while type-ahead still reads it (the waiting message says how far
