@@ -17,6 +17,7 @@ from hisho.gui.models.downloads_tab import VERIFIED
 from hisho.gui.models.models_page import ModelsPage
 from hisho.gui.shell.bridge import Bridge
 from tests.core.hub_fixtures import hub, write_payload_gguf
+from tests.gui.conftest import QT_NOISE
 
 __all__ = ["hub"]
 MIB = 1024**2
@@ -95,3 +96,33 @@ def test_a_failed_download_raises_the_warning(qtbot: QtBot, page: ModelsPage, hu
     qtbot.waitUntil(lambda: page.downloads.resume_banner.isVisible(), timeout=60_000)
     assert "error" in page.downloads.resume_banner.text()
     assert page.downloads.state_text(0).startswith("Failed")
+
+
+@pytest.mark.qt_log_ignore(*QT_NOISE, r"This plugin does not support raise\(\)")  # the page's own window
+def test_window_download_verified_row_load_now_switches_the_chat(qtbot: QtBot, window: object, hub: FakeHub,
+                                                                  default_model_path: Path) -> None:
+    """The scripted run: a real model file served by the hub-shaped server is downloaded from the Models page,
+    its row says verified, and Load now makes the window's engine run the downloaded file."""
+    from hisho.gui.models.models_page import open_models
+    from hisho.gui.shell.main_window import MainWindow
+
+    assert isinstance(window, MainWindow)
+    hub.add_file("demo/Chat-GGUF", "Chat-135M-Q4_1.gguf", default_model_path)
+    page = open_models(window, "Hub")
+    [f] = repo_files("demo/Chat-GGUF")
+    page.download(f)
+    assert page.tabs.currentWidget() is page.downloads
+    qtbot.waitUntil(lambda: page.downloads.state_text(0) == VERIFIED, timeout=120_000)
+    actions = page.downloads.row_actions(0)
+    assert actions is not None and actions.load.isVisible()
+    qtbot.waitUntil(lambda: window.controller.model_ready, timeout=120_000)
+    actions.load.click()
+    engine = window.ctx.local_engine
+
+    def loaded_download() -> bool:
+        params = engine.load_params if engine is not None else None
+        return (window.controller.model_ready and params is not None
+                and Path(params.model_path).name == "Chat-135M-Q4_1.gguf")
+
+    qtbot.waitUntil(loaded_download, timeout=300_000)
+    page.close()
