@@ -109,6 +109,8 @@ DECLARED: tuple[Setting, ...] = (
     Setting("api_enabled", bool, False, "Serve the OpenAI-compatible API while the window is open (docs/api.md)."),
     Setting("api_port", int, 8765, "Loopback port of the window's API.", 1024, 65535),
     Setting("api_cors_origins", str, "", "Web origins allowed to call the API, comma-separated ('' = none)."),
+    Setting("demo_card_dismissed", bool, False, "The first-start card (the bundled model is a demo; a model that "
+            "fits) was dismissed with Not now."),
 )
 
 _BY_NAME = {s.name: s for s in DECLARED}

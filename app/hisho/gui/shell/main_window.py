@@ -71,6 +71,9 @@ class MainWindow(QMainWindow):
         from hisho.gui.chat.model_picker import attach_picker
 
         attach_picker(self)  # header: switch model in one click
+        from hisho.gui.models.first_start import attach_first_start
+
+        attach_first_start(self)  # the bundled model is a demo: offer one that fits
         if ctx.problem:
             self.show_banner(ctx.problem)
 
