@@ -221,6 +221,9 @@ def main(argv: list[str]) -> int:
     from hisho.bench.models_shots import models_shots
 
     models_shots(app, window, out)
+    from hisho.bench.docs_shots import docs_shots
+
+    docs_shots(app, window, out)
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
     return 0

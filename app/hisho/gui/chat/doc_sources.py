@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -30,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.documents.sources import Attached, Passage, Sent, attachments_by_message, sources_for
+from hisho.gui.chat.composer import paperclip_icon
 from hisho.gui.chat.message_widget import MessageWidget
 
 if TYPE_CHECKING:
@@ -75,11 +78,18 @@ def attachment_row(names: list[str]) -> QWidget:
     lay = QHBoxLayout(row)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.setSpacing(6)
+    colour = row.palette().color(QPalette.ColorRole.Text)
     for name in names:
-        chip = QLabel(f"📎 {name}")
+        chip = QFrame()
         chip.setObjectName("DocChip")
         chip.setToolTip(f"{name} was attached with this message")
-        chip.setContentsMargins(8, 2, 8, 2)
+        inner = QHBoxLayout(chip)
+        inner.setContentsMargins(8, 2, 8, 2)
+        inner.setSpacing(4)
+        icon = QLabel()
+        icon.setPixmap(paperclip_icon(colour).pixmap(14, 14))
+        inner.addWidget(icon)
+        inner.addWidget(QLabel(name))
         lay.addWidget(chip)
     lay.addStretch(1)
     return row

@@ -40,11 +40,11 @@ log = logging.getLogger("hisho.gui")
 
 STATE_COL, ACTIONS_COL = 5, 6
 PAUSED_BY_USER = "Paused · resume when you like"
-VERIFIED = "Verified (sha256)"
+VERIFIED = "✓ Verified (sha256)"
 
 
 def _label(j: Job) -> str:
-    return f"{j.repo} · {Path(j.name).name}"
+    return f"{Path(j.name).name} · {j.repo}"  # the file first: a narrow window elides the end
 
 
 class RowActions(QWidget):
@@ -60,8 +60,9 @@ class RowActions(QWidget):
         self.cancel = QPushButton("Cancel")
         self.load = QPushButton("Load now")
         self.load.setObjectName("Primary")
+        for b in (self.pause, self.cancel):
+            b.setObjectName("Flat")
         for b in (self.pause, self.resume, self.cancel, self.load):
-            b.setObjectName(b.objectName() or "Flat")
             lay.addWidget(b)
 
     def show_for(self, state: str) -> None:

@@ -15,18 +15,27 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLayout,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from hisho.core.hub import Fit, QuantFile
 from hisho.core.models.suggest import CANDIDATES, Candidate, is_demo, suggest
 from hisho.gui.models.hub_tab import badge_style
-from hisho.gui.shell import theme
 
 if TYPE_CHECKING:
     from hisho.gui.shell.main_window import MainWindow
 
 log = logging.getLogger("hisho.gui")
+CARD_WIDTH = 600
 
 DEMO_LINE = ("You are chatting with SmolLM2-135M, a small demo model bundled so Hisho works offline. It answers "
              "fast but invents facts and cannot summarize documents.")
@@ -37,10 +46,9 @@ class FirstStartCard(QFrame):
         super().__init__(parent)
         self.w = window
         self.setObjectName("DemoCard")
-        self.setMaximumWidth(620)
-        t = theme.current()
-        self.setStyleSheet(f"#DemoCard {{ background: {t.surface}; border: 1px solid {t.border}; "
-                           "border-radius: 12px; }")
+        self.setMaximumWidth(CARD_WIDTH)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+
         self.candidate: Candidate | None = None
         self.file: QuantFile | None = None
         self.fit: Fit | None = None
@@ -85,6 +93,13 @@ class FirstStartCard(QFrame):
         lay.addLayout(buttons)
         self.dismissed = False
         self._estimate()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        """As wide as a readable paragraph; the window's width may squeeze it (its text wraps)."""
+        return QSize(CARD_WIDTH, self.heightForWidth(CARD_WIDTH))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        return QSize(260, super().minimumSizeHint().height())
 
     # ----- what to offer ---------------------------------------------------------------------------------
 
@@ -152,8 +167,11 @@ class FirstStartCard(QFrame):
             self.download.setEnabled(False)
             return
         self.candidate, self.file, self.fit = found
-        self._show_offer(self.candidate, self.fit.verdict, self.fit.why)
-        self.status.setText(f"{self.candidate.repo} · {self.file.name} — {self.fit.why}")
+        why = self.fit.why
+        if why.startswith("best quality that fits this machine (") and why.endswith(")"):
+            why = why[len("best quality that fits this machine ("):-1]  # one file: "best" says nothing here
+        self._show_offer(self.candidate, self.fit.verdict, f"{self.candidate.repo}\n{why}")
+        self.status.setText(f"{self.file.name} · {why}")
         self.download.setEnabled(True)
 
     def _lookup_failed(self, exc: BaseException) -> None:
