@@ -4,7 +4,7 @@ wide, light and dark:
 - ``20-first-start-*``: the empty chat page with the first-start card (the bundled model is a demo; the model
   that fits, with the planner's badge from the hub file's header);
 - ``21-downloads-*``: the Downloads tab with a finished row ("Verified (sha256) · Load now") and a row the user
-  paused ("Paused · resume when you like"), buttons on each row;
+  paused ("Paused by you"), buttons on each row;
 - ``22-hub-installed-*``: a hub repository whose file is already installed ("✓ Installed · Load");
 - ``23-sources-*``: a chat with a document attached: the sent bubble shows it, the answer lists its sources.
 

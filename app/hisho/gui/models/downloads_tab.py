@@ -3,7 +3,7 @@ it (Pause / Resume, Cancel). A finished download stays listed as "Verified · Lo
 switches the chat to it). Unfinished downloads from an earlier run are listed paused, ready to resume (the window
 offers them at start-up: ``models_page.offer_unfinished``).
 
-Wording: a pause the user chose is a state, not a problem ("Paused · resume when you like"); a download left
+Wording: a pause the user chose is a state, not a problem ("Paused by you", Resume whenever they like); a download left
 unfinished by an earlier run gets a calm line; only a download that failed raises the warning banner.
 
 Rules of use: a download runs on the ``download`` lane (one at a time) in a process of its own
@@ -39,7 +39,8 @@ from hisho.gui.models.hub_tab import table
 log = logging.getLogger("hisho.gui")
 
 STATE_COL, ACTIONS_COL = 5, 6
-PAUSED_BY_USER = "Paused · resume when you like"
+PAUSED_BY_USER = "Paused by you"
+PAUSED_TIP = "Resume continues from the bytes already downloaded, whenever you like."
 VERIFIED = "✓ Verified (sha256)"
 
 
@@ -102,6 +103,7 @@ class DownloadsTab(QWidget):
         self.empty = QLabel("No downloads. Pick a model on the Hub tab and press Download.")
         self.empty.setObjectName("Meta")
         self.job_table = table(["Model", "Progress", "Bytes", "Speed", "ETA", "State", ""], 0)
+        self.job_table.setWordWrap(False)  # a narrow window elides the name on one line
         lay.addWidget(self.resume_banner)
         lay.addWidget(self.note)
         lay.addWidget(self.job_table, 1)
@@ -192,6 +194,10 @@ class DownloadsTab(QWidget):
             state = f"Failed: {j.error}" if j.error else "Failed"
         self._set_cells(row, ((2, f"{format_bytes(done)} / {format_bytes(total)}"), (3, speed), (4, eta),
                               (STATE_COL, state)))
+        if kind == "paused":
+            cell = self.job_table.item(row, STATE_COL)
+            if cell is not None:
+                cell.setToolTip(PAUSED_TIP)
         actions = self.row_actions(row)
         if actions is not None:
             actions.show_for(kind if kind in ("downloading", "queued", "paused", "failed") else "paused")
