@@ -84,7 +84,7 @@ def warning(quality: SummaryQuality, model_name: str, suggestion: str | None) ->
             else f"mostly repetition ({quality.repeated:.0%} repeats itself)")
     line = f"This summary is {what}: the model {model_name} is too small for summaries."
     if suggestion:
-        return f"{line} A model that fits this machine: {suggestion} (Models page)."
+        return f"{line} A model that fits this machine: {suggestion}, on the Models page."
     return f"{line} A larger model is needed; this machine has little memory to spare for one."
 
 

@@ -2,7 +2,7 @@
 
 - ``sources_for(parts, question, answer)``: up to ``LIMIT`` passages, shown under the answer and clickable to
   their text. First the passages the answer cites by reference ("[p. 3]", "[§ Methods]", as the prompts ask),
-  then those whose words the answer shares most (SQLite FTS5's BM25 over the parts, ``ask.rank_parts``), then
+  then those whose words the answer shares most (SQLite FTS5's BM25 over the parts, as ``ask.rank_parts``), then
   those the question points to. An answer that shares nothing with any passage gets no sources: a passage is
   never shown as a source without a word in common.
 - ``attachments_by_message(docs, messages)``: a document belongs to the first user message sent after it was
@@ -13,10 +13,9 @@ Pure data in and out: no Qt, no model, no database.
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from hisho.core.documents.ask import rank_parts
 
 LIMIT = 3
 EXCERPT_CHARS = 160
@@ -66,12 +65,45 @@ def cited(passages: Sequence[Passage], answer: str) -> list[int]:
     return out
 
 
-def sources_for(passages: Sequence[Passage], question: str, answer: str, limit: int = LIMIT) -> list[Passage]:
+class Ranker:
+    """One in-memory FTS5 index of the passages, for ranking many answers (a chat's whole history) against
+    them; ``ask.rank_parts`` builds one per call. Close it when done (or use ``with``)."""
+
+    def __init__(self, passages: Sequence[Passage]) -> None:
+        self.con = sqlite3.connect(":memory:")
+        self.con.execute("CREATE VIRTUAL TABLE parts USING fts5(body)")
+        self.con.executemany("INSERT INTO parts(rowid, body) VALUES (?, ?)",
+                             ((i, p.text) for i, p in enumerate(passages)))
+
+    def rank(self, text: str) -> list[int]:
+        """Indices of the passages sharing a content word with ``text``, best BM25 first."""
+        terms = sorted({w.lower() for w in _content(text).split()})
+        if not terms:
+            return []
+        query = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        rows = self.con.execute("SELECT rowid FROM parts WHERE parts MATCH ? ORDER BY bm25(parts), rowid", [query])
+        return [int(r[0]) for r in rows]
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Ranker:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def sources_for(passages: Sequence[Passage], question: str, answer: str, limit: int = LIMIT,
+                ranker: Ranker | None = None) -> list[Passage]:
+    """``ranker``: an index of ``passages`` made once for many answers; without one, one is made here."""
     if not passages or not answer.strip():
         return []
-    pairs = [(p.ref, p.text) for p in passages]
+    if ranker is None:
+        with Ranker(passages) as own:
+            return sources_for(passages, question, answer, limit, own)
     order = cited(passages, answer)
-    for i in rank_parts(pairs, _content(answer)) + rank_parts(pairs, _content(question)):
+    for i in ranker.rank(answer) + ranker.rank(question):
         if i not in order:
             order.append(i)
     return [passages[i] for i in order[:limit]]

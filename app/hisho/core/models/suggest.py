@@ -36,7 +36,7 @@ class Candidate:
         return self.size + self.kv_4k + COMPUTE_BYTES
 
     def line(self) -> str:
-        return f"{self.title} ({self.size / GIB:.1f} GiB download)"
+        return f"{self.title}, a {self.size / GIB:.1f} GiB download"
 
 
 # Smallest first. KV at 4K tokens from each model's layers × KV heads × head size × 2 (K and V) × 2 bytes.

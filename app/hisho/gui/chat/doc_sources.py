@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from hisho.core.documents.sources import Attached, Passage, Sent, attachments_by_message, sources_for
+from hisho.core.documents.sources import Attached, Passage, Ranker, Sent, attachments_by_message, sources_for
 from hisho.gui.chat.composer import paperclip_icon
 from hisho.gui.chat.message_widget import MessageWidget
 
@@ -200,12 +200,13 @@ def read_extras(documents: Any, cid: int, messages: list[Any]) -> Found:
     sources: dict[int, list[Passage]] = {}
     if passages:
         by_id = {m.id: m for m in messages}
-        for m in messages:
-            if m.role != "assistant" or not m.content.strip():
-                continue
-            parent = by_id.get(m.parent_id) if m.parent_id is not None else None
-            question = parent.content if parent is not None and parent.role == "user" else ""
-            found = sources_for(passages, question, m.content)
-            if found:
-                sources[m.id] = found
+        with Ranker(passages) as ranker:  # one index for the whole history
+            for m in messages:
+                if m.role != "assistant" or not m.content.strip():
+                    continue
+                parent = by_id.get(m.parent_id) if m.parent_id is not None else None
+                question = parent.content if parent is not None and parent.role == "user" else ""
+                found = sources_for(passages, question, m.content, ranker=ranker)
+                if found:
+                    sources[m.id] = found
     return Found(cid, names, sources, {m.id for m in messages}, bool(passages))
