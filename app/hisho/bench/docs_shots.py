@@ -1,6 +1,7 @@
 """Screenshots of the newcomer's screens (``make screenshots``, after the others), each at 1280×720 and at 700 px
 wide, light and dark:
 
+- ``20a-first-start-offline-*``: the same card when the hub cannot be reached (its estimate, Check again);
 - ``20-first-start-*``: the empty chat page with the first-start card (the bundled model is a demo; the model
   that fits, with the planner's badge from the hub file's header);
 - ``21-downloads-*``: the Downloads tab with a finished row ("Verified (sha256) · Load now") and a row the user
@@ -57,6 +58,11 @@ def docs_shots(app: Any, window: Any, out: Path) -> None:
     from hisho.gui.models.first_start import attach_first_start
     from hisho.gui.models.models_page import open_models
 
+    old = getattr(window, "first_start", None)
+    if old is not None and not old.isHidden():  # the window's own card, made before any hub was reachable
+        window.show_empty(True)
+        wait_until(app, lambda: old.lookups > 0, timeout=120)
+        _variants(app, window, out, "20a-first-start-offline")
     files = Path(os.environ["HISHO_HOME"]) / "docs-shot-files"
     files.mkdir(parents=True, exist_ok=True)
     hub = FakeHub().start()
@@ -72,7 +78,6 @@ def docs_shots(app: Any, window: Any, out: Path) -> None:
         hub.add_file(BIG, "story-writer-Q4_K_M.gguf", write_payload(files / "story-writer-Q4_K_M.gguf", 96))
 
         # The first-start card, made again now that the hub answers (the window's own one looked offline).
-        old = getattr(window, "first_start", None)
         if old is not None:
             old.dismissed = True
             old.hide()

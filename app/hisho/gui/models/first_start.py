@@ -108,7 +108,7 @@ class FirstStartCard(QFrame):
         from hisho.gui.models.models_page import planner_budget
 
         self.status.setText("Checking the hub for it…")
-        self.download.setEnabled(False)
+        self.download.hide()  # a disabled primary button still looks pressable
         self.retry.hide()
 
         def work() -> Candidate | None:
@@ -164,7 +164,7 @@ class FirstStartCard(QFrame):
         self.lookups += 1
         if found is None:
             self.status.setText("None of the suggested files fits with room to spare; the Models page has more.")
-            self.download.setEnabled(False)
+            self.download.hide()  # a disabled primary button still looks pressable
             return
         self.candidate, self.file, self.fit = found
         why = self.fit.why
@@ -172,7 +172,7 @@ class FirstStartCard(QFrame):
             why = why[len("best quality that fits this machine ("):-1]  # one file: "best" says nothing here
         self._show_offer(self.candidate, self.fit.verdict, f"{self.candidate.repo}\n{why}")
         self.status.setText(f"{self.file.name} · {why}")
-        self.download.setEnabled(True)
+        self.download.show()
 
     def _lookup_failed(self, exc: BaseException) -> None:
         self.lookups += 1
@@ -184,7 +184,7 @@ class FirstStartCard(QFrame):
         offline = type(exc).__name__ == "HubOffline"
         self.status.setText("Offline: the hub cannot be reached right now. The demo keeps working; download "
                             "a model when you are online." if offline else f"Could not check the hub: {line}")
-        self.download.setEnabled(False)
+        self.download.hide()  # a disabled primary button still looks pressable
         self.retry.show()
 
     # ----- actions ---------------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ class FirstStartCard(QFrame):
         page.download(self.file)
         self.status.setText("Downloading — the Downloads tab shows progress; Load now switches to it when it "
                             "is verified.")
-        self.download.setEnabled(False)
+        self.download.hide()  # a disabled primary button still looks pressable
 
     def not_now(self) -> None:
         self.dismissed = True
