@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
     wait_until(app, lambda: window.controller.model_ready, timeout=600)
     docs_shots(app, window, out)
     window.close()
-    sys.stdout.write(f"wrote {len(list(out.glob('2[0-3]-*.png')))} screenshots to {out}\n")
+    sys.stdout.write(f"wrote {len(list(out.glob('2[0-3]*.png')))} screenshots to {out}\n")
     return 0
 
 
