@@ -1,5 +1,5 @@
 """First start: the bundled model is named a demo, and the best model that fits this computer is offered with a
-fit badge from the planner and a one-click download; offline, the card stays calm and keeps its estimate."""
+fit badge from the planner and a one-click download (no hub request before the click); offline, the card stays calm and keeps its estimate."""
 
 from __future__ import annotations
 
@@ -32,9 +32,12 @@ def test_offline_the_card_names_the_demo_and_keeps_an_estimate(qtbot: QtBot, mon
     w = make_window(qtbot)
     try:
         card = card_of(w)
-        wait_for(qtbot, lambda: card.lookups >= 1 and not card.isHidden(), 60_000)
+        wait_for(qtbot, lambda: card.candidate is not None and not card.isHidden(), 60_000)
         assert "demo" in card.demo.text() and "SmolLM2-135M" in card.demo.text()
-        assert card.candidate is not None and card.candidate.title in card.offer.text()
+        assert card.candidate.title in card.offer.text()
+        assert card.badge.text() == "Estimate" and card.lookups == 0  # nothing asked of the hub by itself
+        card.download.click()
+        wait_for(qtbot, lambda: card.lookups >= 1, 60_000)
         assert card.badge.text() == "Estimate"
         assert card.status.text().startswith("Offline") and "\n" not in card.status.text()
         assert card.download.isHidden() and not card.retry.isHidden()
@@ -53,11 +56,13 @@ def test_online_the_planner_badges_the_offer_and_one_click_downloads_it(
     w = make_window(qtbot)
     try:
         card = card_of(w)
+        wait_for(qtbot, lambda: card.candidate is not None and not card.download.isHidden(), 60_000)
+        assert card.lookups == 0 and hub.served == {}  # no request until the click
+        card.download.click()  # one click: the header is read, the planner judges, the download starts
         wait_for(qtbot, lambda: card.fit is not None, 60_000)
-        assert card.fit is not None and card.fit.verdict == "fits"
-        assert card.badge.text() == "Fits" and not card.download.isHidden()
+        assert card.fit is not None and card.fit.verdict == "fits" and card.badge.text() == "Fits"
         assert card.file is not None and card.candidate is not None and card.file.name == card.candidate.file
-        card.download.click()
+        wait_for(qtbot, lambda: getattr(w, "_models_page", None) is not None, 30_000)
         page = w._models_page  # type: ignore[attr-defined]
         wait_for(qtbot, lambda: page.downloads.state_text(0) == VERIFIED, 120_000)
         page.close()

@@ -1,9 +1,10 @@
 """Screenshots of the newcomer's screens (``make screenshots``, after the others), each at 1280×720 and at 700 px
 wide, light and dark:
 
-- ``20a-first-start-offline-*``: the same card when the hub cannot be reached (its estimate, Check again);
-- ``20-first-start-*``: the empty chat page with the first-start card (the bundled model is a demo; the model
-  that fits, with the planner's badge from the hub file's header);
+- ``20b-first-start-before-asking-*``: the empty chat page with the first-start card as it opens (the bundled
+  model is a demo; a model that fits, estimated offline; nothing asked of the hub yet);
+- ``20a-first-start-offline-*``: after Download when the hub cannot be reached (the estimate, Try again);
+- ``20-first-start-*``: after Download with the hub answering (the planner's badge from the file's header);
 - ``21-downloads-*``: the Downloads tab with a finished row ("Verified (sha256) · Load now") and a row the user
   paused ("Paused by you"), buttons on each row;
 - ``22-hub-installed-*``: a hub repository whose file is already installed ("✓ Installed · Load");
@@ -61,6 +62,9 @@ def docs_shots(app: Any, window: Any, out: Path) -> None:
     old = getattr(window, "first_start", None)
     if old is not None and not old.isHidden():  # the window's own card, made before any hub was reachable
         window.show_empty(True)
+        wait_until(app, lambda: old.candidate is not None, timeout=120)
+        _variants(app, window, out, "20b-first-start-before-asking")
+        old.download.click()  # the hub is not reachable yet: the calm offline line
         wait_until(app, lambda: old.lookups > 0, timeout=120)
         _variants(app, window, out, "20a-first-start-offline")
     files = Path(os.environ["HISHO_HOME"]) / "docs-shot-files"
@@ -84,6 +88,9 @@ def docs_shots(app: Any, window: Any, out: Path) -> None:
         card = attach_first_start(window)
         if card is not None:
             window.show_empty(True)
+            wait_until(app, lambda: card.candidate is not None, timeout=120)
+            card.start_download = lambda: None  # type: ignore[method-assign]  # the stand-in is 4 GB (sparse)
+            card.download.click()
             wait_until(app, lambda: card.fit is not None or card.lookups > 0, timeout=120)
             _variants(app, window, out, "20-first-start")
 

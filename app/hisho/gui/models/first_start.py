@@ -1,11 +1,12 @@
 """The first-start card: the bundled model is a small demo; here is the best model that fits this computer.
 
 Shown on the empty chat page while the model in use is the bundled SmolLM2-135M (``core.models.suggest``). It
-names a model at once from published sizes (offline, no request), then asks the hub on the ``hub`` lane for
-the candidates' files, largest first, and lets the planner judge each from its header (``hub.fit_files``): the
-first that fits gets the Fits badge and a one-click Download (the Models page's queue, whose finished row
-offers Load now). Offline is the normal case on many machines: the card then keeps its estimate, says in one
-calm line that the hub cannot be reached, and offers Check again; nothing fails or blocks the chat.
+names a model at once from published sizes (offline, no request: nothing leaves the computer until the user
+asks). One click on Download asks the hub on the ``hub`` lane for the candidates' files, largest first, lets the
+planner judge each from its header (``hub.fit_files``), shows the verdict's badge and queues the first that fits
+on the Models page (whose finished row offers Load now). Offline is the normal case on many machines: the card
+then keeps its estimate, says in one calm line that the hub cannot be reached, and offers Try again; nothing
+fails or blocks the chat.
 
 Rules of use: ``attach_first_start(window)`` once. GUI thread; hub calls go through the executor.
 """
@@ -73,8 +74,8 @@ class FirstStartCard(QFrame):
         buttons = QHBoxLayout()
         self.download = QPushButton("Download")
         self.download.setObjectName("Primary")
-        self.download.clicked.connect(self.start_download)
-        self.retry = QPushButton("Check again")
+        self.download.clicked.connect(self.look_up)
+        self.retry = QPushButton("Try again")
         self.retry.setObjectName("Flat")
         self.retry.clicked.connect(self.look_up)
         self.browse = QPushButton("Other models…")
@@ -107,7 +108,6 @@ class FirstStartCard(QFrame):
         """Offline and at once: the largest candidate whose published size fits this machine's budget."""
         from hisho.gui.models.models_page import planner_budget
 
-        self.status.setText("Checking the hub for it…")
         self.download.hide()  # a disabled primary button still looks pressable
         self.retry.hide()
 
@@ -126,7 +126,9 @@ class FirstStartCard(QFrame):
             self.download.hide()
             return
         self._show_offer(pick, "estimate", "Estimated from its published size; the hub's header decides")
-        self.look_up()
+        self.status.setText("Download first reads the file's header on Hugging Face (about 1 MiB) so the memory "
+                            "planner can check it fits, then fetches it.")
+        self.download.show()
 
     def _show_offer(self, pick: Candidate, verdict: str, why: str) -> None:
         self.offer.setText(f"A model that fits this computer: <b>{pick.title}</b> "
@@ -138,10 +140,12 @@ class FirstStartCard(QFrame):
         self.badge.setToolTip(why)
 
     def look_up(self) -> None:
-        """Hub lane: the candidates' files (largest that fits first), each judged by the planner."""
+        """Hub lane: the candidates' files (largest that fits first), each judged by the planner; the one that
+        fits is then downloaded. Only on the user's click: nothing leaves the computer by itself."""
         from hisho.gui.models.models_page import planner_budget
 
-        self.status.setText("Checking the hub for it…")
+        self.status.setText("Checking the file on the hub…")
+        self.download.hide()
         self.retry.hide()
         start = CANDIDATES.index(self.candidate) if self.candidate in CANDIDATES else len(CANDIDATES) - 1
 
@@ -172,7 +176,7 @@ class FirstStartCard(QFrame):
             why = why[len("best quality that fits this machine ("):-1]  # one file: "best" says nothing here
         self._show_offer(self.candidate, self.fit.verdict, f"{self.candidate.repo}\n{why}")
         self.status.setText(f"{self.file.name} · {why}")
-        self.download.show()
+        self.start_download()
 
     def _lookup_failed(self, exc: BaseException) -> None:
         self.lookups += 1
@@ -199,9 +203,8 @@ class FirstStartCard(QFrame):
             return
         page = self._models("Downloads")
         page.download(self.file)
-        self.status.setText("Downloading — the Downloads tab shows progress; Load now switches to it when it "
-                            "is verified.")
-        self.download.hide()  # a disabled primary button still looks pressable
+        self.status.setText(f"Downloading {self.file.name}: the Downloads tab shows progress; Load now switches "
+                            "to it when it is verified.")
 
     def not_now(self) -> None:
         self.dismissed = True
