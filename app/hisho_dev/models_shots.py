@@ -42,11 +42,6 @@ Run it with any llama.cpp-based app.
 """
 
 
-def _cell_text(table: Any, row: int, column: int) -> str:
-    item = table.item(row, column)
-    return str(item.text()) if item is not None else ""
-
-
 # Downloads and hub plans take longer than the chat screens' waits.
 _wait = functools.partial(wait_until, timeout=60.0)
 
@@ -105,6 +100,7 @@ def _gated_shots(app: Any, window: Any, page: Any, out: Path, hub: Any, files: P
 
 def models_shots(app: Any, window: Any, out: Path) -> None:
     from hisho.bench.hub import LLAMA2_13B, write_llama, write_payload
+    from hisho.gui.models.downloads_tab import PAUSED_BY_USER
     from hisho.gui.models.models_page import open_models
     from hisho_dev.hub_server import FakeHub
 
@@ -156,8 +152,7 @@ def models_shots(app: Any, window: Any, out: Path) -> None:
         for job_id in list(page.downloads.queued):
             page.downloads.pause(job_id)
         _wait(app, lambda: not page.downloads.queued and page.downloads.job_table.rowCount() == 1
-              and "paused" in _cell_text(page.downloads.job_table, 0, 5))
-        page.downloads.job_table.selectRow(0)
+              and page.downloads.state_text(0) == PAUSED_BY_USER)
         window.grab().save(str(out / "9b-models-download-paused.png"))
         for job_id in list(page.downloads.jobs):
             page.downloads.cancel(job_id)

@@ -12,6 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from hisho.core.executor import Executor
 from hisho.core.models.store import ModelStore
+from hisho.gui.models.downloads_tab import PAUSED_BY_USER, VERIFIED
 from hisho.gui.models.models_page import ModelsPage
 from hisho.gui.shell.bridge import Bridge
 from hisho_dev.hub_server import FakeHub
@@ -79,17 +80,18 @@ def test_download_progress_pause_resume_then_delete(qtbot: QtBot, page: ModelsPa
     [f] = repo_files(REPO)
     page.download(f)
     qtbot.waitUntil(lambda: any(p.done > 2 * MIB for p in page.downloads.live.values()), timeout=30_000)
-    [job_id] = list(page.downloads.queued)
-    page.downloads.pause(job_id)
+    actions = page.downloads.row_actions(0)
+    assert actions is not None and actions.pause.isVisible() and not actions.resume.isVisible()
+    actions.pause.click()  # the row's own button: nothing to select first
     qtbot.waitUntil(lambda: not page.downloads.queued, timeout=60_000)
-    qtbot.waitUntil(lambda: "paused" in (page.downloads.job_table.item(0, 5).text() if page.downloads.job_table.item(0, 5) else ""),
-                    timeout=60_000)
-    assert page.downloads.resume_banner.isVisible()
+    qtbot.waitUntil(lambda: page.downloads.state_text(0) == PAUSED_BY_USER, timeout=60_000)
+    assert not page.downloads.resume_banner.isVisible()  # a pause the user chose is no warning
     hub.throttle = None
-    page.downloads.job_table.selectRow(0)
-    page.downloads.resume_button.click()
+    actions = page.downloads.row_actions(0)
+    assert actions is not None and actions.resume.isVisible() and not actions.pause.isVisible()
+    actions.resume.click()
     qtbot.waitUntil(lambda: any(e.source == f"hub:{REPO}" for e in page.entries), timeout=30_000)
-    qtbot.waitUntil(lambda: page.downloads.job_table.rowCount() == 0, timeout=60_000)  # listed after the models
+    qtbot.waitUntil(lambda: page.downloads.state_text(0) == VERIFIED, timeout=60_000)  # the row stays
     entry = next(e for e in page.entries if e.source == f"hub:{REPO}")
     assert Path(entry.path).read_bytes() == src.read_bytes()
     bars = page.findChildren(QProgressBar)

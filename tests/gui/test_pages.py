@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hisho.bench.hub_server import FakeHub
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
@@ -19,6 +18,7 @@ from hisho.gui.models.models_page import ModelsPage
 from hisho.gui.models.planner_panel import PlannerPanel
 from hisho.gui.shell import theme
 from hisho.gui.shell.main_window import MainWindow
+from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import hub, write_payload_gguf
 from tests.gui.conftest import settle, wait_for, wait_idle
 

@@ -99,6 +99,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         app.close()
     for line in result.skipped:
         sys.stderr.write(f"hisho: error: {line}\n")
+    if result.quality_warning:
+        sys.stderr.write(f"hisho: note: {result.quality_warning}\n")
     if args.pages is not None:
         whole = [Path(f).name for f in args.files if Path(f).suffix.lower() != ".pdf"]
         if whole:

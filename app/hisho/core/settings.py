@@ -119,6 +119,8 @@ DECLARED: tuple[Setting, ...] = (
             "then its reply is cancelled (504).", 5, 86400),
     Setting("api_max_queued", int, 16, "API requests a key may have waiting for a free sequence; more are "
             "refused (429 with Retry-After).", 0, 1024),
+    Setting("demo_card_dismissed", bool, False, "The first-start card (the bundled model is a demo; a model that "
+            "fits) was dismissed with Not now."),
 )
 
 _BY_NAME = {s.name: s for s in DECLARED}

@@ -56,6 +56,7 @@ class ChatDocument:
     sha256: str
     tokens: int
     parts: list[tuple[str, str]] = field(default_factory=list)   # (reference, text), in document order
+    added: float = 0.0                                          # when it was attached (time.time())
 
     @property
     def text(self) -> str:
@@ -89,10 +90,11 @@ class ChatDocuments:
     # ----- rows ------------------------------------------------------------------------------------------
 
     def attached(self, conversation_id: int) -> list[ChatDocument]:
-        rows = self.db.query("SELECT id, conversation_id, name, sha256, tokens, parts FROM chat_documents "
+        rows = self.db.query("SELECT id, conversation_id, name, sha256, tokens, parts, added FROM chat_documents "
                              "WHERE conversation_id=? ORDER BY id", [conversation_id])
         return [ChatDocument(int(r["id"]), int(r["conversation_id"]), str(r["name"]), str(r["sha256"]),
-                             int(r["tokens"]), [(str(a), str(b)) for a, b in json.loads(r["parts"])]) for r in rows]
+                             int(r["tokens"]), [(str(a), str(b)) for a, b in json.loads(r["parts"])],
+                             float(r["added"])) for r in rows]
 
     def add(self, conversation_id: int, doc: Document) -> ChatDocument:
         """Keep ``doc`` with the chat (the same file twice is kept once). Counting runs on the engine."""
@@ -107,12 +109,13 @@ class ChatDocuments:
         else:
             tokens = self.count(doc.text)
         parts = [(s.ref, s.text) for s in doc.sections if s.text.strip()]
+        now = time.time()
         with self.db.transaction():
             cur = self.db.execute("INSERT INTO chat_documents (conversation_id, name, sha256, tokens, parts, added)"
                                   " VALUES (?,?,?,?,?,?)", [conversation_id, doc.name, doc.sha256, tokens,
-                                                            json.dumps(parts), time.time()])
+                                                            json.dumps(parts), now])
         log.info("%s attached to conversation %s (%d tokens)", doc.name, conversation_id, tokens)
-        return ChatDocument(int(cur.lastrowid or 0), conversation_id, doc.name, doc.sha256, tokens, parts)
+        return ChatDocument(int(cur.lastrowid or 0), conversation_id, doc.name, doc.sha256, tokens, parts, now)
 
     def remove(self, document_id: int) -> None:
         with self.db.transaction():

@@ -1,13 +1,14 @@
-"""PDF (pypdfium2) and DOCX (python-docx) readers.
+"""PDF (pypdfium2) and DOCX (zip + streamed XML) readers.
 
 PDF pages are read one at a time and closed at once: a 500-page file holds one page's native objects at a time,
 and only its text is kept. A page without text that shows images is a scanned page: it is left out and listed
 in the notes; a PDF where every page is like that is refused with a hint to run OCR.
 
-A DOCX is a zip of XML that python-docx loads whole into memory and walks element by element, so a small file
-can expand into gigabytes (a 1.5 MB file to 1.5 GB) or into millions of paragraphs. ``check_docx`` looks at the
-zip directory and streams the XML parts, counting tags (nothing kept, a few MiB of memory), before python-docx
-sees the file: uncompressed sizes, element count and a time budget, each with a one-line refusal.
+A DOCX is a zip of XML, and a small file can expand into gigabytes (a 1.5 MB file to 1.5 GB) or into millions
+of paragraphs. ``check_docx`` looks at the zip directory and streams the XML parts, counting tags (nothing kept,
+a few MiB of memory), before the text is read: uncompressed sizes, element count and a time budget, each with a
+one-line refusal. The text itself is read by ``docx_stream`` in one pass over the streamed XML (no object model;
+docs/summarization.md says why).
 """
 
 from __future__ import annotations
@@ -100,10 +101,10 @@ def _page_text(pdf: object, index: int) -> tuple[str, bool]:
         page.close()
 
 
-# Limits for a DOCX, checked before python-docx parses it. A 1,000-page report has a ~15 MB document.xml of
-# ~1M elements; python-docx holds about 10 bytes of tree per byte of XML.
+# Limits for a DOCX, checked before its text is read. A 1,000-page report has a ~15 MB document.xml of ~1M
+# elements. The streaming reader keeps only text, so these bound time more than memory.
 DOCX_MAX_XML_BYTES = 24 << 20          # one XML part, uncompressed
-DOCX_MAX_TOTAL_BYTES = 96 << 20        # everything python-docx reads into memory (pictures included)
+DOCX_MAX_TOTAL_BYTES = 96 << 20        # the whole package unpacked (pictures included)
 DOCX_MAX_ELEMENTS = 1_000_000
 DOCX_TIME_BUDGET_S = 60.0              # reading a DOCX that passed the checks; a budget, not an expectation
 _SCAN_BLOCK = 1 << 20
@@ -158,55 +159,38 @@ def _count_elements(fh: object, name: str, start: int, deadline: float | None) -
 
 def _check_deadline(name: str, deadline: float | None) -> None:
     if deadline is not None and time.monotonic() > deadline:
-        raise DocumentError(f"{name}: reading the DOCX took longer than {DOCX_TIME_BUDGET_S:.0f} s; save it as "
-                            "PDF or plain text")
+        raise _too_slow(name)
+
+
+def _too_slow(name: str) -> DocumentError:
+    return DocumentError(f"{name}: reading the DOCX took longer than {DOCX_TIME_BUDGET_S:.0f} s; save it as PDF "
+                         "or plain text")
 
 
 def read_docx(path: Path, sha: str) -> Document:
-    import docx
-    from docx.opc.exceptions import PackageNotFoundError
+    from hisho.core.documents.docx_stream import DocxDeadline, DocxFormatError, read_docx_text
 
     deadline = time.monotonic() + DOCX_TIME_BUDGET_S
     check_docx(path, deadline=deadline)
     try:
-        document = docx.Document(str(path))
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        body = read_docx_text(str(path), deadline=deadline)
+    except DocxFormatError as exc:
         raise DocumentError(f"{path.name}: the DOCX file is damaged or not a Word document ({exc})") from None
-    except Exception as exc:  # lxml errors on a broken XML part, among others
-        raise DocumentError(f"{path.name}: the DOCX file is damaged or not a Word document "
-                            f"({type(exc).__name__}: {exc})") from None
+    except DocxDeadline:
+        raise _too_slow(path.name) from None
     doc = Document(path=path, kind="docx", sha256=sha)
-    title, body = "", list[str]()
-    for block in _docx_blocks(document, path.name, deadline):
-        if block[0] == "heading":
-            _flush(doc, title, body)
-            title, body = block[1], [block[1]]
-        elif block[1].strip():
-            body.append(block[1])
-    _flush(doc, title, body)
-    images = len(document.inline_shapes)
-    if images:
-        doc.notes.append(f"{path.name}: {images} embedded pictures/charts were not read (only text is summarized)")
+    title, lines = "", list[str]()
+    for kind, text in body.blocks:
+        if kind == "heading":
+            _flush(doc, title, lines)
+            title, lines = text, [text]
+        elif text.strip():
+            lines.append(text)
+    _flush(doc, title, lines)
+    if body.pictures:
+        doc.notes.append(f"{path.name}: {body.pictures} embedded pictures/charts were not read "
+                         "(only text is summarized)")
     return doc
-
-
-def _docx_blocks(document: object, name: str = "", deadline: float | None = None) -> list[tuple[str, str]]:
-    """Paragraphs and tables in body order: ("heading"|"text", text). Tables become " | "-joined rows."""
-    from docx.table import Table
-    from docx.text.paragraph import Paragraph
-
-    out: list[tuple[str, str]] = []
-    for n, item in enumerate(document.iter_inner_content()):  # type: ignore[attr-defined]
-        if n % 256 == 0:
-            _check_deadline(name, deadline)
-        if isinstance(item, Paragraph):
-            style = (item.style.name if item.style is not None else "") or ""
-            kind = "heading" if style.lower().startswith(("heading", "title")) and item.text.strip() else "text"
-            out.append((kind, item.text.strip()))
-        elif isinstance(item, Table):
-            rows = [" | ".join(c.text.strip() for c in row.cells) for row in item.rows]
-            out.append(("text", "\n".join(rows)))
-    return out
 
 
 def _flush(doc: Document, title: str, body: list[str]) -> None:

@@ -31,10 +31,12 @@ from hisho.core.documents import plan as P
 from hisho.core.documents.attached import read_document
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.model import Document, DocumentError, PageSpan
+from hisho.core.documents.quality import advice, judge
 from hisho.core.engine.ops import BatchGenerate, Prompt
 from hisho.core.engine.protocol import Sampling
 from hisho.core.engine.seam import Engine
 from hisho.core.errors import UserError
+from hisho.core.machine import Budget, detect
 
 log = logging.getLogger("hisho.documents")
 
@@ -65,6 +67,7 @@ class DocResult:
     input_tokens: int
     n_parallel: int
     notes: list[str]
+    quality: dict[str, Any] = field(default_factory=dict)  # core.documents.quality: copied / repeated / verdict
 
 
 @dataclass
@@ -79,6 +82,9 @@ class JobResult:
     # For "ask about it" (not in the JSON): the extracted documents and their chunks as (refs, text).
     extracted: list[Document] = field(default_factory=list)
     parts: list[tuple[str, str]] = field(default_factory=list)
+    # Set when a summary is mostly copied text or repetition: the model is too small (``quality.warning``).
+    quality_warning: str = ""
+    suggested_model: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         chunks = sum(d.chunks for d in self.documents)
@@ -87,7 +93,8 @@ class JobResult:
             "summary": self.summary, "chunks": chunks, "chunks_cached": cached, "chunks_generated": chunks - cached,
             "input_tokens": sum(d.input_tokens for d in self.documents), "seconds": round(self.seconds, 3),
             "eta_s": round(self.eta_s, 1), "truncated": self.truncated, "cancelled": self.cancelled,
-            "skipped": self.skipped,
+            "skipped": self.skipped, "quality_warning": self.quality_warning,
+            "suggested_model": self.suggested_model,
             "documents": [d.__dict__ for d in self.documents],
         }
 
@@ -115,7 +122,7 @@ class SummaryJob:
                  chunk_target: int = P.CHUNK_TARGET,
                  on_progress: Callable[[JobProgress], None] | None = None, pages: PageSpan | None = None,
                  ask_password: AskPassword | None = None, confirm: Confirm | None = None,
-                 write: Callable[[Callable[[], Any]], Any] | None = None) -> None:
+                 write: Callable[[Callable[[], Any]], Any] | None = None, budget: Budget | None = None) -> None:
         self.client = client
         self.files = [Path(f) for f in files]
         self.cache = cache or SummaryCache()
@@ -128,6 +135,7 @@ class SummaryJob:
         self.ask_password = ask_password
         self.write = write or (lambda fn: fn())  # where cache writes run (the app: its store lane)
         self.confirm = confirm
+        self.budget = budget                 # the machine a better model is suggested for (None: detected)
         info = client.load_info
         self.n_ctx = int(info.get("n_ctx", 0))
         self.max_parallel = max(1, max_parallel)
@@ -186,6 +194,7 @@ class SummaryJob:
             result.cancelled = True
         result.seconds = time.perf_counter() - self._started
         result.eta_s = self.eta_s
+        self._judge(result)
         result.summary = self._compose(result)
         self._report("cancelled" if result.cancelled else "done", 1, 1)
         return result
@@ -220,6 +229,16 @@ class SummaryJob:
         raise TooLarge(f"{doc.name}: about {chunks:,} chunks of {self.chunk_target} tokens, roughly "
                        f"{duration(eta)} on this machine; not started (confirm to run it)")
 
+    def _judge(self, result: JobResult) -> None:
+        """A warning naming a model that fits when a summary is copied text or repetition."""
+        if all(d.quality.get("verdict", "ok") == "ok" for d in result.documents):
+            return
+        budget = self.budget if self.budget is not None else detect(probe_devices=False).budget()
+        model = Path(self.client.load_params.model_path).stem if self.client.load_params else "loaded"
+        result.quality_warning, result.suggested_model = advice([d.quality for d in result.documents], model,
+                                                                budget)
+        log.warning("summary quality: %s", [d.quality for d in result.documents])
+
     def _compose(self, result: JobResult) -> str:
         parts: list[str] = []
         several = len(result.documents) > 1
@@ -253,6 +272,7 @@ class SummaryJob:
                                        1, "summarizing", overhead + chunk.tokens + self.final_tokens)
             res.chunks_cached = done.cached
             res.summary = done.texts[0]
+            res.quality = judge(res.summary, doc.text).to_dict()
             return res
         items = [(c.key, c.index, c.refs, P.map_messages(doc.name, c.refs, c.text)) for c in plan.chunks]
         mapped = self._cached_or_run(doc, 0, items, self.summary_tokens, plan.n_parallel, "summarizing",
@@ -260,6 +280,7 @@ class SummaryJob:
         res.chunks_cached = mapped.cached
         parts = [(c.refs, t.strip()) for c, t in zip(plan.chunks, mapped.texts)]
         final, by_part = self._reduce(doc, parts, overhead)
+        res.quality = judge(final, doc.text).to_dict()
         # The combined text of a small model may drop the references; the parts it was made from keep them, so
         # the result always points to pages/sections.
         res.summary = final + "\n\nBy part:\n" + "\n".join(f"- [{ref}] {_first_lines(t)}" for ref, t in by_part)

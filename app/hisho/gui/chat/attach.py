@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QFileDialog
 from hisho.core.conversations.store import Conversation
 from hisho.core.documents.attached import ChatDocument
 from hisho.core.units import format_bytes
+from hisho.gui.chat.doc_sources import DocSources
 from hisho.gui.chat.documents import FILTER
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class AttachController(QObject):
         composer.files_dropped.connect(self.attach)
         composer.detach_requested.connect(self.detach)
         window.conversation_selected.connect(self.show_for)
+        self.sources = DocSources(window)          # the documents on the messages: attachments and sources
 
     # ----- entry points ----------------------------------------------------------------------------------
 
@@ -110,6 +112,7 @@ class AttachController(QObject):
         elif added:
             c.toast(f"Attached to this chat. {note}", ms=8000)
         self.show_for(cid)
+        self.sources.refresh()
         if c.current is not None and c.current.id == cid:
             c.fit.update()   # the meter counts the documents now in the prompt
 
@@ -129,6 +132,7 @@ class AttachController(QObject):
         self.w.controller.toast(f"{name} removed from this chat; the next question is asked without it.",
                                 ms=5000)
         self.show_for(cid)
+        self.sources.refresh()
         self.w.controller.fit.update()
 
     # ----- chips -----------------------------------------------------------------------------------------

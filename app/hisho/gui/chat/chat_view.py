@@ -62,6 +62,7 @@ class StreamText:
 class ChatView(QScrollArea):
     action = Signal(str, int)      # (action name, message id) from a message's buttons
     cancel_queued = Signal(int)    # a waiting message's Cancel (its queue key)
+    inserted = Signal(object)      # a MessageWidget for a saved message was put on screen (extras are added)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -155,6 +156,7 @@ class ChatView(QScrollArea):
         w.action.connect(self.action)
         self.widgets[m.id] = w
         self.rows.insertWidget(index, w)
+        self.inserted.emit(w)
         return w
 
     def _end_of_conversation(self) -> int:

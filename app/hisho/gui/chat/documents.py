@@ -283,8 +283,10 @@ class DocumentsController(QObject):
             return
         self.opened.emit(cid)
         skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
-        self.notice.emit(f"Summary ready ({_duration(result.seconds)}). {note}{skipped}",
-                         30_000 if skipped else TOAST_MS)
+        # A copied or looping summary is the model's limit, not the document's: say so where the user looks.
+        warn = f" {result.quality_warning}" if result.quality_warning else ""
+        self.notice.emit(f"Summary ready ({_duration(result.seconds)}).{warn} {note}{skipped}",
+                         30_000 if skipped or warn else TOAST_MS)
 
     def _job_failed(self, exc: BaseException) -> None:
         self.job, self.running = None, False

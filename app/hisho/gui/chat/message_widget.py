@@ -142,6 +142,8 @@ class MessageWidget(QWidget):
         self.body.setSpacing(12)
         column = QVBoxLayout()
         column.setSpacing(4)
+        self.column = column
+        self.extras: dict[str, QWidget] = {}         # "attachments" (in the bubble), "sources" (under the reply)
         if self.role != "user":
             who = _label("Assistant", "RoleLabel", rich=False)
             column.addWidget(who)
@@ -211,6 +213,20 @@ class MessageWidget(QWidget):
             w.update_segment(seg)
         elif isinstance(w, QLabel) and w.text() != seg.html:
             w.setText(seg.html)
+
+    def set_extra(self, kind: str, widget: QWidget | None) -> None:
+        """Show ``widget`` as the message's ``kind`` extra, replacing the one before (None removes it):
+        "attachments" at the top of the bubble, "sources" between the reply and its actions."""
+        old = self.extras.pop(kind, None)
+        if old is not None:
+            _drop(old)
+        if widget is None:
+            return
+        self.extras[kind] = widget
+        if kind == "attachments":
+            self.body.insertWidget(0, widget)
+        else:
+            self.column.insertWidget(self.column.indexOf(self.card) + 1, widget)
 
     def append(self, piece: str) -> float:
         return self.set_text(self.text + piece)

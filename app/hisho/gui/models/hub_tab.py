@@ -76,6 +76,7 @@ def table(headers: list[str], stretch: int) -> QTableWidget:
 
 class HubTab(QWidget):
     download_requested = Signal(object)   # a QuantFile
+    load_requested = Signal(str)          # an installed file's model name (the row says "Installed · Load")
     token_requested = Signal()
     run_remote_requested = Signal(object, str)   # (QuantFile, remote engine name)
 
@@ -92,6 +93,8 @@ class HubTab(QWidget):
         self._retry: Callable[[], None] | None = None
         self.remote_names: list[str] = []   # Settings → Engines, set by the Models page
         self.gated_repo: str | None = None  # the repository that failed for want of a token (opened again after)
+        self.installed: dict[str, str] = {}  # sha256 of an installed model (parts joined by ",") -> its name
+        self.shown: list[QuantFile] = []     # the open repository's files, in table order
         self._build()
 
     # ----- layout ----------------------------------------------------------------------------------------
@@ -292,6 +295,7 @@ class HubTab(QWidget):
         return fit_files(files, budget, **opts)
 
     def _show_files(self, files: list[QuantFile]) -> None:
+        self.shown = list(files)
         self.files.setRowCount(len(files))
         for row, f in enumerate(files):
             parts = f" · {len(f.parts)} parts" if len(f.parts) > 1 else ""
@@ -304,14 +308,39 @@ class HubTab(QWidget):
             pending.setObjectName("Meta")
             self.files.setCellWidget(row, 3, pending)
             self.files.setItem(row, 4, QTableWidgetItem(""))
+            self.files.setCellWidget(row, 5, self._action_button(f))
+
+    def installed_name(self, f: QuantFile) -> str | None:
+        """The installed model with the same bytes as ``f`` (the same sha256 for every part), if any."""
+        if not f.sha256 or not all(f.sha256):
+            return None
+        return self.installed.get(",".join(f.sha256))
+
+    def _action_button(self, f: QuantFile) -> QPushButton:
+        name = self.installed_name(f)
+        if name is None:
             button = QPushButton("Download")
             button.clicked.connect(lambda _=False, q=f: self.download_requested.emit(q))
-            self.files.setCellWidget(row, 5, button)
+            return button
+        button = QPushButton("✓ Installed · Load")
+        button.setObjectName("Installed")
+        button.setToolTip(f"Already on this computer as {name} (same sha256); Load switches the chat to it")
+        button.clicked.connect(lambda _=False, n=name: self.load_requested.emit(n))
+        return button
+
+    def set_installed(self, by_sha: dict[str, str]) -> None:
+        """The store's models by sha256: the open repository's rows say which files are already here."""
+        self.installed = dict(by_sha)
+        for row, f in enumerate(self.shown[: self.files.rowCount()]):
+            cell = self.files.cellWidget(row, 5)
+            if cell is None or cell.objectName() in ("", "Installed"):  # not a "Run on …" button
+                self.files.setCellWidget(row, 5, self._action_button(f))
 
     def _remote_button(self, f: QuantFile) -> QPushButton:
         """Too big here: run it on a remote engine (the first one; a menu when there are several)."""
         first = self.remote_names[0]
         button = QPushButton(f"Run on {first}")
+        button.setObjectName("RunRemote")
         button.setToolTip(f"Too big for this computer: use it on {first} (Settings → Engines)")
         button.clicked.connect(lambda _=False: self.run_remote_requested.emit(f, first))
         if len(self.remote_names) > 1:
@@ -345,7 +374,7 @@ class HubTab(QWidget):
             why = QTableWidgetItem(fit.why)
             why.setToolTip(fit.why)
             self.files.setItem(row, 4, why)
-            if fit.verdict == "wont_fit" and self.remote_names:
+            if fit.verdict == "wont_fit" and self.remote_names and self.installed_name(fit.file) is None:
                 self.files.setCellWidget(row, 5, self._remote_button(fit.file))
         best = next((f for f in fits if f.recommended), None)
         self.recommend.setText(f"★ Recommended: {best.file.name} — {best.why}" if best else "")

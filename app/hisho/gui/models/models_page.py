@@ -5,8 +5,9 @@
   ``hisho.core.models.removal``), Reveal, Import… (copy or link); a
   ``.gguf`` dropped on the page is imported.
 - *Hub*: ``hisho.gui.models.hub_tab``.
-- *Downloads*: the queue with bytes, speed and ETA; Pause, Resume, Cancel. Unfinished downloads from an earlier
-  run are listed paused, ready to resume (the window offers them at start-up: ``offer_unfinished``).
+- *Downloads*: the queue with bytes, speed and ETA; Pause/Resume and Cancel on each row; a finished download stays
+  as "Verified · Load now". Unfinished downloads from an earlier run are listed paused, ready to resume (the
+  window offers them at start-up: ``offer_unfinished``). Hub files already installed (same sha256) say so.
 
 Rules of use: hub requests run on the ``hub`` lane, downloads on the ``download`` lane (one at a time), store
 reads and writes on the ``store`` lane. Download progress is posted through the bridge at most 10 times a second.
@@ -89,9 +90,11 @@ class ModelsPage(QWidget):
         self.hub = HubTab(workers, planner_budget)
         self.hub.download_requested.connect(self.download)
         self.hub.token_requested.connect(self.ask_token)
+        self.hub.load_requested.connect(self.load_named)
         self.downloads = DownloadsTab(workers, self.downloader, self.toast)
         self.downloads.finished.connect(lambda _entry: self.refresh())
         self.downloads.token_needed.connect(self.ask_token)
+        self.downloads.load_requested.connect(lambda entry: self.load_named(entry.name))
         self.tabs.addTab(self.installed, "Installed")
         self.tabs.addTab(self.hub, "Hub")
         self.tabs.addTab(self.downloads, "Downloads")
@@ -146,6 +149,7 @@ class ModelsPage(QWidget):
 
     def _listed(self, entries: list[ModelEntry]) -> None:
         self.entries = entries
+        self.hub.set_installed({e.sha256: e.name for e in entries if e.sha256})
         t = self.model_table
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
@@ -211,9 +215,15 @@ class ModelsPage(QWidget):
 
     def load_selected(self) -> None:
         e = self.selected()
-        if e is not None and self.load_model is not None:
-            self.load_model(e.name)
-            self.toast(f"Loading {e.name}…")
+        if e is not None:
+            self.load_named(e.name)
+
+    def load_named(self, name: str) -> None:
+        """Load (switch the chat to) an installed model: the Load button, Load now on a finished download,
+        "Installed · Load" on a hub file."""
+        if self.load_model is not None:
+            self.load_model(name)
+            self.toast(f"Loading {name}…")
 
     def set_default(self) -> None:
         e = self.selected()

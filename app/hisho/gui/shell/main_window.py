@@ -99,6 +99,9 @@ class MainWindow(QMainWindow):
         from hisho.gui.shell.page_setup import add_pages
 
         add_pages(self)      # Models, Memory planner, Settings: pages beside Chats, on the rail
+        from hisho.gui.models.first_start import attach_first_start
+
+        attach_first_start(self)  # the bundled model is a demo: offer one that fits
         if ctx.problem:
             self.show_banner(ctx.problem)
 

@@ -131,6 +131,7 @@ QPushButton#Chip:hover {{ border-color: {t.accent}; }}
 #ComposerFrame {{ background: {t.surface}; border: 1px solid {t.border}; border-radius: 14px; }}
 #ComposerFrame[dropping="true"] {{ border: 2px dashed {t.accent}; }}
 #DocChip {{ background: {t.hover}; border: 1px solid {t.border}; border-radius: 10px; }}
+#DemoCard {{ background: {t.surface}; border: 1px solid {t.border}; border-radius: 12px; }}
 #Composer {{ background: transparent; border: none; }}
 #Banner {{ background: {t.warn}; color: #ffffff; padding: 6px 12px; }}
 #EmptyTitle {{ font-size: 22pt; font-weight: 600; }}

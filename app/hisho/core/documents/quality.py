@@ -1,0 +1,103 @@
+"""Is a summary a summary? Two measures a reader would apply, on word sequences:
+
+- **copied**: the share of the summary's 8-word runs that appear word for word in the source. A real summary
+  quotes a phrase here and there (well under a third); a model too small for the task hands the text back.
+- **repeated**: the share of the summary's 8-word runs that already appeared earlier in the summary: a model
+  stuck in a loop says the same thing again and again.
+
+A summary of fewer than ``MIN_WORDS`` words is not judged (too short to tell). Past ``COPIED_LIMIT`` or
+``REPEATED_LIMIT`` the verdict says the loaded model is too small for summaries, and names a model that fits
+this machine (``core.models.suggest``), so the user knows the result is not what Hisho can do.
+Pure text in, a verdict out: no model, no Qt.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hisho.core.machine import Budget
+
+N = 8
+MIN_WORDS = 24
+COPIED_LIMIT = 0.5
+REPEATED_LIMIT = 0.35
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class SummaryQuality:
+    copied: float
+    repeated: float
+    words: int
+
+    @property
+    def verdict(self) -> str:
+        """ok | copied | repetitive"""
+        if self.words < MIN_WORDS:
+            return "ok"
+        if self.copied >= COPIED_LIMIT:
+            return "copied"
+        if self.repeated >= REPEATED_LIMIT:
+            return "repetitive"
+        return "ok"
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"copied": round(self.copied, 3), "repeated": round(self.repeated, 3), "words": self.words,
+                "verdict": self.verdict}
+
+
+def _grams(words: list[str]) -> Iterator[tuple[str, ...]]:
+    return (tuple(words[i:i + N]) for i in range(len(words) - N + 1))
+
+
+def judge(summary: str, source: str) -> SummaryQuality:
+    words = [w.lower() for w in _WORD.findall(summary)]
+    grams = list(_grams(words))
+    if not grams:
+        return SummaryQuality(0.0, 0.0, len(words))
+    wanted = set(grams)
+    source_words = [w.lower() for w in _WORD.findall(source)]
+    # Only the summary's runs are kept, so a long source costs one pass and no set of its own.
+    found = {g for g in _grams(source_words) if g in wanted}
+    copied = sum(1 for g in grams if g in found) / len(grams)
+    seen: set[tuple[str, ...]] = set()
+    again = 0
+    for g in grams:
+        if g in seen:
+            again += 1
+        seen.add(g)
+    return SummaryQuality(copied, again / len(grams), len(words))
+
+
+def warning(quality: SummaryQuality, model_name: str, suggestion: str | None) -> str:
+    """One short paragraph for the user; "" when the summary is fine."""
+    if quality.ok:
+        return ""
+    what = (f"mostly text copied from the document ({quality.copied:.0%})" if quality.verdict == "copied"
+            else f"mostly repetition ({quality.repeated:.0%} repeats itself)")
+    line = f"This summary is {what}: the model {model_name} is too small for summaries."
+    if suggestion:
+        return f"{line} A model that fits this machine: {suggestion}, on the Models page."
+    return f"{line} A larger model is needed; this machine has little memory to spare for one."
+
+
+def advice(qualities: list[dict[str, Any]], model_name: str, budget: Budget) -> tuple[str, dict[str, Any] | None]:
+    """(warning, suggested model) for a job's per-document ``SummaryQuality.to_dict()``s; the worst one counts.
+    ("", None) when every summary is fine."""
+    from hisho.core.models.suggest import suggest
+
+    bad = [q for q in qualities if q.get("verdict", "ok") != "ok"]
+    if not bad:
+        return "", None
+    worst = max(bad, key=lambda q: max(q["copied"], q["repeated"]))
+    pick = suggest(budget)
+    text = warning(SummaryQuality(worst["copied"], worst["repeated"], worst["words"]), model_name,
+                   pick.line() if pick else None)
+    return text, ({"title": pick.title, "spec": pick.spec, "size": pick.size} if pick else None)

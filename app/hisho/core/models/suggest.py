@@ -1,0 +1,65 @@
+"""Which real model to offer in place of the bundled demo, for this machine, without the network.
+
+The bundled SmolLM2-135M makes chat work offline on any machine, but it is a demo: it copies and repeats rather
+than summarizes. ``suggest(budget)`` names the largest model of a short list of well-known instruct GGUF files
+whose weights plus a 4K-token f16 KV cache and the compute buffers fit the budget with the planner's 15 %
+margin. It is an estimate from published sizes (no header is read, nothing is downloaded); when the hub can be
+reached, the first-start card and the Models page replace it with the planner's verdict from the file's header.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hisho.core.hub.fit import TIGHT_SHARE
+from hisho.core.machine import Budget
+from hisho.core.units import GIB, MIB
+
+DEMO_PARAMS = 135_000_000
+COMPUTE_BYTES = 400 * MIB  # llama.cpp's compute buffers and the process around it, at a 512-token batch
+
+
+@dataclass(frozen=True)
+class Candidate:
+    title: str            # what the user reads
+    repo: str
+    file: str
+    size: int             # bytes of the Q4_K_M file (published size, rounded)
+    params_b: float       # billions of parameters
+    kv_4k: int            # f16 KV cache at 4,096 tokens
+
+    @property
+    def spec(self) -> str:
+        return f"{self.repo}:{self.file}"
+
+    def need(self) -> int:
+        return self.size + self.kv_4k + COMPUTE_BYTES
+
+    def line(self) -> str:
+        return f"{self.title}, a {self.size / GIB:.1f} GiB download"
+
+
+# Smallest first. KV at 4K tokens from each model's layers × KV heads × head size × 2 (K and V) × 2 bytes.
+CANDIDATES = (
+    Candidate("Qwen2.5 1.5B Instruct", "Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q4_k_m.gguf",
+              1_120 * MIB, 1.5, 112 * MIB),
+    Candidate("Llama 3.2 3B Instruct", "bartowski/Llama-3.2-3B-Instruct-GGUF", "Llama-3.2-3B-Instruct-Q4_K_M.gguf",
+              1_930 * MIB, 3.2, 448 * MIB),
+    Candidate("Qwen2.5 7B Instruct", "bartowski/Qwen2.5-7B-Instruct-GGUF", "Qwen2.5-7B-Instruct-Q4_K_M.gguf",
+              4_470 * MIB, 7.6, 224 * MIB),
+)
+
+
+def suggest(budget: Budget) -> Candidate | None:
+    """The largest candidate that fits with room to spare, else None (the machine is smaller than any)."""
+    room = budget.ram + (0 if budget.unified else budget.gpu)
+    fitting = [c for c in CANDIDATES if c.need() <= room * TIGHT_SHARE]
+    return fitting[-1] if fitting else None
+
+
+def is_demo(path_or_name: str) -> bool:
+    """Whether a model is the bundled demo (by its file or entry name)."""
+    from hisho.core.models.store import DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME
+
+    leaf = path_or_name.replace("\\", "/").rsplit("/", 1)[-1]
+    return leaf in (DEFAULT_MODEL_FILE, DEFAULT_MODEL_NAME)

@@ -1,0 +1,261 @@
+"""The first-start card: the bundled model is a small demo; here is the best model that fits this computer.
+
+Shown on the empty chat page while the model in use is the bundled SmolLM2-135M (``core.models.suggest``). It
+names a model at once from published sizes (offline, no request: nothing leaves the computer until the user
+asks). One click on Download asks the hub on the ``hub`` lane for the candidates' files, largest first, lets the
+planner judge each from its header (``hub.fit_files``), shows the verdict's badge and queues the first that fits
+on the Models page (whose finished row offers Load now). Offline is the normal case on many machines: the card
+then keeps its estimate, says in one calm line that the hub cannot be reached, and offers Try again; nothing
+fails or blocks the chat.
+
+Rules of use: ``attach_first_start(window)`` once. GUI thread; hub calls go through the executor.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLayout,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from hisho.core.hub import Fit, QuantFile
+from hisho.core.models.suggest import CANDIDATES, Candidate, is_demo, suggest
+from hisho.gui.models.hub_tab import badge_style
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.main_window import MainWindow
+
+log = logging.getLogger("hisho.gui")
+CARD_WIDTH = 600
+
+DEMO_LINE = ("You are chatting with SmolLM2-135M, a small demo model bundled so Hisho works offline. It answers "
+             "fast but invents facts and cannot summarize documents.")
+
+
+class FirstStartCard(QFrame):
+    def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.w = window
+        self.setObjectName("DemoCard")
+        self.setMaximumWidth(CARD_WIDTH)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+
+        self.candidate: Candidate | None = None
+        self.file: QuantFile | None = None
+        self.fit: Fit | None = None
+        self.lookups = 0                 # hub lookups finished (tests wait on it)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(16, 12, 16, 12)
+        lay.setSpacing(6)
+        self.demo = QLabel(DEMO_LINE)
+        self.demo.setWordWrap(True)
+        row = QHBoxLayout()
+        self.offer = QLabel("")
+        self.offer.setWordWrap(True)
+        self.offer.setTextFormat(Qt.TextFormat.RichText)
+        self.badge = QLabel("")
+        self.badge.setObjectName("FitBadge")
+        self.badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        row.addWidget(self.offer, 1)
+        row.addWidget(self.badge)
+        self.status = QLabel("")
+        self.status.setObjectName("Meta")
+        self.status.setWordWrap(True)
+        buttons = QHBoxLayout()
+        self.download = QPushButton("Download")
+        self.download.setObjectName("Primary")
+        self.download.clicked.connect(self.look_up)
+        self.retry = QPushButton("Try again")
+        self.retry.setObjectName("Flat")
+        self.retry.clicked.connect(self.look_up)
+        self.browse = QPushButton("Other models…")
+        self.browse.setObjectName("Flat")
+        self.browse.clicked.connect(lambda: self._models("Hub"))
+        self.dismiss = QPushButton("Not now")
+        self.dismiss.setObjectName("Flat")
+        self.dismiss.clicked.connect(self.not_now)
+        for b in (self.download, self.retry, self.browse):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        buttons.addWidget(self.dismiss)
+        lay.addWidget(self.demo)
+        lay.addLayout(row)
+        lay.addWidget(self.status)
+        lay.addLayout(buttons)
+        self.dismissed = False
+        self._estimate()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        """As wide as a readable paragraph; the window's width may squeeze it (its text wraps)."""
+        return QSize(CARD_WIDTH, self.heightForWidth(CARD_WIDTH))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt naming
+        return QSize(260, super().minimumSizeHint().height())
+
+    # ----- what to offer ---------------------------------------------------------------------------------
+
+    def _estimate(self) -> None:
+        """Offline and at once: the largest candidate whose published size fits this machine's budget."""
+        from hisho.gui.models.models_page import planner_budget
+
+        self.download.hide()  # a disabled primary button still looks pressable
+        self.retry.hide()
+
+        def work() -> Candidate | None:
+            budget, _opts = planner_budget()
+            return suggest(budget)
+
+        self.w.ctx.executor.submit("hub", work, done=self._estimated, failed=self._lookup_failed)
+
+    def _estimated(self, pick: Candidate | None) -> None:
+        self.candidate = pick
+        if pick is None:
+            self.offer.setText("This computer has little memory to spare: the demo may be the best fit. The "
+                               "Models page lists smaller files.")
+            self.status.setText("")
+            self.download.hide()
+            return
+        self._show_offer(pick, "estimate", "Estimated from its published size; the hub's header decides")
+        self.status.setText("Download first reads the file's header on Hugging Face (about 1 MiB) so the memory "
+                            "planner can check it fits, then fetches it.")
+        self.download.show()
+
+    def _show_offer(self, pick: Candidate, verdict: str, why: str) -> None:
+        self.offer.setText(f"A model that fits this computer: <b>{pick.title}</b> "
+                           f"({pick.size / 2**30:.1f} GiB download, {pick.params_b:g}B parameters).")
+        label = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}.get(verdict, "Estimate")
+        self.badge.setText(label)
+        self.badge.setProperty("verdict", verdict)
+        self.badge.setStyleSheet(badge_style(verdict))
+        self.badge.setToolTip(why)
+
+    def look_up(self) -> None:
+        """Hub lane: the candidates' files (largest that fits first), each judged by the planner; the one that
+        fits is then downloaded. Only on the user's click: nothing leaves the computer by itself."""
+        from hisho.gui.models.models_page import planner_budget
+
+        self.status.setText("Checking the file on the hub…")
+        self.download.hide()
+        self.retry.hide()
+        start = CANDIDATES.index(self.candidate) if self.candidate in CANDIDATES else len(CANDIDATES) - 1
+
+        def work() -> tuple[Candidate, QuantFile, Fit] | None:
+            from hisho.core.hub import fit_files, repo_files
+
+            budget, opts = planner_budget()
+            for cand in reversed(CANDIDATES[: start + 1]):
+                files = [f for f in repo_files(cand.repo) if f.name == cand.file]
+                if not files:
+                    continue
+                fit = fit_files(files, budget, **opts)[0]
+                if fit.verdict == "fits":
+                    return cand, files[0], fit
+            return None
+
+        self.w.ctx.executor.submit("hub", work, done=self._found, failed=self._lookup_failed)
+
+    def _found(self, found: tuple[Candidate, QuantFile, Fit] | None) -> None:
+        self.lookups += 1
+        if found is None:
+            self.status.setText("None of the suggested files fits with room to spare; the Models page has more.")
+            self.download.hide()  # a disabled primary button still looks pressable
+            return
+        self.candidate, self.file, self.fit = found
+        why = self.fit.why
+        if why.startswith("best quality that fits this machine (") and why.endswith(")"):
+            why = why[len("best quality that fits this machine ("):-1]  # one file: "best" says nothing here
+        self._show_offer(self.candidate, self.fit.verdict, f"{self.candidate.repo}\n{why}")
+        self.status.setText(f"{self.file.name} · {why}")
+        self.start_download()
+
+    def _lookup_failed(self, exc: BaseException) -> None:
+        self.lookups += 1
+        from hisho.core.errors import UserError
+
+        if not isinstance(exc, UserError):
+            log.info("first-start lookup failed", exc_info=exc)
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        offline = type(exc).__name__ == "HubOffline"
+        self.status.setText("Offline: the hub cannot be reached right now. The demo keeps working; download "
+                            "a model when you are online." if offline else f"Could not check the hub: {line}")
+        self.download.hide()  # a disabled primary button still looks pressable
+        self.retry.show()
+
+    # ----- actions ---------------------------------------------------------------------------------------
+
+    def _models(self, tab: str) -> Any:
+        from hisho.gui.models.models_page import open_models
+
+        return open_models(self.w, tab)
+
+    def start_download(self) -> None:
+        if self.file is None:
+            return
+        page = self._models("Downloads")
+        page.download(self.file)
+        self.status.setText(f"Downloading {self.file.name}: the Downloads tab shows progress; Load now switches "
+                            "to it when it is verified.")
+
+    def not_now(self) -> None:
+        self.dismissed = True
+        self.hide()
+        from hisho.core import settings as settings_mod
+
+        def work() -> None:
+            s = settings_mod.load()
+            s.set("demo_card_dismissed", True)
+            s.save()
+
+        self.w.ctx.executor.submit("store", work)
+
+
+def _empty_page_box(window: MainWindow) -> QVBoxLayout | None:
+    """The empty chat page's column (title, subtitle, suggestions), found from its subtitle."""
+    page_layout = window.empty.layout()
+    stack: list[QLayout] = [page_layout] if page_layout is not None else []
+    while stack:
+        lay = stack.pop()
+        if isinstance(lay, QVBoxLayout) and lay.indexOf(window.empty_subtitle) >= 0:
+            return lay
+        for i in range(lay.count()):
+            item = lay.itemAt(i)
+            child = item.layout() if item is not None else None
+            if child is not None:
+                stack.append(child)
+    return None
+
+
+def attach_first_start(window: MainWindow) -> FirstStartCard | None:
+    """Put the card on the empty chat page; it shows while the model in use is the bundled demo."""
+    if bool(window.ctx.settings["demo_card_dismissed"]):
+        return None
+    box = _empty_page_box(window)
+    if box is None:
+        return None
+    card = FirstStartCard(window)
+    box.insertWidget(box.indexOf(window.empty_subtitle) + 1, card, 0, Qt.AlignmentFlag.AlignHCenter)
+    card.hide()
+
+    def follow() -> None:
+        """Visible while the demo is what answers (a switch to a downloaded model hides it)."""
+        params = window.ctx.engine.load_params or window.ctx.load_params
+        demo = params is not None and is_demo(params.model_path)
+        card.setVisible(demo and not card.dismissed)
+
+    timer = QTimer(card)
+    timer.setInterval(1000)
+    timer.timeout.connect(follow)
+    timer.start()
+    follow()
+    window.first_start = card  # type: ignore[attr-defined]  # tests and screenshots reach it here
+    return card

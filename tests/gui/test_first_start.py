@@ -1,0 +1,70 @@
+"""First start: the bundled model is named a demo, and the best model that fits this computer is offered with a
+fit badge from the planner and a one-click download (no hub request before the click); offline, the card stays calm and keeps its estimate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from hisho.core import settings as settings_mod
+from hisho.core.models.suggest import CANDIDATES
+from hisho.gui.models.downloads_tab import VERIFIED
+from hisho.gui.models.first_start import FirstStartCard
+from hisho.gui.shell.main_window import MainWindow
+from hisho_dev.hub_server import FakeHub
+from tests.core.hub_fixtures import hub, write_payload_gguf
+from tests.gui.conftest import QT_NOISE, make_window, wait_for
+
+__all__ = ["hub"]
+
+
+def card_of(w: MainWindow) -> FirstStartCard:
+    card = getattr(w, "first_start", None)
+    assert isinstance(card, FirstStartCard)
+    return card
+
+
+def test_offline_the_card_names_the_demo_and_keeps_an_estimate(qtbot: QtBot, monkeypatch: pytest.MonkeyPatch,
+                                                               default_model_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    w = make_window(qtbot)
+    try:
+        card = card_of(w)
+        wait_for(qtbot, lambda: card.candidate is not None and not card.isHidden(), 60_000)
+        assert "demo" in card.demo.text() and "SmolLM2-135M" in card.demo.text()
+        assert card.candidate.title in card.offer.text()
+        assert card.badge.text() == "Estimate" and card.lookups == 0  # nothing asked of the hub by itself
+        card.download.click()
+        wait_for(qtbot, lambda: card.lookups >= 1, 60_000)
+        assert card.badge.text() == "Estimate"
+        assert card.status.text().startswith("Offline") and "\n" not in card.status.text()
+        assert card.download.isHidden() and not card.retry.isHidden()
+        card.dismiss.click()
+        assert card.isHidden()
+        wait_for(qtbot, lambda: bool(settings_mod.load()["demo_card_dismissed"]), 30_000)
+    finally:
+        w.close()
+
+
+@pytest.mark.qt_log_ignore(*QT_NOISE, r"This plugin does not support raise\(\)")  # the Models page's window
+def test_online_the_planner_badges_the_offer_and_one_click_downloads_it(
+        qtbot: QtBot, hub: FakeHub, tmp_path: Path, default_model_path: Path) -> None:
+    for cand in CANDIDATES:  # small stand-ins under the real names: the planner reads their headers
+        hub.add_file(cand.repo, cand.file, write_payload_gguf(tmp_path / cand.file, 2))
+    w = make_window(qtbot)
+    try:
+        card = card_of(w)
+        wait_for(qtbot, lambda: card.candidate is not None and not card.download.isHidden(), 60_000)
+        assert card.lookups == 0 and hub.served == {}  # no request until the click
+        card.download.click()  # one click: the header is read, the planner judges, the download starts
+        wait_for(qtbot, lambda: card.fit is not None, 60_000)
+        assert card.fit is not None and card.fit.verdict == "fits" and card.badge.text() == "Fits"
+        assert card.file is not None and card.candidate is not None and card.file.name == card.candidate.file
+        wait_for(qtbot, lambda: getattr(w, "_models_page", None) is not None, 30_000)
+        page = w._models_page  # type: ignore[attr-defined]
+        wait_for(qtbot, lambda: page.downloads.state_text(0) == VERIFIED, 120_000)
+        page.close()
+    finally:
+        w.close()
