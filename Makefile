@@ -50,7 +50,7 @@ test-rest: install $(SERVER_STAMP)
 test: lint test-core test-rest
 
 screenshots: install
-	QT_QPA_PLATFORM=offscreen $(PY) -m hisho.bench.screenshots screenshots
+	QT_QPA_PLATFORM=offscreen $(PY) -m hisho_dev.screenshots screenshots
 
 clean:
 	rm -rf $(VENV) build dist screenshots .pytest_cache .mypy_cache .ruff_cache

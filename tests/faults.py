@@ -1,4 +1,4 @@
-"""Fault injection for tests: a small real file system that fills up (issue 16).
+"""Fault injection for tests: a small real file system that fills up.
 
 ``small_fs`` mounts a tmpfs of a given size (needs root or CAP_SYS_ADMIN; the test is skipped otherwise, and the
 same faults are also reached through SQLite's ``max_page_count`` in tests that run everywhere). ``fill`` takes

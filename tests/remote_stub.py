@@ -119,13 +119,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _chunk(text: str) -> str:
-    return json.dumps({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]})
+    return json.dumps({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]},
+                      ensure_ascii=False)
 
 
 # One reply framed every way the SSE format allows: CR, LF and CRLF line ends, a comment, "data:" with and without
-# its space, an event split over two data lines, event/id/retry fields, a field without a colon.
+# its space, an event split over two data lines, event/id/retry fields, a field without a colon, UTF-8 text.
 _FRAMED = (": keep-alive\r\r"
-           f"data:{_chunk('Framed')}\r\r"
+           f"data:{_chunk('Framéd')}\r\r"
            f"event: message\nid: 7\nretry: 1000\ndata: {_chunk(' three')}\n\n"
            f"data: {_chunk(' ways').split(' ', 1)[0]}\r\ndata: {_chunk(' ways').split(' ', 1)[1]}\r\n\r\n"
            "data\n\n"

@@ -1,4 +1,4 @@
-"""The window's chat is never behind more than one step of the API's serving batch (issue 14): a window reply
+"""The window's chat is never behind more than one step of the API's serving batch: a window reply
 sent while an API request decodes runs between two of its steps, and the API request then finishes whole.
 
 Real engine, the window's shape: one context of 2 sequences in a unified KV cache, so the API's request and the

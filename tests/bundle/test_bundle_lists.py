@@ -23,23 +23,42 @@ def _collect() -> ModuleType:
     return module
 
 
-def _imported_modules() -> set[str]:
-    names: set[str] = set()
-    for path in (ROOT / "app").rglob("*.py"):
+def _imports_by_file() -> dict[str, set[str]]:
+    """What each module of the shipped package (app/hisho; not the checkout's hisho_dev) imports."""
+    out: dict[str, set[str]] = {}
+    for path in (ROOT / "app" / "hisho").rglob("*.py"):
+        names = out.setdefault(path.relative_to(ROOT / "app").as_posix(), set())
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names.add(node.module)
-    return names
+    return out
+
+
+def _imported_modules() -> set[str]:
+    return set().union(*_imports_by_file().values())
+
+
+def _under(name: str, roots: set[str]) -> bool:
+    return any(name == r or name.startswith(r + ".") for r in roots)
 
 
 def test_no_imported_module_is_excluded() -> None:
-    excludes = set(_collect().EXCLUDES)
+    collect = _collect()
+    excludes = set(collect.EXCLUDES) - set(collect.DEV_ONLY)
     imported = _imported_modules()
     assert "PySide6.QtWidgets" in imported  # the scan sees the app
     clash = {name for name in imported for ex in excludes if name == ex or name.startswith(ex + ".")}
     assert not clash, f"packaging/collect.py excludes modules the app imports: {sorted(clash)}"
+
+
+def test_only_the_hub_bench_reaches_for_the_developer_tools() -> None:
+    dev = set(_collect().DEV_ONLY)
+    users = {f for f, names in _imports_by_file().items() if any(_under(n, dev) for n in names)}
+    assert users == {"hisho/bench/hub.py"}          # it says "needs a source checkout" when they are missing
+    source = (ROOT / "app" / "hisho" / "bench" / "hub.py").read_text(encoding="utf-8")
+    assert "except ImportError" in source
 
 
 def test_every_imported_qt_module_is_bundled() -> None:

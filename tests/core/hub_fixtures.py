@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hisho.bench.hub_server import FakeHub
+from hisho_dev.hub_server import FakeHub
 from tests.fixtures.gguf_shapes import LLAMA_31_8B, TINY_LLAMA, Shape, write_shape
 
 GIB = 1024**3

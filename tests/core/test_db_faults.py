@@ -1,4 +1,4 @@
-"""A full disk is a clear, classified error that hides nothing (issue 16, point 1)."""
+"""A full disk is a clear, classified error that hides nothing."""
 
 from __future__ import annotations
 

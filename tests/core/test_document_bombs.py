@@ -1,4 +1,4 @@
-"""Crafted DOCX files are refused before anything parses them, in bounded memory (issue 16, point 4).
+"""Crafted DOCX files are refused before anything parses them, in bounded memory.
 
 The bombs are real zips made here: one whose document.xml unpacks to 1.5 GB, one of 200 MB of short
 paragraphs, and one under the size limit with millions of elements. Each is read in a child process so its

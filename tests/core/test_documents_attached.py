@@ -1,4 +1,4 @@
-"""Documents attached to an ordinary chat (issue 11, point 9): kept with the chat, shown whole in its system
+"""Documents attached to an ordinary chat: kept with the chat, shown whole in its system
 message while they fit half the context, otherwise their relevant parts go with each question; removing one
 takes it out of the next prompt; an encrypted PDF asks for its password. A real ConversationStore and database;
 a word counter stands in for the tokenizer."""

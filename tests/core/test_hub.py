@@ -1,4 +1,4 @@
-"""The hub: the real huggingface_hub client against a hub-shaped server on 127.0.0.1 (hisho.bench.hub_server).
+"""The hub: the real huggingface_hub client against a hub-shaped server on 127.0.0.1 (hisho_dev.hub_server).
 
 Search and paging, split files, the remote plan, downloads with progress, a download killed and resumed, a
 damaged download, a full disk, a gated repository, the server going away, pause and cancel, offline mode.
@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from gguf import GGMLQuantizationType
 
-from hisho.bench.hub_server import FakeHub
 from hisho.core.errors import UserError
 from hisho.core.hub import (
     DiskFull,
@@ -41,6 +40,7 @@ from hisho.core.hub import fetch as fetch_mod
 from hisho.core.hub import token as token_mod
 from hisho.core.machine import Machine
 from hisho.core.models.store import ModelStore
+from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import (
     big_model,
     environ_for_child,

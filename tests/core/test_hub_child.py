@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from hisho.bench.hub_server import FakeHub
 from hisho.core.hub import Downloader, GatedRepo, HashMismatch, Progress, Stopped, repo_files
 from hisho.core.hub import child as child_mod
 from hisho.core.hub.child import run_child
 from hisho.core.hub.download import target_dir
 from hisho.core.models.store import ModelStore
+from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import hub, write_payload_gguf
 
 __all__ = ["hub"]

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from hisho.bench.hub_server import FakeHub
 from hisho.core.hub import Downloader, Stopped, pull, repo_files
 from hisho.core.hub import download as download_mod
 from hisho.core.hub import partial as partial_mod
 from hisho.core.hub import receive as receive_mod
 from hisho.core.hub.fetch import partial_path
+from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import hub, run_in_thread, write_payload_gguf
 
 __all__ = ["hub"]  # the fixture, imported for pytest

@@ -236,7 +236,7 @@ def test_usage_of_a_thousand_owners_is_one_statement(index: KVIndex) -> None:
 
 
 def test_an_unindexed_chunk_goes_at_once_when_this_instance_is_alone(tmp_path: Path) -> None:
-    """A client killed between the engine's rename and the index row leaves a chunk file (issue 16.8): with the
+    """A client killed between the engine's rename and the index row leaves a chunk file: with the
     data folder's instance lock held nothing else can be saving, so it is removed now, not two minutes later."""
     from hisho.core.db import Database
     from hisho.core.kv.index import KVIndex
@@ -253,11 +253,11 @@ def test_a_version_1_index_gains_the_model_table_and_keeps_its_snapshots(tmp_pat
     from hisho.core.kv import index as index_mod
 
     db = Database(tmp_path / "db.sqlite3")
-    db.migrate(index_mod.COMPONENT, index_mod.STEPS[:1])  # the index as session 5 left it
+    db.migrate(index_mod.COMPONENT, index_mod.STEPS[:1])  # the index as the first release left it
     db.execute("INSERT INTO kv_entries VALUES ('conv:1', ?, 'tip', 4, 0, 1.0, 1.0)", [FP])
 
     index = KVIndex(db, tmp_path / "kv")
-    assert db.version(index_mod.COMPONENT) == 2
+    assert db.version(index_mod.COMPONENT) == len(index_mod.STEPS)
     assert db.query_one("SELECT COUNT(*) FROM kv_entries") == (1,)
     assert index.model_fingerprints({"xxh3_128": "x", "size": 1}, "/m.gguf") == []  # saved before: not known
     save(index, "conv:2", list(range(8)))
@@ -283,3 +283,37 @@ def test_without_a_measured_prefill_speed_no_seconds_are_claimed(index: KVIndex)
     assert measured.measured is True
     assert badge(measured)[0] == f"KV {text[3:]} · saves 10 s"
     assert index.prefill_speed(FP) == pytest.approx(100.0)
+
+
+def _row(start: int, n: int, swa_lo: int | None = None, state_end: int | None = None,
+         n_swa: int = 0) -> dict[str, int | None]:
+    return {"start": start, "n_tokens": n, "swa_lo": swa_lo, "state_end": state_end, "n_swa": n_swa}
+
+
+def test_exact_point_lets_dense_chunks_be_cut_anywhere() -> None:
+    from hisho.core.kv.index import exact_point
+
+    assert exact_point([_row(0, 512), _row(512, 100)], 600) == (2, 600)
+    assert exact_point([_row(0, 512), _row(512, 100)], 300) == (1, 300)
+
+
+def test_exact_point_needs_the_window_before_the_point_in_the_window_cells() -> None:
+    from hisho.core.kv.index import exact_point
+
+    # Saved at 1100 tokens with the window cache holding 600 on: chunk 0 has no window cells, chunk 1 from 600.
+    chain = [_row(0, 512, swa_lo=512, n_swa=128), _row(512, 512, swa_lo=896, n_swa=128),
+             _row(1024, 76, swa_lo=1024, n_swa=128)]
+    assert exact_point(chain, 1100) == (3, 1100)      # the window 972..1099 is in chunks 1 and 2
+    assert exact_point(chain, 1000) == (0, 0)         # 872..999 needed, chunk 1 holds 896 on; at 512 neither
+    chain[1]["swa_lo"] = 850
+    assert exact_point(chain, 1000) == (2, 1000)      # a copy taken earlier held more of the window
+
+
+def test_exact_point_offers_a_recurrent_state_only_at_the_end_it_was_taken() -> None:
+    from hisho.core.kv.index import exact_point
+
+    # A document saved alone (its tail's state at 1100), then a chat on it: chunks 0-1 carry the chat's state.
+    chain = [_row(0, 512, state_end=1500), _row(512, 512, state_end=1500), _row(1024, 76, state_end=1100)]
+    assert exact_point(chain, 1100) == (3, 1100)
+    assert exact_point(chain, 1099) == (0, 0)         # inside the tail: a state cannot be cut back
+    assert exact_point(chain[:2], 1023) == (0, 0)

@@ -1,4 +1,4 @@
-"""Settings → KV cache's summary line: API prompts are counted as what they are, not as documents (issue 14)."""
+"""Settings → KV cache's summary line: API prompts are counted as what they are, not as documents."""
 
 from __future__ import annotations
 

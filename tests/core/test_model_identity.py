@@ -1,4 +1,4 @@
-"""The model identity covers every byte and is computed once per file version (issue 16, point 2)."""
+"""The model identity covers every byte and is computed once per file version."""
 
 from __future__ import annotations
 

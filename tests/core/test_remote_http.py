@@ -62,11 +62,11 @@ def test_event_stream_framed_every_way_the_spec_allows() -> None:
         eng.load(LoadParams(model_path=""))
         stream = eng.generate(messages=[{"role": "user", "content": "hi"}])
         res = stream.collect()
-    assert res.text == "Framed three ways" and res.stop_reason == "stop"
+    assert res.text == "Framéd three ways" and res.stop_reason == "stop"
 
 
 def test_stop_while_the_server_has_not_answered_closes_the_request() -> None:
-    with StubServer("slow", delay_s=60.0) as srv:
+    with StubServer("slow", delay_s=60.0, keep_alive=True) as srv:       # the probe leaves a kept-alive connection
         eng = RemoteEngine(Endpoint("box", srv.url))
         eng.load(LoadParams(model_path=""))
         stream = eng.generate(messages=[{"role": "user", "content": "a long prompt"}])
@@ -173,3 +173,16 @@ def test_a_socks_proxy_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RemoteError) as err:
         call(Endpoint("box", "https://api.example.com"), "GET", "/v1/models")
     assert "\n" not in str(err.value) and ("proxy" in str(err.value))
+
+
+def test_reading_the_engines_does_not_import_the_http_client(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "engines.json"
+    endpoints.save_endpoints([Endpoint("box", "http://192.168.1.2:8080")], path)
+    code = ("import sys; from hisho.core.remote import endpoints; import hisho.core.remote.engine; "
+            f"print(endpoints.load_endpoints(__import__('pathlib').Path({str(path)!r}))[0].proxied, "
+            "'httpx2' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]              # the window's start pays for it only when used

@@ -57,7 +57,7 @@ def test_one_sequence_equals_plain_generate(batched: EngineClient) -> None:
 
 
 def test_a_stop_string_ends_a_batch_item_as_it_ends_a_reply(batched: EngineClient) -> None:
-    """Sampling.stop is honoured by the batch loop too (issue 10: it was only the single reply's)."""
+    """Sampling.stop is honoured by the batch loop too (it was only the single reply's)."""
     batched.call("seq_rm", {"seq": 0, "start": 0})
     full = batched.generate(messages=ask(1), sampling=GREEDY).collect().text
     words = full.split()

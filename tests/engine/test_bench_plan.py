@@ -1,4 +1,4 @@
-"""``hisho bench plan`` on true-shape models (issue 17): the planner's resident and committed figures against
+"""``hisho bench plan`` on true-shape models: the planner's resident and committed figures against
 real loads, each in a fresh process. Fast: two cells (the 1B Q4_0 shape, whose weights get repacked on AVX2, and
 the bundled model filled both ways). Slow: the whole matrix."""
 

@@ -45,7 +45,8 @@ def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
     app = services.build(None, "chat")
     try:
         assert app.kv is not None
-        assert app.chat.before_prompt == [app.documents.before_prompt, app.kv.before_prompt]
+        assert app.chat.before_prompt == [app.documents.before_prompt]
+        assert app.chat.restore_prompt == [app.kv.restore]
         assert app.chat.after_turn == [app.kv.after_turn]
     finally:
         app.close()
@@ -53,7 +54,7 @@ def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
 
 def test_a_new_terminal_chat_starts_with_the_default_system_prompt(monkeypatch: pytest.MonkeyPatch,
                                                                   default_model_path: Path) -> None:
-    """Settings → System prompts' default applies to chats `hisho chat` makes, as to the window's (issue 11)."""
+    """Settings → System prompts' default applies to chats `hisho chat` makes, as to the window's."""
     prefs = settings.load()
     prefs.set("default_system_prompt", "Answer in one short sentence.")
     prefs.save()

@@ -1,4 +1,4 @@
-"""A disk that fills up before or during a reply (issue 16, point 1): a clear message, the engine stopped at
+"""A disk that fills up before or during a reply: a clear message, the engine stopped at
 once, the reply kept in memory and saved when space returns. Real engine, real SQLite on a small tmpfs."""
 
 from __future__ import annotations

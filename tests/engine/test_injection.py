@@ -1,4 +1,4 @@
-"""Message and document text never becomes control tokens; only the chat template's markup does (issue 16.3).
+"""Message and document text never becomes control tokens; only the chat template's markup does.
 
 Every control token of the bundled model's vocabulary is put into a user message, a system prompt, an assistant
 reply and a document chunk; the prompt must hold exactly the control tokens the template writes for the same

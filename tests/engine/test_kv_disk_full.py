@@ -1,4 +1,4 @@
-"""A KV save on a full disk (issue 16, point 8): whatever fails, no chunk file is left without its index row and
+"""A KV save on a full disk: whatever fails, no chunk file is left without its index row and
 no index row without its file, and the next save works once space returns. Real engine, real chunk writer, a
 real small tmpfs that fills up: first under the chunk files, then under the index database."""
 

@@ -1,4 +1,4 @@
-"""A model file changed in place never gets the KV computed by its old weights (issue 16, point 2).
+"""A model file changed in place never gets the KV computed by its old weights.
 
 The file keeps its size, path and inode, and its mtime is put back after the change (``cp -p``/``rsync -t`` do
 the same); only bytes deep inside the tensor data differ. The first check restores from the unchanged copy, so

@@ -1,4 +1,4 @@
-"""Deleting a model names its KV snapshots, with their size, and deletes them (issue 13, Installed → Delete);
+"""Deleting a model names its KV snapshots, with their size, and deletes them (Installed → Delete);
 unless another registered model is the same file. Real engine saves on the bundled model, a real KV index."""
 
 from __future__ import annotations

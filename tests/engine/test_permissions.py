@@ -1,4 +1,4 @@
-"""Nobody else on the machine can read the user's data (issue 16, point 9): files 600 and folders 700, for what
+"""Nobody else on the machine can read the user's data: files 600 and folders 700, for what
 a session creates (database, WAL, logs, engine log) and for what an older version left readable."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Signals (issue 16, point 5): Ctrl+C in a terminal reaches the whole foreground process group. The engine runs
+"""Signals: Ctrl+C in a terminal reaches the whole foreground process group. The engine runs
 in its own session, so only the client gets it and cancels: ``hisho summarize`` exits 130, ``hisho chat`` saves
 the reply as stopped. A client killed outright takes its engine with it at once."""
 

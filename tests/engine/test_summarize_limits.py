@@ -1,4 +1,4 @@
-"""A document that would take hours is not started without asking (issue 16, point 4): the estimate comes from
+"""A document that would take hours is not started without asking: the estimate comes from
 its size before a single token is counted; the CLI asks on a terminal, takes --yes, and otherwise refuses."""
 
 from __future__ import annotations

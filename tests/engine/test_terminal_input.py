@@ -1,4 +1,4 @@
-"""``hisho chat`` input and display (issue 16, point 6): bytes that are not UTF-8 on stdin do not end the
+"""``hisho chat`` input and display: bytes that are not UTF-8 on stdin do not end the
 session, and escape sequences stored in messages (or written by the model) never reach the terminal raw."""
 
 from __future__ import annotations

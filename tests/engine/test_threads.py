@@ -236,7 +236,7 @@ def test_recovers_beside_a_low_priority_program_that_leaves_no_idle_time() -> No
 
 
 def _serving_step_cost(n_tokens: int, threads: int, busy: bool = False) -> float:
-    """A 135M model on the 2-core box (session 5): a 4-token parallel decode step 25 ms, a step carrying a
+    """A 135M model on a 2-core machine: a 4-token parallel decode step 25 ms, a step carrying a
     joining request's 35-token prompt 240 ms, at 2 threads; 1.6x that at 1. Beside busy programs, 2 threads
     collapse (20x)."""
     two = 0.011 if n_tokens == 1 else 0.025 if n_tokens <= 4 else 0.0067 * n_tokens
@@ -271,8 +271,8 @@ def test_a_prompt_joining_a_parallel_batch_is_not_a_collapse(monkeypatch: pytest
 
 
 # ----- context length is not contention -------------------------------------------------------------------------
-# A step's cost grows with the KV cells it attends over. Measured on this box (SmolLM2-135M Q4_1, f16 KV, flash
-# attention off, under the bench lock; /tmp figures in docs/threads.md): the fastest of 7 steps (3 for 512
+# A step's cost grows with the KV cells it attends over. Measured on a 2-core machine (SmolLM2-135M Q4_1, f16 KV,
+# flash attention off, other processes idled; the table in docs/threads.md): the fastest of 7 steps (3 for 512
 # tokens) in ms, at 1 and 2 threads, for a step of 1, 4, 17 and 512 tokens appended to a context of HELD cells.
 HELD = (0, 512, 1024, 2048, 3072, 4096)
 MEASURED = {
@@ -282,7 +282,7 @@ MEASURED = {
     512: {1: (3202.45, 3687.84, 4106.95, 5079.11, 5987.48, 6971.63),
           2: (1982.79, 1983.82, 2235.37, 2669.72, 3204.08, 3863.11)},
 }
-COLLAPSED = 30.0   # 2 threads beside one busy program per core (issue #18: ~145 -> 0.7-3.2 tok/s)
+COLLAPSED = 30.0   # 2 threads beside one busy program per core (~145 -> 0.7-3.2 tok/s)
 SHARED = 1.2       # 1 thread beside them (82-91 -> 67-74 tok/s)
 
 

@@ -1,4 +1,4 @@
-"""One Hisho per data folder (issue 16, point 7): a second ``hisho chat`` (or window) on the same data is refused
+"""One Hisho per data folder: a second ``hisho chat`` (or window) on the same data is refused
 with a clear line while the first runs, and touches nothing of the first's; after the first ends it works."""
 
 from __future__ import annotations

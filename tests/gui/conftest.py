@@ -32,7 +32,7 @@ def make_window(qtbot: QtBot) -> MainWindow:
     qtbot.addWidget(window)
     window.show()
     # Generous: on a loaded machine (CI beside other work) starting the engine and loading the model took
-    # 136–190 s (session 4); the tests assert behaviour, not load speed.
+    # 136–190 s; the tests assert behaviour, not load speed.
     qtbot.waitUntil(lambda: window.controller.model_ready, timeout=300_000)
     return window
 

@@ -1,4 +1,4 @@
-"""Attaching a document to the chat on screen (issue 11, point 9): a file dropped on the message box, or chosen
+"""Attaching a document to the chat on screen: a file dropped on the message box, or chosen
 with the paperclip, is read, shown as a chip on the composer, and goes into THIS chat's prompt (its KV saved
 with the chat); other chats do not see it; the chip's × removes it; a wrong file or an encrypted PDF without
 its password is refused with a message in the toast, and nothing is attached."""

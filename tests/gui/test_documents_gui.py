@@ -76,7 +76,7 @@ def test_cancel_stops_the_job_and_keeps_the_window_usable(qtbot: QtBot, window: 
 
 def test_document_kv_survives_a_restart_so_a_question_prefills_only_itself(qtbot: QtBot, window: MainWindow,
                                                                            tmp_path: Path) -> None:
-    """Issue 4 "ask about it": a document that fits is prefilled once; after closing the app and opening it
+    """Asking about a document: a document that fits is prefilled once; after closing the app and opening it
     again, the first question restores that KV from disk and the engine reads only the question."""
     from hisho.core.conversations.store import ChatSettings
     from hisho.core.documents.ask import load_attachment

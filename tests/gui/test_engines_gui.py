@@ -83,7 +83,7 @@ def test_add_test_pick_and_chat_remote(qtbot: QtBot, slow_window: MainWindow,
         # The engine is swapped on the engine lane, the window updated when that job's done runs on this thread.
         wait_for(qtbot, lambda: w.ctx.engine.engine_info.get("engine") == "box" and "box" in w.model_label.text(),
                  30_000)
-        # The stub saves no slots: the sidebar says resume is the server's job (issue 15, point 3).
+        # The stub saves no slots: the sidebar says resume is the server's job.
         assert "server's job" in w.sidebar.engine_note.text() and not w.sidebar.engine_note.isHidden()
 
         conv = w.ctx.store.create("Remote")

@@ -10,11 +10,11 @@ import pytest
 from PySide6.QtWidgets import QLabel, QMessageBox, QProgressBar
 from pytestqt.qtbot import QtBot
 
-from hisho.bench.hub_server import FakeHub
 from hisho.core.executor import Executor
 from hisho.core.models.store import ModelStore
 from hisho.gui.models.models_page import ModelsPage
 from hisho.gui.shell.bridge import Bridge
+from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import big_model, hub, write_payload_gguf
 
 __all__ = ["hub"]

@@ -1,4 +1,4 @@
-"""System-prompt presets (issue 11, point 9): created, edited, renamed and deleted in Settings → System prompts,
+"""System-prompt presets: created, edited, renamed and deleted in Settings → System prompts,
 picked per chat in Chat settings, and an app-wide default that new chats start with."""
 
 from __future__ import annotations

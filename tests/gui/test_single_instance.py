@@ -1,4 +1,4 @@
-"""One window per user and data folder (issue 16, point 7): a second ``hisho gui`` brings the first window to the
+"""One window per user and data folder: a second ``hisho gui`` brings the first window to the
 front instead of being refused; the local socket is the user's only and survives a crash's leftover."""
 
 from __future__ import annotations

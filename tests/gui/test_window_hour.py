@@ -1,4 +1,4 @@
-"""What an hour of ordinary use under Xvfb + openbox found (issue 11, session 6 re-check): Chat → Stop stopped
+"""What an hour of ordinary use under Xvfb + openbox found: Chat → Stop stopped
 another chat's reply, a message queued while scrolled up landed out of sight, a stopped reply's marker broke
 over two lines."""
 

@@ -1,4 +1,4 @@
-"""Smaller things of issue 11 point 8, checked on the real window: search results show their matching text on
+"""Smaller things, checked on the real window: search results show their matching text on
 two lines with the match in bold; the chat list keeps its width whatever is selected, badged or searched; the
 dialogs that have nothing to grow are fixed-size (no resize handle along their bottom edge: Chat settings,
 Rename…, Save as preset); the paperclip is drawn, not an emoji glyph that may be missing."""

@@ -1,4 +1,4 @@
-"""The window under real use (issue 11): switching chats while a reply streams, sending while the engine is
+"""The window under real use: switching chats while a reply streams, sending while the engine is
 busy, honest figures, delete and Undo, the dark theme, small screens, documents without an extension."""
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": backend.model_id, "busy": backend.busy,
-                             "cancelled": backend.cancelled})
+                             "cancelled": backend.cancelled, "timed_out": backend.timed_out})
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [

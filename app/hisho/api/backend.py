@@ -158,6 +158,7 @@ class Backend:
         self.admission = Admission(self.limits.max_queued)
         self._busy = 0
         self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away, or its time ran out)
+        self.timed_out = 0  # of those, the ones cancelled by the time limit
         self._lock = threading.Lock()
         self.on_busy: Callable[[int], None] | None = None  # the window's indicator (any thread)
         self.on_result: Callable[[GenerationResult], None] | None = None  # each finished request (bench)
@@ -209,6 +210,7 @@ class Backend:
         if reply.result is not None and reply.result.stop_reason == "cancelled":
             with self._lock:
                 self.cancelled += 1
+                self.timed_out += reply.timed_out
         self._count(-1)
 
     async def open(self, job: Job, key: str = "") -> Reply:

@@ -1,4 +1,4 @@
-"""``hisho bench hub``: the Models page's network figures against the hub-shaped server (hisho.bench.hub_server)
+"""``hisho bench hub``: the Models page's network figures against the hub-shaped server (hisho_dev.hub_server)
 on 127.0.0.1, all in one run, in a temporary ``HISHO_HOME`` (nothing of the user's is touched, nothing is
 downloaded from the internet: the files are written here with the ``gguf`` package).
 
@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hisho.core.errors import UserError
 from hisho.core.units import MIB
 
 LINK = 100 * MIB  # bytes/s: the throttled comparison and the resume run
@@ -210,7 +211,11 @@ def _gui_stall(spec_big_repo: str, spec_dl: str) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from hisho.bench.hub_server import FakeHub
+    try:
+        from hisho_dev.hub_server import FakeHub
+    except ImportError:
+        raise UserError("hisho bench hub runs from a source checkout: its hub-shaped server (hisho_dev) is a "
+                        "developer tool the installed app leaves out") from None
 
     home = Path(tempfile.mkdtemp(prefix="hisho-bench-hub-"))
     saved = {k: os.environ.get(k) for k in ("HISHO_HOME", "HF_ENDPOINT", "HF_HOME", "HISHO_NO_KEYRING")}

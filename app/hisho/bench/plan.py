@@ -45,7 +45,7 @@ from hisho.core.units import MIB
 log = logging.getLogger("hisho.bench")
 
 # A cell's probe loads, fills and measures one configuration; on a busy 2-core box at idle priority the first
-# 3B cell took over 30 minutes (session 5), so the limit is generous: it only catches a hung child.
+# 3B cell took over 30 minutes, so the limit is generous: it only catches a hung child.
 PROBE_TIMEOUT_S = 3 * 3600
 CONTEXTS = (512, 2048, 8192)
 MATRIX_CONTEXTS = (1024, 4096)
@@ -57,7 +57,7 @@ def matrix_models(only: str | None = None) -> list[tuple[str, str]]:
     order)."""
     from hisho.bench.shapes import QUANTS, SHAPES
 
-    pairs = [(s, q) for s in SHAPES for q in QUANTS if q != "F16" or s == "llama-3.2-1b"]
+    pairs = [(s, q) for s in SHAPES if SHAPES[s].matrix for q in QUANTS if q != "F16" or s == "llama-3.2-1b"]
     if not only:
         return pairs
     wanted = [w.strip() for w in only.split(",") if w.strip()]

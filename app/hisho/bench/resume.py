@@ -12,6 +12,10 @@ One run, ratios against baselines from the same run (DESIGN.md "How we measure")
    starts at Send (``ttft_typeahead_s``).
 4. The chunk files read into a reused buffer (``raw_read_s``); a second conversation on the same document saved
    next to the first (``shared_prefix_bytes_ratio``: disk bytes of two ÷ one).
+5. The same question sent as the app sends it (``ChatService`` with the KV hooks, on a store in the temporary
+   folder): the engine requests made from the send to the first token (``send_round_trips``: prompt tokens
+   and fit, KV restore, reply; ``turn_round_trips`` adds the KV save after it) and the seconds from the send to
+   the first token (``ttft_app_send_s``), the conversation's KV on disk.
 ``--background N``: every phase runs beside N busy processes (hisho.bench.background), so fresh prefill,
 restore and type-ahead are all measured on a loaded machine and the ratios compare like with like.
 KV files and the index live in a temporary folder: the bench never touches the user's KV cache.
@@ -29,10 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from hisho.bench.background import busy_processes
+from hisho.core.conversations.chat import ChatService, FitReport
+from hisho.core.conversations.store import ChatSettings, ConversationStore
 from hisho.core.db import Database
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession, next_turn_prefix, suffix_length
 from hisho.core.units import padded_cells
@@ -51,7 +58,9 @@ def document(n_sentences: int) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     n = max(256, int(args.tokens or 4096))
     repeat = max(1, int(args.repeat))
-    model_path = open_model(args.model)
+    from hisho.bench.shapes import SHAPES, resolve
+
+    model_path = resolve(args.model) or open_model(args.model)
     base = load_params_for(model_path, n_ctx=padded_cells(n + 512), n_seq_max=2)
     kv = args.kv_type or base.type_k
     params = dataclasses.replace(base, type_k=kv, type_v=kv, flash_attn=base.flash_attn or kv != "f16")
@@ -59,8 +68,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     background = max(0, int(getattr(args, "background", 0) or 0))
     with tempfile.TemporaryDirectory(prefix="hisho-bench-kv-") as tmp, busy_processes(background):
         index = KVIndex(Database(Path(tmp) / "index.sqlite3"), Path(tmp) / "kv")
+        shape = SHAPES.get(str(args.model).removeprefix("shape:").split(":")[0])
         out: dict[str, Any] = {"tokens": 0, "kv_type": kv, "cold": bool(args.cold), "n_ctx": params.n_ctx,
-                               "background": background}
+                               "background": background, "_tmp": tmp, "model": model_path.name,
+                               "memory": shape.memory if shape else None}
         a = _phase_fresh(params, index, n, greedy, out)
         _phase_restore(params, index, a, greedy, repeat, bool(args.cold), out)
     return out
@@ -165,8 +176,43 @@ def _phase_restore(params: LoadParams, index: KVIndex, a: dict[str, Any], greedy
         buf = bytearray(b"\1" * max(p.stat().st_size for p in files))  # allocated and touched once, untimed
         out["raw_read_s"] = statistics.median(_raw_read(files, buf, cold) for _ in range(repeat))
         _shared_prefix(client, session, a, out)
+        _app_send(client, session, a, files, cold, Path(out.pop("_tmp")), out)   # last: it saves a chat's KV
         session.close()
     _ratios(out)
+
+
+def _app_send(client: EngineClient, session: KVSession, a: dict[str, Any], files: list[Path], cold: bool,
+              tmp: Path, out: dict[str, Any]) -> None:
+    """The question sent through the chat service as the window sends it: one job (prepare, fit, record, KV
+    restore, reply) on this thread, counting the engine requests it makes."""
+    store = ConversationStore(Database(tmp / "chats.sqlite3"))
+    try:
+        service = ChatService(store, client)
+        KVChat(service, session).install()
+        settings = ChatSettings(temperature=0.0, repeat_penalty=1.0, max_tokens=CONTINUATION)
+        cid = store.create("bench", settings=settings).id
+        user = store.add_message(cid, "user", a["history"][0]["content"])
+        store.add_message(cid, "assistant", a["history"][1]["content"], parent_id=user.id)
+        client.seq_rm(0)
+        _drop_cache(files, cold)
+        first: list[float] = []
+        trips: list[int] = []
+        before = client.requests
+        started = time.perf_counter()
+
+        def on_text(_piece: str) -> None:
+            if not first:
+                first.append(time.perf_counter() - started)
+                trips.append(client.requests - before)   # what the first-token wait held
+
+        made = service.send_if_fits(cid, QUESTION)
+        assert not isinstance(made, FitReport), "the bench conversation does not fit its context"
+        service.run(made[0], on_text, made[1])
+        out["send_round_trips"] = trips[0] if trips else None
+        out["turn_round_trips"] = client.requests - before      # with the KV save after the reply
+        out["ttft_app_send_s"] = first[0] if first else None
+    finally:
+        store.close()
 
 
 def _typeahead(client: EngineClient, session: KVSession, a: dict[str, Any], greedy: Sampling, files: list[Path],

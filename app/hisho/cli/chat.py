@@ -160,7 +160,7 @@ class TerminalChat:
 
     def run(self, turn: Turn) -> None:
         # Ctrl+C or SIGTERM while a reply streams stops the engine; run() then saves the partial reply as
-        # "stopped". The engine runs in its own session, so the terminal's SIGINT does not kill it (issue 16).
+        # "stopped". The engine runs in its own session, so the terminal's SIGINT does not kill it.
         # After a SIGTERM the session ends once the reply is saved.
         def stop(signum: int, _frame: object) -> None:
             self.terminated = self.terminated or signum == signal.SIGTERM
@@ -189,8 +189,8 @@ _CONTROLS = {c: 0x2400 + c for c in range(0x20) if chr(c) not in "\t\n"} | {0x7F
 
 def terminal_safe(text: str) -> str:
     """Text as it may reach a terminal: control characters become their visible symbols (ESC shows as ␛), so a
-    stored message or a reply cannot move the cursor, clear the screen, set the title or write a hyperlink
-    (issue 16). Works piece by piece: a sequence split across streamed pieces is disarmed all the same."""
+    stored message or a reply cannot move the cursor, clear the screen, set the title or write a hyperlink.
+    Works piece by piece: a sequence split across streamed pieces is disarmed all the same."""
     return text.translate(_CONTROLS)
 
 

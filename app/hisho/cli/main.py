@@ -59,6 +59,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
         "stop_reason": result.stop_reason,
         "model": str(app.model_path),
+        "model_id": app.model_name.id,
     }
     if args.json:
         emit_json(out)
@@ -97,7 +98,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity")
+BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -185,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b")
     p.add_argument("--fa-both", action="store_true",
                    help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
+    p.add_argument("--minutes", type=float, default=None, help="soak: how long the clients run (default 2)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
 

@@ -1,18 +1,23 @@
-"""The one SQLite wrapper (qutebrowser's misc/sql.py is the model), on the standard library's sqlite3.
-
-sqlite-utils was dropped: it only wrapped the connection, every query is plain SQL and every table, index and
-FTS trigger is created by a versioned migration step here (docs/architecture.md, "SQLite").
+"""The one SQLite wrapper (qutebrowser's misc/sql.py is the model), on the standard library's sqlite3, with
+sqlite-utils for the schema work and upserts (docs/architecture.md, "SQLite", says which is which).
 
 - One connection per ``Database``, used under a lock: SQLite writes go through one owner. Any thread may call in.
 - WAL journal, foreign keys on, busy timeout.
 - Each feature owns a named *component* with its own schema version and ordered upgrade steps
   (``Database.migrate``); versions live in the ``hisho_schema`` table. A database whose component version is newer
   than this app knows is refused with ``SchemaTooNew`` (we would corrupt what we do not understand).
+- A step gets a ``sqlite_utils.Database`` on the same connection, inside the step's transaction: ``create``,
+  ``create_index``, ``enable_fts(create_triggers=True)``, ``add_column``, ``transform``, or plain ``execute``.
+  Foreign keys are off while a step runs (SQLite's own recipe for changing a table: ``transform`` drops and
+  renames, which would otherwise cascade deletes into the rows that point at it) and checked before it commits.
+- ``upsert(table, row, pk)`` inserts or updates one row by its key (sqlite-utils' ``INSERT … ON CONFLICT DO
+  UPDATE`` of the columns given): unlike ``INSERT OR REPLACE`` it never deletes the old row first, so no
+  ``ON DELETE`` action fires and columns not given keep their values.
 - ``transaction()`` commits or rolls back as a whole.
 - Errors are split: ``DatabaseUnavailable`` (disk full, locked, corrupt, read-only, too new: tell the user) versus
   everything else (a bug: let it propagate). A full disk is ``DiskFull``, whose message says how much space to
   free. SQLite rolls a transaction back itself on SQLITE_FULL; our own ROLLBACK then runs only if a transaction is
-  still open, so the real error is what the caller sees (issue 16).
+  still open, so the real error is what the caller sees.
 """
 
 from __future__ import annotations
@@ -25,15 +30,18 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hisho.core import paths
 from hisho.core.errors import UserError
 from hisho.core.units import format_bytes
 
+if TYPE_CHECKING:
+    import sqlite_utils
+
 log = logging.getLogger("hisho.store")
 
-Step = Callable[[sqlite3.Connection], None]  # one schema upgrade, run inside a transaction
+Step = Callable[["sqlite_utils.Database"], None]  # one schema upgrade, run inside a transaction
 
 _USER_ERRORS = ("database or disk is full", "database is locked", "file is not a database",
                 "database disk image is malformed", "attempt to write a readonly database", "unable to open",
@@ -111,6 +119,7 @@ class Database:
         except sqlite3.Error as exc:
             raise classify(exc, self.path) from exc
         self.conn = conn
+        self._utils: sqlite_utils.Database | None = None
         if not read_only:
             self.execute("CREATE TABLE IF NOT EXISTS hisho_schema (component TEXT PRIMARY KEY, version INTEGER)")
 
@@ -131,6 +140,18 @@ class Database:
             conn.close()
             raise
         return conn
+
+    @property
+    def utils(self) -> sqlite_utils.Database:
+        """sqlite-utils on the same connection, for the schema steps and upserts: no plugins, and the
+        connection's pragmas stay ours (it would turn recursive triggers on). Imported when first used: it
+        brings click, pluggy and numpy, hundreds of milliseconds of imports that opening an up-to-date
+        database does not need."""
+        if self._utils is None:
+            import sqlite_utils
+
+            self._utils = sqlite_utils.Database(self.conn, recursive_triggers=False, execute_plugins=False)
+        return self._utils
 
     def close(self) -> None:
         with self._lock:
@@ -164,10 +185,21 @@ class Database:
                 raise DatabaseUnavailable(f"the {component} data needs an upgrade but the database is read-only")
             return current
         for version in range(current, len(steps)):
-            with self.transaction():
-                steps[version](self.conn)
-                self.execute("INSERT OR REPLACE INTO hisho_schema (component, version) VALUES (?, ?)",
-                             [component, version + 1])
+            self.conn.execute("PRAGMA foreign_keys = OFF")     # a no-op inside a transaction: set it before
+            try:
+                with self.transaction():
+                    # Only what the step broke fails it: a dangling row from before must not block upgrades.
+                    before = set(self.conn.execute("PRAGMA foreign_key_check").fetchall())
+                    steps[version](self.utils)
+                    broken = set(self.conn.execute("PRAGMA foreign_key_check").fetchall()) - before
+                    if broken:
+                        raise sqlite3.IntegrityError(
+                            f"schema step {component} {version + 1} left {len(broken)} rows whose foreign key "
+                            f"points nowhere (in table {min(broken)[0]})")
+                    self.execute("INSERT OR REPLACE INTO hisho_schema (component, version) VALUES (?, ?)",
+                                 [component, version + 1])
+            finally:
+                self.conn.execute("PRAGMA foreign_keys = ON")
             log.info("schema %s upgraded to %d", component, version + 1)
         return len(steps)
 
@@ -214,6 +246,14 @@ class Database:
                 cur = self.conn.execute(sql, params)
                 cols = [d[0] for d in cur.description or ()]
                 return [dict(zip(cols, row)) for row in cur.fetchall()]
+            except sqlite3.Error as exc:
+                raise classify(exc, self.path) from exc
+
+    def upsert(self, table: str, row: dict[str, Any], pk: str | tuple[str, ...]) -> None:
+        """Insert ``row``, or update the columns it names in the row with the same ``pk``."""
+        with self._lock:
+            try:
+                self.utils.table(table).upsert(row, pk=pk)
             except sqlite3.Error as exc:
                 raise classify(exc, self.path) from exc
 

@@ -1,4 +1,4 @@
-"""One Hisho per data folder (issue 16, point 7).
+"""One Hisho per data folder.
 
 Two instances on one conversation store put their messages on separate branches, and the second marks the
 first's still-streaming reply ``interrupted`` when it opens the store. So the window and ``hisho chat`` take an

@@ -29,7 +29,7 @@ def _ensure(path: Path) -> Path:
 
 
 def protect() -> int:
-    """Keep the user's data private, as browsers and password managers do (issue 16): from now on this process
+    """Keep the user's data private, as browsers and password managers do: from now on this process
     and the engine it starts create folders 700 and files 600 (umask 077), and what already exists under the
     data, config, cache and log folders loses its group and other permissions. Returns how many were fixed.
     Call once at start, before anything is written."""

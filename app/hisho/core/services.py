@@ -100,11 +100,15 @@ class Services:
     local_engine: Engine | None = None   # the built-in engine, kept while a remote one answers (use_engine)
     profile: Profile = field(default_factory=lambda: PROFILES["window"])
     n_ctx: int | None = None             # the front end's context length (None: the settings')
+    _named: tuple[Path | None, ModelName] | None = field(default=None, repr=False)
 
     @property
     def model_name(self) -> ModelName:
-        """The loaded (or chosen) local model's one identity and display name."""
-        return name_of(self.model_path)
+        """The loaded (or chosen) local model's one identity and display name (read from the model store once
+        per model, so the GUI thread may ask)."""
+        if self._named is None or self._named[0] != self.model_path:
+            self._named = (self.model_path, name_of(self.model_path))
+        return self._named[1]
 
     def load(self, params: LoadParams | None = None) -> dict[str, Any]:
         """Load ``params`` (default: the planned ones) into the engine; a file the engine cannot load is the
@@ -233,10 +237,11 @@ def make_engine() -> Engine:
 def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) -> None:
     """The chat service's hooks, in the order they run. Declared here only.
 
-    before the prompt goes to the engine (the turn's worker thread):
+    while the turn's prompt is built (the turn's worker thread, ``before_prompt``):
       1. documents: a long attached document's relevant parts are added to the outgoing question — this
-         changes the prompt, so it comes first;
-      2. kv: the saved KV of that final prompt is restored (it tokenizes exactly what the engine will see).
+         changes the prompt, so it runs before the prompt is tokenized;
+    once the prompt is tokenized, before the reply (``restore_prompt``):
+      1. kv: the saved KV of those exact tokens is restored (the engine then generates from the same tokens).
     after the reply is saved:
       1. kv: the sequence is saved for the next turn.
     wherever a chat's prompt is built (prompt_context): documents attached to the chat that fit go in its
@@ -244,9 +249,10 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) ->
     """
     chat.before_prompt[:] = [documents.before_prompt]
     chat.prompt_context[:] = [documents.prompt_context]
+    chat.restore_prompt[:] = []
     chat.after_turn[:] = []
     if kv is not None:
-        chat.before_prompt.append(kv.before_prompt)
+        chat.restore_prompt.append(kv.restore)
         chat.after_turn.append(kv.after_turn)
 
 
@@ -275,7 +281,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
         model_problem, plan_refused = str(exc), isinstance(exc, PlanRefused)
     engine = engine or make_engine()
     executor = Executor(post)
-    chat = ChatService(store, engine, model_name=name_of(model_path).id,
+    named = name_of(model_path)
+    chat = ChatService(store, engine, model_name=named.id,
                        write=lambda fn: executor.call("store", fn),
                        default_system_prompt=lambda: str(settings["default_system_prompt"]))
     kv_chat = None
@@ -285,7 +292,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
                           write=lambda fn: executor.call("store", fn))
     install_hooks(chat, documents, kv_chat)
     return Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
-                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx)
+                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
+                    _named=(model_path, named))
 
 
 def use_engine(services: Services, engine: Engine, model_name: str) -> None:

@@ -61,7 +61,7 @@ def child_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str
     env.setdefault("PYTHONUNBUFFERED", "1")
     # Who the parent is, so the engine exits the moment it is gone (hisho.engine.process.watch_parent).
     # PR_SET_PDEATHSIG fires when the *thread* that started the child exits, so the engine only asks for it
-    # when that thread is the main thread; a watchdog covers the rest (issue 16).
+    # when that thread is the main thread; a watchdog covers the rest.
     env["HISHO_PARENT_PID"] = str(os.getpid())
     env["HISHO_PDEATHSIG"] = "1" if threading.current_thread() is threading.main_thread() else "0"
     env.update(extra)

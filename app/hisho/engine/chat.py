@@ -5,7 +5,7 @@ ChatML, the most common format, and the load result says so (``chat_template_sou
 
 ``render_parts`` says which characters the template wrote and which came from a message, so that only the
 template's own markup can become control tokens: a message or a document holding ``<|im_start|>system`` stays
-text (issue 16). It renders once with the real contents and once with a placeholder per message, then lines the
+text. It renders once with the real contents and once with a placeholder per message, then lines the
 two up; where a template changed a content beyond a ``strip`` (so the two cannot be lined up), the contents are
 put where the placeholders were, untouched.
 """

@@ -37,4 +37,7 @@ def state_facts(rt: Runtime) -> dict[str, Any]:
         "n_head_kv": int(llama_cpp.llama_model_n_head_kv(rt.model)),
         "n_swa": int(llama_cpp.llama_model_n_swa(rt.model)),
         "chat_template": hashlib.blake2b(rt.template.text.encode("utf-8"), digest_size=16).hexdigest(),
+        # Sliding-window and recurrent models: chunks carry what a restore at their end needs (swa_lo,
+        # state_end); files saved before they did are not offered (another fingerprint). Dense: unchanged.
+        **({} if rt.keeper.dense else {"memory": rt.keeper.kind, "resume_facts": 1}),
     }

@@ -32,6 +32,7 @@ import llama_cpp
 from hisho.core.engine.protocol import ErrorKind, common_prefix
 from hisho.core.kv import format as kvf
 from hisho.engine.kvfacts import state_facts
+from hisho.engine.prefix import PrefixKeeper
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.kv")
@@ -175,6 +176,10 @@ class KVState:
         self.staging = Arena()   # restore fallback where files cannot be mapped
         self._mapped: tuple[mmap.mmap, Any] | None = None
 
+    @property
+    def keeper(self) -> PrefixKeeper:
+        return self.rt.keeper  # one per context (a job context has its own)
+
     def info(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint, "facts": self.facts, "scratch_seq": self.scratch}
 
@@ -196,12 +201,15 @@ class KVState:
             chunk_tokens = 0
         plans = kvf.plan_chunks(self.fingerprint, tokens, chunk_tokens)
         records, todo = [], []
+        pos_min = int(llama_cpp.llama_memory_seq_pos_min(rt.memory, seq))
         for plan in plans:
             path = kvf.chunk_path(kv_dir, self.fingerprint, plan.key)
             rec = {"key": plan.key, "parent": plan.parent, "start": plan.start, "n_tokens": plan.n_tokens,
-                   "path": str(path), "written": False, "tokens": tokens[plan.start:plan.end]}
-            if path.exists():
-                rec["bytes"] = path.stat().st_size
+                   "path": str(path), "written": False, "tokens": tokens[plan.start:plan.end],
+                   **self._resume(plan, len(tokens), pos_min)}
+            old = self._existing(path)
+            if old is not None and not self._better(rec, old):
+                rec.update(bytes=path.stat().st_size, **old)
             else:
                 todo.append((plan, rec))
             records.append(rec)
@@ -238,11 +246,50 @@ class KVState:
             if got != size:
                 raise RequestError(ErrorKind.STATE, f"llama.cpp wrote {got} of {size} state bytes")
             header = kvf.encode_header(self.fingerprint, plan, tokens[plan.start:plan.end],
-                                       arena.view(offset, size))
+                                       arena.view(offset, size), None if self.keeper.dense else
+                                       {k: rec[k] for k in ("swa_lo", "state_end", "n_swa")})
             parts.append((rec, header, offset, size))
             offset += size
         self._clear_scratch()
         return parts, arena
+
+    def _resume(self, plan: kvf.ChunkPlan, n_held: int, pos_min: int) -> dict[str, int | None]:
+        """What a restore ending at this chunk can continue from (kvf.ChunkHeader): the lowest window cell the
+        copy holds (the window cache keeps ``pos_min`` on; a copy of ``[start, end)`` drops cells out of the
+        window of ``end - 1``), and the position the recurrent state has seen (the sequence's last: a copy of a
+        range carries the whole state)."""
+        keeper = self.keeper
+        if keeper.dense:
+            return {"swa_lo": None, "state_end": None, "n_swa": 0}
+        swa_lo = None
+        if keeper.n_swa:
+            lo = max(plan.start, plan.end - keeper.n_swa, pos_min)
+            swa_lo = lo if lo < plan.end else plan.end
+        return {"swa_lo": swa_lo, "state_end": n_held if keeper.recurrent else None, "n_swa": keeper.n_swa}
+
+    def _existing(self, path: Path) -> dict[str, Any] | None:
+        """The memory facts of a chunk file already there (None: no usable file). Dense models: the file's
+        existence is enough (its key names every token, as before)."""
+        if not path.exists():
+            return None
+        if self.keeper.dense:
+            return {}
+        try:
+            with open(path, "rb", buffering=0) as fh:
+                return kvf.read_header(fh, os.fstat(fh.fileno()).st_size).resume()  # type: ignore[arg-type]
+        except (kvf.KVFormatError, OSError):
+            return None  # written again
+
+    def _better(self, new: dict[str, Any], old: dict[str, Any]) -> bool:
+        """Whether this save's copy of a chunk lets more restores continue exactly than the file there: the
+        recurrent state at the chunk's end where the file's is not, or more of the window."""
+        if self.keeper.dense:
+            return False
+        end = int(new["start"]) + int(new["n_tokens"])
+        if new["state_end"] == end and old.get("state_end") != end:
+            return True
+        old_lo = old.get("swa_lo")
+        return new["swa_lo"] is not None and (old_lo is None or int(new["swa_lo"]) < int(old_lo))
 
     def _isolate(self, seq: int, plan: kvf.ChunkPlan, n_held: int) -> int:
         """The sequence whose state is exactly ``plan``'s range: ``seq`` itself or the scratch sequence."""
@@ -273,6 +320,7 @@ class KVState:
                 return {"restored": common, "loaded_tokens": 0, "bytes": 0, "failed": [], "skipped": True}
         rt.seq_rm(seq, 0)
         tokens: list[int] = []
+        loaded: list[kvf.ChunkHeader] = []
         failed: list[dict[str, str]] = []
         t = {"read_s": 0.0, "verify_s": 0.0, "set_s": 0.0}
         n_bytes = 0
@@ -291,12 +339,16 @@ class KVState:
                 self._unmap()
             tokens.extend(header.tokens)
             n_bytes += header.payload_bytes
+            loaded.append(header)
         keep = max(0, min(keep, len(tokens)))
         if not self._consistent(seq, len(tokens)):
             log.warning("KV restore left sequence %d inconsistent; clearing it", seq)
             tokens, keep = [], 0
         rt.seqs[seq] = tokens
-        rt.seq_rm(seq, keep)
+        if self.keeper.n_swa and loaded:
+            self.keeper.floor[seq] = window_floor(loaded)
+        keep = rt.seq_rm(seq, keep)  # checked even when nothing is cut: a window or state the chunks lack
+        rt.keeper.checkpoint(seq)
         return {"restored": keep, "loaded_tokens": len(tokens), "bytes": n_bytes, "failed": failed, **t}
 
     def _read_verified(self, chunk: dict[str, Any], start: int, t: dict[str, float],
@@ -378,6 +430,20 @@ class KVState:
         return pos_max + 1 == n_tokens
 
 
+def window_floor(chunks: list[kvf.ChunkHeader]) -> int:
+    """The lowest position from which the window cells restored from ``chunks`` (in order) run without a hole
+    up to the end: each file holds the window cells ``[swa_lo, end)`` of its own range."""
+    floor = chunks[-1].end
+    for header in reversed(chunks):
+        lo = header.start if header.swa_lo is None else header.swa_lo
+        if header.end < floor:
+            break
+        floor = min(floor, lo)
+        if lo > header.start:
+            break
+    return floor
+
+
 def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], bool],
             on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Type-ahead: make ``seq`` hold ``tokens``, rolling back (``llama_memory_seq_rm``) from the first token
@@ -386,12 +452,14 @@ def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], 
         raise RequestError(ErrorKind.CONTEXT_FULL, f"{len(tokens)} tokens do not fit the context of {rt.n_ctx}")
     held = rt.seqs.get(seq, [])
     common = common_prefix(held, tokens)
+    if common < len(held) or not rt.keeper.dense:
+        common = rt.seq_rm(seq, common)  # where the memory cannot cut there: a checkpoint, or from the start
     rolled_back = len(held) - common
-    if rolled_back:
-        rt.seq_rm(seq, common)
     start = time.perf_counter()
     complete = rt.decode_tokens(seq, tokens[common:], want_logits=False, should_stop=should_stop,
                                 on_progress=on_progress)
+    if complete:
+        rt.keeper.checkpoint(seq)  # a turn boundary or a type-ahead state: a later edit restores it
     return {"held": len(rt.seqs.get(seq, [])), "decoded": len(tokens) - common, "rolled_back": rolled_back,
             "complete": complete, "seconds": time.perf_counter() - start}
 

@@ -238,7 +238,7 @@ class Batch:
 def control_tokens(vocab: Any, n_vocab: int, token_text: Callable[[int], str]) -> tuple[dict[str, int],
                                                                                         re.Pattern[str] | None]:
     """The text of every control (and unknown) token, the ones llama.cpp parses only with parse_special,
-    and a pattern that finds them longest first (issue 16: control tokens only from the template)."""
+    and a pattern that finds them longest first (control tokens only from the template)."""
     ids: dict[str, int] = {}
     for token in range(n_vocab):
         if int(llama_cpp.llama_vocab_get_attr(vocab, token)) & _SPECIAL_ATTRS:

@@ -32,7 +32,17 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
     stats = GenStats(prompt_tokens=len(prompt))
     start = time.perf_counter()
     stats.cached_tokens = rt.reuse_prefix(seq, prompt)
-    if not rt.decode_tokens(seq, prompt[stats.cached_tokens:], should_stop=cancelled, on_progress=on_progress):
+    rest = prompt[stats.cached_tokens:]
+    if not rt.keeper.dense:
+        # A checkpoint one token short of the prompt: a regenerate (or an edit of the next message) restores
+        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.prefix).
+        if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled, on_progress=on_progress):
+            stats.stop_reason = "cancelled"
+            yield stats
+            return
+        rt.keeper.checkpoint(seq, prompt=True)
+        rest = rest[-1:]
+    if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress):
         stats.stop_reason = "cancelled"
         yield stats
         return

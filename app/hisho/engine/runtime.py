@@ -34,6 +34,7 @@ from hisho.engine.llama_setup import (
     read_metadata,
     step_kind,
 )
+from hisho.engine.prefix import PrefixKeeper
 
 log = logging.getLogger("hisho.engine")
 
@@ -75,6 +76,7 @@ class Runtime:
         self.n_seq_max = int(llama_cpp.llama_n_seq_max(ctx))
         self.batch = Batch(max(self.n_batch, self.n_seq_max), self.n_seq_max)
         self.seqs: dict[int, list[int]] = {}
+        self.keeper = PrefixKeeper(self)  # checkpoints belong to this context
         self._threads = (-1, -1)  # (n_threads, n_threads_batch) last given to llama_set_n_threads
         self.unified_kv = bool(self.params.kv_unified)  # job_context's streams are not
 
@@ -221,7 +223,7 @@ class Runtime:
                                  parse_special=bool(request.get("special", False)))
         raise RequestError(ErrorKind.BAD_REQUEST, "request needs messages, prompt, tokens or text")
 
-    # ----- control tokens only from the template (issue 16) ------------------------------------------------
+    # ----- control tokens only from the template ------------------------------------------------
 
     def template_tokens(self, parts: list[tuple[str, bool]]) -> list[int]:
         """Tokens of a rendered chat prompt: control tokens only where the template's markup spells them; message
@@ -259,15 +261,16 @@ class Runtime:
 
     # ----- KV bookkeeping ---------------------------------------------------------------------------------
 
-    def seq_rm(self, seq: int, start: int = 0) -> None:
-        """Drop sequence ``seq``'s cells from position ``start`` on (all of them with start 0)."""
-        llama_cpp.llama_memory_seq_rm(self.memory, seq, start, -1)
-        held = self.seqs.get(seq, [])
-        self.seqs[seq] = held[:start]
+    def seq_rm(self, seq: int, start: int = 0) -> int:
+        """Keep sequence ``seq``'s first ``start`` tokens (none with start 0) where the memory can continue from
+        there exactly, else the longest exact prefix below it (hisho.engine.prefix: the one reuse rule).
+        Returns how many tokens it holds now. Dense models: a plain cut, as always."""
+        return self.keeper.keep(seq, start)
 
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.memory, True)
         self.seqs.clear()
+        self.keeper.reset()
 
     def check_seq(self, seq: int) -> None:
         if not 0 <= seq < self.n_seq_max:
@@ -275,11 +278,12 @@ class Runtime:
 
     def reuse_prefix(self, seq: int, tokens: list[int]) -> int:
         """Keep the longest prefix of ``tokens`` already in ``seq``'s cache, minus one token so the last one is
-        evaluated again (a KV cell holds no logits). Returns how many tokens are kept."""
+        evaluated again (a KV cell holds no logits), as far as the memory can continue from there exactly
+        (``seq_rm``). Returns how many tokens are kept."""
         held = self.seqs.get(seq, [])
         common = min(common_prefix(held, tokens), len(tokens) - 1)
-        if common < len(held):
-            self.seq_rm(seq, common)
+        if common < len(held) or not self.keeper.dense:  # non-dense: even a whole prefix is checked
+            common = self.seq_rm(seq, common)
         return common
 
     def decode_tokens(self, seq: int, tokens: list[int], *, want_logits: bool = True,

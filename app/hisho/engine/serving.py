@@ -159,8 +159,7 @@ class ServingBatch:
             if slot.out:  # decoding: the cells held prompt + out[:-1]; the last sampled token was not fed yet
                 slot.item = item = Item(item.index, item.prompt + slot.out[slot.out_base:], item.max_tokens)
                 slot.out_base = len(slot.out)
-            keep = min(common_prefix(now, want), len(item.prompt) - 1)
-            rt.seq_rm(slot.seq, keep)
+            keep = rt.seq_rm(slot.seq, min(common_prefix(now, want), len(item.prompt) - 1))
             slot.held = want[:keep]
             rt.seqs[slot.seq] = slot.held
             slot.fed = slot.pos = keep
@@ -217,7 +216,7 @@ class ServingBatch:
                 log.warning("disk prompt cache: restore failed (%s); prefilling", exc)
                 keep = 0
             slot.held = list(rt.seqs.get(slot.seq, []))[:keep]
-        rt.seq_rm(slot.seq, keep)
+        keep = rt.seq_rm(slot.seq, keep)  # exact or shorter (a sliding window, a recurrent state)
         slot.held = slot.held[:keep]
         slot.job, slot.cached = job, keep
         slot.item = Item(job.req_id, job.prompt, job.sampling.max_tokens)
@@ -303,8 +302,8 @@ class ServingBatch:
 
 QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
 # Ops on one sequence (the window's chat on sequence 0 and its KV restores and saves, a type-ahead prefill) also
-# run between two steps, whole: the window's reply is never behind more than one step of the API's requests
-# (issue 14). A sequence they change is made whole again afterwards (ServingBatch.resync).
+# run between two steps, whole: the window's reply is never behind more than one step of the API's requests.
+# A sequence they change is made whole again afterwards (ServingBatch.resync).
 TURN_OPS = frozenset({"generate", "prefill", "state_load", "state_save", "seq_rm"})
 
 

@@ -7,15 +7,19 @@ The window and ``hisho chat`` both use it. Rules of use:
 - The reply row is created when streaming starts and saved as it grows (every ``SAVE_EVERY_S``), so a crash of
   the engine, a Stop or the whole app going away leaves the partial text in the store, marked as such.
 - ``turn.cancel()`` may be called from any thread; the engine stops within one token.
-- Seams for other features: ``before_prompt`` hooks run on the worker just before the prompt goes to the
-  engine (KV restore, type-ahead); ``after_turn`` hooks run after the reply is saved (KV save).
+- One prepared prompt per turn (``PreparedPrompt``): the messages are built once, shaped once by the
+  ``before_prompt`` hooks (a long document's parts), and tokenized once on the engine's lane; the
+  ``restore_prompt`` hooks (KV restore) look up those tokens and the engine generates from them, so the chat
+  template is rendered once per send. ``send_if_fits`` does the fit check on the same tokens, so a send is one
+  job on the engine lane; the caller is asked only when the prompt does not fit.
+- ``after_turn`` hooks run after the reply is saved (KV save).
 - Every store write goes through ``write`` (the composition root passes the executor's store lane, the
   database's one writer; by default it runs inline). Reads stay on the caller's thread.
 - Nothing is ever cut silently: ``check_fit`` says whether a prompt fits the context, and the caller chooses
   (``Turn.drop_oldest`` or ``summarize_into_new``).
 - A store that fails while a reply streams (disk full) stops the engine at once; the reply stays in memory
   (``unsaved``) and is written by ``save_unsaved`` — called before every send and run — once there is space
-  again. The turn's ``error`` then says what happened (issue 16).
+  again. The turn's ``error`` then says what happened.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from hisho.core.conversations.store import (
 )
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.engine.protocol import ErrorKind, GenerationResult, Sampling
-from hisho.core.engine.seam import Engine, TokenStream
+from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineError, UserError
 
 log = logging.getLogger("hisho.chat")
@@ -112,6 +116,17 @@ class Turn:
 
 
 @dataclass
+class PreparedPrompt:
+    """A turn's prompt, built once: ``messages`` as the model sees them and, on an engine that takes token ids
+    (this computer's), their ``tokens`` (None on a remote engine, which renders its own template). ``fit``
+    says whether they leave room for the reply."""
+
+    messages: list[dict[str, str]]
+    tokens: list[int] | None
+    fit: FitReport
+
+
+@dataclass
 class TurnResult:
     turn: Turn
     message: Message
@@ -137,7 +152,10 @@ class ChatService:
         # What a new chat's system prompt starts as; the composition root reads it from the settings
         # (Settings → System prompts), so the window and ``hisho chat`` start chats alike.
         self.default_system_prompt = default_system_prompt
+        # Shape the prompt's messages before they are tokenized (documents); then, with the tokens, get the
+        # engine ready for them (KV restore). Both on the turn's worker thread.
         self.before_prompt: list[Callable[[Turn, list[dict[str, str]]], None]] = []
+        self.restore_prompt: list[Callable[[Turn, PreparedPrompt], None]] = []
         # Context every prompt of a chat carries (documents attached to it): applied wherever the prompt is
         # built, so the meter, KV prefetch and type-ahead see what the reply's prompt will hold.
         self.prompt_context: list[Callable[[int, list[dict[str, str]]], None]] = []
@@ -173,6 +191,43 @@ class ChatService:
         tokens = self.count(self.prompt_messages(conversation_id, extra_user=draft))
         reply = min(conv.settings.max_tokens, max(MIN_REPLY_TOKENS, self.n_ctx // 8))
         return FitReport(tokens, reply, self.n_ctx)
+
+    def reply_room(self, conversation_id: int) -> int:
+        """Tokens kept free for the reply when judging a fit."""
+        return min(self.store.get(conversation_id).settings.max_tokens, max(MIN_REPLY_TOKENS, self.n_ctx // 8))
+
+    def _takes_tokens(self) -> bool:
+        # The local engine prefills token ids; a remote server takes messages and applies its own template.
+        return Capability.PREFILL.value in self.engine.capabilities
+
+    def _prepared(self, turn: Turn, messages: list[dict[str, str]]) -> PreparedPrompt:
+        for hook in self.before_prompt:
+            hook(turn, messages)
+        tokens = self.engine.tokenize(messages=messages) if self._takes_tokens() and messages else None
+        count = len(tokens) if tokens is not None else self.count(messages)
+        return PreparedPrompt(messages, tokens, FitReport(count, self.reply_room(turn.conversation_id), self.n_ctx))
+
+    def prepare(self, turn: Turn) -> PreparedPrompt:
+        """The prompt of ``turn`` (engine lane): its branch, cut to fit when the turn says so, shaped and
+        tokenized once."""
+        messages = self.prompt_messages(turn.conversation_id, turn.parent_id)
+        if turn.drop_oldest:
+            messages = self.fitted(messages, turn.sampling.max_tokens)
+        return self._prepared(turn, messages)
+
+    def send_if_fits(self, conversation_id: int, text: str) -> tuple[Turn, PreparedPrompt] | FitReport:
+        """A send in one step (engine lane): the prompt with ``text`` as the next message is built and tokenized
+        once; when it fits, the message is recorded and the turn comes back with that prompt, for
+        ``run(turn, prompt=...)``. When it does not fit, nothing is recorded and the ``FitReport`` comes back:
+        the user chooses (``send(..., drop_oldest=True)`` or ``summarize_into_new``)."""
+        if not text.strip():
+            raise UserError("nothing to send: the message is empty")
+        conv = self.store.get(conversation_id)
+        shaping = Turn(conversation_id, conv.leaf_id or 0, sampling_for(conv.settings, self.n_ctx or None))
+        prompt = self._prepared(shaping, self.prompt_messages(conversation_id, extra_user=text))
+        if not prompt.fit.fits:
+            return prompt.fit
+        return self.send(conversation_id, text), prompt
 
     def fitted(self, messages: list[dict[str, str]], reply_tokens: int) -> list[dict[str, str]]:
         """Drop the oldest turns (never the system prompt or the last message) until the prompt fits."""
@@ -251,15 +306,16 @@ class ChatService:
                 log.info("reply %d saved after the store came back", reply_id)
             return len(self.unsaved)
 
-    def run(self, turn: Turn, on_text: Callable[[str], None] | None = None) -> TurnResult:
-        """Stream the reply (worker thread). Always returns once the reply row exists; errors end up in the saved
-        message, or, when the store itself fails, in ``unsaved`` and the result's ``error``."""
+    def run(self, turn: Turn, on_text: Callable[[str], None] | None = None,
+            prompt: PreparedPrompt | None = None) -> TurnResult:
+        """Stream the reply (worker thread). ``prompt``: the turn's prepared prompt (``send_if_fits``), else it is
+        prepared here. Always returns once the reply row exists; errors end up in the saved message, or, when
+        the store itself fails, in ``unsaved`` and the result's ``error``."""
         self.save_unsaved()
-        messages = self.prompt_messages(turn.conversation_id, turn.parent_id)
-        if turn.drop_oldest:
-            messages = self.fitted(messages, turn.sampling.max_tokens)
-        for hook in self.before_prompt:
-            hook(turn, messages)
+        prompt = prompt or self.prepare(turn)
+        messages = prompt.messages
+        for restore in self.restore_prompt:
+            restore(turn, prompt)
         engine_name = str(self.engine.engine_info.get("engine") or "local")   # which engine answers
         reply = self.write(lambda: self.store.add_message(turn.conversation_id, "assistant", "",
                                                           parent_id=turn.parent_id, status=STREAMING,
@@ -267,7 +323,8 @@ class ChatService:
         turn.reply_id = reply.id
         status, error, result = DONE, "", None
         try:
-            stream = self.engine.generate(messages=messages, sampling=turn.sampling)
+            stream = self.engine.generate(tokens=prompt.tokens, sampling=turn.sampling) \
+                if prompt.tokens is not None else self.engine.generate(messages=messages, sampling=turn.sampling)
             turn._stream = stream
             if turn.cancelled:
                 stream.cancel()

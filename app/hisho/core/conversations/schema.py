@@ -2,8 +2,9 @@
 values, and the versioned migration steps of component ``conversations`` (``hisho.core.db``). No Qt.
 
 Rules of use: ``hisho.core.conversations.store`` re-exports every name here; import from there. A schema change is a
-new step appended to ``STEPS`` (never an edit of an old one), and a new message column is also added to
-``Message`` and ``META``.
+new step appended to ``STEPS``, and a new message column is also added to ``Message`` and ``META``. An old step
+is never changed in what it makes: a database made by the steps as first released and one made now have the same
+tables, columns, keys, indexes and search (tests/core/test_schema_history.py).
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
+
 
 log = logging.getLogger("hisho.store")
 
@@ -116,44 +120,39 @@ class DeletedMessages:
 # ----- schema ----------------------------------------------------------------------------------------------
 
 
-def _v1_tables(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE conversations (
-        id INTEGER PRIMARY KEY, title TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '',
-        system_prompt TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}',
-        created_at REAL NOT NULL, updated_at REAL NOT NULL, pinned INTEGER NOT NULL DEFAULT 0,
-        leaf_id INTEGER)""")
-    db.execute("""CREATE TABLE messages (
-        id INTEGER PRIMARY KEY,
-        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
-        role TEXT NOT NULL, content TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL,
-        status TEXT NOT NULL DEFAULT 'done', tokens INTEGER, prompt_tokens INTEGER, ttft_s REAL,
-        tokens_per_s REAL, model TEXT NOT NULL DEFAULT '', error TEXT NOT NULL DEFAULT '')""")
-    db.execute("CREATE INDEX messages_conversation ON messages(conversation_id)")
-    db.execute("CREATE INDEX messages_parent ON messages(parent_id)")
+def _v1_tables(db: sqlite_utils.Database) -> None:
+    from sqlite_utils.db import ForeignKey
+
+    db.table("conversations").create(
+        {"id": int, "title": str, "model": str, "system_prompt": str, "settings": str, "created_at": float,
+         "updated_at": float, "pinned": int, "leaf_id": int}, pk="id",
+        not_null={"title", "model", "system_prompt", "settings", "created_at", "updated_at", "pinned"},
+        defaults={"title": "", "model": "", "system_prompt": "", "settings": "{}", "pinned": 0})
+    db.table("messages").create(
+        {"id": int, "conversation_id": int, "parent_id": int, "role": str, "content": str, "created_at": float,
+         "status": str, "tokens": int, "prompt_tokens": int, "ttft_s": float, "tokens_per_s": float,
+         "model": str, "error": str}, pk="id",
+        not_null={"conversation_id", "role", "content", "created_at", "status", "model", "error"},
+        defaults={"content": "", "status": "done", "model": "", "error": ""},
+        foreign_keys=[ForeignKey("messages", "conversation_id", "conversations", "id", on_delete="CASCADE"),
+                      ForeignKey("messages", "parent_id", "messages", "id", on_delete="CASCADE")])
+    db.table("messages").create_index(["conversation_id"], index_name="messages_conversation")
+    db.table("messages").create_index(["parent_id"], index_name="messages_parent")
 
 
-def _v2_fts(db: sqlite3.Connection) -> None:
-    # External-content FTS over messages.content, kept in step by triggers; filled from existing rows.
-    db.execute("CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id')")
-    db.execute("""CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""")
-    db.execute("""CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content); END""")
-    db.execute("""CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END""")
-    db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+def _v2_fts(db: sqlite_utils.Database) -> None:
+    # External-content FTS over messages.content, kept in step by triggers, filled from the existing rows.
+    db.table("messages").enable_fts(["content"], create_triggers=True)
 
 
-def _v3_drafts_and_trash(db: sqlite3.Connection) -> None:
-    db.execute("ALTER TABLE conversations ADD COLUMN draft TEXT NOT NULL DEFAULT ''")
-    db.execute("ALTER TABLE conversations ADD COLUMN deleted_at REAL")
+def _v3_drafts_and_trash(db: sqlite_utils.Database) -> None:
+    db.table("conversations").add_column("draft", str, not_null_default="")
+    db.table("conversations").add_column("deleted_at", float)
 
 
-def _v4_message_engine(db: sqlite3.Connection) -> None:
+def _v4_message_engine(db: sqlite_utils.Database) -> None:
     # Which engine answered each message ("local" or a remote engine's name; '' before this step).
-    db.execute("ALTER TABLE messages ADD COLUMN engine TEXT NOT NULL DEFAULT ''")
+    db.table("messages").add_column("engine", str, not_null_default="")
 
 
 STEPS = (_v1_tables, _v2_fts, _v3_drafts_and_trash, _v4_message_engine)

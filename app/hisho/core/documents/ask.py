@@ -107,8 +107,9 @@ def question_with_parts(att: Attachment, question: str, count: Count, budget: in
 
 def save_attachment(db: Any, conversation_id: int, att: Attachment, doc_shas: list[str]) -> None:
     with db.transaction():
-        db.execute("INSERT OR REPLACE INTO doc_attachments VALUES (?,?,?,?,?)",
-                   [conversation_id, att.approach, att.note, json.dumps(att.parts), json.dumps(doc_shas)])
+        db.upsert("doc_attachments", {"conversation_id": conversation_id, "approach": att.approach,
+                                      "note": att.note, "parts": json.dumps(att.parts),
+                                      "doc_shas": json.dumps(doc_shas)}, pk="conversation_id")
 
 
 def load_attachment(db: Any, conversation_id: int) -> Attachment | None:

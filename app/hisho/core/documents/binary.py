@@ -7,7 +7,7 @@ in the notes; a PDF where every page is like that is refused with a hint to run 
 A DOCX is a zip of XML that python-docx loads whole into memory and walks element by element, so a small file
 can expand into gigabytes (a 1.5 MB file to 1.5 GB) or into millions of paragraphs. ``check_docx`` looks at the
 zip directory and streams the XML parts, counting tags (nothing kept, a few MiB of memory), before python-docx
-sees the file: uncompressed sizes, element count and a time budget, each with a one-line refusal (issue 16).
+sees the file: uncompressed sizes, element count and a time budget, each with a one-line refusal.
 """
 
 from __future__ import annotations

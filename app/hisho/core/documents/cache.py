@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hisho.core.db import Database
-from hisho.core.documents.schema import COMPONENT, STEPS
+from hisho.core.documents.schema import COMPONENT, STEPS, SUMMARY_KEY
 from hisho.core.models import identity as model_identity
 
 log = logging.getLogger("hisho.documents")
@@ -58,10 +58,11 @@ class SummaryCache:
 
     def put(self, key: Key, chunk_index: int, refs: str, summary: str, completion_tokens: int) -> None:
         with self.db.transaction():
-            self.db.execute(
-                "INSERT OR REPLACE INTO doc_summaries VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [key.doc_sha, key.level, key.chunk_key, key.model_fp, key.prompt_version, chunk_index, refs,
-                 summary, completion_tokens, time.time()])
+            self.db.upsert("doc_summaries", {
+                "doc_sha": key.doc_sha, "level": key.level, "chunk_key": key.chunk_key, "model_fp": key.model_fp,
+                "prompt_version": key.prompt_version, "chunk_index": chunk_index, "refs": refs,
+                "summary": summary, "completion_tokens": completion_tokens, "created": time.time()},
+                pk=SUMMARY_KEY)
 
     def count(self, doc_sha: str, level: int | None = None) -> int:
         sql = "SELECT count(*) FROM doc_summaries WHERE doc_sha=?"
@@ -84,5 +85,5 @@ class SummaryCache:
 
     def put_speeds(self, model_fp: str, prefill_tps: float, decode_tps: float, batch_gain: float) -> None:
         with self.db.transaction():
-            self.db.execute("INSERT OR REPLACE INTO doc_speeds VALUES (?,?,?,?,?)",
-                            [model_fp, prefill_tps, decode_tps, batch_gain, time.time()])
+            self.db.upsert("doc_speeds", {"model_fp": model_fp, "prefill_tps": prefill_tps, "decode_tps": decode_tps,
+                                          "batch_gain": batch_gain, "updated": time.time()}, pk="model_fp")

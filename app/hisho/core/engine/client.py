@@ -125,6 +125,9 @@ class EngineClient:
         # The latest "progress" of each request in flight (request id -> Progress), for waits that show how
         # far the engine is in reading a prompt (the window's "Reading your message · 37 %").
         self._progress: dict[int, Progress] = {}
+        # Requests sent to the engine so far (each a round trip through the pipe): ``hisho bench resume``
+        # reports how many one chat send takes (``send_round_trips``).
+        self.requests = 0
 
     # ----- process lifecycle -------------------------------------------------------------------------
 
@@ -267,6 +270,7 @@ class EngineClient:
         if req.streaming:
             raise ValueError(f"{req.op} is a streaming op: use stream()")
         self._ensure_ready()
+        self.requests += 1
         return self._call(req)
 
     def stream(self, request: Request | str, params: dict[str, Any] | None = None) -> Stream:
@@ -274,6 +278,7 @@ class EngineClient:
         if not req.streaming:
             raise ValueError(f"{req.op} is not a streaming op")
         self._ensure_ready()
+        self.requests += 1
         req_id, events = self._process.submit(req)
         return Stream(self, req_id, events, req.op)
 

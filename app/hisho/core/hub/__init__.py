@@ -1,4 +1,4 @@
-"""The Hugging Face hub (issue 13, docs/hub.md): search GGUF repositories, list a repository's models grouped by
+"""The Hugging Face hub (docs/hub.md): search GGUF repositories, list a repository's models grouped by
 quant with a fit verdict computed from their remote headers, and download them resumably into the model store.
 
 No Qt here: the window runs these calls on a worker lane; the CLI calls them directly.

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 import threading
 import time
 from collections import deque
@@ -23,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hisho.core import paths
 from hisho.core.db import Database
@@ -32,6 +31,9 @@ from hisho.core.hub import partial as partial_mod
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.fetch import DiskFull, HashMismatch, Stopped, fetch_part
 from hisho.core.models.store import ModelStore, slug
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.hub")
 
@@ -81,13 +83,12 @@ class Progress:
     resumed_from: int = 0  # bytes that were already on disk when this run started
 
 
-def _v1(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE downloads (
-        id INTEGER PRIMARY KEY, repo TEXT NOT NULL, name TEXT NOT NULL, quant TEXT NOT NULL DEFAULT '',
-        parts TEXT NOT NULL, sha256 TEXT NOT NULL, part_sizes TEXT NOT NULL, size INTEGER NOT NULL,
-        revision TEXT NOT NULL DEFAULT '', state TEXT NOT NULL, done_bytes INTEGER NOT NULL DEFAULT 0,
-        error TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '', created REAL NOT NULL,
-        updated REAL NOT NULL)""")
+def _v1(db: sqlite_utils.Database) -> None:
+    columns = {"id": int, "repo": str, "name": str, "quant": str, "parts": str, "sha256": str, "part_sizes": str,
+               "size": int, "revision": str, "state": str, "done_bytes": int, "error": str, "model": str,
+               "created": float, "updated": float}
+    db.table("downloads").create(columns, pk="id", not_null=set(columns) - {"id"},
+                           defaults={"quant": "", "revision": "", "done_bytes": 0, "error": "", "model": ""})
 
 
 def _job(row: dict[str, Any]) -> Job:

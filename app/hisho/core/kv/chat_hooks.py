@@ -1,6 +1,6 @@
 """KV persistence wired to the chat service: restore on send, save after a turn, prefetch, type-ahead. No Qt.
 
-Its ``before_prompt`` / ``after_turn`` are hooks of ``hisho.core.conversations.chat.ChatService``; the composition root
+Its ``restore`` / ``after_turn`` are hooks of ``hisho.core.conversations.chat.ChatService``; the composition root
 installs them (``hisho.core.services.install_hooks``, which declares their order). The window calls
 ``selected(cid)``, ``draft(cid, text)`` and ``deleted(cid)`` from its signals; those only queue work on the
 executor's lanes (engine for prefetch and type-ahead, store for the index) and return at once (safe on the GUI
@@ -65,17 +65,20 @@ class KVChat:
 
     def install(self) -> KVChat:
         """Add the hooks to the chat service (tests; the app's root declares them in ``install_hooks``)."""
-        self.service.before_prompt.append(self.before_prompt)
+        self.service.restore_prompt.append(self.restore)
         self.service.after_turn.append(self.after_turn)
         return self
 
     # ----- chat service hooks (the turn's worker thread) -------------------------------------------------
 
-    def before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
+    def restore(self, turn: Any, prompt: Any) -> None:
+        """Before the reply: restore the chat's saved KV for the prompt's tokens (``ChatService``'s prepared
+        prompt, tokenized once for the turn; a prompt without tokens is tokenized here)."""
         with self._lock:
             self._busy.add(turn.conversation_id)
         try:
-            tokens = self.session.engine.tokenize(messages=messages)
+            tokens = prompt.tokens if prompt.tokens is not None else \
+                self.session.engine.tokenize(messages=prompt.messages)
             report = self.session.restore(conversation_owner(turn.conversation_id), tokens)
             self.last_restore = report
             if report.restored:

@@ -126,19 +126,37 @@ class ChunkHeader:
     payload_bytes: int
     payload_xxh3: str
     payload_offset: int
+    # What a restore that ends at this chunk can continue from exactly (docs/kv-format.md "Memory types"):
+    # the lowest position of the sliding-window cells the payload holds (None: no window layers), the
+    # position after the last token a recurrent state in it has seen (None: no recurrent layers), the window.
+    swa_lo: int | None = None
+    state_end: int | None = None
+    n_swa: int = 0
 
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
 
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
 
-def encode_header(fp: str, plan: ChunkPlan, tokens: Sequence[int], payload: Any) -> bytes:
-    """The bytes before the payload (prefix, JSON header, padding). ``payload`` is any buffer."""
-    body = json.dumps({
+    def resume(self) -> dict[str, int | None]:
+        return {"swa_lo": self.swa_lo, "state_end": self.state_end, "n_swa": self.n_swa}
+
+
+def encode_header(fp: str, plan: ChunkPlan, tokens: Sequence[int], payload: Any,
+                  resume: dict[str, Any] | None = None) -> bytes:
+    """The bytes before the payload (prefix, JSON header, padding). ``payload`` is any buffer; ``resume``
+    the memory facts of ``ChunkHeader`` (swa_lo, state_end, n_swa) for models that are not dense."""
+    meta = {
         "fingerprint": fp, "key": plan.key, "parent": plan.parent, "start": plan.start,
         "n_tokens": plan.n_tokens, "tokens": list(tokens), "payload_bytes": len(memoryview(payload)),
         "payload_xxh3": payload_checksum(payload),
-    }, separators=(",", ":")).encode("utf-8")
+    }
+    if resume:
+        meta.update(resume)
+    body = json.dumps(meta, separators=(",", ":")).encode("utf-8")
     head = PREFIX.pack(MAGIC, FORMAT_VERSION, len(body), xxhash.xxh3_64_intdigest(body)) + body
     return head + b"\0" * (-len(head) % ALIGN)
 
@@ -166,6 +184,9 @@ def read_header(fh: BinaryIO, file_size: int) -> ChunkHeader:
             start=int(meta["start"]), tokens=tuple(int(t) for t in meta["tokens"]),
             payload_bytes=int(meta["payload_bytes"]), payload_xxh3=str(meta["payload_xxh3"]),
             payload_offset=offset,
+            swa_lo=None if meta.get("swa_lo") is None else int(meta["swa_lo"]),
+            state_end=None if meta.get("state_end") is None else int(meta["state_end"]),
+            n_swa=int(meta.get("n_swa") or 0),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise KVFormatError(f"header fields invalid ({exc})") from None

@@ -18,13 +18,12 @@ missing files and rows, and ``reconcile`` repairs both directions. Deleting is l
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -33,37 +32,46 @@ from hisho.core.db import Database
 from hisho.core.kv import format as kvf
 from hisho.core.kv.usage import Usage, chain, plan_eviction, read_usage
 
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
+
 log = logging.getLogger("hisho.kv")
 
 COMPONENT = "kv"
 RECENT_S = 120.0  # files younger than this may belong to a save in flight: reconcile leaves them alone
 
 
-def _v1(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE kv_chunks (
-        key TEXT PRIMARY KEY, parent TEXT NOT NULL, fingerprint TEXT NOT NULL, start INTEGER NOT NULL,
-        n_tokens INTEGER NOT NULL, tokens BLOB NOT NULL, path TEXT NOT NULL, bytes INTEGER NOT NULL,
-        created REAL NOT NULL, last_used REAL NOT NULL)""")
-    db.execute("CREATE INDEX kv_chunks_parent ON kv_chunks(parent)")
-    db.execute("""CREATE TABLE kv_entries (
-        owner TEXT NOT NULL, fingerprint TEXT NOT NULL, tip TEXT NOT NULL, n_tokens INTEGER NOT NULL,
-        pinned INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL, last_used REAL NOT NULL,
-        PRIMARY KEY (owner, fingerprint))""")
-    db.execute("""CREATE TABLE kv_speed (
-        fingerprint TEXT PRIMARY KEY, prefill_tok_s REAL, restore_bytes_s REAL, updated REAL NOT NULL)""")
+def _v1(db: sqlite_utils.Database) -> None:
+    db.table("kv_chunks").create(
+        {"key": str, "parent": str, "fingerprint": str, "start": int, "n_tokens": int, "tokens": bytes,
+         "path": str, "bytes": int, "created": float, "last_used": float}, pk="key",
+        not_null={"parent", "fingerprint", "start", "n_tokens", "tokens", "path", "bytes", "created", "last_used"})
+    db.table("kv_chunks").create_index(["parent"], index_name="kv_chunks_parent")
+    db.table("kv_entries").create(
+        {"owner": str, "fingerprint": str, "tip": str, "n_tokens": int, "pinned": int, "updated": float,
+         "last_used": float}, pk=("owner", "fingerprint"),
+        not_null={"owner", "fingerprint", "tip", "n_tokens", "pinned", "updated", "last_used"}, defaults={"pinned": 0})
+    db.table("kv_speed").create({"fingerprint": str, "prefill_tok_s": float, "restore_bytes_s": float, "updated": float},
+                          pk="fingerprint", not_null={"updated"})
 
 
-def _v2(db: sqlite3.Connection) -> None:
+def _v2(db: sqlite_utils.Database) -> None:
     # Which model file each fingerprint was computed from (its path and whole-file identity), so that deleting
     # a model can name and delete its snapshots. Recorded by every save from v2 on; a fingerprint saved
     # earlier has no row until it is saved again (the chunk files hold only the fingerprint).
-    db.execute("""CREATE TABLE kv_models (
-        fingerprint TEXT PRIMARY KEY, xxh3_128 TEXT NOT NULL, size INTEGER NOT NULL, path TEXT NOT NULL,
-        updated REAL NOT NULL)""")
-    db.execute("CREATE INDEX kv_models_identity ON kv_models(xxh3_128, size)")
+    db.table("kv_models").create({"fingerprint": str, "xxh3_128": str, "size": int, "path": str, "updated": float},
+                           pk="fingerprint", not_null={"xxh3_128", "size", "path", "updated"})
+    db.table("kv_models").create_index(["xxh3_128", "size"], index_name="kv_models_identity")
 
 
-STEPS = [_v1, _v2]
+def _v3(db: sqlite_utils.Database) -> None:
+    # What a restore ending at a chunk can continue from exactly (kvf.ChunkHeader): NULL for dense models and
+    # for rows saved before (dense then: sliding-window and recurrent models got a new fingerprint with them).
+    for column in ("swa_lo", "state_end", "n_swa"):
+        db.table("kv_chunks").add_column(column, int)
+
+
+STEPS = [_v1, _v2, _v3]
 
 
 def _unpack(blob: bytes) -> array[int]:
@@ -103,25 +111,24 @@ class KVIndex:
         tip, n_tokens = "", 0
         with self.db.transaction():
             if model and model.get("xxh3_128"):
-                self.db.execute("INSERT OR REPLACE INTO kv_models VALUES (?,?,?,?,?)",
-                                [fp, str(model["xxh3_128"]), int(model.get("size", 0)), str(model.get("path", "")),
-                                 now])
+                self.db.upsert("kv_models", {"fingerprint": fp, "xxh3_128": str(model["xxh3_128"]),
+                                             "size": int(model.get("size", 0)), "path": str(model.get("path", "")),
+                                             "updated": now}, pk="fingerprint")
             for c in chunks:
                 if c.get("error") or "bytes" not in c:
                     break  # a chain with a hole is only usable up to the hole
                 self.db.execute(
                     """INSERT INTO kv_chunks (key, parent, fingerprint, start, n_tokens, tokens, path, bytes,
-                       created, last_used) VALUES (?,?,?,?,?,?,?,?,?,?)
-                       ON CONFLICT(key) DO UPDATE SET last_used = excluded.last_used, bytes = excluded.bytes""",
+                       created, last_used, swa_lo, state_end, n_swa) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
+                       ON CONFLICT(key) DO UPDATE SET last_used = excluded.last_used, bytes = excluded.bytes,
+                       swa_lo = excluded.swa_lo, state_end = excluded.state_end, n_swa = excluded.n_swa""",
                     [c["key"], c["parent"], fp, c["start"], c["n_tokens"], kvf.tokens_bytes(c["tokens"]),
-                     self._rel(c["path"]), int(c["bytes"]), now, now])
+                     self._rel(c["path"]), int(c["bytes"]), now, now, c.get("swa_lo"), c.get("state_end"),
+                     c.get("n_swa")])
                 tip, n_tokens = c["key"], c["start"] + c["n_tokens"]
             if tip:
-                self.db.execute(
-                    """INSERT INTO kv_entries (owner, fingerprint, tip, n_tokens, updated, last_used)
-                       VALUES (?,?,?,?,?,?) ON CONFLICT(owner, fingerprint) DO UPDATE SET tip = excluded.tip,
-                       n_tokens = excluded.n_tokens, updated = excluded.updated, last_used = excluded.last_used""",
-                    [owner, fp, tip, n_tokens, now, now])
+                self.db.upsert("kv_entries", {"owner": owner, "fingerprint": fp, "tip": tip, "n_tokens": n_tokens,
+                                              "updated": now, "last_used": now}, pk=("owner", "fingerprint"))
         return n_tokens
 
     def set_pinned(self, owner: str, pinned: bool) -> None:
@@ -158,7 +165,12 @@ class KVIndex:
                 break
             parent = best["key"]
         # A KV cell holds no logits: the caller re-evaluates the last kept token, so never keep all of them.
-        return Match(chosen, min(pos, len(want) - 1) if chosen else 0)
+        if not chosen:
+            return Match([], 0)
+        n, keep = exact_point(chosen, min(pos, len(want) - 1))
+        if keep < min(pos, len(want) - 1):
+            log.info("KV lookup: %d tokens match, %d can be continued exactly from disk", pos, keep)
+        return Match(chosen[:n], keep)
 
     # ----- removal, budget, repair -----------------------------------------------------------------
 
@@ -278,7 +290,7 @@ class KVIndex:
 
         ``alone``: the caller holds the data folder's instance lock (hisho.core.instance) and has not saved yet,
         so no save can be in flight and an unindexed chunk left by a killed client goes now, not two minutes
-        later (issue 16)."""
+        later."""
         missing = [r["key"] for r in self.db.query("SELECT key, path FROM kv_chunks")
                    if not (self.kv_dir / r["path"]).exists()]
         for key in missing:
@@ -335,9 +347,9 @@ class KVIndex:
                 return prev if isinstance(prev, float) else None
             return new if prev is None else 0.7 * float(prev) + 0.3 * new
 
-        self.db.execute("INSERT OR REPLACE INTO kv_speed VALUES (?,?,?,?)",
-                        [fp, blend("prefill_tok_s", prefill_tok_s), blend("restore_bytes_s", restore_bytes_s),
-                         time.time()])
+        self.db.upsert("kv_speed", {"fingerprint": fp, "prefill_tok_s": blend("prefill_tok_s", prefill_tok_s),
+                                    "restore_bytes_s": blend("restore_bytes_s", restore_bytes_s),
+                                    "updated": time.time()}, pk="fingerprint")
 
     def prefill_speed(self, fp: str) -> float | None:
         """The prefill speed (tokens/s) measured on this computer for fingerprint ``fp``; None if never."""
@@ -369,6 +381,31 @@ class KVIndex:
             pass
         except OSError as exc:
             log.warning("could not delete KV file %s: %s", path, exc)
+
+
+def exact_point(chain: Sequence[Mapping[str, Any]], keep: int) -> tuple[int, int]:
+    """The longest restore of ``chain`` (chunk rows from position 0) that ends at most at ``keep`` and can be
+    continued exactly: (chunks to load, tokens to keep). Dense rows (no window, no recurrent state) allow any
+    point. A recurrent state allows only the end of a chunk whose state was taken there (``state_end``); a
+    sliding window needs its last ``window`` positions before the point in the chunks' window cells
+    (``swa_lo`` on)."""
+    ends = sorted({int(c["start"]) + int(c["n_tokens"]) for c in chain if int(c["start"]) + int(c["n_tokens"]) < keep},
+                  reverse=True)
+    for p in [keep, *ends]:
+        if p <= 0:
+            break
+        k = next(i for i, c in enumerate(chain) if int(c["start"]) < p <= int(c["start"]) + int(c["n_tokens"]))
+        last = chain[k]
+        end = int(last["start"]) + int(last["n_tokens"])
+        if last.get("state_end") is not None and not p == end == int(last["state_end"]):
+            continue
+        window = int(last.get("n_swa") or 0)
+        low = max(0, p - window)
+        if window and any(int(c["swa_lo"] if c.get("swa_lo") is not None else c["start"]) > max(int(c["start"]), low)
+                          for c in chain[:k + 1] if int(c["start"]) + int(c["n_tokens"]) > low):
+            continue
+        return k + 1, p
+    return 0, 0
 
 
 def _common(have: array[int], want: array[int], pos: int) -> int:

@@ -340,7 +340,7 @@ def _budget_setting() -> int:
 
 
 def drop_unrecorded(owner: str, chunks: list[dict[str, Any]], saved_tokens: int) -> int:
-    """Remove the chunk files this save wrote that the index did not take (issue 16, point 8): the chunks after
+    """Remove the chunk files this save wrote that the index did not take: the chunks after
     a hole (an earlier chunk hit ENOSPC and a smaller later one still fit) and every chunk when the index write
     itself failed. Unindexed, they would only take disk space until the next ``reconcile``. Files this save did
     not write (already there, maybe another owner's) are never touched. Returns the number removed."""

@@ -1,8 +1,8 @@
 """The identity of a model file: a hash of every byte of it, computed once per file version.
 
 Why every byte: a KV state is only valid for the exact weights that computed it. A hash of the first and last
-MiB missed a changed byte in ``blk.15.ffn_down`` and restored 1,793 tokens of stale KV into the new model
-(issue 16). xxh3-128 reads at memory speed, so the whole file costs about what reading it from disk costs;
+MiB missed a changed byte in ``blk.15.ffn_down`` and restored 1,793 tokens of stale KV into the new model.
+xxh3-128 reads at memory speed, so the whole file costs about what reading it from disk costs;
 the result is cached under the file's path and ``(size, mtime, ctime, inode)``, so a later load pays one
 ``stat``. ctime is in the key because a program can put an old mtime back after writing (``cp -p``, ``rsync
 -t``, ``touch -d``) but cannot set ctime. No llama_cpp here: the engine calls it on its own thread.

@@ -1,5 +1,5 @@
 """Deleting a model, and what goes with it: its file (when it lives in our models folder) and its saved KV
-snapshots (issue 13: "delete says how much space comes back and what KV snapshots go with it"). No Qt.
+snapshots ("delete says how much space comes back and what KV snapshots go with it"). No Qt.
 
 A snapshot belongs to a model through its fingerprint: every save records which file (path, size, xxh3-128 of
 every byte; ``hisho.core.models.identity``) the fingerprint was computed from (``kv_models``,

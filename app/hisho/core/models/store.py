@@ -19,18 +19,20 @@ import logging
 import os
 import re
 import shutil
-import sqlite3
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hisho.core import paths
 from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import ModelFileError, UserError
 from hisho.core.models.gguf_facts import validate_gguf
+
+if TYPE_CHECKING:
+    import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
 
 log = logging.getLogger("hisho.store")
 
@@ -92,18 +94,18 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "model"
 
 
-def _v1_table(db: sqlite3.Connection) -> None:
-    db.execute("""CREATE TABLE models (
-        name TEXT PRIMARY KEY, path TEXT NOT NULL, size INTEGER NOT NULL, source TEXT NOT NULL,
-        owned INTEGER NOT NULL DEFAULT 0, arch TEXT NOT NULL DEFAULT '', quant TEXT NOT NULL DEFAULT '',
-        n_ctx_train INTEGER NOT NULL DEFAULT 0, sha256 TEXT NOT NULL DEFAULT '',
-        revision TEXT NOT NULL DEFAULT '', parts TEXT NOT NULL DEFAULT '[]', added REAL NOT NULL DEFAULT 0)""")
+def _v1_table(db: sqlite_utils.Database) -> None:
+    columns = {"name": str, "path": str, "size": int, "source": str, "owned": int, "arch": str, "quant": str,
+               "n_ctx_train": int, "sha256": str, "revision": str, "parts": str, "added": float}
+    db.table("models").create(columns, pk="name", not_null=set(columns) - {"name"},
+                        defaults={"owned": 0, "arch": "", "quant": "", "n_ctx_train": 0, "sha256": "",
+                                  "revision": "", "parts": "[]", "added": 0})
 
 
 def _import_json(legacy: Path) -> Any:
     """Migration step 2: the entries of the old JSON registry, once. The file is left as a backup."""
 
-    def step(db: sqlite3.Connection) -> None:
+    def step(db: sqlite_utils.Database) -> None:
         if not legacy.is_file():
             return
         try:
@@ -169,9 +171,7 @@ class ModelStore:
         d = asdict(e)
         d["owned"] = int(e.owned)
         d["parts"] = json.dumps(e.parts)
-        cols = ", ".join(d)
-        self.db.execute(f"INSERT OR REPLACE INTO models ({cols}) VALUES ({', '.join('?' * len(d))})",
-                        list(d.values()))
+        self.db.upsert("models", d, pk="name")
         return e
 
     def ensure_default(self) -> ModelEntry | None:

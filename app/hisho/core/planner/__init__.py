@@ -1,4 +1,4 @@
-"""The memory planner: which quant, context, KV type and GPU layers fit this machine (issue 5, docs/planner.md).
+"""The memory planner: which quant, context, KV type and GPU layers fit this machine (docs/planner.md).
 
 - ``memory``: bytes per configuration (weights, KV, compute, output, runtime; ``committed`` and ``resident``);
 - ``calibrate``: llama.cpp's no_alloc dry run per model + library, cached;

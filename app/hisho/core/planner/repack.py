@@ -1,4 +1,4 @@
-"""Which weights llama.cpp's CPU backend repacks, and what that costs in memory (issue 17, docs/planner.md).
+"""Which weights llama.cpp's CPU backend repacks, and what that costs in memory (docs/planner.md).
 
 ggml's CPU backend has an "extra" buffer type, ``CPU_REPACK`` (ggml-cpu/repack.cpp), used when a model is loaded
 with ``use_extra_bufts`` (llama.cpp's default): a weight that a matrix multiplication reads, of a type the CPU

@@ -11,8 +11,9 @@ Rules of use:
   (``HTTPS_PROXY``, ``NO_PROXY``). ``Endpoint.use_proxy`` overrides that choice per engine.
 - The API key goes into the ``Authorization`` header and nowhere else: never into a log line, an error or a
   ``repr`` (``Endpoint.api_key`` has ``repr=False``).
-- A request the server closed without answering, on a kept-alive connection it had just dropped, is sent once
-  more on a new connection; nothing else is retried.
+- Calls share one pool of kept-alive connections per server; a call the server closed without answering, on a
+  kept-alive connection it had just dropped, is sent once more on a new connection; nothing else is retried.
+  Each stream has a connection of its own (``pool.client(keep=False)``), so a stop can always shut it.
 - ``SSEStream.close()`` may be called from any thread, also while ``open()`` still waits for the answer: it
   shuts the socket, so the server sees the client go and stops decoding (llama-server, vLLM and SGLang all abort
   a request whose connection closed). Event data is read as the SSE format says (one space after ``data:`` is
@@ -29,14 +30,17 @@ import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx2
 
 from hisho.core.engine.protocol import ErrorKind
 from hisho.core.errors import EngineError
 from hisho.core.remote import pool
+
+if TYPE_CHECKING:
+    # Imported where a request is made: the settings pages and the saved engine choice need ``Endpoint``
+    # only, and httpx2 is a few hundred milliseconds of imports.
+    import httpx2
 
 log = logging.getLogger("hisho.remote")
 
@@ -84,12 +88,14 @@ class RemoteError(EngineError):
         self.status = status
 
 
-def _client(ep: Endpoint) -> httpx2.Client:
+def _client(ep: Endpoint, keep: bool = True) -> httpx2.Client:
+    import httpx2
+
     parts = urlsplit(ep.root)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise RemoteError(f"{ep.name}: {ep.base_url!r} is not an http:// or https:// address")
     try:
-        return pool.client(f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}", ep.verify_tls, ep.proxy)
+        return pool.client(f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}", ep.verify_tls, ep.proxy, keep)
     except (ImportError, ValueError, httpx2.InvalidURL) as exc:   # a SOCKS or malformed proxy setting
         raise RemoteError(f"{ep.name}: the system proxy {pool.shown(ep.proxy)} cannot be used ({exc}); set "
                           "HTTPS_PROXY to an http:// proxy or turn off the proxy for this engine") from None
@@ -113,6 +119,8 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 def _describe(ep: Endpoint, exc: BaseException) -> RemoteError:
     """A network exception as the one line the user sees."""
+    import httpx2
+
     if isinstance(exc, RemoteError):
         return exc
     where = f"{ep.name} ({ep.root})"
@@ -205,12 +213,16 @@ class _Tracer:
 
 
 def _stale(exc: BaseException, tracer: _Tracer) -> bool:
+    import httpx2
+
     return (isinstance(exc, httpx2.RemoteProtocolError) and not tracer.connected
             and "without sending a response" in str(exc))
 
 
 def _send(client: httpx2.Client, request: Callable[[_Tracer], httpx2.Request], stream: bool,
           on_socket: Callable[[socket.socket], None] | None = None) -> httpx2.Response:
+    import httpx2
+
     tracer = _Tracer(on_socket)
     try:
         return client.send(request(tracer), stream=stream)
@@ -260,7 +272,9 @@ class SSEStream:
 
     def open(self) -> SSEStream:
         """Send the request and wait for the answer's headers. After ``close()`` it returns an empty stream."""
-        client = _client(self.ep)
+        import httpx2
+
+        client = _client(self.ep, keep=False)        # its own connection: see pool.client
         timeout = httpx2.Timeout(self._timeout, connect=CONNECT_TIMEOUT_S)
 
         def request(tracer: _Tracer) -> httpx2.Request:
@@ -278,8 +292,8 @@ class SSEStream:
         self._resp = resp
         stream = resp.extensions.get("network_stream")
         sock = stream.get_extra_info("socket") if stream is not None else None
-        if isinstance(sock, socket.socket):
-            self._keep_socket(sock)             # a reused connection: known only now
+        if isinstance(sock, socket.socket) and sock not in self._sockets:
+            self._keep_socket(sock)             # the stream's own socket after TLS, where the trace gave the raw one
         try:
             if resp.status_code >= 400:
                 raw = resp.read()
@@ -304,6 +318,8 @@ class SSEStream:
             self._shut(sock)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        import httpx2
+
         if self._whole is not None:
             try:
                 yield json.loads(self._whole.decode("utf-8"))

@@ -10,7 +10,9 @@ Rules of use:
   with ``NO_PROXY`` honoured; on macOS and Windows the system settings when the environment names none), '' for
   none. It is asked for each request; each proxy has its own pool.
 - ``client(origin, verify_tls, proxy)`` is the shared ``httpx2.Client`` for that server and route; it is safe
-  to use from several threads at once (a document summary's batch sends in parallel). ``close_all()`` drops
+  to use from several threads at once (a document summary's batch sends in parallel). ``keep=False`` gives the
+  route's client for streams, which keeps no connection: each stream opens its own, so a stop can shut it at any
+  moment, also before the server answers (a kept-alive connection is known to a request only once answered). ``close_all()`` drops
   every pool (tests, shutdown).
 - ``shown(proxy)`` is a proxy address fit for a message: without the user name and password it may carry.
 """
@@ -21,9 +23,11 @@ import ipaddress
 import logging
 import threading
 import urllib.request
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx2
+if TYPE_CHECKING:
+    import httpx2  # imported with the first pool (see hisho.core.remote.http)
 
 log = logging.getLogger("hisho.remote")
 
@@ -35,7 +39,7 @@ _KEEP = 8
 _KEEP_S = 30.0
 
 _lock = threading.Lock()
-_clients: dict[tuple[str, bool, str], httpx2.Client] = {}
+_clients: dict[tuple[str, bool, str, bool], httpx2.Client] = {}
 
 
 def is_local_host(host: str) -> bool:
@@ -67,13 +71,15 @@ def shown(proxy: str) -> str:
         else proxy
 
 
-def client(origin: str, verify_tls: bool, proxy: str) -> httpx2.Client:
+def client(origin: str, verify_tls: bool, proxy: str, keep: bool = True) -> httpx2.Client:
     """The pool for ``origin`` (``scheme://host:port``) reached through ``proxy`` ('' for directly)."""
-    key = (origin, verify_tls, proxy)
+    import httpx2
+
+    key = (origin, verify_tls, proxy, keep)
     with _lock:
         got = _clients.get(key)
         if got is None:
-            limits = httpx2.Limits(max_keepalive_connections=_KEEP, keepalive_expiry=_KEEP_S)
+            limits = httpx2.Limits(max_keepalive_connections=_KEEP if keep else 0, keepalive_expiry=_KEEP_S)
             # The route is chosen here, not by httpx2 from the environment: an explicit transport turns its
             # environment proxies off, so a LAN server stays direct even when HTTPS_PROXY is set.
             transport = httpx2.HTTPTransport(verify=verify_tls, limits=limits, proxy=proxy or None)

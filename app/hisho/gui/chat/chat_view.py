@@ -180,7 +180,7 @@ class ChatView(QScrollArea):
                 self.rows.addWidget(w)
                 added = True
         if added:
-            # Just sent: show it and what it waits for even if the user had scrolled up to read (issue 11:
+            # Just sent: show it and what it waits for even if the user had scrolled up to read (else
             # a message queued while scrolled up landed out of sight, as if the send had done nothing).
             self._stick = True
             self.jump.hide()

@@ -66,7 +66,7 @@ class ConversationList:
 
     def _show_title(self, cur: Conversation, title: str) -> None:
         """The chat on screen got a new title (renamed, or its first message edited): the header and what Chat
-        settings and toasts call it follow at once, not when the chat is next opened (issue 11)."""
+        settings and toasts call it follow at once, not when the chat is next opened."""
         cur.title = title
         if not self.c.title_editor.editing and self.w.title.text() != title:
             self.w.title.setText(title)
@@ -149,7 +149,7 @@ class ConversationList:
 
     def _renamed(self, conv: Conversation) -> None:
         """A new title shows wherever the old one did: the list or the search results, and for the chat on
-        screen its header and what Chat settings and toasts name it by (issue 11: renamed from the list's
+        screen its header and what Chat settings and toasts name it by (renamed from the list's
         Rename…, the header kept the old title, and search results did too)."""
         self.titles[conv.id] = conv.title
         cur = self.c.current

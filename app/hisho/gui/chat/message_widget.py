@@ -243,7 +243,7 @@ class MessageWidget(QWidget):
         if m.status in (STOPPED, INTERRUPTED, FAILED):
             what = {STOPPED: "Stopped", INTERRUPTED: "Interrupted", FAILED: "Engine crashed"}[m.status]
             self.marker = _label(f"{what} · partial reply", "ErrorMarker" if m.status == FAILED else "Marker", False)
-            self.marker.setWordWrap(False)  # a wrapping label in the action row broke it over two lines (issue 11)
+            self.marker.setWordWrap(False)  # a wrapping label in the action row broke it over two lines
             self.marker.setToolTip(m.error or "the reply did not finish")
             self.footer.addWidget(self.marker)
         if len(siblings) > 1 and m.id in siblings:

@@ -1,6 +1,9 @@
 """Sending and streaming: what happens from Enter to the saved reply, one operation at a time.
 
 Rules of use (the chat presenter owns one ``Sending``):
+- A send is one job on the engine lane (``ChatService.send_if_fits`` then ``run``): the prompt is built and
+  tokenized once there, checked against the context, recorded and answered. The GUI thread is asked only when
+  the prompt does not fit (the choice is the user's).
 - Every send goes through one queue. Enter takes the text out of the message box at once (so a second Enter
   cannot send it again) and queues it; ``pump`` starts the first queued message as soon as the engine is free:
   no reply streaming, no summary running, the model loaded. While it waits, the message is shown below its chat
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QMessageBox
 
-from hisho.core.conversations.chat import FitReport, Turn, TurnResult
+from hisho.core.conversations.chat import FitReport, PreparedPrompt, Turn, TurnResult
 from hisho.core.conversations.store import STREAMING, Conversation, Message
 from hisho.core.engine.protocol import Progress
 from hisho.gui.chat.waits import ReadingWatch, reading_text
@@ -123,7 +126,7 @@ class Sending:
     def waiting_on_remote(self, name: str) -> None:
         """A remote engine has not sent the streaming reply's first byte for a while (``RemoteEngine.on_wait``;
         "" once it has): say what the send waits for — in the status bar, on the reply, and on the messages
-        queued behind it (#11's "Waiting for …")."""
+        queued behind it (the same "Waiting for …")."""
         if not name:
             if self.remote_wait and self.w.status.currentMessage().startswith("Waiting for "):
                 self.w.status.clearMessage()
@@ -250,8 +253,7 @@ class Sending:
             editing = item.editing
             self._start_turn(lambda: self.service.edit(editing, text))
             return
-        self.c.engine_job(lambda: self.service.check_fit(cid, text), lambda fit: self._fit_checked(item, fit),
-                          lambda exc: self._not_started(item, exc))
+        self._start_turn(lambda: self.service.send_if_fits(cid, text))
 
     def _not_started(self, item: Queued, exc: BaseException | None) -> None:
         self.starting = None
@@ -270,8 +272,8 @@ class Sending:
         if item.stopped:
             self._not_started(item, None)
             return
-        if fit.fits:
-            self._start_turn(lambda: self.service.send(cid, text), base=fit.prompt_tokens)
+        if fit.fits:  # it fits now (the chat changed since): send as usual
+            self._start_turn(lambda: self.service.send_if_fits(cid, text))
             return
         box = QMessageBox(self.w)
         box.setIcon(QMessageBox.Icon.Warning)
@@ -308,33 +310,41 @@ class Sending:
 
         self.c.store_job(lambda: self.c.store.update(new_id, draft=text), opened)
 
-    def _start_turn(self, make: Callable[[], Turn], base: int | None = None) -> None:
-        """Record the user's side, then stream the reply, all on the engine lane."""
+    def _start_turn(self, make: Callable[[], Turn | tuple[Turn, PreparedPrompt] | FitReport]) -> None:
+        """Record the user's side, then stream the reply: one job on the engine lane. ``make`` may return the
+        turn with its prepared prompt (a send), or a ``FitReport`` when that prompt does not fit (nothing was
+        recorded; the user is asked)."""
         item = self.starting
         started = item.started_at if item is not None else time.monotonic()
         live = LiveFigures(started)
 
-        def job() -> TurnResult | None:
+        def job() -> TurnResult | FitReport | None:
             if item is not None and item.stopped:
                 return None  # stopped while it waited: nothing recorded, the text goes back
-            turn = make()
+            made = make()
+            if isinstance(made, FitReport):
+                return made
+            turn, prompt = made if isinstance(made, tuple) else (made, None)
             turn.sent_at = started
             self.running = turn  # visible to stop()/shutdown() before the GUI hears of the turn
             branch = self.c.store.branch(turn.conversation_id, turn.parent_id)
             siblings = {m.id: self.c.store.siblings(m.id) for m in branch}
-            self.c.executor.post(lambda: self._began(turn, live, branch, siblings, base))
+            fit = prompt.fit if prompt is not None else None
+            self.c.executor.post(lambda: self._began(turn, live, branch, siblings, fit))
             try:
-                return self.service.run(turn, live.on_text)
+                return self.service.run(turn, live.on_text, prompt)
             finally:
                 self.running = None
 
-        def done(result: TurnResult | None) -> None:
-            if result is None:
+        def done(out: TurnResult | FitReport | None) -> None:
+            if out is None:
                 assert item is not None
                 self._not_started(item, None)
-                self.pump()
+            elif isinstance(out, FitReport):
+                assert item is not None
+                self._fit_checked(item, out)
             else:
-                self._finished(result)
+                self._finished(out)
 
         self.c.engine_job(job, done, lambda exc: self._turn_failed(exc, item))
 
@@ -346,13 +356,14 @@ class Sending:
         self._start_turn(lambda: self.service.regenerate(reply_id))
 
     def _began(self, turn: Turn, live: LiveFigures, branch: list[Message], siblings: dict[int, list[int]],
-               base: int | None) -> None:
+               fit: FitReport | None) -> None:
         self.starting = None
         self.active = turn
         self.live = live
         self.reading_text = ""
-        if base is not None:
-            self._base_tokens[turn.id] = base
+        if fit is not None:
+            self.c.fit.remember(turn.conversation_id, fit)
+            self._base_tokens[turn.id] = fit.prompt_tokens
         cur = self.c.current
         if cur is not None and cur.id == turn.conversation_id:
             self.w.show_empty(False)
@@ -417,7 +428,7 @@ class Sending:
 
     def stop_here(self) -> None:
         """The user's Stop (the message box's button, Chat → Stop, Escape): the reply of the chat on screen
-        only; in any other chat it does nothing (issue 11: Chat → Stop stopped another chat's reply unseen)."""
+        only; in any other chat it does nothing (Chat → Stop stopped another chat's reply unseen)."""
         if self.generating_here():
             self.stop()
 

@@ -5,7 +5,7 @@ Rules of use: every hub call (search, listing, header reads, the model card) run
 results come back through the bridge. A reply for an older request (the user typed again or opened another
 repository) is dropped by its sequence number. Failures are one line with a Retry button; a gated repository
 asks for a token (``token_requested``, only when none was refused) and opens again once one is stored. A file that won't fit
-this computer also offers "Run on <engine>" when remote engines are configured (``remote_names``; issue 15).
+this computer also offers "Run on <engine>" when remote engines are configured (``remote_names``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Models page (View → Models): Installed, Hub and Downloads tabs (issue 13).
+"""The Models page (View → Models): Installed, Hub and Downloads tabs.
 
 - *Installed*: the model store with architecture, quant, size, trained context, source and a fit badge from the
   planner; Load, Set as default, Delete (says how much space comes back and which KV snapshots go with it:
@@ -344,7 +344,7 @@ def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
         window._models_page = page
         from hisho.gui.shell.remote_switch import offer_remote
 
-        offer_remote(window, page.hub)  # too big here: "Run on <engine>" (issue 15)
+        offer_remote(window, page.hub)  # too big here: "Run on <engine>"
     index = {"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0)
     page.tabs.setCurrentIndex(index)
     page.show()

@@ -1,4 +1,4 @@
-"""One window per user and data folder: a second ``hisho gui`` brings the first window to the front (issue 16).
+"""One window per user and data folder: a second ``hisho gui`` brings the first window to the front.
 
 Who is first is decided by ``hisho.core.instance`` (an OS lock on the data folder, also taken by ``hisho chat``,
 which has no window). The first window also listens on a ``QLocalServer``; a second window launch that finds the

@@ -1,9 +1,9 @@
 """A one-line question ("Rename chat", "Save as preset"): a label, a text field, OK and Cancel, fixed-size.
 
 Why not ``QInputDialog``: it builds and re-sizes its own layout when shown, so a fixed size set before ``exec``
-does not hold (session 4 tried ``setFixedSize`` and the layout's ``SetFixedSize``: its minimum and maximum
+does not hold (``setFixedSize`` and the layout's ``SetFixedSize`` were tried: its minimum and maximum
 still differed once shown). Resizable, it gets the window manager's resize handle, which openbox draws as a
-stray bar along the bottom edge (issue 11 point 8). Nothing here grows, so it is fixed like Chat settings.
+stray bar along the bottom edge. Nothing here grows, so it is fixed like Chat settings.
 
 Rules of use: GUI thread. ``ask_text(...)`` returns the text stripped of surrounding blanks, or None when
 cancelled; OK is disabled while the field is blank, so an empty answer never comes back.

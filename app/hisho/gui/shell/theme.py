@@ -81,7 +81,7 @@ def apply(app: QApplication, theme: Theme) -> None:
                          (QPalette.ColorRole.AlternateBase, theme.sidebar)):
         pal.setColor(role, QColor(colour))
     # setColor(role, …) sets every colour group, the disabled one too: a disabled menu item or button then looked
-    # exactly like an enabled one (issue 11: Chat → Stop where nothing runs). Disabled text is muted.
+    # exactly like an enabled one (Chat → Stop where nothing runs). Disabled text is muted.
     for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
         pal.setColor(QPalette.ColorGroup.Disabled, role, QColor(theme.muted))
     app.setStyle("Fusion")  # the same look everywhere; the palette above colours it

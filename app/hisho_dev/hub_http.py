@@ -1,4 +1,4 @@
-"""How the hub-shaped test server (``hisho.bench.hub_server.FakeHub``) answers HTTP: the API routes, the
+"""How the hub-shaped test server (``hisho_dev.hub_server.FakeHub``) answers HTTP: the API routes, the
 ``resolve`` redirects to the "CDN", HTTP ranges, throttling and the faults. What it serves lives in FakeHub."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 if TYPE_CHECKING:
-    from hisho.bench.hub_server import FakeHub, HubFile, HubRepo
+    from hisho_dev.hub_server import FakeHub, HubFile, HubRepo
 
 log = logging.getLogger("hisho.bench")
 

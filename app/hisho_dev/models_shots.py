@@ -2,7 +2,7 @@
 (a repository with its fit badges, also at 1280×720; a gated one asking for a token) and Downloads (a download
 running, then paused at about 45 %).
 
-The hub is the hub-shaped test server (hisho.bench.hub_server) on 127.0.0.1 with files written here: sparse
+The hub is the hub-shaped test server (hisho_dev.hub_server) on 127.0.0.1 with files written here: sparse
 GGUFs whose headers declare Llama-2-13B's tensors (the badges are this machine's real verdicts for them) and a
 small real file to download. Nothing comes from the internet.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hisho.bench.qt_wait import wait_until
+from hisho_dev.qt_wait import wait_until
 
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
 TINY = "TheBlock/TinyStories-GGUF"
@@ -104,8 +104,8 @@ def _gated_shots(app: Any, page: Any, out: Path, hub: Any, files: Path) -> None:
 
 def models_shots(app: Any, window: Any, out: Path) -> None:
     from hisho.bench.hub import LLAMA2_13B, write_llama, write_payload
-    from hisho.bench.hub_server import FakeHub
     from hisho.gui.models.models_page import open_models
+    from hisho_dev.hub_server import FakeHub
 
     files = Path(os.environ["HISHO_HOME"]) / "hub-files"
     files.mkdir(parents=True, exist_ok=True)

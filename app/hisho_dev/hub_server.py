@@ -97,7 +97,7 @@ class FakeHub:
         self._sent_total = 0
         hub = self
 
-        from hisho.bench.hub_http import HubHandler
+        from hisho_dev.hub_http import HubHandler
 
         class Handler(HubHandler):
             owner = hub
@@ -166,7 +166,7 @@ class FakeHub:
             return allowed
 
 
-def main() -> None:  # pragma: no cover - a manual tool: python -m hisho.bench.hub_server DIR...
+def main() -> None:  # pragma: no cover - a manual tool: python -m hisho_dev.hub_server DIR...
     import sys
 
     hub = FakeHub()

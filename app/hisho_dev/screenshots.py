@@ -1,4 +1,4 @@
-"""``python -m hisho.bench.screenshots OUT_DIR``: render the main screens to PNG (``make screenshots``).
+"""``python -m hisho_dev.screenshots OUT_DIR``: render the main screens to PNG (``make screenshots``).
 
 Runs offscreen in a throw-away HISHO_HOME with the real bundled model loaded (the status bar shows real
 figures). The sample conversation is written into the store by this script, so the pictures show the same
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hisho.bench.qt_wait import wait_until
+from hisho_dev.qt_wait import wait_until
 
 SAMPLE_USER = "How do I read a large CSV file in Python without running out of memory?"
 SAMPLE_REPLY = """Read it **in chunks** instead of all at once. Two good options:
@@ -207,7 +207,7 @@ def main(argv: list[str]) -> int:
     _kv_shots(app, window, out, [c.store.conversations()[1].id, cid])
     _use_shots(app, window, out, cid)
     _attach_shots(app, window, out, cid)
-    from hisho.bench.models_shots import models_shots
+    from hisho_dev.models_shots import models_shots
 
     models_shots(app, window, out)
     window.close()

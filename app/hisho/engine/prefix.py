@@ -1,0 +1,191 @@
+"""Which prefix of a sequence the context can keep and continue exactly: the one rule every reuse path goes through
+(``Runtime.seq_rm``), and the checkpoints that make a shorter prefix possible where cutting is not.
+
+Engine thread only. What llama.cpp does (src/llama-kv-cache.cpp, llama-kv-cache-iswa.cpp,
+llama-memory-recurrent.cpp, llama-memory-hybrid.cpp of the bundled build):
+
+- **Dense attention**: every cell of every position is kept until removed, so any prefix can be kept.
+- **Sliding window (iSWA)**: the window layers have a cache of about ``n_swa × n_seq_max + n_ubatch`` cells; a
+  cell whose position is out of the window of its sequence's last position is overwritten when room is needed.
+  A query at position p sees the keys at ``p - n_swa + 1 .. p``, so keeping a prefix of length p is exact only
+  if those cells are still there: ``llama_memory_seq_pos_min`` (the window cache's lowest position) must be
+  ``<= p - n_swa + 1``. ``seq_rm`` returns true either way; the check is ours.
+- **Recurrent / hybrid** (Mamba, LFM2's short convolutions, Granite-4-H, ...): one state per sequence, at its
+  last position. ``seq_rm`` from a position inside it returns false and changes nothing (a rollback needs
+  ``n_rs_seq`` snapshots, off here); the hybrid's ``seq_pos_min`` is the recurrent state's position. Only the
+  whole held prefix can be kept.
+
+Where the rule says no, a **checkpoint** is restored: the partial state (``llama_state_seq_get_data_ext`` with
+``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``: the window cache, or the recurrent state; the full-attention cells stay
+in the context) taken when the sequence held exactly ``n`` tokens, then the full cache is cut at ``n``. Taken
+at the end of each prompt but its last token (``generate``: regenerate and edit-and-resend of the last message)
+and after each ``prefill`` (the turn boundary the app appends, type-ahead), never for dense models. Without a
+usable checkpoint the sequence is cleared and the prompt prefilled whole: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp
+
+log = logging.getLogger("hisho.engine")
+
+PARTIAL = int(getattr(llama_cpp, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY", 1))
+CHECKPOINTS_PER_SEQ = 8          # the newest: the last turns, then the type-ahead states after them
+CHECKPOINT_BYTES_PER_SEQ = 256 << 20
+
+
+@dataclass
+class Checkpoint:
+    tokens: list[int]              # what the sequence held when it was taken (its first ``n`` tokens)
+    data: ctypes.Array[ctypes.c_uint8]
+    turn: bool = False             # a prompt's end or the turn boundary after a reply: evicted after type-ahead's
+
+    @property
+    def n(self) -> int:
+        return len(self.tokens)
+
+
+class PrefixKeeper:
+    """The reuse rule of one context's memory, and its checkpoints per sequence."""
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+        model = rt.model
+        self.n_swa = int(llama_cpp.llama_model_n_swa(model))
+        self.recurrent = bool(llama_cpp.llama_model_is_recurrent(model)) or bool(
+            llama_cpp.llama_model_is_hybrid(model))
+        self.dense = not self.n_swa and not self.recurrent
+        self.checkpoints: dict[int, list[Checkpoint]] = {}
+        # After a restore from several chunk files the window cells can have holes below the last window (each
+        # file holds the window of its own end): positions below the floor are not trusted for a cut.
+        self.floor: dict[int, int] = {}
+        self._after_reply: dict[int, bool] = {}
+
+    def reset(self) -> None:
+        self.checkpoints.clear()
+        self.floor.clear()
+        self._after_reply.clear()
+
+    @property
+    def kind(self) -> str:
+        if self.recurrent:
+            return "hybrid" if bool(llama_cpp.llama_model_is_hybrid(self.rt.model)) else "recurrent"
+        return "swa" if self.n_swa else "dense"
+
+    # ----- the rule -------------------------------------------------------------------------------
+
+    def why_not(self, seq: int, p: int) -> str | None:
+        """None if ``seq`` can keep its first ``p`` tokens and continue exactly; else the reason."""
+        if self.dense or p <= 0:
+            return None
+        held = len(self.rt.seqs.get(seq, []))
+        mem = self.rt.memory
+        pos_max = int(llama_cpp.llama_memory_seq_pos_max(mem, seq))
+        pos_min = int(llama_cpp.llama_memory_seq_pos_min(mem, seq))
+        if pos_max + 1 != held:
+            return f"the cache holds positions up to {pos_max}, the sequence {held} tokens"
+        if self.recurrent:
+            if p < held:
+                return f"a recurrent state at position {held - 1} cannot be cut back to {p}"
+            if pos_min != held - 1:
+                return f"the recurrent state is at position {pos_min}, not {held - 1}"
+        # One cell of margin below the window: a query at p sees p - n_swa + 1 .. p.
+        low = max(pos_min, self.floor.get(seq, 0))
+        if self.n_swa and low > max(0, p - self.n_swa):
+            return (f"the sliding-window layers hold positions from {low} on; continuing at {p} needs "
+                    f"{max(0, p - self.n_swa)}")
+        return None
+
+    def keep(self, seq: int, p: int) -> int:
+        """Make ``seq`` hold only its first ``p`` tokens if that is exact, else the longest exact prefix below
+        (a checkpoint), else nothing. Returns how many tokens it holds now (``Runtime.seqs`` follows)."""
+        rt = self.rt
+        held = rt.seqs.get(seq, [])
+        p = max(0, min(p, len(held)))
+        why = None if p == 0 else self.why_not(seq, p)
+        if why is None:
+            if p == len(held) or self._cut(seq, p):
+                self._drop_above(seq, p)
+                rt.seqs[seq] = held[:p]
+                return p
+            why = "llama.cpp refused to cut the sequence there"
+        kept = self._restore_checkpoint(seq, p, held)
+        log.info("sequence %d: keeping %d of %d tokens is not exact (%s); %s", seq, p, len(held), why,
+                 f"restored the checkpoint at {kept}" if kept else "prefilling from the start")
+        return kept
+
+    def _cut(self, seq: int, p: int) -> bool:
+        return bool(llama_cpp.llama_memory_seq_rm(self.rt.memory, seq, p, -1))
+
+    def clear(self, seq: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self.rt.memory, seq, -1, -1)
+        self.rt.seqs[seq] = []
+        self.checkpoints.pop(seq, None)
+        self.floor.pop(seq, None)
+
+    def _drop_above(self, seq: int, p: int) -> None:
+        if p <= 0:
+            self.checkpoints.pop(seq, None)
+            self.floor.pop(seq, None)
+        elif seq in self.checkpoints:
+            self.checkpoints[seq] = [c for c in self.checkpoints[seq] if c.n <= p]
+
+    # ----- checkpoints ----------------------------------------------------------------------------
+
+    def checkpoint(self, seq: int, *, prompt: bool = False) -> bool:
+        """Keep the partial state of ``seq`` as it is now (no-op for dense models, or when one exists).
+        ``prompt``: taken before a reply; the next one (the boundary the app appends after the reply) is a
+        turn's too. Type-ahead states go first when there are too many."""
+        if self.dense:
+            return False
+        turn = prompt or self._after_reply.pop(seq, False)
+        if prompt:
+            self._after_reply[seq] = True
+        held = self.rt.seqs.get(seq, [])
+        if not held or self.why_not(seq, len(held)) is not None:
+            return False
+        mine = self.checkpoints.setdefault(seq, [])
+        if any(c.n == len(held) and c.tokens == held for c in mine):
+            return False
+        ctx = self.rt.ctx
+        size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, seq, PARTIAL))
+        data = (ctypes.c_uint8 * max(1, size))()
+        got = int(llama_cpp.llama_state_seq_get_data_ext(ctx, data, size, seq, PARTIAL))
+        if got != size:
+            log.warning("checkpoint of sequence %d: llama.cpp wrote %d of %d bytes", seq, got, size)
+            return False
+        mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data, turn)]
+        while len(mine) > 1 and (len(mine) > CHECKPOINTS_PER_SEQ
+                                 or sum(len(c.data) for c in mine) > CHECKPOINT_BYTES_PER_SEQ):
+            typed = [i for i, c in enumerate(mine[:-1]) if not c.turn]
+            mine.pop(typed[0] if typed else 0)  # the oldest type-ahead state, else the oldest turn
+        return True
+
+    def checkpoint_bytes(self) -> int:
+        return sum(len(c.data) for mine in self.checkpoints.values() for c in mine)
+
+    def _restore_checkpoint(self, seq: int, p: int, held: list[int]) -> int:
+        """Restore the newest checkpoint of at most ``p`` tokens that ``seq`` still starts with; clear ``seq``
+        when there is none (or it does not load). Returns the tokens held."""
+        rt = self.rt
+        usable = [c for c in self.checkpoints.get(seq, []) if c.n <= p and held[:c.n] == c.tokens]
+        for ck in sorted(usable, key=lambda c: c.n, reverse=True):
+            n = int(llama_cpp.llama_state_seq_set_data_ext(rt.ctx, ck.data, len(ck.data), seq, PARTIAL))
+            if n == 0:
+                log.warning("checkpoint at %d of sequence %d did not load", ck.n, seq)
+                break  # llama.cpp cleared the partial state: the sequence is no longer whole
+            if not self._cut(seq, ck.n):
+                break
+            rt.seqs[seq] = held[:ck.n]
+            self.floor.pop(seq, None)  # the window cells are the checkpoint's now: one run up to its end
+            if self.why_not(seq, ck.n) is not None:
+                break
+            self._drop_above(seq, ck.n)
+            return ck.n
+        self.clear(seq)
+        return 0
