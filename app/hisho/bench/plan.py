@@ -181,7 +181,7 @@ def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozen
     log.info("measured %s n_ctx %d %s: %.1f MiB", Path(model_path).name, cfg.n_ctx, cfg.type_k,
              int(m["peak_growth"]) / MIB)
     buffers = m["buffers"]
-    reported = sum(sum(buffers[k].values()) for k in ("model", "KV", "compute", "output"))
+    reported = sum(sum(buffers.get(k, {}).values()) for k in ("model", "KV", "RS", "compute", "output"))
     measured_committed = reported + int(m["our_arrays"])
     measured_resident = int(m["peak_growth"])
     return {

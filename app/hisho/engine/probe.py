@@ -36,8 +36,10 @@ from hisho.core.protocol import LoadParams
 from hisho.core.units import MIB
 from hisho.engine import backends
 
-_BUFFER = re.compile(r"(\S+)\s+(model|output|KV|compute) buffer size =\s+([\d.]+) MiB")
+_BUFFER = re.compile(r"(\S+)\s+(model|output|KV|RS|compute) buffer size =\s+([\d.]+) MiB")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
+# A recurrent model's state (llama-memory-recurrent.cpp): "size = X MiB (N cells, L layers, S seqs ...)".
+_RS_SIZE = re.compile(r"llama_memory_recurrent: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
 _DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 
 
@@ -61,13 +63,17 @@ class LogCapture:
 
 
 def parse_buffers(text: str) -> dict[str, Any]:
-    """Buffer sizes from a log chunk: ``{"model": {dev: bytes}, "output": …, "KV": …, "compute": …,
-    "kv_caches": [{"bytes", "cells", "layers"}]}``. MiB values are printed with two decimals."""
-    out: dict[str, Any] = {"model": {}, "output": {}, "KV": {}, "compute": {}, "kv_caches": []}
+    """Buffer sizes from a log chunk: ``{"model": {dev: bytes}, "output": …, "KV": …, "RS": …, "compute": …,
+    "kv_caches": [{"bytes", "cells", "layers"}], "rs_caches": […]}`` (RS: a recurrent or hybrid model's
+    recurrent state). MiB values are printed with two decimals."""
+    out: dict[str, Any] = {"model": {}, "output": {}, "KV": {}, "RS": {}, "compute": {}, "kv_caches": [],
+                           "rs_caches": []}
     for dev, kind, mib in _BUFFER.findall(text):
         out[kind][dev] = out[kind].get(dev, 0) + round(float(mib) * MIB)
     for mib, cells, layers in _KV_SIZE.findall(text):
         out["kv_caches"].append({"bytes": round(float(mib) * MIB), "cells": int(cells), "layers": int(layers)})
+    for mib, cells, layers in _RS_SIZE.findall(text):
+        out["rs_caches"].append({"bytes": round(float(mib) * MIB), "cells": int(cells), "layers": int(layers)})
     return out
 
 
@@ -161,7 +167,8 @@ def _probe_context(model: Any, cparams: Any, logs: LogCapture, *, outputs_max: i
     llama_cpp.llama_free(ctx)
     logs.take()
     buffers = parse_buffers(text)
-    return {"ok": True, "kv_caches": buffers["kv_caches"], "compute": buffers["compute"],
+    return {"ok": True, "kv_caches": buffers["kv_caches"], "rs_caches": buffers["rs_caches"],
+            "compute": buffers["compute"],
             "output": buffers["output"], "anon": after["anon"] - before["anon"],
             "file": after["file"] - before["file"]}
 

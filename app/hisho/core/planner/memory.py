@@ -44,6 +44,7 @@ class Config:
     n_ubatch: int = 512
     n_seq_max: int = 1
     swa_full: bool = False
+    kv_unified: bool = True  # False: one KV stream of n_ctx / n_seq_max cells per sequence (the API's slots)
     use_mmap: bool | None = None  # None: the engine's policy (map unless weights get repacked; repack.py)
 
     def valid_for(self, facts: ModelFacts) -> str | None:
@@ -89,27 +90,39 @@ def row_bytes(kind: str, n: int) -> int:
     return -(-n // block) * size
 
 
+def stream_cells(cfg: Config) -> tuple[int, int]:
+    """(streams, cells per stream) of the KV cache: one stream of n_ctx cells when unified, else one of
+    n_ctx / n_seq_max cells per sequence (llama-context.cpp n_ctx_seq, padded to 256 each)."""
+    if cfg.kv_unified or cfg.n_seq_max <= 1:
+        return 1, padded_cells(cfg.n_ctx)
+    return cfg.n_seq_max, padded_cells(max(1, padded_cells(cfg.n_ctx) // cfg.n_seq_max))
+
+
 def swa_cells(facts: ModelFacts, cells: int, cfg: Config) -> int:
-    """Cells a sliding-window layer holds: window x sequences + one ubatch, padded to 256, never more than the
-    full cache (llama-kv-cache-iswa.cpp)."""
+    """Cells per stream a sliding-window layer holds: the window (times the sequences sharing a unified stream)
+    plus one ubatch, padded to 256, never more than the full stream (llama-kv-cache-iswa.cpp); all of them with
+    ``swa_full``."""
     if cfg.swa_full:
         return cells
-    return padded_cells(min(cells, facts.n_swa * cfg.n_seq_max + cfg.n_ubatch))
+    shared = cfg.n_seq_max if cfg.kv_unified else 1
+    return padded_cells(min(cells, facts.n_swa * shared + cfg.n_ubatch))
 
 
 _PER_CELL: dict[tuple[Any, ...], tuple[tuple[int, int], ...]] = {}
 
 
 def _suffix_per_cell(facts: ModelFacts, type_k: str, type_v: str) -> tuple[tuple[int, int], ...]:
-    """For each layer index i: (bytes per cell of full layers i.., of sliding-window layers i..). Cached: the
-    search asks for thousands of configurations of the same model."""
-    key = (facts.n_head_kv, facts.swa_layers, facts.key_length, facts.value_length, type_k, type_v)
+    """For each layer index i: (bytes per cell of full layers i.., of sliding-window layers i..). Layers without a
+    KV cache (a hybrid model's recurrent layers) count nothing. Cached: the search asks for thousands of
+    configurations of the same model."""
+    key = (facts.n_head_kv, facts.swa_layers, facts.attention_layers, facts.key_length, facts.value_length,
+           type_k, type_v)
     hit = _PER_CELL.get(key)
     if hit is not None:
         return hit
     rows = [(0, 0)]
     for il in reversed(range(facts.n_layer)):
-        heads = max(0, facts.n_head_kv[il])
+        heads = max(0, facts.n_head_kv[il]) if facts.attends(il) else 0
         per = row_bytes(type_k, facts.key_length * heads) + row_bytes(type_v, facts.value_length * heads)
         full, swa = rows[-1]
         rows.append((full, swa + per) if facts.swa_layers[il] else (full + per, swa))
@@ -121,10 +134,24 @@ def _suffix_per_cell(facts: ModelFacts, type_k: str, type_v: str) -> tuple[tuple
 
 
 def kv_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
-    """KV bytes of layers ``first_layer``.. (0: all of them). Layers with no KV heads hold nothing."""
-    cells = padded_cells(cfg.n_ctx)
+    """Attention KV bytes of layers ``first_layer``.. (0: all of them). Layers with no KV heads hold nothing."""
+    streams, cells = stream_cells(cfg)
     full, swa = _suffix_per_cell(facts, cfg.type_k, cfg.type_v)[min(first_layer, facts.n_layer)]
-    return cells * full + (swa_cells(facts, cells, cfg) * swa if swa else 0)
+    return streams * (cells * full + (swa_cells(facts, cells, cfg) * swa if swa else 0))
+
+
+def recurrent_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
+    """Recurrent state bytes of layers ``first_layer``..: per recurrent layer one f32 r row and one s row for each
+    of max(1, n_seq_max) cells (llama-memory-recurrent.cpp); independent of the context length."""
+    if not facts.recurrent_layers:
+        return 0
+    n = sum(1 for il in range(first_layer, facts.n_layer) if facts.recurrent_layers[il])
+    return n * (facts.n_embd_r + facts.n_embd_s) * 4 * max(1, cfg.n_seq_max)
+
+
+def memory_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
+    """What the context's memory holds for layers ``first_layer``..: attention KV plus recurrent state."""
+    return kv_bytes(facts, cfg, first_layer) + recurrent_bytes(facts, cfg, first_layer)
 
 
 def gpu_layers(facts: ModelFacts, n_gpu_layers: int) -> range:
@@ -300,8 +327,8 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
         # ggml-cpu converts the softmaxed scores to f16 for the KQV product in its own work buffer.
         overhead += padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 2
     _ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
-    kv = kv_bytes(facts, cfg)
-    gpu_kv = kv_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
+    kv = memory_bytes(facts, cfg)
+    gpu_kv = memory_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
     gpu_compute = compute if cfg.n_gpu_layers > 0 else 0
     arrays = batch_bytes(cfg)
     runtime = overhead + DECODE_OVERHEAD + arrays
