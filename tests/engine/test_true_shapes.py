@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 
+import llama_cpp
 import pytest
 
-from hisho.bench.shapes import QUANTS, SHAPES, VALUES_PER_BLOCK, nbytes, tensor_table
+from hisho.bench.shapes import MEMORY_TYPES, QUANTS, SHAPES, VALUES_PER_BLOCK, nbytes, tensor_table
 from hisho.core.gguf_facts import read_facts
 from hisho.core.planner.repack import repacked_bytes
 from hisho.core.protocol import LoadParams, Sampling
@@ -58,5 +59,26 @@ def test_llama_1b_q4_0_loads_once_and_decodes() -> None:
                                   lambda: False))
         stats = events[-1]
         assert stats.completion_tokens == 3  # type: ignore[union-attr]
+    finally:
+        rt.close()
+
+
+@pytest.mark.parametrize("memory", sorted(MEMORY_TYPES))
+def test_each_memory_type_loads_as_that_type_and_decodes(memory: str) -> None:
+    """The tiny shape of each memory type is what llama.cpp makes of the real one: its window, whether it is a
+    hybrid, and a reply that depends on the prompt."""
+    shape = SHAPES[MEMORY_TYPES[memory][0]]
+    rt = Runtime.load(LoadParams(model_path=str(true_model(shape.name, "Q8_0")), n_ctx=1024, n_seq_max=2))
+    try:
+        assert llama_cpp.llama_model_n_swa(rt.model) == shape.sliding_window
+        assert bool(llama_cpp.llama_model_is_hybrid(rt.model)) is (shape.memory == "hybrid")
+        replies = []
+        for first in (1000, 20000):  # two prompts with no token in common
+            prompt = list(range(first, first + 64))
+            events = list(rt.generate(0, prompt, Sampling(temperature=0.0, max_tokens=6, ignore_eos=True),
+                                      lambda: False))
+            replies.append(events[-1].tokens)  # type: ignore[union-attr]
+            rt.seq_rm(0, 0)
+        assert all(len(r) == 6 for r in replies) and replies[0] != replies[1]
     finally:
         rt.close()

@@ -57,7 +57,7 @@ def matrix_models(only: str | None = None) -> list[tuple[str, str]]:
     order)."""
     from hisho.bench.shapes import QUANTS, SHAPES
 
-    pairs = [(s, q) for s in SHAPES for q in QUANTS if q != "F16" or s == "llama-3.2-1b"]
+    pairs = [(s, q) for s in SHAPES if SHAPES[s].matrix for q in QUANTS if q != "F16" or s == "llama-3.2-1b"]
     if not only:
         return pairs
     wanted = [w.strip() for w in only.split(",") if w.strip()]

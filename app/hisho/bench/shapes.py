@@ -34,7 +34,7 @@ import numpy as np
 
 log = logging.getLogger("hisho.bench")
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 POOL_BYTES = 4 << 20
 ALIGN = 32
 UNUSED_TOKEN = 5  # llama_token_type LLAMA_TOKEN_TYPE_UNUSED: never produced, not parsed as special
@@ -57,8 +57,28 @@ class TrueShape:
     sliding_window: int = 0
     rope_base: float = 500000.0
     rope_freqs: bool = False   # llama 3.x ships a rope_freqs tensor (its RoPE scaling factors)
+    # Hybrids: the layers that have attention; every other layer is recurrent (head_count_kv 0 in the file).
+    attn_layers: tuple[int, ...] = ()
+    conv_l: int = 0            # LFM2 short convolution: kernel length (shortconv.l_cache)
+    ssm: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # Mamba-2: d_conv, d_inner, d_state, n_head, n_group
+    experts: tuple[int, int, int] = (0, 0, 0)               # MoE: n_expert, n_expert_used, n_ff_exp
+    matrix: bool = True        # measured by ``hisho bench plan --matrix`` (tiny test shapes and 20B files: no)
+
+    @property
+    def memory(self) -> str:
+        """The kind of memory llama.cpp gives this shape: dense, swa (sliding window) or hybrid (recurrent)."""
+        if self.attn_layers or self.conv_l or self.ssm[0]:
+            return "hybrid"
+        return "swa" if self.sliding_window else "dense"
+
+    def is_attn(self, il: int) -> bool:
+        return not (self.conv_l or self.ssm[0]) or il in self.attn_layers
 
 
+# Real shapes (the files people run) and tiny ones for tests: the same architecture, memory type, layer pattern,
+# window and vocabulary at a small width and few layers, so exactness tests run in seconds.
+_LFM2_ATTN = (2, 5, 8, 10, 12, 14)         # LFM2-350M/1.2B: 6 attention layers of 16, the rest short convolutions
+_GRANITE_ATTN = (5, 15, 25, 35)            # Granite-4.0-H: 4 attention layers of 40, the rest Mamba-2
 SHAPES: dict[str, TrueShape] = {s.name: s for s in (
     TrueShape("llama-3.2-1b", "llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, rope_freqs=True),
     TrueShape("llama-3.2-3b", "llama", 28, 3072, 8192, 24, 8, 128, 128256, 131072, rope_freqs=True),
@@ -66,7 +86,33 @@ SHAPES: dict[str, TrueShape] = {s.name: s for s in (
               rope_base=1000000.0),
     TrueShape("gemma-3-1b", "gemma3", 26, 1152, 6912, 4, 1, 256, 262144, 32768, sliding_window=512,
               rope_base=1000000.0),
+    # gpt-oss-20b: alternating sliding (window 128) and full layers, 32 experts (4 used), untied output.
+    TrueShape("gpt-oss-20b", "gpt-oss", 24, 2880, 2880, 64, 8, 64, 201088, 131072, tied=False, sliding_window=128,
+              rope_base=150000.0, experts=(32, 4, 2880), matrix=False),
+    TrueShape("lfm2-350m", "lfm2", 16, 1024, 4608, 16, 8, 64, 65536, 128000, rope_base=1000000.0,
+              attn_layers=_LFM2_ATTN, conv_l=3),
+    TrueShape("granite-4.0-h-1b", "granitehybrid", 40, 1536, 4096, 12, 4, 128, 100352, 131072, tied=True,
+              rope_base=10000.0, attn_layers=_GRANITE_ATTN, ssm=(4, 3072, 128, 48, 1)),
+    # Tiny test shapes.
+    TrueShape("llama-tiny", "llama", 4, 128, 256, 4, 2, 32, 49152, 8192, tied=False, matrix=False),
+    TrueShape("gemma-3-tiny", "gemma3", 6, 128, 256, 2, 1, 64, 262144, 32768, sliding_window=512,
+              rope_base=1000000.0, matrix=False),
+    TrueShape("gpt-oss-tiny", "gpt-oss", 4, 128, 128, 4, 2, 32, 201088, 131072, tied=False, sliding_window=128,
+              rope_base=150000.0, experts=(4, 2, 128), matrix=False),
+    TrueShape("lfm2-tiny", "lfm2", 16, 128, 256, 4, 2, 32, 65536, 128000, rope_base=1000000.0,
+              attn_layers=_LFM2_ATTN, conv_l=3, matrix=False),
+    TrueShape("granite-4.0-h-tiny", "granitehybrid", 10, 128, 256, 4, 2, 32, 100352, 131072,
+              rope_base=10000.0, attn_layers=(5,), ssm=(4, 256, 128, 4, 1), matrix=False),
 )}
+# Each memory type's tiny test shape and full shape (the bench's): dense, sliding window (Gemma-3's 5 local : 1
+# global at 512, gpt-oss's 1 : 1 at 128), short-convolution hybrid (LFM2), Mamba-2 hybrid (Granite-4.0-H).
+MEMORY_TYPES: dict[str, tuple[str, str]] = {
+    "dense": ("llama-tiny", "llama-3.2-1b"),
+    "swa": ("gemma-3-tiny", "gemma-3-1b"),
+    "swa-small": ("gpt-oss-tiny", "gpt-oss-20b"),
+    "conv-hybrid": ("lfm2-tiny", "lfm2-350m"),
+    "mamba2-hybrid": ("granite-4.0-h-tiny", "granite-4.0-h-1b"),
+}
 QUANTS = ("Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "IQ4_XS", "F16")
 # general.file_type (llama_ftype) per mix.
 FILE_TYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "IQ4_XS": 30}
@@ -123,38 +169,83 @@ def _weight_type(s: TrueShape, quant: str, role: str, il: int, ncols: int) -> st
 
 
 def tensor_table(s: TrueShape, quant: str) -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, shape in ggml order [ne0, ne1], type) of every tensor, in file order."""
+    """(name, shape in ggml order [ne0, ne1, ...], type) of every tensor, in file order (llama.cpp's
+    ``load_arch_tensors`` of each architecture says which it expects)."""
     q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
     embd_role = "output" if s.tied else "token_embd"
     out: list[tuple[str, tuple[int, ...], str]] = [
         ("token_embd.weight", (s.n_embd, s.vocab), _weight_type(s, quant, embd_role, 0, s.n_embd)),
-        ("output_norm.weight", (s.n_embd,), "F32"),
+        ("token_embd_norm.weight" if s.arch == "lfm2" else "output_norm.weight", (s.n_embd,), "F32"),
     ]
     if not s.tied:
         out.append(("output.weight", (s.n_embd, s.vocab), _weight_type(s, quant, "output", 0, s.n_embd)))
     if s.rope_freqs:
         out.append(("rope_freqs.weight", (s.head_dim // 2,), "F32"))
+    gemma = s.arch == "gemma3"
     for il in range(s.n_layer):
         b = f"blk.{il}."
 
-        def mat(role: str, ncols: int, nrows: int, b: str = b, il: int = il) -> tuple[str, tuple[int, ...], str]:
-            return (f"{b}{role}.weight", (ncols, nrows), _weight_type(s, quant, role, il, ncols))
+        def mat(role: str, *dims: int, b: str = b, il: int = il) -> tuple[str, tuple[int, ...], str]:
+            return (f"{b}{role}.weight", dims, _weight_type(s, quant, role.split(".")[-1], il, dims[0]))
 
-        out += [(b + "attn_norm.weight", (s.n_embd,), "F32"),
-                mat("attn_q", s.n_embd, q_dim), mat("attn_k", s.n_embd, kv_dim), mat("attn_v", s.n_embd, kv_dim)]
-        if s.qkv_bias:
-            out += [(b + "attn_q.bias", (q_dim,), "F32"), (b + "attn_k.bias", (kv_dim,), "F32"),
-                    (b + "attn_v.bias", (kv_dim,), "F32")]
-        if s.arch == "gemma3":
-            out += [(b + "attn_q_norm.weight", (s.head_dim,), "F32"), (b + "attn_k_norm.weight", (s.head_dim,), "F32")]
-        out.append(mat("attn_output", q_dim, s.n_embd))
-        if s.arch == "gemma3":
-            out.append((b + "post_attention_norm.weight", (s.n_embd,), "F32"))
-        out += [(b + "ffn_norm.weight", (s.n_embd,), "F32"), mat("ffn_gate", s.n_embd, s.n_ff),
+        def f32(name: str, *dims: int, b: str = b) -> tuple[str, tuple[int, ...], str]:
+            return (b + name, dims, "F32")
+
+        out.append(f32("attn_norm.weight", s.n_embd))
+        if s.is_attn(il):
+            if s.arch == "lfm2":
+                out += [f32("attn_q_norm.weight", s.head_dim), f32("attn_k_norm.weight", s.head_dim)]
+            out += [mat("attn_q", s.n_embd, q_dim), mat("attn_k", s.n_embd, kv_dim), mat("attn_v", s.n_embd, kv_dim)]
+            if s.qkv_bias or s.arch == "gpt-oss":
+                out += [f32("attn_q.bias", q_dim), f32("attn_k.bias", kv_dim), f32("attn_v.bias", kv_dim)]
+            if gemma:
+                out += [f32("attn_q_norm.weight", s.head_dim), f32("attn_k_norm.weight", s.head_dim)]
+            out.append(mat("attn_output", q_dim, s.n_embd))
+            if s.arch == "gpt-oss":
+                out += [f32("attn_output.bias", s.n_embd), f32("attn_sinks.weight", s.n_head)]
+        elif s.conv_l:
+            out += [f32("shortconv.conv.weight", s.conv_l, s.n_embd), mat("shortconv.in_proj", s.n_embd, 3 * s.n_embd),
+                    mat("shortconv.out_proj", s.n_embd, s.n_embd)]
+        else:
+            d_conv, d_inner, d_state, n_ssm_head, n_group = s.ssm
+            conv_dim = d_inner + 2 * n_group * d_state
+            out += [mat("ssm_in", s.n_embd, 2 * d_inner + 2 * n_group * d_state + n_ssm_head),
+                    f32("ssm_conv1d.weight", d_conv, conv_dim), f32("ssm_conv1d.bias", conv_dim),
+                    f32("ssm_dt.bias", n_ssm_head), f32("ssm_a", 1, n_ssm_head), f32("ssm_d", 1, n_ssm_head),
+                    f32("ssm_norm.weight", d_inner // n_group, n_group), mat("ssm_out", d_inner, s.n_embd)]
+        if gemma or s.arch == "gpt-oss":
+            out.append(f32("post_attention_norm.weight", s.n_embd))
+        if s.experts[0]:
+            n_exp, _used, n_ff_exp = s.experts
+            out += [(b + "ffn_gate_inp.weight", (s.n_embd, n_exp), "F32"), f32("ffn_gate_inp.bias", n_exp),
+                    mat("ffn_gate_exps", s.n_embd, n_ff_exp, n_exp), f32("ffn_gate_exps.bias", n_ff_exp, n_exp),
+                    mat("ffn_up_exps", s.n_embd, n_ff_exp, n_exp), f32("ffn_up_exps.bias", n_ff_exp, n_exp),
+                    mat("ffn_down_exps", n_ff_exp, s.n_embd, n_exp), f32("ffn_down_exps.bias", s.n_embd, n_exp)]
+            continue
+        out += [f32("ffn_norm.weight", s.n_embd), mat("ffn_gate", s.n_embd, s.n_ff),
                 mat("ffn_up", s.n_embd, s.n_ff), mat("ffn_down", s.n_ff, s.n_embd)]
-        if s.arch == "gemma3":
-            out.append((b + "post_ffw_norm.weight", (s.n_embd,), "F32"))
+        if gemma:
+            out.append(f32("post_ffw_norm.weight", s.n_embd))
     return out
+
+
+def _f32_fill(name: str, n: int, rng: np.random.Generator) -> bytes:
+    """Values a float tensor needs for random weights to stay finite and input-dependent over thousands of
+    tokens: norms 1, biases small, a Mamba-2 ``A`` negative with a small time step (a state that decays
+    slowly), attention sinks 0."""
+    if name.endswith("ssm_a"):
+        vals = -rng.uniform(1.0, 8.0, n)
+    elif name.endswith("ssm_dt.bias"):  # softplus(x + b) ~ 0.003..0.05, as Mamba-2 initializes dt: a long memory
+        vals = rng.uniform(-6.0, -3.0, n)
+    elif name.endswith("attn_sinks.weight"):
+        vals = np.zeros(n)
+    elif name.endswith(".bias") or "gate_inp" in name:
+        vals = rng.standard_normal(n) * 0.02
+    elif "conv" in name:
+        vals = rng.standard_normal(n) * 0.3
+    else:
+        vals = np.ones(n)
+    return vals.astype(np.float32).tobytes()
 
 
 def nbytes(shape: tuple[int, ...], qtype: str) -> int:
@@ -254,6 +345,10 @@ def _kv(key: str, fmt: str, value: Any) -> bytes:
     return _gguf_string(key) + struct.pack("<I", types[fmt]) + struct.pack(fmt, value)
 
 
+def _kv_ints(key: str, values: list[int]) -> bytes:
+    return _gguf_string(key) + struct.pack("<IIQ", _ARRAY, 5, len(values)) + struct.pack(f"<{len(values)}i", *values)
+
+
 def write_model(path: Path, s: TrueShape, quant: str, tokenizer_model: Path, *, seed: int = 0) -> Path:
     """Write a complete, loadable GGUF (v3) of shape ``s`` in mix ``quant`` to ``path``."""
     from gguf import GGMLQuantizationType
@@ -270,7 +365,8 @@ def write_model(path: Path, s: TrueShape, quant: str, tokenizer_model: Path, *, 
         _kv(f"{a}.embedding_length", "<I", s.n_embd),
         _kv(f"{a}.feed_forward_length", "<I", s.n_ff),
         _kv(f"{a}.attention.head_count", "<I", s.n_head),
-        _kv(f"{a}.attention.head_count_kv", "<I", s.n_head_kv),
+        (_kv_ints(f"{a}.attention.head_count_kv", [s.n_head_kv if s.is_attn(il) else 0 for il in range(s.n_layer)])
+         if s.memory == "hybrid" else _kv(f"{a}.attention.head_count_kv", "<I", s.n_head_kv)),
         _kv(f"{a}.attention.key_length", "<I", s.head_dim),
         _kv(f"{a}.attention.value_length", "<I", s.head_dim),
         _kv(f"{a}.attention.layer_norm_rms_epsilon", "<f", 1e-6),
@@ -280,6 +376,14 @@ def write_model(path: Path, s: TrueShape, quant: str, tokenizer_model: Path, *, 
     ]
     if s.sliding_window:
         kvs.append(_kv(f"{a}.attention.sliding_window", "<I", s.sliding_window))
+    if s.conv_l:
+        kvs.append(_kv(f"{a}.shortconv.l_cache", "<I", s.conv_l))
+    if s.ssm[0]:
+        kvs += [_kv(f"{a}.ssm.{key}", "<I", v) for key, v in zip(
+            ("conv_kernel", "inner_size", "state_size", "time_step_rank", "group_count"), s.ssm)]
+    if s.experts[0]:
+        kvs += [_kv(f"{a}.expert_count", "<I", s.experts[0]), _kv(f"{a}.expert_used_count", "<I", s.experts[1]),
+                _kv(f"{a}.expert_feed_forward_length", "<I", s.experts[2])]
     kvs += tokenizer_kv(tokenizer_model, s.vocab)
     table = tensor_table(s, quant)
     infos, offset = [], 0
@@ -294,7 +398,11 @@ def write_model(path: Path, s: TrueShape, quant: str, tokenizer_model: Path, *, 
         for record in kvs + infos:
             fh.write(record)
         fh.write(b"\0" * (-fh.tell() % ALIGN))
-        for _name, shape, qtype in table:
+        for name, shape, qtype in table:
+            if qtype == "F32":
+                raw = _f32_fill(name, int(np.prod(shape)), rng)
+                fh.write(raw + b"\0" * (-len(raw) % ALIGN))
+                continue
             if qtype not in pools:
                 pools[qtype] = _pool(qtype, rng)
             size = nbytes(shape, qtype)
