@@ -248,7 +248,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     tokens = [(i * 7919 + 11) % n_vocab for i in range(rt.n_ctx)]
     started = time.perf_counter()
     if fill == "state":
-        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)))
+        caches = request.get("kv_caches")
+        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches))
         # The synthetic state's Python buffers are freed by now; only what follows the reset counts, and the
         # load's own peak (loaded["peak"]) is kept apart.
     else:
@@ -269,7 +270,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
             "buffers": buffers, "our_arrays": batch_bytes}
 
 
-def _fill_by_state(rt: Any, tokens: list[int], n_swa: int) -> None:
+def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None = None) -> None:
     """Fill all but the last ubatch of the context from a synthetic state, then decode the last full ubatch.
     The state is built in an anonymous mmap, so freeing it gives every page back to the OS (a malloc'd block
     may stay in the heap and would count as the engine's memory)."""
@@ -277,9 +278,9 @@ def _fill_by_state(rt: Any, tokens: list[int], n_swa: int) -> None:
     one = _seq_state(rt, 0)
     rt.seq_rm(0)
     n_fill = rt.n_ctx - min(rt.n_batch, rt.n_ctx)
-    size = sum(len(piece) * times for piece, times in synthetic_state(one, n_fill, n_swa))
+    size = sum(len(piece) * times for piece, times in synthetic_state(one, n_fill, n_swa, kv_caches))
     mm = mmap.mmap(-1, size)
-    for piece, times in synthetic_state(one, n_fill, n_swa):
+    for piece, times in synthetic_state(one, n_fill, n_swa, kv_caches):
         for _ in range(times):
             mm.write(piece)
     buf = (ctypes.c_uint8 * size).from_buffer(mm)
@@ -300,17 +301,23 @@ def _seq_state(rt: Any, seq: int) -> bytes:
     return bytes(buf[:n])
 
 
-def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0) -> Iterator[tuple[bytes, int]]:
+def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0, kv_caches: int | None = None,
+                    ) -> Iterator[tuple[bytes, int]]:
     """A sequence state of ``n_cells`` cells at positions 0..n_cells-1, from the state of ONE cell, as
     (piece, repeat) pairs to write in order. llama.cpp's per-sequence format (llama-context.cpp, llama-kv-cache.cpp
     state_write): an 8-byte preamble (io magic 0xaf143cd8, source sequence), then per cache: streams of cell
     count, cell meta, K rows per layer, V rows (or V elements when transposed). Each cell repeats the decoded
     cell's K and V. An interleaved-SWA model writes two caches; the second (sliding-window) one gets only the
-    last ``n_swa`` cells, as llama.cpp saves it (older cells are masked out and not written)."""
+    last ``n_swa`` cells, as llama.cpp saves it (older cells are masked out and not written).
+
+    ``kv_caches``: how many attention caches come first (None: all of it); what follows is a recurrent state
+    (llama-memory-recurrent.cpp state_write: one cell, its position and seq-id count, then the R and S rows),
+    which has no cells to repeat: it is kept as decoded, moved to the last filled position so the next ubatch
+    continues it (a hybrid model's attention and recurrent parts must end at the same position)."""
     yield one[:8], 1
     pos = 8
     cache = 0
-    while pos < len(one):
+    while pos < len(one) and (kv_caches is None or cache < kv_caches):
         cells = n_cells if cache == 0 or not n_swa else min(n_cells, n_swa)
         first = n_cells - cells
         (n_stream,) = struct.unpack_from("<I", one, pos)
@@ -350,6 +357,13 @@ def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0) -> Iterator[tuple[
                         yield one[pos:pos + size_el], cells
                         pos += size_el
         cache += 1
+    if pos < len(one):
+        (count,) = struct.unpack_from("<I", one, pos)
+        if count != 1:
+            raise ValueError(f"expected a one-cell recurrent state, got {count} cells")
+        _p, n_seq = struct.unpack_from("<iI", one, pos + 4)
+        yield struct.pack("<IiI", 1, n_cells - 1, n_seq), 1
+        yield one[pos + 12:], 1
 
 
 COMMANDS = {"dry-run": dry_run, "devices": lambda _req: devices(), "measure": measure}

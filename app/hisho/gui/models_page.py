@@ -42,13 +42,19 @@ from hisho.core.hub import Downloader, Job, QuantFile
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv_session import KVSession
 from hisho.core.model_removal import Removal, plan_removal, remove_model
-from hisho.core.models import ModelEntry, ModelStore
+from hisho.core.models import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import format_bytes
 from hisho.gui.downloads_tab import DownloadsTab
 from hisho.gui.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
 
 log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
+
+
+def _entries_and_base_models() -> tuple[list[ModelEntry], set[str]]:
+    """The store's entries and the names of those that are base models (header facts, cached per file)."""
+    entries = ModelStore().list()
+    return entries, {e.name for e in entries if is_base_model(e.path)}
 
 
 def planner_budget() -> tuple[Any, dict[str, Any]]:
@@ -137,19 +143,22 @@ class ModelsPage(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self.workers.submit("store", lambda: ModelStore().list(), done=self._listed)
+        self.workers.submit("store", _entries_and_base_models, done=self._listed)
 
-    def _listed(self, entries: list[ModelEntry]) -> None:
+    def _listed(self, listed: tuple[list[ModelEntry], set[str]]) -> None:
+        entries, base = listed
         self.entries = entries
         t = self.model_table
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
             src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
-            values = [e.name, e.arch or "?", "…", e.quant or "?", format_bytes(e.size),
+            arch = (e.arch or "?") + (" · base" if e.name in base else "")
+            values = [e.name, arch, "…", e.quant or "?", format_bytes(e.size),
                       f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
-                item.setToolTip(e.path)
+                item.setToolTip(e.path + ("\nA base model, not a chat model (no chat template): replies continue "
+                                          "the text." if e.name in base else ""))
                 t.setItem(row, col, item)
             pending = QLabel("…")
             pending.setObjectName("Meta")
