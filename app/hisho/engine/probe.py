@@ -112,6 +112,11 @@ def reset_peak() -> bool:
         return False
 
 
+def reset_peak_works() -> bool:
+    """Whether this system lets the peak mark be reset (the peak is then the process's, not the load's)."""
+    return pathlib.Path("/proc/self/clear_refs").exists()
+
+
 def library_version() -> str:
     lib = pathlib.Path(llama_cpp.__file__).parent / "lib"
     libs = sorted(p.name for p in lib.glob("*llama*")) if lib.is_dir() else []
@@ -133,15 +138,20 @@ def dry_run(request: dict[str, Any]) -> dict[str, Any]:
     mparams.no_alloc = True
     mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
     mparams.n_gpu_layers = int(request.get("n_gpu_layers", 0))
+    reset_peak()
     before = memory_now()
     model = llama_cpp.llama_model_load_from_file(str(request["model_path"]).encode("utf-8"), mparams)
     if not model:
         return {"ok": False, "error": "llama.cpp could not read the model", "log_tail": logs.take()[-2000:]}
     after_model = memory_now()
+    # The load's own peak over what it keeps: the GGUF metadata (every token's text, score and type) is held
+    # until the loader is done with it, so a large vocabulary peaks well above what stays (262K tokens: ~15 MiB).
+    model_peak = after_model["peak"] - before["rss"] if reset_peak_works() else -1
     result: dict[str, Any] = {
         "ok": True, "library": library_version(),
         "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "model_anon": after_model["anon"] - before["anon"], "model_file": after_model["file"] - before["file"],
+        "model_peak": model_peak,
         "model_buffers": parse_buffers(logs.take())["model"], "contexts": [],
         "cpu_features": sorted(cpu_features()),
     }

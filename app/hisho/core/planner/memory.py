@@ -180,6 +180,7 @@ class Calibration:
     points: dict[str, list[tuple[int, int, int, int]]]  # key -> sorted [(n_ctx, compute, touched, output)]
     repacked: int = -1           # the dry run's CPU_REPACK model buffer (-1: not known, an older calibration)
     cpu_features: tuple[str, ...] = ()  # ggml's CPU features in the dry run's process
+    model_peak: int = -1         # process peak growth during the no_alloc load (-1: not known)
 
     @staticmethod
     def key(flash_attn: bool, type_k: str, type_v: str) -> str:
@@ -216,7 +217,8 @@ class Calibration:
         return cls(library=str(data["library"]), n_ubatch=int(data["n_ubatch"]),
                    model_overhead=int(data["model_overhead"]), context_overhead=int(data["context_overhead"]),
                    points=points, repacked=int(data.get("repacked", -1)),
-                   cpu_features=tuple(str(f) for f in data.get("cpu_features", ())))
+                   cpu_features=tuple(str(f) for f in data.get("cpu_features", ())),
+                   model_peak=int(data.get("model_peak", -1)))
 
 
 def _point(row: list[Any]) -> tuple[int, int, int, int]:
@@ -264,6 +266,22 @@ def formula_overhead(facts: ModelFacts) -> int:
     # Vocabulary (token text, scores, piece cache) dominates the load's own memory: ~360 B per token on the
     # default model, plus tensor metadata and graph structures.
     return facts.vocab_size * 360 + 4 * MIB
+
+
+# The load's transient: llama.cpp holds the GGUF metadata (each token's text, score and type) until the loader is
+# done, beside the vocabulary it builds from it. Measured on a 262K-token vocabulary (Gemma-3 shape): a real load
+# peaks 15.3 MiB (~61 B per token) over what it keeps; the no_alloc dry run shows only about half of that.
+LOAD_TRANSIENT_PER_TOKEN = 64
+
+
+def load_peak(facts: ModelFacts, calib: Calibration | None) -> int:
+    """The process's growth at its peak during the model load, before any context: what the load keeps plus its
+    transient (at least the per-token figure; more where the dry run's own peak says so)."""
+    kept = calib.model_overhead if calib is not None else formula_overhead(facts)
+    transient = facts.vocab_size * LOAD_TRANSIENT_PER_TOKEN
+    if calib is not None and calib.model_peak >= 0:
+        transient = max(transient, calib.model_peak - calib.model_overhead)
+    return kept + transient
 
 
 def batch_bytes(cfg: Config) -> int:
@@ -334,6 +352,12 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     runtime = overhead + DECODE_OVERHEAD + arrays
     committed = weights + kv + compute + output + arrays
     resident = weights + double + kv + touched + output + runtime
+    # A small model with a large vocabulary (Gemma-3's 262K) peaks during the load, before its context exists.
+    at_load = weights + double + load_peak(facts, calib if looked is not None else None)
+    if at_load > resident:
+        notes.append(f"the peak is the model load ({at_load / MIB:.0f} MiB: the vocabulary's metadata is held "
+                     "until the loader is done), not the full context")
+        resident = at_load
     if cfg.n_gpu_layers > 0:
         notes.append("the GPU share of the compute buffer is estimated as the whole CPU figure")
     return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,
