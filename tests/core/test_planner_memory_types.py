@@ -87,3 +87,23 @@ def test_dense_models_keep_todays_kv(tmp_path: Path, n_ctx: int) -> None:
     f = facts_of(tmp_path, TINY_LLAMA, f"l{n_ctx}")
     assert f.memory == "dense" and memory_bytes(f, Config(n_ctx=n_ctx)) == kv_bytes(f, Config(n_ctx=n_ctx)) == (
         4 * n_ctx * 2 * 64 * 2 * 2)
+
+
+def test_a_large_vocabulary_peaks_at_load(tmp_path: Path) -> None:
+    """Gemma-3's 262K vocabulary on a small model: the load's transient (the GGUF metadata held until the
+    loader is done) is above what the filled context needs; resident is at least that peak."""
+    import dataclasses
+
+    from hisho.core.planner.memory import Calibration, load_peak
+
+    f = facts_of(tmp_path, dataclasses.replace(TINY_LLAMA, vocab=262144), "bigvocab")
+    calib = Calibration(library="test", n_ubatch=512, model_overhead=66 * MIB, context_overhead=0,
+                        points={"fa:f16:f16": [(1024, 500 * MIB, 4 * MIB, MIB)]}, model_peak=74 * MIB)
+    # The dry run shows 8 MiB of transient; a real load holds ~61 B per token: the larger one counts.
+    assert load_peak(f, calib) == 66 * MIB + 262144 * 64
+    b = estimate(f, Config(n_ctx=1024), calib, cpu=frozenset())
+    assert b.resident == f.weights_bytes + load_peak(f, calib)
+    assert any("model load" in n for n in b.notes)
+    # A dry run that saw a larger transient wins.
+    big = dataclasses.replace(calib, model_peak=100 * MIB)
+    assert load_peak(f, big) == 100 * MIB
