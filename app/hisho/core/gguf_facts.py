@@ -10,8 +10,10 @@ block (``blk.N``, ``token_embd``, ``output``, ...).
 Rules: both go through ``open_header`` — missing, a folder, empty, not GGUF, an unsupported version, a header
 cut short, tensor data past the end of the file or no tensors at all raise ``ModelFileError`` (a UserError)
 with a one-line message. The header is walked by ``gguf_header`` (milliseconds); the ``gguf`` package's reader
-only where that walk does not understand it (its failure becomes the message). An architecture whose KV layout we do not model (recurrent, MLA, hybrid) still gives facts,
-with ``known_architecture`` False, and plans built on them say "estimate only".
+only where that walk does not understand it (its failure becomes the message). Recurrent and hybrid architectures (Mamba, RWKV, LFM2, Granite-4-H, Jamba, Nemotron-H, Qwen3-Next, Falcon-H1)
+carry their memory type, which layers attend and their recurrent state sizes. An architecture whose memory we
+do not model (MLA, linear attention variants) still gives facts, with ``known_architecture`` False, and plans
+built on them say "estimate only".
 """
 
 from __future__ import annotations
