@@ -24,7 +24,7 @@ def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, 
     per_seq = int(n_ctx or settings["n_ctx"])
     # One KV stream per sequence (docs/api.md): the plan is made for all of them together.
     app = services.build(model, n_ctx=per_seq * parallel, n_seq_max=parallel, kv=True, strict=True,
-                         override=force, settings=settings, engine=engine)
+                         override=force, settings=settings, engine=engine, kv_unified=False)
     try:
         assert app.load_params is not None and app.model_path is not None
         app.load(dataclasses.replace(app.load_params, kv_unified=False))

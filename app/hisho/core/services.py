@@ -135,7 +135,7 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) ->
 def build(model: str | None = None, *, db_path: Path | None = None, post: Post | None = None,
           n_ctx: int | None = None, n_seq_max: int = 2, kv: bool = True, strict: bool = False,
           override: bool = False, engine: Engine | None = None,
-          settings: settings_mod.Settings | None = None) -> Services:
+          settings: settings_mod.Settings | None = None, kv_unified: bool = True) -> Services:
     """Make and wire every service. ``model``: a store name or path (None: the settings' default model)."""
     settings = settings or settings_mod.load()
     store, problem = open_store(db_path)
@@ -145,7 +145,7 @@ def build(model: str | None = None, *, db_path: Path | None = None, post: Post |
     try:
         model_path = open_model(model or str(settings["default_model"] or "") or None)
         params = load_params_for(model_path, n_ctx=n_ctx, settings=settings, n_seq_max=n_seq_max,
-                                 override=override)
+                                 override=override, kv_unified=kv_unified)
     except UserError as exc:
         if strict:
             store.close()
