@@ -107,3 +107,20 @@ def test_a_large_vocabulary_peaks_at_load(tmp_path: Path) -> None:
     # A dry run that saw a larger transient wins.
     big = dataclasses.replace(calib, model_peak=100 * MIB)
     assert load_peak(f, big) == 100 * MIB
+
+
+def test_chat_kind_reads_chatml_special_tokens() -> None:
+    from hisho.core.gguf_facts import chat_kind
+    from hisho.core.gguf_header import Field
+
+    def fields(tokens: list[str], types: list[int], template: str = "") -> dict[str, Field]:
+        out = {"tokenizer.ggml.tokens": Field(tokens, len(tokens)), "tokenizer.ggml.token_type": Field(types, len(types))}
+        if template:
+            out["tokenizer.chat_template"] = Field(template)
+        return out
+
+    vocab = ["a", "<|im_start|>", "<|im_end|>"]
+    assert chat_kind(fields(vocab, [1, 3, 3])) == "chatml"       # a fine-tune that lost its template
+    assert chat_kind(fields(vocab, [1, 1, 1])) == "none"         # the markers are ordinary text tokens
+    assert chat_kind(fields(vocab[:2], [1, 3])) == "none"        # only one of them
+    assert chat_kind(fields(vocab, [1, 1, 1], "{{ x }}")) == "template"
