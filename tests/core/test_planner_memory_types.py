@@ -124,3 +124,16 @@ def test_chat_kind_reads_chatml_special_tokens() -> None:
     assert chat_kind(fields(vocab, [1, 1, 1])) == "none"         # the markers are ordinary text tokens
     assert chat_kind(fields(vocab[:2], [1, 3])) == "none"        # only one of them
     assert chat_kind(fields(vocab, [1, 1, 1], "{{ x }}")) == "template"
+
+
+def test_chat_kind_of_a_real_vocabulary_without_template(default_model_path: Path, tmp_path: Path) -> None:
+    """The fast header walk skips the token list; the kind still comes out right: the bundled model with its
+    template key renamed keeps ChatML tokens ("chatml"); with the markers renamed too it is a base model."""
+    data = bytearray(default_model_path.read_bytes())
+    data = data.replace(b"tokenizer.chat_template", b"tokenizer.chat_templatX")
+    (tmp_path / "chatml.gguf").write_bytes(bytes(data))
+    assert read_facts(tmp_path / "chatml.gguf", use_cache=False).chat == "chatml"
+    data = data.replace(b"<|im_start|>", b"<|im_stbrt|>").replace(b"<|im_end|>", b"<|im_enf|>")
+    (tmp_path / "base.gguf").write_bytes(bytes(data))
+    assert read_facts(tmp_path / "base.gguf", use_cache=False).chat == "none"
+    assert read_facts(default_model_path, use_cache=False).chat == "template"

@@ -129,7 +129,7 @@ class ModelFacts:
         return cls(**data)
 
 
-FACTS_VERSION = 5  # 2, 3: matmul_weights; 4: n_params; 5: memory type, recurrent state, chat
+FACTS_VERSION = 6  # 2, 3: matmul_weights; 4: n_params; 5, 6: memory type, recurrent state, chat kind
 _MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
@@ -268,8 +268,18 @@ def facts_from_reader(reader: Any, *, source: str, file_size: int) -> ModelFacts
         n_params=sum(math.prod(int(d) for d in getattr(t, "shape", ())) for t in reader.tensors),
         memory=memory, attention_layers=attention, recurrent_layers=recurrent, n_embd_r=n_embd_r,
         n_embd_s=n_embd_s, tied_embeddings="token_embd.weight" in names and "output.weight" not in names,
-        chat=chat_kind(fields),
+        chat=chat_kind(fields, lambda: _header_bytes(source, reader)),
     )
+
+
+def _header_bytes(source: str, reader: Any) -> bytes | None:
+    """The raw header of a local file (metadata and tensor table), for what the fast walk skipped."""
+    p = Path(source)
+    end = int(getattr(reader, "data_offset", 0) or 0)
+    if not end or not p.is_file():
+        return None
+    with p.open("rb") as fh:
+        return fh.read(end)
 
 
 def _memory_layers(arch: str, n_layer: int, n_head_kv: tuple[int, ...], n_ff: tuple[int, ...],
@@ -312,16 +322,22 @@ def _recurrent_state(arch: str, n_embd: int, key: Any) -> tuple[int, int]:
     return max(0, d_conv - 1) * (d_inner + 2 * n_group * d_state), d_state * d_inner
 
 
-def chat_kind(fields: dict[str, Any]) -> str:
+def chat_kind(fields: dict[str, Any], raw: Any = None) -> str:
     """"template" when the file has a chat template; "chatml" when it has none but its vocabulary holds ChatML's
     markers as special tokens (the engine's fallback then means what it says); "none": a base model, whose
-    vocabulary would read the fallback's markers as text."""
+    vocabulary would read the fallback's markers as text. ``raw``: a callable giving the header's bytes, for
+    when the fast header walk skipped the token list (then a marker's presence as a token string counts; the
+    engine checks the token type again at load)."""
     if str(_value(fields, "tokenizer.chat_template", "") or ""):
         return "template"
     tokens = _value(fields, "tokenizer.ggml.tokens", None)
     types = _value(fields, "tokenizer.ggml.token_type", None)
     if not isinstance(tokens, list):
-        return "none"
+        data = raw() if callable(raw) else None
+        if not data:
+            return "none"
+        listed = all(struct.pack("<Q", len(m)) + m.encode("utf-8") in data for m in CHATML_MARKERS)
+        return "chatml" if listed else "none"
     found = dict.fromkeys(CHATML_MARKERS, False)
     for i, text in enumerate(tokens):
         if text in found:
