@@ -22,7 +22,7 @@ def main() -> int:
         sys.argv = [sys.executable, *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return 0  # a module that ends without sys.exit() succeeded, as under python -m
-    from hisho.cli import main as cli_main
+    from hisho.cli.main import main as cli_main
 
     return cli_main()
 

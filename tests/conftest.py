@@ -23,7 +23,7 @@ def hisho_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
 
 @pytest.fixture(scope="session")
 def default_model_path() -> Path:
-    from hisho.core.models import bundled_model_path
+    from hisho.core.models.store import bundled_model_path
 
     path = bundled_model_path()
     if path is None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start-up to first paint: the installed app against the venv's, alternated in one run, each from a fresh
 # process on an empty user folder. Prints one JSON line. Needs an X display (DISPLAY) and HISHO_FIRST_PAINT_FILE
-# support in the app (gui/app.py).
+# support in the app (gui/shell/app.py).
 #   packaging/linux/startup-bench.sh INSTALLED_CMD VENV_CMD [REPEAT]
 # HISHO_BENCH_COLD=1 (root only) drops the page cache before every start: a cold start, as after a reboot.
 set -euo pipefail

@@ -28,7 +28,7 @@ class Served:
 
 def start_serve(home: Path, *args: str) -> Served:
     env = {**os.environ, "HISHO_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-c", "from hisho.cli import main; raise SystemExit(main())", "serve", "--port", "0", "--n-ctx", str(N_CTX),
+    proc = subprocess.Popen([sys.executable, "-c", "from hisho.cli.main import main; raise SystemExit(main())", "serve", "--port", "0", "--n-ctx", str(N_CTX),
                              "--parallel", str(PARALLEL), *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None

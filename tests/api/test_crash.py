@@ -14,9 +14,9 @@ import pytest
 
 from hisho.api.backend import Backend
 from hisho.api.server import ApiServer
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.errors import EngineCrashed
-from hisho.core.protocol import LoadParams
 
 
 @pytest.fixture()

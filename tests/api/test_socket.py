@@ -11,7 +11,7 @@ import httpx
 
 from hisho.api.backend import Backend
 from hisho.api.server import ApiServer
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
 
 
 def test_accepted_connections_have_nagle_off() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine_client import EngineClient
-from hisho.core.ops import Serve
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.ops import Serve
+from hisho.core.engine.protocol import LoadParams, Sampling
 
 API_TOKENS = 96
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core import conversation_io
-from hisho.core.conversations import (
+from hisho.core.conversations import exchange as conversation_io
+from hisho.core.conversations.store import (
     COMPONENT,
     INTERRUPTED,
     STEPS,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, DiskFull
 from tests.faults import drain, fill, small_fs
 

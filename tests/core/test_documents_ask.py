@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
 from hisho.core.documents.ask import (
     ASK_WHOLE,

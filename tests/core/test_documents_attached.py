@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hisho.core import conversation_io
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations import exchange as conversation_io
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
 from hisho.core.documents.attached import CHAT_HEAD, MAX_CHARS, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache

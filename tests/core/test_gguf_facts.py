@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hisho.core.errors import ModelFileError
-from hisho.core.gguf_facts import facts_from_ranges, list_hub_ggufs, read_facts, read_hub_facts
+from hisho.core.models.gguf_facts import facts_from_ranges, list_hub_ggufs, read_facts, read_hub_facts
 from tests.fixtures.gguf_shapes import GEMMA3_4B, LLAMA_31_8B, TINY_LLAMA, Shape, tensor_bytes, write_shape
 
 
@@ -137,7 +137,7 @@ def test_ranges_grow_until_header_complete(tmp_path: Path) -> None:
         calls.append(end)
         return data[start:end]
 
-    import hisho.core.gguf_facts as gf
+    import hisho.core.models.gguf_facts as gf
 
     old = gf.HEADER_FIRST_FETCH
     gf.HEADER_FIRST_FETCH = 64
@@ -157,8 +157,8 @@ def test_fast_header_walk_matches_gguf_reader(default_model_path: Path, tmp_path
     """The fast walk (long vocabulary arrays skipped) gives exactly what gguf.GGUFReader gives."""
     import gguf
 
-    from hisho.core import gguf_header
-    from hisho.core.gguf_facts import facts_from_reader
+    from hisho.core.models import gguf_header
+    from hisho.core.models.gguf_facts import facts_from_reader
 
     for path in (default_model_path, write_shape(tmp_path / "g3.gguf", GEMMA3_4B)):
         fast = gguf_header.read(path)
@@ -172,7 +172,7 @@ def test_fast_header_walk_matches_gguf_reader(default_model_path: Path, tmp_path
 
 
 def test_fast_header_walk_refuses_cut_short(tmp_path: Path) -> None:
-    from hisho.core import gguf_header
+    from hisho.core.models import gguf_header
 
     data = write_shape(tmp_path / "m.gguf", TINY_LLAMA).read_bytes()
     with pytest.raises(gguf_header.HeaderError):

@@ -40,7 +40,7 @@ from hisho.core.hub import download as download_mod
 from hisho.core.hub import fetch as fetch_mod
 from hisho.core.hub import token as token_mod
 from hisho.core.machine import Machine
-from hisho.core.models import ModelStore
+from hisho.core.models.store import ModelStore
 from tests.core.hub_fixtures import (
     big_model,
     environ_for_child,
@@ -319,7 +319,7 @@ def test_models_json_is_migrated_once_and_kept(tmp_path: Path, hisho_home: Path)
 
 
 def test_cli_search_files_pull_list(hub: FakeHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hisho.cli import main
+    from hisho.cli.main import main
 
     serve_tiny(hub, tmp_path, 1)
     assert main(["models", "search", "tiny", "--json"]) == 0

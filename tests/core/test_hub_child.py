@@ -16,7 +16,7 @@ from hisho.core.hub import Downloader, GatedRepo, HashMismatch, Progress, Stoppe
 from hisho.core.hub import child as child_mod
 from hisho.core.hub.child import run_child
 from hisho.core.hub.download import target_dir
-from hisho.core.models import ModelStore
+from hisho.core.models.store import ModelStore
 from tests.core.hub_fixtures import hub, write_payload_gguf
 
 __all__ = ["hub"]

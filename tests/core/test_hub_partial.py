@@ -114,7 +114,7 @@ def test_body_from_the_socket_and_through_httpx_give_the_same_file(hub: FakeHub,
     entry = pull(SPEC)
     assert Path(entry.path).read_bytes() == src.read_bytes()
     assert seen == [True]  # a plain HTTP/1.1 answer with a length: read from the socket
-    from hisho.core.models import ModelStore
+    from hisho.core.models.store import ModelStore
 
     ModelStore().remove(entry.name)
     monkeypatch.setattr(receive_mod, "RAW", False)

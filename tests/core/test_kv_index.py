@@ -188,7 +188,7 @@ def test_remove_chunk_deletes_the_file(index: KVIndex) -> None:
 
 
 def test_stored_items_are_named_after_their_chats_and_documents(tmp_path: Path) -> None:
-    from hisho.core.conversations import ConversationStore
+    from hisho.core.conversations.store import ConversationStore
     from hisho.core.documents.ask import Attachment, save_attachment
     from hisho.core.documents.cache import SummaryCache
     from hisho.core.kv.stored import conversation_usage, list_stored

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.stored import list_stored

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core import model_identity
+from hisho.core.models import identity as model_identity
 
 
 def make(path: Path, size: int = 3 * model_identity.BLOCK + 123) -> Path:

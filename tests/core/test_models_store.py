@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from hisho.core.errors import ModelFileError, UserError
-from hisho.core.gguf_facts import validate_gguf
-from hisho.core.models import DEFAULT_MODEL_NAME, ModelStore, bundled_model_path
+from hisho.core.models.gguf_facts import validate_gguf
+from hisho.core.models.store import DEFAULT_MODEL_NAME, ModelStore, bundled_model_path
 
 
 def write_tiny_gguf(path: Path) -> Path:

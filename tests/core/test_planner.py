@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.gguf_facts import ModelFacts, read_facts
 from hisho.core.machine import Budget, from_fixture
+from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner import plan, price
 from hisho.core.planner.memory import Calibration, Config, estimate, kv_bytes, padded_cells, weights_split
 from hisho.core.planner.quality import score, weights_kl
@@ -189,7 +189,7 @@ def test_unknown_architecture_plans_as_estimate(tmp_path: Path) -> None:
 
 
 def test_hisho_plan_cli_estimate_only_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from hisho.cli import main
+    from hisho.cli.main import main
     from tests.fixtures.gguf_shapes import Shape
 
     shape = Shape(arch="mamba9", n_layer=4, n_embd=256, n_ff=512, n_head=4, n_head_kv=4, head_dim=64, vocab=500)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.gguf_facts import ModelFacts, read_facts
+from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner.memory import Config, estimate, kv_bytes, memory_bytes, recurrent_bytes
 from tests.fixtures.gguf_shapes import GEMMA3_4B, GRANITE_4_H, LFM2_350M, MAMBA2, TINY_LLAMA, write_shape
 
@@ -110,8 +110,8 @@ def test_a_large_vocabulary_peaks_at_load(tmp_path: Path) -> None:
 
 
 def test_chat_kind_reads_chatml_special_tokens() -> None:
-    from hisho.core.gguf_facts import chat_kind
-    from hisho.core.gguf_header import Field
+    from hisho.core.models.gguf_facts import chat_kind
+    from hisho.core.models.gguf_header import Field
 
     def fields(tokens: list[str], types: list[int], template: str = "") -> dict[str, Field]:
         out = {"tokenizer.ggml.tokens": Field(tokens, len(tokens)), "tokenizer.ggml.token_type": Field(types, len(types))}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gguf import GGMLQuantizationType
 
-from hisho.core.gguf_facts import read_facts
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.memory import Config, estimate
 from hisho.core.planner.repack import features_from_system_info, repack_plan, repacked_type, use_mmap
 from tests.fixtures.gguf_shapes import TINY_LLAMA, Shape, tensor_bytes, write_shape
@@ -67,7 +67,7 @@ def test_estimate_prices_repacked_weights_once_without_mmap(tmp_path: Path) -> N
 
 
 def test_hub_plan_uses_the_same_rule(tmp_path: Path) -> None:
-    from hisho.core.gguf_facts import read_hub_facts
+    from hisho.core.models.gguf_facts import read_hub_facts
     from tests.core.test_gguf_facts import FakeHub
 
     (tmp_path / "hub").mkdir()
@@ -95,9 +95,9 @@ def test_load_params_say_how_to_load(tmp_path: Path) -> None:
     whose weights it does not; with the CPU unknown it leaves the choice to the engine."""
     import dataclasses
 
+    from hisho.core.engine.protocol import LoadParams
     from hisho.core.machine import from_dict
     from hisho.core.planner.gate import apply_plan
-    from hisho.core.protocol import LoadParams
 
     path = q4_0_llama(tmp_path)
     base = {"platform": "linux", "ram_total": 16 << 30, "ram_available": 12 << 30, "cpu_threads": 8}

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.ops import (
+from hisho.core.engine.ops import (
     REQUESTS,
     BatchGenerate,
     Generate,
@@ -17,7 +16,7 @@ from hisho.core.ops import (
     StateLoad,
     parse_request,
 )
-from hisho.core.protocol import (
+from hisho.core.engine.protocol import (
     PROTOCOL_VERSION,
     BadRequest,
     ErrorKind,
@@ -26,6 +25,7 @@ from hisho.core.protocol import (
     Sampling,
     check_protocol,
 )
+from hisho.core.errors import EngineCrashed, EngineError
 
 
 def test_every_op_round_trips_through_the_wire() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.ops import BatchGenerate, Prompt
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.engine.ops import BatchGenerate, Prompt
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.remote import endpoints
 from hisho.core.remote.engine import RemoteEngine
 from hisho.core.remote.http import Endpoint, RemoteError

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from hisho.core.chat import ChatService
-from hisho.core.conversations import DONE, FAILED, STOPPED, ConversationStore
+from hisho.core.conversations.chat import ChatService
+from hisho.core.conversations.store import DONE, FAILED, STOPPED, ConversationStore
 from hisho.core.db import Database
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.remote import engine as engine_mod
 from hisho.core.remote.engine import RemoteEngine
 from hisho.core.remote.http import Endpoint, RemoteError
@@ -141,7 +141,7 @@ def test_endpoint_repr_hides_key() -> None:
 
 
 def test_old_database_gains_engine_column(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from hisho.core.conversations import STEPS
+    from hisho.core.conversations.store import STEPS
 
     path = tmp_path / "old.sqlite"
     old = Database(path)

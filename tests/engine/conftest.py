@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine_client import EngineClient
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.errors import EngineError
-from hisho.core.protocol import LoadParams, Sampling
 
 
 def _truncated_copy(src: Path, dest: Path, fraction: float) -> Path:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine_client import EngineClient
-from hisho.core.gguf_facts import read_facts
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.models.gguf_facts import read_facts
 from hisho.engine.chat import BASE_MODEL_NOTICE
 from tests.fixtures.gguf_shapes import true_model
 

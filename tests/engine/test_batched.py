@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.errors import EngineError
-from hisho.core.protocol import LoadParams, Sampling
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=12)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hisho.bench import plan as bench_plan
-from hisho.core.gguf_facts import read_facts
 from hisho.core.machine import detect, from_fixture
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner import calibration_for
 from hisho.core.planner.memory import Config
 from tests.fixtures.gguf_shapes import LLAMA_31_8B, TINY_LLAMA, true_model, write_shape

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hisho.cli import main
+from hisho.cli.main import main
 from hisho.core import services, settings
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
 
 LONG = " ".join(f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(25))

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from hisho.chat_cli import TerminalChat
-from hisho.core.chat import ChatService, Turn, TurnResult
-from hisho.core.conversations import DONE, FAILED, STOPPED, ChatSettings, ConversationStore
+from hisho.cli.chat import TerminalChat
+from hisho.core.conversations.chat import ChatService, Turn, TurnResult
+from hisho.core.conversations.store import DONE, FAILED, STOPPED, ChatSettings, ConversationStore
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.errors import UserError
-from hisho.core.protocol import LoadParams
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=16, repeat_penalty=1.0)
 LONG = ChatSettings(temperature=0.0, max_tokens=400, repeat_penalty=1.0)

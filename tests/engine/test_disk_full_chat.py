@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hisho.chat_cli import TerminalChat
-from hisho.core import chat as chat_mod
-from hisho.core.chat import ChatService
-from hisho.core.conversations import FAILED, ChatSettings, ConversationStore
+from hisho.cli.chat import TerminalChat
+from hisho.core.conversations import chat as chat_mod
+from hisho.core.conversations.chat import ChatService
+from hisho.core.conversations.store import FAILED, ChatSettings, ConversationStore
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
 from tests.faults import drain, fill, small_fs
 
 LONG = ChatSettings(temperature=0.0, max_tokens=300, repeat_penalty=1.0)

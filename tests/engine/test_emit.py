@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from hisho.core.protocol import decode
+from hisho.core.engine.protocol import decode
 from hisho.engine import server as S
 
 
@@ -58,7 +58,7 @@ def test_a_cancel_after_its_request_finished_is_dropped() -> None:
     import os
     import threading
 
-    from hisho.core.protocol import PROTOCOL_VERSION, encode
+    from hisho.core.engine.protocol import PROTOCOL_VERSION, encode
 
     rec = Recorder()
     srv = S.Server(rec)  # type: ignore[arg-type]
@@ -86,7 +86,7 @@ def test_a_cancel_after_its_request_finished_is_dropped() -> None:
 def test_a_cancel_for_a_queued_request_still_cancels_it() -> None:
     import io
 
-    from hisho.core.protocol import encode
+    from hisho.core.engine.protocol import encode
 
     srv = S.Server(Recorder())  # type: ignore[arg-type]
     srv.read_loop(io.BytesIO(encode({"id": 7, "op": "generate"}) + encode({"op": "cancel", "target": 7})))

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.ops import Hello
+from hisho.core.engine.protocol import PROTOCOL_VERSION, BadRequest, ErrorKind, LoadParams, Sampling
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.ops import Hello
-from hisho.core.protocol import PROTOCOL_VERSION, BadRequest, ErrorKind, LoadParams, Sampling
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, repeat_penalty=1.0)
 HELLO = [{"role": "user", "content": "Say hello to the world."}]

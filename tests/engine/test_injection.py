@@ -16,8 +16,8 @@ import pytest
 from gguf import GGUFReader
 
 from hisho.core.documents import plan as P
-from hisho.core.engine_client import EngineClient
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from hisho.engine.chat import CHATML, ChatTemplate
 
 CONTROL = 3  # gguf TokenType.CONTROL

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hisho.core.chat import ChatService
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.chat import ChatService
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.index import KVIndex
-from hisho.core.kv_chat import KVChat
-from hisho.core.kv_session import KVSession, next_turn_prefix
-from hisho.core.protocol import LoadParams
+from hisho.core.kv.session import KVSession, next_turn_prefix
 
 LONG = " ".join(f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(25))
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
 from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
-from hisho.core.kv_session import KVSession
+from hisho.core.kv.session import KVSession
 from tests.engine.test_kv_state import CHUNK, answer, expected, kv_engine, prompts, save_conversation
 from tests.faults import drain, fill, small_fs
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.ops import Prefill, Request
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
-from hisho.core.kv_session import KVSession, suffix_length
-from hisho.core.ops import Prefill, Request
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.kv.session import KVSession, suffix_length
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=12, ignore_eos=True)
 CHUNK = 64

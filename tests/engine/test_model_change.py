@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core import gguf_header
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.kv.index import KVIndex
-from hisho.core.kv_session import KVSession
-from hisho.core.protocol import LoadParams
+from hisho.core.kv.session import KVSession
+from hisho.core.models import gguf_header
 
 CHUNK = 64
 HISTORY = [{"role": "user", "content": " ".join(f"Item {i} weighs {i * 3 % 17} kg." for i in range(40))},

@@ -11,12 +11,12 @@ import pytest
 
 from hisho.core import paths
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.kv.index import KVIndex
-from hisho.core.kv_session import KVSession
-from hisho.core.model_removal import plan_removal, remove_model
-from hisho.core.models import ModelStore
-from hisho.core.protocol import LoadParams
+from hisho.core.kv.session import KVSession
+from hisho.core.models.removal import plan_removal, remove_model
+from hisho.core.models.store import ModelStore
 from tests.engine.test_model_change import flip_ffn_down_byte
 
 HISTORY = [{"role": "user", "content": " ".join(f"Box {i} holds {i * 7 % 13} apples." for i in range(30))},
@@ -84,7 +84,7 @@ def test_deleting_a_model_names_its_snapshots_and_deletes_them(saved: tuple[Mode
 def test_snapshots_stay_while_another_entry_is_the_same_file(saved: tuple[ModelStore, KVIndex, str, str],
                                                              tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from hisho.cli import main
+    from hisho.cli.main import main
 
     store, index, fp, _other = saved
     twin = tmp_path / "elsewhere" / "Twin.gguf"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.gguf_facts import read_facts
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.calibrate import calibrate, run_probe
 from hisho.core.planner.memory import Config, estimate, kv_bytes, recurrent_bytes
-from hisho.core.protocol import LoadParams
 from tests.fixtures.gguf_shapes import GEMMA3_4B, GRANITE_4_H, LFM2_350M, LLAMA_31_8B, MAMBA2, write_shape
 
 MIB = 1024**2

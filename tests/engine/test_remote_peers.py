@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.chat import ChatService
-from hisho.core.conversations import DONE, STOPPED, ChatSettings, ConversationStore
+from hisho.core.conversations.chat import ChatService
+from hisho.core.conversations.store import DONE, STOPPED, ChatSettings, ConversationStore
 from hisho.core.db import Database
 from hisho.core.documents.cache import model_fingerprint
 from hisho.core.documents.service import Documents
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.remote.engine import RemoteEngine
 from hisho.core.remote.http import Endpoint
 from tests.remote_peers import NOT_BUILT, Peer, llama_cpp_python_server, llama_server, llama_server_binary

@@ -8,9 +8,9 @@ from __future__ import annotations
 import llama_cpp
 import pytest
 
-from hisho.core.gguf_facts import read_facts
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.state import seconds_saved, state_size
-from hisho.core.protocol import LoadParams
 from hisho.engine.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 

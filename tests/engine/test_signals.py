@@ -80,8 +80,8 @@ def test_ctrl_c_during_a_chat_reply_saves_it_as_stopped(tmp_path: Path) -> None:
 
 CLIENT = """
 import sys, time
-from hisho.core.engine_client import EngineClient
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams, Sampling
 c = EngineClient()
 c.load(LoadParams(model_path=sys.argv[1], n_ctx=4096, n_batch=4096, n_ubatch=4096))
 print(c.pid, flush=True)

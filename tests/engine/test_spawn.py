@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hisho.core import spawn
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.planner.calibrate import run_probe
-from hisho.core.protocol import LoadParams
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 
 from hisho.core import paths
 from hisho.core.documents.job import JobProgress, SummaryJob
-from hisho.core.engine_client import EngineClient
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
 from tests.fixtures.docs.make import make_pdf
 
 # Small budgets keep the tiny model fast; the planner still has to cut the document into ~10 chunks.
@@ -184,12 +184,12 @@ def test_encrypted_pdf_message_from_cli(tmp_path: Path, name: str) -> None:
 
 
 def test_followup_question_prefills_only_the_question(tmp_path: Path, default_model_path: Path) -> None:
-    from hisho.core.conversations import ConversationStore
+    from hisho.core.conversations.store import ConversationStore
     from hisho.core.db import Database
     from hisho.core.documents.ask import open_conversation, precompute_kv
     from hisho.core.documents.cache import SummaryCache
     from hisho.core.documents.extract import extract
-    from hisho.core.protocol import Sampling
+    from hisho.core.engine.protocol import Sampling
 
     note = tmp_path / "minutes.md"
     note.write_text("# Budget\nThe council approved 4,000 dollars for the bridge.\n\n# Library\n"

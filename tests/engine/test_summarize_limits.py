@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hisho.core.documents import job as job_mod
 from hisho.core.documents.job import SummaryJob
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
 
 CHUNK = 160
 

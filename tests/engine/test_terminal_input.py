@@ -6,11 +6,11 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from hisho.chat_cli import TerminalChat, terminal_safe
-from hisho.core.chat import ChatService
-from hisho.core.conversations import ChatSettings, ConversationStore
+from hisho.cli.chat import TerminalChat, terminal_safe
+from hisho.core.conversations.chat import ChatService
+from hisho.core.conversations.store import ChatSettings, ConversationStore
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=8, repeat_penalty=1.0)
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m \x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\ \x9b31m"

@@ -249,7 +249,7 @@ def test_a_prompt_joining_a_parallel_batch_is_not_a_collapse(monkeypatch: pytest
     """The API's serving batch: 4 sequences decode, now and then a request's short prompt joins. Such a step
     is not a collapsed parallel decode step (it was, with steps below 64 tokens all 'batch': every governor
     dropped to one thread and concurrent_gain fell to 1.1-1.25)."""
-    from hisho.core.protocol import LoadParams
+    from hisho.core.engine.protocol import LoadParams
     from hisho.engine import llama_setup
 
     monkeypatch.setattr(llama_setup, "physical_cores", lambda: 2)
@@ -308,7 +308,7 @@ class Engine:
     cost what they measured, the clock and the idle CPU time follow them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from hisho.core.protocol import LoadParams
+        from hisho.core.engine.protocol import LoadParams
         from hisho.engine import llama_setup
 
         self.setup = llama_setup

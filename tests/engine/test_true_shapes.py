@@ -9,9 +9,9 @@ import llama_cpp
 import pytest
 
 from hisho.bench.shapes import MEMORY_TYPES, QUANTS, SHAPES, VALUES_PER_BLOCK, nbytes, tensor_table
-from hisho.core.gguf_facts import read_facts
+from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.repack import repacked_bytes
-from hisho.core.protocol import LoadParams, Sampling
 from hisho.engine.llama_setup import cpu_features, mmap_policy
 from hisho.engine.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model

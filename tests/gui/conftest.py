@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from hisho.gui.app import open_window
-from hisho.gui.chat_view import ChatView
-from hisho.gui.main_window import MainWindow
+from hisho.gui.chat.chat_view import ChatView
+from hisho.gui.shell.app import open_window
+from hisho.gui.shell.main_window import MainWindow
 
 QT_NOISE = [r"This plugin does not support propagateSizeHints\(\)", r"QFont::setPointSizeF"]
 
@@ -63,7 +63,7 @@ def settle(qtbot: QtBot, seconds: float = 0.2) -> None:
 
 def long_chat_view(qtbot: QtBot, n: int) -> ChatView:
     """A chat view on screen (700x500) showing ``n`` long messages, alternately the user's and the assistant's."""
-    from hisho.core.conversations import Message
+    from hisho.core.conversations.store import Message
 
     view = ChatView()
     qtbot.addWidget(view)

@@ -14,10 +14,10 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.api import keys
-from hisho.core.conversations import ChatSettings
-from hisho.gui.api_page import ApiPage, stop_api
-from hisho.gui.main_window import MainWindow
-from hisho.gui.preferences import PreferencesDialog
+from hisho.core.conversations.store import ChatSettings
+from hisho.gui.settings.api_page import ApiPage, stop_api
+from hisho.gui.settings.preferences import PreferencesDialog
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 
 

@@ -13,10 +13,10 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QInputDialog, QPushButton
 from pytestqt.qtbot import QtBot
 
-from hisho.core.conversations import ChatSettings
-from hisho.core.kv_session import conversation_owner
-from hisho.gui import attach as attach_mod
-from hisho.gui.main_window import MainWindow
+from hisho.core.conversations.store import ChatSettings
+from hisho.core.kv.session import conversation_owner
+from hisho.gui.chat import attach as attach_mod
+from hisho.gui.shell.main_window import MainWindow
 from tests.fixtures.docs.make import make_encrypted_pdf
 from tests.gui.conftest import wait_for, wait_idle
 from tests.gui.test_chat_window import open_chat, type_and_enter

@@ -9,9 +9,9 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from hisho.core.conversations import DONE, FAILED, STOPPED, ChatSettings
-from hisho.gui.main_window import MainWindow
-from hisho.gui.sidebar import SNIPPET_ROLE
+from hisho.core.conversations.store import DONE, FAILED, STOPPED, ChatSettings
+from hisho.gui.chat.sidebar import SNIPPET_ROLE
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window, wait_for, wait_idle
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=24, repeat_penalty=1.0)

@@ -10,10 +10,10 @@ from PySide6.QtWidgets import QApplication, QLabel, QMessageBox, QPushButton
 from pytestqt.qtbot import QtBot
 
 from hisho.core import paths
-from hisho.gui.app import close
-from hisho.gui.data_page import DataPage
-from hisho.gui.main_window import MainWindow
-from hisho.gui.preferences import open_preferences
+from hisho.gui.settings.data_page import DataPage
+from hisho.gui.settings.preferences import open_preferences
+from hisho.gui.shell.app import close
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window
 
 

@@ -10,8 +10,8 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from hisho.gui.documents import DocumentsController
-from hisho.gui.main_window import MainWindow
+from hisho.gui.chat.documents import DocumentsController
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window, wait_for, wait_idle
 
 
@@ -78,7 +78,7 @@ def test_document_kv_survives_a_restart_so_a_question_prefills_only_itself(qtbot
                                                                            tmp_path: Path) -> None:
     """Issue 4 "ask about it": a document that fits is prefilled once; after closing the app and opening it
     again, the first question restores that KV from disk and the engine reads only the question."""
-    from hisho.core.conversations import ChatSettings
+    from hisho.core.conversations.store import ChatSettings
     from hisho.core.documents.ask import load_attachment
 
     docs = controller(window)
@@ -123,7 +123,7 @@ def test_only_bad_files_dropped_each_get_their_message(qtbot: QtBot, window: Mai
     from tests.fixtures.docs.make import make_encrypted_pdf, make_image_pdf
 
     # The encrypted PDF asks for its password; the user cancels the prompt.
-    monkeypatch.setattr("hisho.gui.documents.QInputDialog.getText", lambda *a, **k: ("", False))
+    monkeypatch.setattr("hisho.gui.chat.documents.QInputDialog.getText", lambda *a, **k: ("", False))
     docs = controller(window)
     files = [make_encrypted_pdf(tmp_path / "locked.pdf", "pw"), make_image_pdf(tmp_path / "scan.pdf", 2),
              tmp_path / "empty.txt", tmp_path / "sheet.xlsx"]
@@ -150,7 +150,7 @@ def test_encrypted_pdf_asks_for_its_password_until_it_opens(qtbot: QtBot, window
         prompts.append(label)
         return next(answers)
 
-    monkeypatch.setattr("hisho.gui.documents.QInputDialog.getText", get_text)
+    monkeypatch.setattr("hisho.gui.chat.documents.QInputDialog.getText", get_text)
     docs = controller(window)
     docs.summarize([make_encrypted_pdf(tmp_path / "locked.pdf", "s3cret", "Quarterly figures rose by nine")])
     wait_for(qtbot, lambda: not docs.running, timeout=300_000)

@@ -12,10 +12,10 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.core.remote import endpoints
-from hisho.gui.app import open_window
-from hisho.gui.engines_page import EnginesPage
-from hisho.gui.main_window import MainWindow
-from hisho.gui.preferences import PreferencesDialog
+from hisho.gui.settings.engines_page import EnginesPage
+from hisho.gui.settings.preferences import PreferencesDialog
+from hisho.gui.shell.app import open_window
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 from tests.remote_stub import MODEL, StubServer
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pytestqt.qtbot import QtBot
 
 from hisho.core import paths
-from hisho.core.conversations import ChatSettings
-from hisho.gui.kv_status import describe
-from hisho.gui.main_window import MainWindow
+from hisho.core.conversations.store import ChatSettings
+from hisho.gui.chat.kv_status import describe
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 
 SHORT = ChatSettings(max_tokens=12, temperature=0.0)

@@ -12,11 +12,11 @@ from pytestqt.qtbot import QtBot
 
 from hisho.core import paths
 from hisho.core import settings as settings_mod
-from hisho.core.conversations import ChatSettings
+from hisho.core.conversations.store import ChatSettings
 from hisho.core.units import format_bytes
-from hisho.gui.kv_status import badge, human_seconds
-from hisho.gui.main_window import MainWindow
-from hisho.gui.preferences import KVCachePage, PreferencesDialog
+from hisho.gui.chat.kv_status import badge, human_seconds
+from hisho.gui.settings.preferences import KVCachePage, PreferencesDialog
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 
 SHORT = ChatSettings(max_tokens=8, temperature=0.0)
@@ -144,7 +144,7 @@ def test_kv_type_setting_is_saved_for_the_next_load(qtbot: QtBot, window: MainWi
 
 def test_documents_are_listed_and_kept_when_the_budget_evicts(qtbot: QtBot, window: MainWindow) -> None:
     from hisho.core.documents.ask import precompute_kv
-    from hisho.core.kv_session import document_owner
+    from hisho.core.kv.session import document_owner
 
     w = window
     session = w.ctx.kv.session

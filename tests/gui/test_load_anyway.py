@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QPushButton
 from pytestqt.qtbot import QtBot
 
 from hisho.core.planner.gate import PlanRefused
-from hisho.gui import controller as controller_mod
-from hisho.gui.main_window import MainWindow
+from hisho.gui.shell import controller as controller_mod
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 
 

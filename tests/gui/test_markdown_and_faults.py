@@ -10,10 +10,11 @@ from PySide6.QtWidgets import QAbstractSlider
 from pytestqt.qtbot import QtBot
 
 from hisho.core import paths
-from hisho.core.conversations import COMPONENT, ConversationStore
+from hisho.core.conversations.store import COMPONENT, ConversationStore
 from hisho.core.db import Database
-from hisho.gui import markdown, theme
-from hisho.gui.message_widget import MessageWidget
+from hisho.gui.chat import markdown
+from hisho.gui.chat.message_widget import MessageWidget
+from hisho.gui.shell import theme
 from tests.gui.conftest import long_chat_view, make_window
 
 REPLY = """# Title
@@ -45,7 +46,7 @@ def test_markdown_segments_code_tables_and_escaping() -> None:
 
 
 def test_code_block_copy_button_copies_the_code(qtbot: QtBot) -> None:
-    from hisho.core.conversations import Message
+    from hisho.core.conversations.store import Message
 
     w = MessageWidget(Message(1, 1, None, "assistant", REPLY))
     qtbot.addWidget(w)
@@ -115,7 +116,7 @@ def test_read_only_view_of_a_locked_database(qtbot: QtBot, default_model_path: o
 
 
 def test_auto_scroll_follows_until_the_user_scrolls_up(qtbot: QtBot) -> None:
-    from hisho.gui.chat_view import StreamText
+    from hisho.gui.chat.chat_view import StreamText
 
     view = long_chat_view(qtbot, 30)
     buffer = StreamText()

@@ -12,9 +12,9 @@ from pytestqt.qtbot import QtBot
 
 from hisho.bench.hub_server import FakeHub
 from hisho.core.executor import Executor
-from hisho.core.models import ModelStore
-from hisho.gui.bridge import Bridge
-from hisho.gui.models_page import ModelsPage
+from hisho.core.models.store import ModelStore
+from hisho.gui.models.models_page import ModelsPage
+from hisho.gui.shell.bridge import Bridge
 from tests.core.hub_fixtures import big_model, hub, write_payload_gguf
 
 __all__ = ["hub"]
@@ -105,7 +105,7 @@ def test_download_progress_pause_resume_then_delete(qtbot: QtBot, page: ModelsPa
 
 
 def test_model_picker_lists_models_and_switches(qtbot: QtBot, window: object, tmp_path: Path) -> None:
-    from hisho.gui.main_window import MainWindow
+    from hisho.gui.shell.main_window import MainWindow
     from tests.core.test_models_store import write_tiny_gguf
 
     assert isinstance(window, MainWindow)
@@ -127,9 +127,9 @@ def test_model_picker_lists_models_and_switches(qtbot: QtBot, window: object, tm
 
 def test_delete_says_which_kv_snapshots_go_with_the_model(qtbot: QtBot, page: ModelsPage, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from hisho.core import model_identity
     from hisho.core.kv import format as kvf
     from hisho.core.kv.index import KVIndex
+    from hisho.core.models import identity as model_identity
     from hisho.core.units import format_bytes
     from tests.core.test_models_store import write_tiny_gguf
 

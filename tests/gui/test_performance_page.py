@@ -9,10 +9,10 @@ import re
 from pytestqt.qtbot import QtBot
 
 from hisho.core import settings as settings_mod
-from hisho.core.conversations import ChatSettings
-from hisho.gui.main_window import MainWindow
-from hisho.gui.performance_page import PerformancePage, describe, status_suffix
-from hisho.gui.preferences import PreferencesDialog
+from hisho.core.conversations.store import ChatSettings
+from hisho.gui.settings.performance_page import PerformancePage, describe, status_suffix
+from hisho.gui.settings.preferences import PreferencesDialog
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 
 REDUCED = {"decode": {"kind": "decode", "threads": 1, "max": 2, "automatic": True, "changes": 1,

@@ -7,8 +7,8 @@ from pytestqt.qtbot import QtBot
 
 from hisho.core.machine import Budget
 from hisho.core.planner import plan
-from hisho.gui.main_window import MainWindow
-from hisho.gui.planner_panel import PlannerPanel, segments_of
+from hisho.gui.models.planner_panel import PlannerPanel, segments_of
+from hisho.gui.shell.main_window import MainWindow
 from tests.core.test_planner import smollm
 
 GIB = 1024**3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pytestqt.qtbot import QtBot
 
-from hisho.gui.documents import ProgressPanel
+from hisho.gui.chat.documents import ProgressPanel
 
 
 def test_the_time_left_is_shown_whole_when_the_panel_has_room(qtbot: QtBot) -> None:

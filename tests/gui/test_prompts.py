@@ -11,9 +11,9 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from hisho.core import paths
-from hisho.gui.preferences import open_preferences
-from hisho.gui.prompts_page import PromptsPage
-from hisho.gui.settings_dialog import ConversationSettingsDialog
+from hisho.gui.settings.preferences import open_preferences
+from hisho.gui.settings.prompts_page import PromptsPage
+from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
 from tests.gui.conftest import make_window, wait_for, wait_idle
 
 

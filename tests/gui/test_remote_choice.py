@@ -19,10 +19,10 @@ from hisho.core.hub import Fit, QuantFile
 from hisho.core.remote import endpoints
 from hisho.core.remote import engine as remote_engine
 from hisho.core.remote.http import Endpoint
-from hisho.gui.app import open_window
-from hisho.gui.main_window import MainWindow
-from hisho.gui.models_page import open_models
-from hisho.gui.planner_panel import open_planner
+from hisho.gui.models.models_page import open_models
+from hisho.gui.models.planner_panel import open_planner
+from hisho.gui.shell.app import open_window
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import QT_NOISE, wait_for, wait_idle
 from tests.remote_peers import free_port
 from tests.remote_stub import MODEL, StubServer

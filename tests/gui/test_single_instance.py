@@ -15,9 +15,9 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.core import instance, paths
-from hisho.gui.app import welcome_second_launches
-from hisho.gui.main_window import MainWindow
-from hisho.gui.single import FirstInstance, hand_over, server_name
+from hisho.gui.shell.app import welcome_second_launches
+from hisho.gui.shell.main_window import MainWindow
+from hisho.gui.shell.single import FirstInstance, hand_over, server_name
 from tests.gui.conftest import QT_NOISE
 
 

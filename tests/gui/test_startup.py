@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from hisho.gui.app import _report_first_paint, open_window
+from hisho.gui.shell.app import _report_first_paint, open_window
 
 
 def test_startup_failure_is_logged_and_told_in_one_line(hisho_home: Path) -> None:
     (hisho_home / "config").write_text("a file where the settings folder should be")
     env = dict(os.environ, HISHO_HOME=str(hisho_home), QT_QPA_PLATFORM="offscreen")
-    proc = subprocess.run([sys.executable, "-c", "import sys; from hisho.cli import main; sys.exit(main(['gui']))"],
+    proc = subprocess.run([sys.executable, "-c", "import sys; from hisho.cli.main import main; sys.exit(main(['gui']))"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "propagateSizeHints" not in ln]

@@ -9,9 +9,10 @@ import pytest
 from PySide6.QtWidgets import QApplication, QLabel
 from pytestqt.qtbot import QtBot
 
-from hisho.gui import markdown, theme
-from hisho.gui.chat_view import ChatView, StreamText
-from hisho.gui.message_widget import MessageWidget
+from hisho.gui.chat import markdown
+from hisho.gui.chat.chat_view import ChatView, StreamText
+from hisho.gui.chat.message_widget import MessageWidget
+from hisho.gui.shell import theme
 
 REPLY = ("## Ember's kitchen\n\nOnce upon a time a dragon wanted to cook. She had no pans.\n\n"
          "- eggs\n- flour\n\n```python\nprint('hot')\n\nprint('hotter')\n```\n\n"

@@ -9,9 +9,9 @@ from PySide6.QtGui import QAction, QImage, QPalette
 from PySide6.QtWidgets import QAbstractSlider, QApplication, QMenu
 from pytestqt.qtbot import QtBot
 
-from hisho.core.conversations import STOPPED, Message
-from hisho.gui.main_window import MainWindow
-from hisho.gui.message_widget import MessageWidget
+from hisho.core.conversations.store import STOPPED, Message
+from hisho.gui.chat.message_widget import MessageWidget
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import long_chat_view, wait_for, wait_idle
 from tests.gui.test_chat_window import STORY, open_chat, streaming_text
 from tests.gui.test_window_use import LONG, SHORT, story_streaming
@@ -82,7 +82,7 @@ def test_a_stopped_replys_marker_stays_on_one_line(qtbot: QtBot) -> None:
 
 def test_renaming_the_chat_on_screen_from_the_list_renames_it_everywhere(qtbot: QtBot,
                                                                         window: MainWindow) -> None:
-    from hisho.gui.sidebar import ID_ROLE, TITLE_ROLE
+    from hisho.gui.chat.sidebar import ID_ROLE, TITLE_ROLE
 
     w = window
     cid = open_chat(qtbot, w, SHORT, title="Name three colours of the rainbow.")
@@ -140,7 +140,7 @@ def test_the_token_count_of_a_sent_edit_leaves_with_it(qtbot: QtBot, window: Mai
 
 def test_at_1280_px_a_running_summary_leaves_whole_figures_not_cut_ones(qtbot: QtBot, window: MainWindow) -> None:
     from hisho.core.documents.job import JobProgress
-    from hisho.gui.status_bar import ElidedLabel
+    from hisho.gui.shell.status_bar import ElidedLabel
 
     w = window
     open_chat(qtbot, w, SHORT, title="Colours and stories")
@@ -177,7 +177,7 @@ def ink(menu: QMenu, image: QImage, action: QAction) -> int:
 
 
 def test_disabled_items_look_disabled_in_both_themes(qtbot: QtBot) -> None:
-    from hisho.gui import theme
+    from hisho.gui.shell import theme
 
     app = QApplication.instance()
     assert isinstance(app, QApplication)

@@ -10,10 +10,10 @@ from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QApplication, QDialog, QLineEdit
 from pytestqt.qtbot import QtBot
 
-from hisho.gui.main_window import MainWindow
-from hisho.gui.preferences import open_preferences
-from hisho.gui.settings_dialog import ConversationSettingsDialog
-from hisho.gui.sidebar import SNIPPET_ROLE, snippet_html
+from hisho.gui.chat.sidebar import SNIPPET_ROLE, snippet_html
+from hisho.gui.settings.preferences import open_preferences
+from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import settle, wait_for
 
 LONG = ("To keep memory low, read the file with pandas in chunks of one hundred thousand rows, filter each "

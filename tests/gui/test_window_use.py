@@ -10,10 +10,10 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
-from hisho.core.conversations import STREAMING, ChatSettings
+from hisho.core.conversations.store import STREAMING, ChatSettings
 from hisho.core.documents.job import JobProgress
-from hisho.gui import theme
-from hisho.gui.main_window import MainWindow
+from hisho.gui.shell import theme
+from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
 from tests.gui.test_chat_window import (
     FACTS,
@@ -229,7 +229,7 @@ def test_small_screen_with_a_summary_running_and_a_file_without_extension(qtbot:
     assert not w.sidebar_shown() and w.minimumSizeHint().width() < max(widest) - 150
     qtbot.keyClick(w, Qt.Key.Key_B, Qt.KeyboardModifier.ControlModifier)
     assert w.sidebar_shown()
-    from hisho.gui.planner_panel import open_planner
+    from hisho.gui.models.planner_panel import open_planner
 
     panel = open_planner(w)
     qtbot.addWidget(panel)

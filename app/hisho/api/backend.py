@@ -20,10 +20,10 @@ from typing import Any
 
 from hisho.api.cache import PromptCache
 from hisho.api.shapes import ApiError, Job
-from hisho.core.engine import Capability, Engine, TokenStream
+from hisho.core.engine.ops import Serve
+from hisho.core.engine.protocol import ErrorKind, GenerationResult
+from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
-from hisho.core.ops import Serve
-from hisho.core.protocol import ErrorKind, GenerationResult
 
 log = logging.getLogger("hisho.api")
 

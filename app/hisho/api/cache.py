@@ -19,8 +19,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from hisho.core.kv.session import KVSession
 from hisho.core.kv.stored import API_PREFIX
-from hisho.core.kv_session import KVSession
 
 log = logging.getLogger("hisho.api")
 

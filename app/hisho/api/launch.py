@@ -11,7 +11,7 @@ from hisho.api.cache import PromptCache
 from hisho.api.server import ApiServer
 from hisho.core import services
 from hisho.core import settings as settings_mod
-from hisho.core.engine import Engine
+from hisho.core.engine.seam import Engine
 
 
 def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, port: int = 0,

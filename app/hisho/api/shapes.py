@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from hisho.core.protocol import Sampling
+from hisho.core.engine.protocol import Sampling
 
 MAX_STOPS = 4  # OpenAI's limit
 

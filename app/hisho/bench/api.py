@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 
 from hisho.api.launch import build_api
-from hisho.core.protocol import GenerationResult, Sampling
+from hisho.core.engine.protocol import GenerationResult, Sampling
 
 KEY = "bench"
 PARALLEL = 4

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisho.bench.background import busy_processes
-from hisho.core.engine_client import EngineClient
-from hisho.core.launch import load_params_for, open_model
-from hisho.core.protocol import Sampling, common_prefix
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.launch import load_params_for, open_model
+from hisho.core.engine.protocol import Sampling, common_prefix
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
 
@@ -136,7 +136,7 @@ def _loaded_figures(ph: _Phase, quiet_engine: float) -> dict[str, Any]:
 
 def _gui_decoder() -> Any:
     try:
-        from hisho.gui.stream_bench import gui_decode
+        from hisho.gui.shell.stream_bench import gui_decode
     except ImportError:  # no PySide6: the figure is left out
         return None
     return gui_decode

@@ -115,7 +115,7 @@ def _curl(url: str, out: Path) -> float:
 
 def _ours(spec: str) -> float:
     from hisho.core.hub import pull
-    from hisho.core.models import ModelStore
+    from hisho.core.models.store import ModelStore
 
     t = time.perf_counter()
     entry = pull(spec)
@@ -151,7 +151,7 @@ def _resume(hub: Any, spec: str, size: int, key: str) -> dict[str, Any]:
     [job] = [j for j in dl.unfinished() if j.spec == spec]
     entry = dl.run(job.id)
     sent = hub.served[key] - before
-    from hisho.core.models import ModelStore
+    from hisho.core.models.store import ModelStore
 
     ModelStore().remove(entry.name)
     return {"killed_at_bytes": kept, "bytes_sent_total": sent, "resume_resent_ratio": round((sent - size) / size, 6)}
@@ -164,8 +164,8 @@ def _gui_stall(spec_big_repo: str, spec_dl: str) -> float:
 
     from hisho.core.executor import Executor
     from hisho.core.hub import repo_files
-    from hisho.gui.bridge import Bridge
-    from hisho.gui.models_page import ModelsPage
+    from hisho.gui.models.models_page import ModelsPage
+    from hisho.gui.shell.bridge import Bridge
 
     app = QApplication.instance() or QApplication([])
     workers = Executor(Bridge().post)

@@ -1,4 +1,4 @@
-"""``hisho bench identity``: what the model identity (hisho.core.model_identity, issue 16) costs at load.
+"""``hisho bench identity``: what the model identity (hisho.core.models.identity, issue 16) costs at load.
 
 On a ~770 MB true-shape file (Llama-3.2-1B tensor table at Q4_0, hisho.bench.shapes; written once and cached),
 each repetition measures: the first hash with the file out of the page cache (``cold_s``, a model just
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho.bench.shapes import model_file
-from hisho.core import model_identity
+from hisho.core.models import identity as model_identity
 
 SHAPE, QUANT = "llama-3.2-1b", "Q4_0"
 

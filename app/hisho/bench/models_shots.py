@@ -74,7 +74,7 @@ def _grab_and_reject(out: Path, name: str) -> Callable[[Any], None]:
 def _delete_shot(app: Any, page: Any, out: Path) -> None:
     """Delete asks what goes with the model: a copy of the bundled model (its KV snapshots, saved by the chat
     screens, stay: the bundled model is the same file)."""
-    from hisho.core.models import ModelStore, bundled_model_path
+    from hisho.core.models.store import ModelStore, bundled_model_path
 
     bundled = bundled_model_path()
     if bundled is None:
@@ -105,7 +105,7 @@ def _gated_shots(app: Any, page: Any, out: Path, hub: Any, files: Path) -> None:
 def models_shots(app: Any, window: Any, out: Path) -> None:
     from hisho.bench.hub import LLAMA2_13B, write_llama, write_payload
     from hisho.bench.hub_server import FakeHub
-    from hisho.gui.models_page import open_models
+    from hisho.gui.models.models_page import open_models
 
     files = Path(os.environ["HISHO_HOME"]) / "hub-files"
     files.mkdir(parents=True, exist_ok=True)

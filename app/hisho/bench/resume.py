@@ -30,11 +30,11 @@ from typing import Any
 
 from hisho.bench.background import busy_processes
 from hisho.core.db import Database
-from hisho.core.engine_client import EngineClient
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.launch import load_params_for, open_model
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.kv.index import KVIndex
-from hisho.core.kv_session import KVSession, next_turn_prefix, suffix_length
-from hisho.core.launch import load_params_for, open_model
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.kv.session import KVSession, next_turn_prefix, suffix_length
 from hisho.core.units import padded_cells
 
 QUESTION = "What colour is item 17?"  # 17 tokens with the chat template around it

@@ -51,7 +51,7 @@ OTHER_TITLES = [("Trip ideas for a long weekend", 0), ("Explain attention in tra
 
 
 def _seed(store: object) -> int:
-    from hisho.core.conversations import ConversationStore
+    from hisho.core.conversations.store import ConversationStore
 
     assert isinstance(store, ConversationStore)
     now = time.time()
@@ -83,9 +83,9 @@ def wait_until(app: object, until: Callable[[], bool], timeout: float = 30.0) ->
 
 def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
     """A short real reply in each chat saves its KV: the sidebar shows the badges, Settings → KV cache the list."""
-    from hisho.core.conversations import ChatSettings
-    from hisho.gui.main_window import MainWindow
-    from hisho.gui.preferences import open_preferences
+    from hisho.core.conversations.store import ChatSettings
+    from hisho.gui.settings.preferences import open_preferences
+    from hisho.gui.shell.main_window import MainWindow
 
     assert isinstance(window, MainWindow)
     c = window.controller
@@ -106,8 +106,8 @@ def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:
 def _use_shots(app: object, window: object, out: Path, cid: int) -> None:
     """Daily-use screens: a message queued while another chat's reply streams, the narrow window (1280×720 at
     150 % is 853×480 logical px) with the list hidden, and the dark theme chosen from the View menu."""
-    from hisho.core.conversations import ChatSettings
-    from hisho.gui.main_window import MainWindow
+    from hisho.core.conversations.store import ChatSettings
+    from hisho.gui.shell.main_window import MainWindow
 
     assert isinstance(window, MainWindow)
     c = window.controller
@@ -145,8 +145,8 @@ def _use_shots(app: object, window: object, out: Path, cid: int) -> None:
 def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
     """At 1280×720: a document attached to the chat on screen (chip on the message box, the toast saying how
     it is read), a search whose results show the matching text, and Settings → System prompts with a preset."""
-    from hisho.gui.main_window import MainWindow
-    from hisho.gui.preferences import open_preferences
+    from hisho.gui.settings.preferences import open_preferences
+    from hisho.gui.shell.main_window import MainWindow
 
     assert isinstance(window, MainWindow)
     c = window.controller
@@ -181,9 +181,9 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
-    from hisho.gui import theme
-    from hisho.gui.app import application, open_window
-    from hisho.gui.settings_dialog import ConversationSettingsDialog
+    from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
+    from hisho.gui.shell import theme
+    from hisho.gui.shell.app import application, open_window
 
     app = application()
     window = open_window(None)
@@ -205,7 +205,7 @@ def main(argv: list[str]) -> int:
     window.grab().save(str(out / "3-conversation-dark.png"))
     theme.apply(app, theme.LIGHT)
     assert c.current is not None
-    from hisho.core.models import ModelStore
+    from hisho.core.models.store import ModelStore
     from hisho.core.units import MIB
 
     models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]

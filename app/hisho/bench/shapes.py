@@ -435,7 +435,7 @@ def model_file(shape: str, quant: str, tokenizer_model: Path | None = None, root
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}; known: {', '.join(QUANTS)}")
     if tokenizer_model is None:
-        from hisho.core.models import bundled_model_path
+        from hisho.core.models.store import bundled_model_path
 
         tokenizer_model = bundled_model_path()
         if tokenizer_model is None:

@@ -3,7 +3,7 @@ else is a bug (exit 1, logged with its traceback)."""
 
 from __future__ import annotations
 
-from hisho.core.protocol import ErrorKind
+from hisho.core.engine.protocol import ErrorKind
 
 
 class UserError(Exception):

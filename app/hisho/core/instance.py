@@ -5,7 +5,7 @@ first's still-streaming reply ``interrupted`` when it opens the store. So the wi
 exclusive lock on ``<data>/hisho.lock`` for as long as they run; a second one is told which process holds it.
 The lock is an OS file lock (flock / msvcrt), so it goes away with its process, even after a kill -9: no stale
 lock files to clean up. The file holds "PID ROLE" (``gui`` or ``chat``): a second window launch hands over to a
-first *window* (hisho.gui.single brings it to the front) and is refused when the first is a terminal chat.
+first *window* (hisho.gui.shell.single brings it to the front) and is refused when the first is a terminal chat.
 """
 
 from __future__ import annotations

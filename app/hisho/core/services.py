@@ -1,7 +1,7 @@
 """The composition root: the one place that makes the app's services and wires them together. No Qt.
 
 ``build(...)`` returns a ``Services``: settings, the conversation store, the engine, the executor (the app's
-worker lanes), the chat service, KV persistence and documents. The window (``hisho.gui.app``), ``hisho chat``,
+worker lanes), the chat service, KV persistence and documents. The window (``hisho.gui.shell.app``), ``hisho chat``,
 ``hisho summarize`` and ``hisho generate`` all get theirs here, so a chat resumes from its saved KV and a
 question about a long document gets its relevant parts whichever front end sends it. Nothing else constructs
 an ``EngineClient``, a ``KVSession`` or a ``ChatService`` for the app (benchmarks and tests may, to measure or
@@ -24,18 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core import settings as settings_mod
-from hisho.core.chat import ChatService
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.chat import ChatService
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
 from hisho.core.documents.service import Documents
-from hisho.core.engine import Capability, Engine
+from hisho.core.engine.launch import load_params_for, open_model
+from hisho.core.engine.protocol import ErrorKind, LoadParams
+from hisho.core.engine.seam import Capability, Engine
 from hisho.core.errors import EngineCrashed, EngineError, UserError
 from hisho.core.executor import Executor, Post
-from hisho.core.kv_chat import KVChat
-from hisho.core.kv_chat import attach as attach_kv
-from hisho.core.launch import load_params_for, open_model
+from hisho.core.kv.chat_hooks import KVChat
+from hisho.core.kv.chat_hooks import attach as attach_kv
 from hisho.core.planner.gate import PlanRefused
-from hisho.core.protocol import ErrorKind, LoadParams
 
 log = logging.getLogger("hisho.services")
 
@@ -107,7 +107,7 @@ def open_store(path: Path | None = None) -> tuple[ConversationStore, str]:
 
 def make_engine() -> Engine:
     """The engine the app runs on: the local child process (the one implementation so far)."""
-    from hisho.core.engine_client import EngineClient
+    from hisho.core.engine.client import EngineClient
 
     return EngineClient()
 

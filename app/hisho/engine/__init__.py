@@ -1,2 +1,2 @@
 """The engine: the only package that imports llama_cpp. It runs in its own process (``python -m hisho.engine``),
-started by ``hisho.core.engine_client.EngineClient``; see docs/engine-protocol.md."""
+started by ``hisho.core.engine.client.EngineClient``; see docs/engine-protocol.md."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import ErrorKind, Sampling
+from hisho.core.engine.protocol import ErrorKind, Sampling
 from hisho.engine.llama_setup import build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core import model_identity
 from hisho.core.kv import format as kvf
+from hisho.core.models import identity as model_identity
 from hisho.engine.runtime import Runtime
 
 
 def gguf_identity(path: str) -> dict[str, Any]:
-    """Identity of a GGUF file: a hash of every byte, cached per file version (hisho.core.model_identity)."""
+    """Identity of a GGUF file: a hash of every byte, cached per file version (hisho.core.models.identity)."""
     return model_identity.identity(path)
 
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import llama_cpp
 
+from hisho.core.engine.protocol import ErrorKind, common_prefix
 from hisho.core.kv import format as kvf
-from hisho.core.protocol import ErrorKind, common_prefix
 from hisho.engine.kvfacts import state_facts
 from hisho.engine.runtime import RequestError, Runtime
 

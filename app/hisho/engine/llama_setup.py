@@ -14,7 +14,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import LoadParams, Sampling
+from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.engine.threads import Governor
 
 _SPECIAL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
@@ -47,7 +47,7 @@ def mmap_policy(model_path: str) -> bool:
     LoadParams leave ``use_mmap`` open: launch.load_params_for sets it from the plan, because reading the header
     here imports the gguf package (~7 MiB in this process)."""
     from hisho.core.errors import UserError
-    from hisho.core.gguf_facts import read_facts
+    from hisho.core.models.gguf_facts import read_facts
     from hisho.core.planner.repack import repacked_bytes, use_mmap
 
     try:

@@ -32,7 +32,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.units import MIB
 from hisho.engine import backends
 

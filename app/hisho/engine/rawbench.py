@@ -11,7 +11,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import LoadParams
+from hisho.core.engine.protocol import LoadParams
 from hisho.engine.llama_setup import Batch, context_params, maps_file, model_params, physical_cores
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import llama_cpp
 
-from hisho.core.protocol import ErrorKind, Sampling
+from hisho.core.engine.protocol import ErrorKind, Sampling
 from hisho.engine.llama_setup import GenStats, build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import ErrorKind, LoadParams, Sampling, common_prefix
+from hisho.core.engine.protocol import ErrorKind, LoadParams, Sampling, common_prefix
 from hisho.core.units import padded_cells
 from hisho.engine import backends
 from hisho.engine.chat import BASE_MODEL_NOTICE, ChatTemplate
@@ -41,7 +41,7 @@ log = logging.getLogger("hisho.engine")
 
 
 class RequestError(Exception):
-    """An error with a protocol kind (``hisho.core.protocol.ErrorKind``)."""
+    """An error with a protocol kind (``hisho.core.engine.protocol.ErrorKind``)."""
 
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import IO, Any
 
-from hisho.core.ops import (
+from hisho.core.engine.ops import (
     Abort,
     BatchGenerate,
     Detokenize,
@@ -36,7 +36,7 @@ from hisho.core.ops import (
     Unload,
     parse_request,
 )
-from hisho.core.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
+from hisho.core.engine.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
 from hisho.engine.llama_setup import GenStats
 from hisho.engine.process import keep_llama_log_at_info, watch_parent
 from hisho.engine.runtime import RequestError, Runtime

@@ -31,7 +31,7 @@ from typing import Any
 
 import llama_cpp
 
-from hisho.core.protocol import ErrorKind, Sampling, common_prefix
+from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.batched import BatchStats, Item, _Slot, _step
 from hisho.engine.llama_setup import build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
@@ -209,7 +209,7 @@ class ServingBatch:
             slot.held = []
             try:
                 keep = min(job.restore(slot.seq, job.prompt), len(job.prompt) - 1)
-            except Exception as exc:  # a bad file only costs the prefill (core/kv_session.py says the same)
+            except Exception as exc:  # a bad file only costs the prefill (core/kv/session.py says the same)
                 log.warning("disk prompt cache: restore failed (%s); prefilling", exc)
                 keep = 0
             slot.held = list(rt.seqs.get(slot.seq, []))[:keep]
@@ -353,7 +353,7 @@ def run_serving(server: Any, req_id: int, req: Any) -> None:
 
 
 def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
-    from hisho.core.ops import Serve, parse_request
+    from hisho.core.engine.ops import Serve, parse_request
 
     try:
         req = message if isinstance(message, Serve) else parse_request(message)

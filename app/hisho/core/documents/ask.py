@@ -172,7 +172,7 @@ def precompute_kv(client: Any, messages: list[dict[str, str]], kv: Any = None, o
         client.prefill(tokens, seq)
     except Exception as exc:  # an engine without the KV persistence ops: a one-token generate prefills too
         log.info("prefill op unavailable (%s); prefilling with generate", exc)
-        from hisho.core.protocol import Sampling
+        from hisho.core.engine.protocol import Sampling
 
         client.seq_rm(seq)
         client.generate(tokens=tokens, seq=seq, sampling=Sampling(temperature=0.0, max_tokens=1)).collect()

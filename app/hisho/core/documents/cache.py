@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hisho.core import model_identity
 from hisho.core.db import Database
+from hisho.core.models import identity as model_identity
 
 log = logging.getLogger("hisho.documents")
 
@@ -52,7 +52,7 @@ STEPS = [_v1, _v2, _v3]
 
 
 def model_fingerprint(model_path: str | Path) -> str:
-    """The model file's identity (hisho.core.model_identity: every byte, cached per file version): a model
+    """The model file's identity (hisho.core.models.identity: every byte, cached per file version): a model
     changed in place (a re-download, a fixed quant) never reuses the old weights' summaries. The hash of the
     first MiB used before missed changes past the header; summaries cached under it are simply not found again."""
     try:

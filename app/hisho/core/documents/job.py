@@ -31,10 +31,10 @@ from hisho.core.documents import plan as P
 from hisho.core.documents.attached import read_document
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.model import Document, DocumentError, PageSpan
-from hisho.core.engine import Engine
+from hisho.core.engine.ops import BatchGenerate, Prompt
+from hisho.core.engine.protocol import Sampling
+from hisho.core.engine.seam import Engine
 from hisho.core.errors import UserError
-from hisho.core.ops import BatchGenerate, Prompt
-from hisho.core.protocol import Sampling
 
 log = logging.getLogger("hisho.documents")
 

@@ -17,15 +17,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hisho.core.conversations import ConversationStore
+from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.documents.ask import DocumentContext, attach, precompute_kv, save_conversation
 from hisho.core.documents.attached import AskPassword, ChatDocument, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.job import JobResult, SummaryJob
-from hisho.core.engine import Capability, Engine
+from hisho.core.engine.seam import Capability, Engine
 from hisho.core.errors import UserError
-from hisho.core.kv_session import KVSession, conversation_owner, document_owner
+from hisho.core.kv.session import KVSession, conversation_owner, document_owner
 
 log = logging.getLogger("hisho.documents")
 

@@ -42,7 +42,7 @@ def _drain(stream: IO[str], tail: deque[str]) -> None:
 def run_child(dl: Downloader, job_id: int, progress: Callable[[Progress], None] | None = None) -> Any:
     """``dl.run(job_id, progress)`` in a child process: the same outcome (the ModelEntry, ``Stopped``, or the same
     one-line UserError) and the same progress reports; ``dl.pause``/``dl.cancel`` reach it."""
-    from hisho.core.models import ModelStore
+    from hisho.core.models.store import ModelStore
 
     proc = subprocess.Popen(spawn.command("download", str(job_id)), env=spawn.child_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

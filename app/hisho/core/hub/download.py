@@ -97,7 +97,7 @@ def _job(row: dict[str, Any]) -> Job:
 
 
 def target_dir(repo: str) -> Path:
-    from hisho.core.models import slug
+    from hisho.core.models.store import slug
 
     return paths.models_dir() / slug(repo.replace("/", "--"))
 
@@ -137,7 +137,7 @@ class Downloader:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from hisho.core.models import ModelStore
+            from hisho.core.models.store import ModelStore
 
             self._store = ModelStore(self.db)
         return self._store
@@ -323,7 +323,7 @@ class Downloader:
         return self._register(job, folder, shas, revision)
 
     def _register(self, job: Job, folder: Path, shas: list[str], revision: str) -> Any:
-        from hisho.core.models import slug
+        from hisho.core.models.store import slug
 
         first = folder / Path(job.parts[0]).name
         stem = re.sub(r"-00001-of-\d{5}$", "", first.stem)

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hisho.core.gguf_facts import ModelFacts, read_hub_facts
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.errors import GatedRepo, HubError, endpoint, gated, hub_call
 from hisho.core.hub.token import get_token
 from hisho.core.machine import Budget
+from hisho.core.models.gguf_facts import ModelFacts, read_hub_facts
 from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.hub")

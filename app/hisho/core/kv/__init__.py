@@ -1,7 +1,7 @@
 """KV persistence, core side: chunk file format (``format``), the SQLite index (``index``), and what the saved
 KV costs and which of it goes first (``usage``).
 
-The engine side (``hisho.engine.kvstate``) moves state bytes; ``hisho.core.kv_session`` is what the app calls.
+The engine side (``hisho.engine.kvstate``) moves state bytes; ``hisho.core.kv.session`` is what the app calls.
 Decisions and the file layout: docs/kv-format.md.
 """
 

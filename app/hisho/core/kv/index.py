@@ -7,7 +7,7 @@ SQLite component ``kv`` on ``hisho.core.db.Database``:
   fingerprint. A chunk is kept while some entry's chain reaches it; ``gc`` deletes the rest.
 - ``kv_speed``: measured prefill and restore speeds per fingerprint, for "seconds saved" estimates.
 - ``kv_models``: the model file (path, size, xxh3-128 of every byte) each fingerprint was saved from, so that
-  deleting a model can say which snapshots go with it (``hisho.core.model_removal``).
+  deleting a model can say which snapshots go with it (``hisho.core.models.removal``).
 
 What the saved KV costs and saves, and the eviction order, are read by ``hisho.core.kv.usage``.
 

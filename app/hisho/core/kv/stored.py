@@ -18,7 +18,7 @@ from hisho.core.kv.usage import DOCUMENT_PREFIX, Usage, protected
 
 log = logging.getLogger("hisho.kv")
 
-CONVERSATION_PREFIX = "conv:"  # hisho.core.kv_session.conversation_owner
+CONVERSATION_PREFIX = "conv:"  # hisho.core.kv.session.conversation_owner
 API_PREFIX = "api:"  # hisho.api.cache: one prompt an API client sent
 
 

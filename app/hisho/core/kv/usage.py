@@ -16,7 +16,7 @@ from hisho.core.db import Database
 
 DEFAULT_PREFILL_TOK_S = 250.0  # until measured (DESIGN.md: ~250-300 tok/s on a 2-core box, default model)
 DEFAULT_RESTORE_BYTES_S = 2e9
-DOCUMENT_PREFIX = "doc:"  # hisho.core.kv_session.document_owner
+DOCUMENT_PREFIX = "doc:"  # hisho.core.kv.session.document_owner
 
 # One query for every owner's usage (a sidebar of 1,000 chats must not ask 1,000 times): walk each entry's
 # chain tip -> root, then sum its chunks' bytes, and the bytes of chunks no other owner reaches.

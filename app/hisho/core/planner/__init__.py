@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hisho.core.errors import UserError
-from hisho.core.gguf_facts import ModelFacts, list_hub_ggufs, read_facts, read_hub_facts
 from hisho.core.machine import Budget, Machine
-from hisho.core.models import ModelStore
+from hisho.core.models.gguf_facts import ModelFacts, list_hub_ggufs, read_facts, read_hub_facts
+from hisho.core.models.store import ModelStore
 from hisho.core.planner.calibrate import ProbeFailed, cached, calibrate
 from hisho.core.planner.memory import Breakdown, Calibration, Config, estimate
 from hisho.core.planner.search import Plan, Search, attention_choice, plan, price

@@ -24,12 +24,12 @@ import logging
 from pathlib import Path
 
 from hisho.core import machine as machine_mod
+from hisho.core.engine.protocol import LoadParams
 from hisho.core.errors import UserError
-from hisho.core.gguf_facts import ModelFacts, read_facts
+from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner.calibrate import cached
 from hisho.core.planner.memory import Calibration, Config
 from hisho.core.planner.search import Candidate, Plan, Search, attention_choice, price
-from hisho.core.protocol import LoadParams
 from hisho.core.units import GIB, MIB
 
 log = logging.getLogger("hisho.planner")

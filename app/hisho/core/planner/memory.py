@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hisho.core.gguf_facts import ModelFacts
+from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.units import CELL_PAD as CELL_PAD  # one home for the padding (hisho.core.units); re-exported
 from hisho.core.units import MIB
 from hisho.core.units import padded_cells as padded_cells

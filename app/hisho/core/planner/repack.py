@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hisho.core.gguf_facts import ModelFacts
+from hisho.core.models.gguf_facts import ModelFacts
 
 # (needed CPU features, types, row multiple). The first rule whose features are all present and whose row
 # multiple divides ne[1] decides, as in ggml's if-chains (a failed row check falls through to later rules).

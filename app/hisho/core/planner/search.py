@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hisho.core.gguf_facts import ModelFacts
 from hisho.core.machine import Budget
+from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.planner import quality
 from hisho.core.planner.calibrate import LAYOUTS
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate

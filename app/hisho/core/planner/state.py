@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hisho.core.gguf_facts import ModelFacts
+from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.planner.memory import row_bytes
 
 CELL_META = 12  # bytes of metadata per saved attention cell (its position, sequence count, ...), measured

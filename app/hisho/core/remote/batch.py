@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from hisho.core.ops import BatchGenerate, Prompt
-from hisho.core.protocol import GenerationResult
+from hisho.core.engine.ops import BatchGenerate, Prompt
+from hisho.core.engine.protocol import GenerationResult
 from hisho.core.remote.http import RemoteError
 
 if TYPE_CHECKING:

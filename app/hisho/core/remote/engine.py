@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hisho.core.engine import Capability
-from hisho.core.ops import BatchGenerate, StateLoad, StateSave
-from hisho.core.protocol import ErrorKind, GenerationResult, LoadParams, Sampling
+from hisho.core.engine.ops import BatchGenerate, StateLoad, StateSave
+from hisho.core.engine.protocol import ErrorKind, GenerationResult, LoadParams, Sampling
+from hisho.core.engine.seam import Capability
 from hisho.core.remote.batch import RemoteBatch
 from hisho.core.remote.http import Endpoint, RemoteError, SSEStream, call
 from hisho.core.remote.probe import ServerInfo, probe

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from hisho.core.engine.protocol import ErrorKind
 from hisho.core.errors import EngineError
-from hisho.core.protocol import ErrorKind
 
 log = logging.getLogger("hisho.remote")
 

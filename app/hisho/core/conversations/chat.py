@@ -1,0 +1,358 @@
+"""The chat service: one conversation turn from "the user pressed Enter" to "the reply is saved". No Qt.
+
+The window and ``hisho chat`` both use it. Rules of use:
+- ``send`` / ``regenerate`` / ``edit`` record the user's side at once (cheap, any thread) and return a ``Turn``;
+  ``run(turn, on_text)`` then streams the reply and must run off the GUI thread. ``on_text`` is called on that
+  thread with each new piece; the caller batches for display.
+- The reply row is created when streaming starts and saved as it grows (every ``SAVE_EVERY_S``), so a crash of
+  the engine, a Stop or the whole app going away leaves the partial text in the store, marked as such.
+- ``turn.cancel()`` may be called from any thread; the engine stops within one token.
+- Seams for other features: ``before_prompt`` hooks run on the worker just before the prompt goes to the
+  engine (KV restore, type-ahead); ``after_turn`` hooks run after the reply is saved (KV save).
+- Every store write goes through ``write`` (the composition root passes the executor's store lane, the
+  database's one writer; by default it runs inline). Reads stay on the caller's thread.
+- Nothing is ever cut silently: ``check_fit`` says whether a prompt fits the context, and the caller chooses
+  (``Turn.drop_oldest`` or ``summarize_into_new``).
+- A store that fails while a reply streams (disk full) stops the engine at once; the reply stays in memory
+  (``unsaved``) and is written by ``save_unsaved`` — called before every send and run — once there is space
+  again. The turn's ``error`` then says what happened (issue 16).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from hisho.core.conversations.store import (
+    DONE,
+    FAILED,
+    STOPPED,
+    STREAMING,
+    Conversation,
+    ConversationStore,
+    Message,
+)
+from hisho.core.db import DatabaseUnavailable
+from hisho.core.engine.protocol import ErrorKind, Sampling
+from hisho.core.engine.seam import Engine, TokenStream
+from hisho.core.errors import EngineError, UserError
+
+log = logging.getLogger("hisho.chat")
+
+WARN_FRACTION = 0.8          # the context meter turns amber from here
+MIN_REPLY_TOKENS = 256        # room kept for a reply when judging whether a prompt fits
+SAVE_EVERY_S = 1.0
+DEFAULT_TITLE = "New chat"
+
+
+@dataclass
+class FitReport:
+    prompt_tokens: int
+    reply_tokens: int        # room kept for the reply
+    n_ctx: int
+
+    @property
+    def fraction(self) -> float:
+        return self.prompt_tokens / self.n_ctx if self.n_ctx else 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.prompt_tokens + self.reply_tokens <= self.n_ctx
+
+    @property
+    def warn(self) -> bool:
+        return self.fraction >= WARN_FRACTION or not self.fits
+
+
+_turn_ids = itertools.count(1)
+T = TypeVar("T")
+
+
+class Write(Protocol):
+    """Runs a store write where the database's one writer is (``Executor.call("store", fn)``)."""
+
+    def __call__(self, fn: Callable[[], T]) -> T: ...
+
+
+@dataclass
+class Turn:
+    """One reply to produce. ``id`` is unique per process, so late events can be matched to their request."""
+
+    conversation_id: int
+    parent_id: int                     # the user message the reply answers
+    sampling: Sampling
+    drop_oldest: bool = False
+    id: int = field(default_factory=lambda: next(_turn_ids))
+    text: str = ""
+    reply_id: int | None = None
+    store_error: DatabaseUnavailable | None = None   # the store failed while this reply streamed (disk full)
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    _stream: TokenStream | None = field(default=None, repr=False)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+
+@dataclass
+class TurnResult:
+    turn: Turn
+    message: Message
+    prompt_messages: list[dict[str, str]]
+    error: str = ""
+
+
+def sampling_for(settings: Any, n_ctx: int | None = None) -> Sampling:
+    max_tokens = int(settings.max_tokens)
+    return Sampling(temperature=float(settings.temperature), top_p=float(settings.top_p), top_k=int(settings.top_k),
+                    repeat_penalty=float(settings.repeat_penalty), seed=int(settings.seed),
+                    max_tokens=min(max_tokens, n_ctx) if n_ctx else max_tokens)
+
+
+class ChatService:
+    def __init__(self, store: ConversationStore, engine: Engine, *, model_name: str = "",
+                 write: Write | None = None, default_system_prompt: Callable[[], str] = lambda: "") -> None:
+        self.store = store
+        self.engine = engine
+        self.model_name = model_name
+        self.write: Write = write or _inline
+        # What a new chat's system prompt starts as; the composition root reads it from the settings
+        # (Settings → System prompts), so the window and ``hisho chat`` start chats alike.
+        self.default_system_prompt = default_system_prompt
+        self.before_prompt: list[Callable[[Turn, list[dict[str, str]]], None]] = []
+        # Context every prompt of a chat carries (documents attached to it): applied wherever the prompt is
+        # built, so the meter, KV prefetch and type-ahead see what the reply's prompt will hold.
+        self.prompt_context: list[Callable[[int, list[dict[str, str]]], None]] = []
+        self.after_turn: list[Callable[[TurnResult], None]] = []
+        self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
+        self._unsaved_lock = threading.Lock()
+
+    # ----- prompts and fit -----------------------------------------------------------------------------
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.engine.load_info.get("n_ctx", 0))
+
+    def prompt_messages(self, conversation_id: int, leaf_id: int | None = None,
+                        extra_user: str | None = None) -> list[dict[str, str]]:
+        """The chat messages the model sees for a branch (system prompt first), plus an unsent draft."""
+        conv = self.store.get(conversation_id)
+        out = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
+        out += [{"role": m.role, "content": m.content} for m in self.store.branch(conversation_id, leaf_id)
+                if m.content or m.role == "user"]
+        for add in self.prompt_context:
+            add(conversation_id, out)
+        if extra_user is not None:
+            out.append({"role": "user", "content": extra_user})
+        return out
+
+    def count(self, messages: list[dict[str, str]]) -> int:
+        return self.engine.count_tokens(messages=messages) if messages else 0
+
+    def check_fit(self, conversation_id: int, draft: str | None = None) -> FitReport:
+        """Would the branch on screen plus ``draft`` fit the context with room for a reply?"""
+        conv = self.store.get(conversation_id)
+        tokens = self.count(self.prompt_messages(conversation_id, extra_user=draft))
+        reply = min(conv.settings.max_tokens, max(MIN_REPLY_TOKENS, self.n_ctx // 8))
+        return FitReport(tokens, reply, self.n_ctx)
+
+    def fitted(self, messages: list[dict[str, str]], reply_tokens: int) -> list[dict[str, str]]:
+        """Drop the oldest turns (never the system prompt or the last message) until the prompt fits."""
+        head = messages[:1] if messages and messages[0]["role"] == "system" else []
+        body = messages[len(head):]
+        while len(body) > 1 and self.count(head + body) + reply_tokens > self.n_ctx:
+            body = body[2:] if len(body) > 2 else body[1:]
+        return head + body
+
+    # ----- starting chats and turns --------------------------------------------------------------------
+
+    def new_conversation(self, *, model: str = "") -> Conversation:
+        """A new chat whose system prompt is the app-wide default. Every front end makes its chats here."""
+        system = self.default_system_prompt()
+        return self.write(lambda: self.store.create(model=model, system_prompt=system))
+
+    def send(self, conversation_id: int, text: str, *, drop_oldest: bool = False) -> Turn:
+        """Record the user's message under the current leaf. An empty message is refused (UserError)."""
+        if not text.strip():
+            raise UserError("nothing to send: the message is empty")
+        self.save_unsaved()
+
+        def record() -> Message:
+            conv = self.store.get(conversation_id)
+            with self.store.tx():
+                msg = self.store.add_message(conversation_id, "user", text, parent_id=conv.leaf_id)
+                changes: dict[str, Any] = {"draft": ""}
+                if conv.title == DEFAULT_TITLE and conv.leaf_id is None:
+                    changes["title"] = title_from(text)
+                self.store.update(conversation_id, **changes)
+            return msg
+
+        return self._turn(conversation_id, self.write(record).id, drop_oldest)
+
+    def regenerate(self, reply_id: int) -> Turn:
+        """A new reply to the same user message; the old one stays as a sibling branch."""
+        reply = self.store.message(reply_id)
+        if reply.role != "assistant" or reply.parent_id is None:
+            raise UserError("only a reply can be regenerated")
+        return self._turn(reply.conversation_id, reply.parent_id, False)
+
+    def edit(self, user_message_id: int, text: str) -> Turn:
+        """Send an edited copy of a user message as a sibling; the original branch stays reachable."""
+        if not text.strip():
+            raise UserError("nothing to send: the message is empty")
+        old = self.store.message(user_message_id)
+        if old.role != "user":
+            raise UserError("only your own messages can be edited")
+        def record() -> Message:
+            with self.store.tx():
+                msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+                conv = self.store.get(old.conversation_id)
+                if old.parent_id is None and conv.title == title_from(old.content):  # a title made from it
+                    self.store.update(old.conversation_id, title=title_from(text))
+            return msg
+
+        msg = self.write(record)
+        return self._turn(old.conversation_id, msg.id, False)
+
+    def _turn(self, conversation_id: int, parent_id: int, drop_oldest: bool) -> Turn:
+        conv = self.store.get(conversation_id)
+        return Turn(conversation_id, parent_id, sampling_for(conv.settings, self.n_ctx or None), drop_oldest)
+
+    # ----- running a turn ------------------------------------------------------------------------------
+
+    def save_unsaved(self) -> int:
+        """Write the replies kept in memory while the store failed. Returns how many still wait (any thread)."""
+        with self._unsaved_lock:
+            for reply_id, fields in list(self.unsaved.items()):
+                try:
+                    self.write(functools.partial(self.store.update_message, reply_id, **fields))
+                except DatabaseUnavailable as exc:
+                    log.warning("%d replies still unsaved: %s", len(self.unsaved), exc)
+                    break
+                del self.unsaved[reply_id]
+                log.info("reply %d saved after the store came back", reply_id)
+            return len(self.unsaved)
+
+    def run(self, turn: Turn, on_text: Callable[[str], None] | None = None) -> TurnResult:
+        """Stream the reply (worker thread). Always returns once the reply row exists; errors end up in the saved
+        message, or, when the store itself fails, in ``unsaved`` and the result's ``error``."""
+        self.save_unsaved()
+        messages = self.prompt_messages(turn.conversation_id, turn.parent_id)
+        if turn.drop_oldest:
+            messages = self.fitted(messages, turn.sampling.max_tokens)
+        for hook in self.before_prompt:
+            hook(turn, messages)
+        engine_name = str(self.engine.engine_info.get("engine") or "local")   # which engine answers
+        reply = self.write(lambda: self.store.add_message(turn.conversation_id, "assistant", "",
+                                                          parent_id=turn.parent_id, status=STREAMING,
+                                                          model=self.model_name, engine=engine_name))
+        turn.reply_id = reply.id
+        status, error, result = DONE, "", None
+        try:
+            stream = self.engine.generate(messages=messages, sampling=turn.sampling)
+            turn._stream = stream
+            if turn.cancelled:
+                stream.cancel()
+            self._pump(turn, stream, on_text)
+            result = stream.result
+            if result is not None and result.stop_reason == "cancelled":
+                status = STOPPED
+        except EngineError as exc:
+            status, error = FAILED, _engine_message(exc)
+            log.warning("turn %s in conversation %s failed: %s", turn.id, turn.conversation_id, error)
+        meta: dict[str, Any] = {}
+        if result is not None:
+            meta = {"tokens": result.completion_tokens, "prompt_tokens": result.prompt_tokens,
+                    "ttft_s": result.ttft_s, "tokens_per_s": result.tokens_per_s}
+        if turn.store_error is not None:
+            status, error = FAILED, "the disk filled up during this reply; it was stopped here"
+        fields = {"content": turn.text, "status": status, "error": error, **meta}
+        try:
+            if turn.store_error is None:
+                self.write(lambda: self.store.update_message(reply.id, **fields))
+        except DatabaseUnavailable as exc:
+            turn.store_error = exc
+        if turn.store_error is not None:
+            with self._unsaved_lock:
+                self.unsaved[reply.id] = fields
+            message = dataclasses.replace(reply, **fields)
+            shown = f"{turn.store_error} — the reply is kept and saved when there is space again"
+            log.warning("reply %d of conversation %s not saved: %s", reply.id, turn.conversation_id, turn.store_error)
+            return TurnResult(turn, message, messages, shown)  # no after_turn: a KV save cannot land either
+        out = TurnResult(turn, self.store.message(reply.id), messages, error)
+        for after in self.after_turn:
+            after(out)
+        return out
+
+    def _pump(self, turn: Turn, stream: TokenStream, on_text: Callable[[str], None] | None) -> None:
+        saved_at = time.monotonic()
+        assert turn.reply_id is not None
+        for ev in stream:
+            piece = str(ev.get("text", ""))
+            turn.text += piece
+            if on_text is not None:
+                on_text(piece)
+            now = time.monotonic()
+            if turn.store_error is None and now - saved_at >= SAVE_EVERY_S:
+                # A crash of this process loses at most a second of text.
+                try:
+                    self.write(functools.partial(self.store.update_message, turn.reply_id, content=turn.text))
+                except DatabaseUnavailable as exc:
+                    # Generating on would only grow what cannot be saved and keep the engine from the next
+                    # request: stop it, keep the text (the tokens still in flight arrive before "done").
+                    turn.store_error = exc
+                    stream.cancel()
+                saved_at = now
+
+    # ----- context overflow: summarize into a new chat ---------------------------------------------------
+
+    def summarize_into_new(self, conversation_id: int, on_text: Callable[[str], None] | None = None) -> int:
+        """Ask the model for a summary of the branch and start a new conversation seeded with it."""
+        conv = self.store.get(conversation_id)
+        transcript = "\n\n".join(f"{m.role.upper()}: {m.content}" for m in self.store.branch(conversation_id))
+        budget_chars = max(1000, (self.n_ctx - 600) * 3)  # ~3 chars per token; keep the latest part
+        ask = [{"role": "system", "content": "You summarize conversations faithfully and briefly."},
+               {"role": "user", "content": "Summarize this conversation in a few sentences, keeping names, "
+                                           "facts and open questions:\n\n" + transcript[-budget_chars:]}]
+        stream = self.engine.generate(messages=ask, sampling=Sampling(temperature=0.2, max_tokens=400))
+        parts: list[str] = []
+        for ev in stream:
+            parts.append(str(ev.get("text", "")))
+            if on_text is not None:
+                on_text(parts[-1])
+        summary = "".join(parts).strip()
+        system = (conv.system_prompt + "\n\n" if conv.system_prompt else "") + \
+            f"Summary of an earlier conversation ({conv.title}):\n{summary}"
+        new = self.write(lambda: self.store.create(f"{conv.title} (continued)", model=conv.model,
+                                                   system_prompt=system, settings=conv.settings))
+        return int(new.id)
+
+
+def _inline(fn: Callable[[], T]) -> T:
+    return fn()
+
+
+def title_from(text: str, limit: int = 48) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def _engine_message(exc: EngineError) -> str:
+    if exc.kind is ErrorKind.CRASHED:
+        return "the engine stopped in the middle of this reply; the text so far is kept — retry to continue"
+    if exc.kind is ErrorKind.CONTEXT_FULL:
+        return f"the conversation no longer fits the context ({exc})"
+    return str(exc)

@@ -1,0 +1,133 @@
+"""Export a conversation to Markdown (the branch on screen, for reading) or JSON (the whole message tree, for
+moving it elsewhere), and import that JSON back. Format: docs/conversations.md.
+
+The JSON keeps every branch and the ids that link them, and (version 2) the documents attached to the chat, as
+read; an import gives the rows new ids and re-links them, so importing the same file twice gives two independent
+copies. Version 1 files (no documents) still import. Bad files are refused with one clear message (``UserError``)
+and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hisho.core.conversations.store import ChatSettings, ConversationStore
+from hisho.core.documents import attached
+from hisho.core.errors import UserError
+
+FORMAT = "hisho-conversation"
+FORMAT_VERSION = 2          # 2: + "documents" (attached to the chat); 1 has none and imports as before
+_ROLES = ("system", "user", "assistant")
+_MESSAGE_META = ("status", "tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "created_at")
+
+
+def to_markdown(store: ConversationStore, conversation_id: int) -> str:
+    conv = store.get(conversation_id)
+    out = [f"# {conv.title}", ""]
+    stamp = datetime.fromtimestamp(conv.created_at).strftime("%Y-%m-%d %H:%M")
+    out.append(f"*{stamp}" + (f" · {conv.model}" if conv.model else "") + "*")
+    out.append("")
+    if conv.system_prompt:
+        out += ["> **System:** " + conv.system_prompt.replace("\n", "\n> "), ""]
+    documents = attached.exported(store.db, conversation_id)
+    if documents:  # for reading: their names (the JSON export carries their text)
+        out += ["> **Attached:** " + ", ".join(d["name"] for d in documents), ""]
+    for m in store.branch(conversation_id):
+        who = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
+        note = " *(partial reply)*" if m.partial else ""
+        out += [f"## {who}{note}", "", m.content.rstrip(), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_json(store: ConversationStore, conversation_id: int) -> dict[str, Any]:
+    conv = store.get(conversation_id)
+    messages = []
+    for m in store.messages(conversation_id):
+        item: dict[str, Any] = {"id": m.id, "parent": m.parent_id, "role": m.role, "content": m.content}
+        item.update({k: getattr(m, k) for k in _MESSAGE_META if getattr(m, k) not in (None, "")})
+        messages.append(item)
+    return {
+        "format": FORMAT, "version": FORMAT_VERSION, "exported_at": time.time(),
+        "conversation": {
+            "title": conv.title, "model": conv.model, "system_prompt": conv.system_prompt,
+            "settings": conv.settings.to_dict(), "created_at": conv.created_at, "pinned": conv.pinned,
+            "leaf": conv.leaf_id,
+        },
+        "messages": messages,
+        "documents": attached.exported(store.db, conversation_id),
+    }
+
+
+def export_file(store: ConversationStore, conversation_id: int, path: Path) -> Path:
+    """Write ``.md`` or ``.json`` by the file's suffix."""
+    if path.suffix.lower() == ".md":
+        path.write_text(to_markdown(store, conversation_id), encoding="utf-8")
+    elif path.suffix.lower() == ".json":
+        text = json.dumps(to_json(store, conversation_id), ensure_ascii=False, indent=2)
+        path.write_text(text, encoding="utf-8")
+    else:
+        raise UserError(f"export to .md or .json, not {path.suffix or 'a file without a suffix'}")
+    return path
+
+
+def import_file(store: ConversationStore, path: Path) -> int:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        raise UserError(f"{path.name} is not valid JSON ({exc})") from None
+    return import_data(store, data)
+
+
+def import_data(store: ConversationStore, data: Any) -> int:
+    """Create a new conversation from exported JSON; returns its id."""
+    conv, messages, documents = _validate(data)
+    if documents:
+        attached.prepare(store.db)
+    with store.tx():
+        cid = _insert(store, conv, messages)
+        attached.restore(store.db, cid, documents)
+        return cid
+
+
+def _insert(store: ConversationStore, conv: dict[str, Any], messages: list[dict[str, Any]]) -> int:
+    new_conv = store.create(str(conv.get("title") or "Imported chat"), model=str(conv.get("model") or ""),
+                            system_prompt=str(conv.get("system_prompt") or ""),
+                            settings=ChatSettings.from_dict(conv.get("settings")))
+    new_ids: dict[Any, int] = {}
+    for m in messages:
+        meta = {k: m[k] for k in _MESSAGE_META if k in m and k != "status"}
+        row = store.add_message(new_conv.id, m["role"], m["content"], parent_id=new_ids.get(m.get("parent")),
+                                status=str(m.get("status", "done")), make_leaf=False, **meta)
+        new_ids[m["id"]] = row.id
+    leaf = new_ids.get(conv.get("leaf")) if conv.get("leaf") is not None else None
+    if leaf is None and new_ids:
+        leaf = store.latest_leaf_under(next(iter(new_ids.values())))
+    store.update(new_conv.id, leaf_id=leaf, pinned=bool(conv.get("pinned", False)))
+    return new_conv.id
+
+
+def _validate(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UserError("this JSON file is not a Hisho conversation export")
+    if int(data.get("version", 0)) > FORMAT_VERSION:
+        raise UserError(f"this export is format version {data.get('version')}; this Hisho reads up to "
+                        f"{FORMAT_VERSION}")
+    conv, messages = data.get("conversation"), data.get("messages")
+    if not isinstance(conv, dict) or not isinstance(messages, list):
+        raise UserError("the export has no conversation or no message list")
+    seen: set[Any] = set()
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in _ROLES or not isinstance(m.get("content"), str):
+            raise UserError(f"message {i + 1} of the export is malformed (needs role and content)")
+        if "id" not in m or m["id"] in seen:
+            raise UserError(f"message {i + 1} of the export has a missing or repeated id")
+        if m.get("parent") is not None and m["parent"] not in seen:
+            raise UserError(f"message {i + 1} of the export refers to a parent that comes after it")
+        seen.add(m["id"])
+    return conv, messages, attached.checked(data.get("documents", []))

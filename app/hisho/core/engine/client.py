@@ -1,0 +1,308 @@
+"""The parent side of the engine process: start it, talk to it, restart it after a crash.
+
+``EngineClient`` is the local implementation of ``hisho.core.engine.Engine``: the one way the CLI and the GUI
+reach llama.cpp (the composition root, ``hisho.core.services``, makes it). The child and its channel (start,
+route events to the request that asked, fail requests in flight when it dies) are ``hisho.core.engine.process``;
+this class adds the typed ops, the ``PROTOCOL_VERSION`` check at ``hello`` and re-loading after a crash. It is
+thread-safe: any thread may issue a request. The engine itself runs one request at a time, in order.
+
+A native abort inside llama.cpp kills only the child. Every request in flight then ends with ``EngineCrashed``;
+the next request starts a fresh child and re-loads the last ``LoadParams`` before running.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from hisho.core.engine.ops import (
+    REQUESTS,
+    BatchGenerate,
+    Detokenize,
+    Generate,
+    Hello,
+    KvFlush,
+    KvInfo,
+    Load,
+    Prefill,
+    Request,
+    SeqRm,
+    Serve,
+    StateLoad,
+    StateSave,
+    Tokenize,
+    Unload,
+)
+from hisho.core.engine.process import EngineProcess
+from hisho.core.engine.protocol import (
+    PROTOCOL_VERSION,
+    ErrorKind,
+    GenerationResult,
+    LoadParams,
+    ProtocolMismatch,
+    Sampling,
+    check_protocol,
+)
+from hisho.core.engine.seam import Capability
+from hisho.core.errors import EngineCrashed, EngineError
+
+log = logging.getLogger("hisho.engine")
+
+
+class Stream:
+    """Iterator over one streaming request's token events (dicts with ``text`` and ``token``).
+
+    After iteration ends, ``result`` holds the ``GenerationResult``. ``cancel()`` may be called from any thread;
+    the engine stops before sampling its next token.
+    """
+
+    def __init__(self, client: EngineClient, req_id: int, events: queue.Queue[Any]) -> None:
+        self._client = client
+        self.id = req_id
+        self._events = events
+        self.result: GenerationResult | None = None
+        self.first_token_at: float | None = None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        try:
+            while True:
+                ev = self._events.get()
+                kind = ev.get("ev")
+                if kind == "token":
+                    if self.first_token_at is None:
+                        self.first_token_at = time.perf_counter()
+                    yield ev
+                elif kind == "done":
+                    self.result = GenerationResult.from_event(ev)
+                    if isinstance(ev.get("threads"), dict):
+                        self._client.threads = ev["threads"]
+                    return
+                elif kind == "error":
+                    raise _as_error(ev)
+        finally:
+            self._client._forget(self.id)
+
+    def cancel(self) -> None:
+        self._client.cancel(self.id)
+
+    def collect(self) -> GenerationResult:
+        """Drain the stream and return the result."""
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result
+
+
+def _as_error(ev: dict[str, Any]) -> EngineError:
+    kind = ErrorKind.of(ev.get("kind", ErrorKind.INTERNAL))
+    if kind is ErrorKind.CRASHED:
+        return EngineCrashed(str(ev.get("message", "engine crashed")), ev.get("exit_code"))
+    return EngineError(kind, str(ev.get("message", "engine error")))
+
+
+class EngineClient:
+    """Owns the engine child process. Create one per app; ``close()`` it at exit."""
+
+    def __init__(self, *, env: dict[str, str] | None = None, test_hooks: bool = False) -> None:
+        self._process = EngineProcess(env=env, test_hooks=test_hooks)
+        self._load_params: LoadParams | None = None
+        self._loaded: tuple[int, LoadParams] | None = None  # (EngineProcess.generation, what it loaded)
+        self._load_info: dict[str, Any] = {}
+        self.engine_info: dict[str, Any] = {}
+        # What the engine's thread governors chose and why, as of the last reply (docs/threads.md); one dict
+        # replaced whole, so readers on other threads see an old or a new one, never half of one.
+        self.threads: dict[str, Any] = {}
+
+    # ----- process lifecycle -------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._process.running
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    @property
+    def restarts(self) -> int:
+        """How often the engine was started again after it died."""
+        return self._process.restarts
+
+    @property
+    def load_info(self) -> dict[str, Any]:
+        """What the last successful load reported (n_ctx, n_vocab, chat template presence, timings)."""
+        return dict(self._load_info)
+
+    @property
+    def load_params(self) -> LoadParams | None:
+        return self._load_params
+
+    def start(self) -> None:
+        if not self._process.start():
+            return
+        info = self._call(Hello(protocol=PROTOCOL_VERSION), restart=False)
+        try:
+            check_protocol(info.get("protocol"), "engine")
+        except ProtocolMismatch as exc:
+            self.close()
+            raise EngineError(ErrorKind.PROTOCOL, str(exc)) from None
+        self.engine_info = info
+        log.info("engine started: pid %s, llama-cpp-python %s", info.get("pid"), info.get("llama_cpp_version"))
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Ask the engine to exit; kill it if it does not within ``timeout``."""
+        self._process.close(timeout)
+
+    def kill(self) -> None:
+        """Kill the engine at once (tests, and the GUI's last resort)."""
+        self._process.kill()
+
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- requests --------------------------------------------------------------------------------
+
+    def load(self, params: LoadParams) -> dict[str, Any]:
+        """Load a model (replacing any loaded one). Raises EngineError(kind=MODEL_LOAD) on a bad file."""
+        self._load_params = params
+        self._ensure_started()
+        return self._do_load(params)
+
+    def unload(self) -> None:
+        self._load_params = None
+        if self.running:
+            self._call(Unload())
+            self._loaded = None
+
+    def generate(
+        self,
+        *,
+        messages: list[dict[str, str]] | None = None,
+        prompt: str | None = None,
+        tokens: list[int] | None = None,
+        sampling: Sampling | None = None,
+        seq: int = 0,
+    ) -> Stream:
+        """Start a reply. Exactly one of messages (chat-templated), prompt (raw text) or tokens."""
+        return self.stream(Generate(messages=messages, prompt=prompt, tokens=tokens, seq=seq,
+                                    sampling=sampling or Sampling()))
+
+    def batch(self, request: BatchGenerate) -> Stream:
+        """Several prompts as parallel sequences; one "token" event per finished item."""
+        return self.stream(request)
+
+    def serve(self, request: Serve) -> Stream:
+        """An API request: joins the engine's serving batch at its next step (Capability.SERVE)."""
+        return self.stream(request)
+
+    def tokenize(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None,
+                 add_generation_prompt: bool = True, special: bool = False) -> list[int]:
+        req = Tokenize(messages=messages, text=None if messages is not None else (text or ""),
+                       add_generation_prompt=add_generation_prompt, special=special)
+        return list(self.call(req)["tokens"])
+
+    def count_tokens(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None) -> int:
+        return len(self.tokenize(text, messages=messages))
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return str(self.call(Detokenize(tokens=tokens))["text"])
+
+    def seq_rm(self, seq: int = 0, start: int = 0) -> int:
+        """Drop sequence ``seq`` from position ``start`` on; returns the tokens it still holds."""
+        return int(self.call(SeqRm(seq=seq, start=start))["held"])
+
+    def prefill(self, tokens: list[int], seq: int = 0) -> dict[str, Any]:
+        """Evaluate ``tokens`` into ``seq`` without sampling (keeps the common prefix it already holds)."""
+        return self.call(Prefill(tokens=list(tokens), seq=seq))
+
+    def kv_info(self, prepare_bytes: int = 0) -> dict[str, Any]:
+        """The state fingerprint and buffer facts; ``prepare_bytes`` allocates the restore buffer now."""
+        return self.call(KvInfo(prepare_bytes=prepare_bytes))
+
+    def state_save(self, request: StateSave) -> Stream:
+        """Save a sequence's KV (streaming: "done" once the files are written)."""
+        return self.stream(request)
+
+    def state_load(self, request: StateLoad) -> dict[str, Any]:
+        return self.call(request)
+
+    def kv_flush(self, timeout: float = 30.0) -> bool:
+        return bool(self.call(KvFlush(timeout=timeout)).get("idle", False))
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this engine can do beyond generate/tokenize (``hisho.core.engine.Capability``)."""
+        return frozenset(c.value for c in Capability)
+
+    def cancel(self, req_id: int) -> None:
+        """Stop request ``req_id``; harmless if it already ended or the engine is gone."""
+        self._process.cancel(req_id)
+
+    def call(self, request: Request | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run one non-streaming request and return its result. ``call("op", {...})`` is the same as the op's
+        record (``hisho.core.engine.ops.REQUESTS``) built from those fields: checked here, not in the engine."""
+        req = _typed(request, params)
+        if req.streaming:
+            raise ValueError(f"{req.op} is a streaming op: use stream()")
+        self._ensure_ready()
+        return self._call(req)
+
+    def stream(self, request: Request | str, params: dict[str, Any] | None = None) -> Stream:
+        req = _typed(request, params)
+        if not req.streaming:
+            raise ValueError(f"{req.op} is not a streaming op")
+        self._ensure_ready()
+        req_id, events = self._process.submit(req)
+        return Stream(self, req_id, events)
+
+    # ----- internals -------------------------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if not self.running:
+            self.start()
+
+    def _ensure_ready(self) -> None:
+        """Start the engine if needed and re-load the last model after a crash."""
+        self._ensure_started()
+        params = self._load_params
+        if params is not None and self._loaded != (self._process.generation, params):
+            log.info("re-loading %s into engine pid %s", params.model_path, self.pid)
+            self._do_load(params)
+
+    def _do_load(self, params: LoadParams) -> dict[str, Any]:
+        generation = self._process.generation
+        info = self._call(Load(params=params))
+        self._loaded = (generation, params)
+        self._load_info = info
+        return info
+
+    def _call(self, req: Request, restart: bool = True) -> dict[str, Any]:
+        if restart:
+            self._ensure_started()
+        req_id, events = self._process.submit(req)
+        try:
+            ev = events.get()
+        finally:
+            self._forget(req_id)
+        if ev.get("ev") == "error":
+            raise _as_error(ev)
+        result: dict[str, Any] = ev.get("result", {})
+        return result
+
+    def _forget(self, req_id: int) -> None:
+        self._process.forget(req_id)
+
+
+def _typed(request: Request | str, params: dict[str, Any] | None) -> Request:
+    if isinstance(request, Request):
+        return request
+    kind = REQUESTS.get(request)
+    if kind is None:
+        raise ValueError(f"unknown engine op {request!r}")
+    return kind.from_wire(params or {})

@@ -1,0 +1,45 @@
+"""From "the user wants model X" to the ``LoadParams`` the engine gets. One place, used by CLI and GUI.
+
+Settings decide n_ctx and the KV type; the memory planner (hisho.core.planner.gate) picks GPU layers when the
+setting says so and refuses a load it says will not fit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hisho.core import settings as settings_mod
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.models.store import ModelStore
+
+
+def open_model(name_or_path: str | None) -> Path:
+    """Resolve a store name or path (None: the default model) to a validated GGUF path."""
+    return ModelStore().resolve(name_or_path)
+
+
+def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int = 1,
+                    settings: settings_mod.Settings | None = None, override: bool = False,
+                    kv_unified: bool = True) -> LoadParams:
+    """Settings' parameters, checked by the memory planner (which also picks GPU layers when the setting is
+    -1). Raises planner.gate.PlanRefused (a UserError) if the plan says the load will not fit, unless
+    ``override``: then it only logs a warning."""
+    from hisho.core.planner.gate import apply_plan
+
+    s = settings or settings_mod.load()
+    kv = str(s["kv_type"])
+    flash = bool(s["flash_attn"]) or kv != "f16"  # quantized V needs flash attention
+    params = LoadParams(
+        model_path=str(model_path),
+        n_ctx=int(n_ctx or s["n_ctx"]),
+        n_batch=int(s["n_batch"]),
+        n_ubatch=int(s["n_batch"]),
+        n_threads=int(s["n_threads"]),
+        n_gpu_layers=max(0, int(s["n_gpu_layers"])),
+        flash_attn=flash,
+        type_k=kv,
+        type_v=kv,
+        n_seq_max=n_seq_max,
+        kv_unified=kv_unified,  # one stream per sequence holds a window per sequence: the plan must know
+    )
+    return apply_plan(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override)

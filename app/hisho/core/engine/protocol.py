@@ -1,0 +1,167 @@
+"""The engine's wire protocol: typed parameter records shared by the client (core) and the engine process.
+
+Transport: one JSON object per line over the child's stdin (requests) and a private copy of its stdout (events).
+Requests are typed records (``hisho.core.engine.ops``: one ``Request`` subclass per op, in ``REQUESTS``) carrying the
+values defined here (``LoadParams``, ``Sampling``); streaming ops answer with any number of "token" events and
+then one "done" event (``GenerationResult``), the others with exactly one "result"; any op may instead end with
+one "error" event whose ``kind`` is an ``ErrorKind``. Both sides check ``PROTOCOL_VERSION`` at ``hello``. See
+docs/engine-protocol.md for the full contract. Nothing here imports llama_cpp.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+PROTOCOL_VERSION = 1  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
+
+
+class ErrorKind(str, Enum):
+    """What an "error" event says went wrong (the one list; ``EngineError.kind`` is one of these)."""
+
+    BAD_REQUEST = "bad_request"    # malformed request, unknown op: a bug in the caller
+    PROTOCOL = "protocol"          # client and engine speak different protocol versions (a broken install)
+    MODEL_LOAD = "model_load"      # the model file could not be loaded: the user's to fix
+    NOT_LOADED = "not_loaded"      # generate/tokenize before load
+    CONTEXT_FULL = "context_full"  # prompt (+ reply) does not fit n_ctx
+    STATE = "state"                # a KV state could not be saved or restored
+    CRASHED = "crashed"            # the engine process died (set by the client, never sent by the engine)
+    REMOTE = "remote"              # a remote engine (OpenAI-compatible server) failed; the message says how
+    INTERNAL = "internal"          # anything else (a bug); the message says what
+
+    @classmethod
+    def of(cls, value: object) -> ErrorKind:
+        """The kind named by ``value``; INTERNAL for anything unknown (an engine newer than this client)."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.INTERNAL
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class BadRequest(ValueError):
+    """A request that does not match its op's record (raised by ``from_wire``)."""
+
+    kind = ErrorKind.BAD_REQUEST
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    """Everything that decides how a model is loaded. The client keeps the last one to restart with."""
+
+    model_path: str
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 0               # 0: physical cores
+    n_threads_batch: int = 0         # 0: same as n_threads
+    n_gpu_layers: int = 0
+    flash_attn: bool = True
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_seq_max: int = 1
+    kv_unified: bool = True
+    swa_full: bool = False
+    seed: int = 0
+    use_mmap: bool | None = None     # None: map the file unless llama.cpp repacks weights (planner/repack.py)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoadParams:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling for one reply. temperature 0 is greedy (and deterministic)."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    repeat_last_n: int = 64
+    seed: int = -1                   # -1: random
+    max_tokens: int = 512
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False         # benchmarks only: always produce max_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sampling:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class GenerationResult:
+    """What a finished streaming request reports (its "done" event): a reply's figures; ``extra`` holds an op's
+    own fields (a KV save's chunks, a batch's timings)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    ttft_s: float
+    decode_s: float
+    tokens_per_s: float
+    stop_reason: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_event(cls, ev: dict[str, Any]) -> GenerationResult:
+        known = {"text", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_s", "decode_s",
+                 "tokens_per_s", "stop_reason"}
+        return cls(
+            text=ev.get("text", ""),
+            prompt_tokens=int(ev.get("prompt_tokens", 0)),
+            completion_tokens=int(ev.get("completion_tokens", 0)),
+            cached_tokens=int(ev.get("cached_tokens", 0)),
+            ttft_s=float(ev.get("ttft_s", 0.0)),
+            decode_s=float(ev.get("decode_s", 0.0)),
+            tokens_per_s=float(ev.get("tokens_per_s", 0.0)),
+            stop_reason=str(ev.get("stop_reason", "")),
+            extra={k: v for k, v in ev.items() if k not in known and k not in ("id", "ev")},
+        )
+
+
+def check_protocol(theirs: object, side: str) -> None:
+    """Raise ``ProtocolMismatch`` unless ``theirs`` (the other side's ``hello``) is this build's version."""
+    if theirs != PROTOCOL_VERSION:
+        raise ProtocolMismatch(f"the {side} speaks engine protocol {theirs!r}, this build speaks "
+                               f"{PROTOCOL_VERSION}: reinstall Hisho so both come from one version")
+
+
+class ProtocolMismatch(ValueError):
+    kind = ErrorKind.PROTOCOL
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences (what a KV cache can keep)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    value = json.loads(line)
+    if not isinstance(value, dict):
+        raise ValueError("protocol message is not a JSON object")
+    return value

@@ -1,0 +1,171 @@
+"""KV persistence wired to the chat service: restore on send, save after a turn, prefetch, type-ahead. No Qt.
+
+Its ``before_prompt`` / ``after_turn`` are hooks of ``hisho.core.conversations.chat.ChatService``; the composition root
+installs them (``hisho.core.services.install_hooks``, which declares their order). The window calls
+``selected(cid)``, ``draft(cid, text)`` and ``deleted(cid)`` from its signals; those only queue work on the
+executor's lanes (engine for prefetch and type-ahead, store for the index) and return at once (safe on the GUI
+thread).
+
+Why it is always safe: chunks are keyed by the exact tokens they hold, and the engine compares tokens before
+reusing anything, so whatever order prefetch, type-ahead, sends and saves reach the engine in, the worst case is
+a slower reply, never a wrong one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from hisho.core import instance
+from hisho.core.db import Database, DatabaseUnavailable
+from hisho.core.errors import EngineError
+from hisho.core.executor import Executor
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv.session import (
+    KVSession,
+    RestoreReport,
+    conversation_owner,
+    next_turn_prefix,
+    suffix_length,
+)
+from hisho.core.kv.usage import Usage
+
+log = logging.getLogger("hisho.kv")
+
+
+def attach(service: Any, db: Database, executor: Executor | None = None,
+           budget_bytes: int | None = None) -> KVChat | None:
+    """The app's KV persistence on the conversations database for ``service`` (whose engine it uses), hooks
+    not yet installed. Returns None, with a log line, when the database cannot hold the index (read-only, too
+    new): chats then work as before, only without resuming from disk. The index is repaired in the
+    background."""
+    try:
+        index = KVIndex(db)
+    except DatabaseUnavailable as exc:
+        log.warning("KV persistence off: %s", exc)
+        return None
+    session = KVSession(service.engine, index, executor=executor, budget_bytes=budget_bytes)
+    # Holding the data folder's lock, nothing else can be saving: chunks a killed client left go at once.
+    session.submit(lambda: index.reconcile(alone=instance.held()))
+    return KVChat(service, session)
+
+
+class KVChat:
+    """Glue between one ``ChatService`` and one ``KVSession`` (which must wrap the service's engine)."""
+
+    def __init__(self, service: Any, session: KVSession) -> None:
+        self.service = service
+        self.session = session
+        self._busy: set[int] = set()  # conversations with a turn in flight: no type-ahead there
+        self._lock = threading.Lock()
+        self._suffix: dict[str, int] = {}
+        self.last_restore: RestoreReport | None = None  # what the last send found (for the status bar)
+
+    def install(self) -> KVChat:
+        """Add the hooks to the chat service (tests; the app's root declares them in ``install_hooks``)."""
+        self.service.before_prompt.append(self.before_prompt)
+        self.service.after_turn.append(self.after_turn)
+        return self
+
+    # ----- chat service hooks (the turn's worker thread) -------------------------------------------------
+
+    def before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
+        with self._lock:
+            self._busy.add(turn.conversation_id)
+        try:
+            tokens = self.session.engine.tokenize(messages=messages)
+            report = self.session.restore(conversation_owner(turn.conversation_id), tokens)
+            self.last_restore = report
+            if report.restored:
+                log.info("conversation %s: %d tokens from %s (%.3fs)", turn.conversation_id, report.restored,
+                         "memory" if report.skipped else "disk", report.seconds)
+        except EngineError as exc:
+            log.info("KV restore skipped: %s", exc)  # the send itself reports engine trouble
+        except Exception:
+            log.exception("KV restore failed; the prompt is prefilled instead")  # a cache never fails a send
+
+    def after_turn(self, result: Any) -> None:
+        cid = result.turn.conversation_id
+        with self._lock:
+            self._busy.discard(cid)
+        if result.error:
+            return
+        try:
+            self._close_turn(cid)
+            pinned = bool(self.service.store.get(cid).pinned)
+            self.session.save(conversation_owner(cid), pinned=pinned)
+            msg, restored = result.message, self.last_restore.restored if self.last_restore else 0
+            if msg.prompt_tokens and msg.ttft_s:  # measured prefill speed, for "seconds saved" estimates
+                self.session.record_prefill(int(msg.prompt_tokens) - restored, float(msg.ttft_s))
+        except EngineError as exc:
+            log.info("KV save skipped: %s", exc)
+        except Exception:
+            log.exception("KV save failed")
+
+    # ----- window events (any thread; work goes to the executor's lanes) ---------------------------------
+
+    def selected(self, cid: int) -> None:
+        """A conversation was opened: restore its saved prefix now, before the user has finished typing."""
+        self.session.submit(lambda: self._prefetch(cid), lane="engine")
+
+    def draft(self, cid: int, text: str) -> None:
+        """The unsent text changed: prefill it (type-ahead)."""
+        if text.strip():  # latest wins: a keystroke replaces the previous one's job if it has not started
+            self.session.executor.submit("engine", lambda: self.session.quietly(self._draft, cid, text),
+                                         key=f"kv-draft-{id(self)}")
+
+    def pinned(self, cid: int, pinned: bool) -> None:
+        """Pinned conversations are evicted last when the KV disk budget is exceeded."""
+        def pin() -> None:
+            self.session.index.set_pinned(conversation_owner(cid), pinned)
+            self.session.changed()
+        self.session.submit(pin)
+
+    def deleted(self, cid: int) -> None:
+        self.session.submit(lambda: self.session.delete(conversation_owner(cid)))
+
+    def usage(self, cid: int) -> Usage:
+        return self.session.usage(conversation_owner(cid))
+
+    def close(self, timeout: float = 30.0) -> None:
+        """App exit: wait for saves in flight to be written and indexed."""
+        self.session.close(timeout)
+
+    def _close_turn(self, cid: int) -> None:
+        """Append what every next prompt starts with (end of the reply's turn + the next user header) to the
+        sequence before it is saved, so a resumed send prefills only the user's words and the assistant header
+        (at 4K tokens of context each prompt token costs ~15 ms here: attention over the whole cache)."""
+        engine = self.session.engine
+        history = self.service.prompt_messages(cid)
+        if not history:
+            return
+        head = next_turn_prefix(lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}])))
+        if head:
+            try:
+                engine.prefill(head, self.session.seq)
+            except EngineError as exc:  # e.g. the context is full: save what the sequence holds
+                log.info("next-turn header not prefilled: %s", exc)
+
+    # ----- worker side -----------------------------------------------------------------------------------
+
+    def _prefetch(self, cid: int) -> None:
+        messages = self.service.prompt_messages(cid)
+        if not messages:
+            return
+        engine = self.session.engine
+        tokens = engine.tokenize(messages=messages, add_generation_prompt=False)
+        self.session.restore(conversation_owner(cid), tokens)
+
+    def _draft(self, cid: int, text: str) -> None:
+        with self._lock:
+            if cid in self._busy:
+                return
+        engine = self.session.engine
+        messages = self.service.prompt_messages(cid, extra_user=text)
+        fp = self.session.fingerprint()
+        if fp not in self._suffix:
+            history = messages[:-1]
+            self._suffix[fp] = suffix_length(
+                lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}])))
+        self.session.draft(engine.tokenize(messages=messages), self._suffix[fp])

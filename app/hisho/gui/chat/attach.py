@@ -1,0 +1,155 @@
+"""Attaching documents to the chat on screen: the composer's paperclip and files dropped on the message box.
+
+The reading, counting and prompt rules are ``hisho.core.documents.attached`` (through the root's ``Documents``);
+this module only wires the window to them: it runs the attach on the ``engine`` lane (tokens are counted there;
+a reply or summary in progress finishes first), asks for an encrypted PDF's password with the summary's prompt
+(``DocumentsController.ask_password``), shows the chat's documents as chips on the composer, and says what was
+refused in the toast, where the user is looking.
+
+Rules of use: ``AttachController(window)`` once, after the window's composer and ``DocumentsController`` exist.
+GUI thread only; the work goes through the app's executor.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QFileDialog
+
+from hisho.core.conversations.store import Conversation
+from hisho.core.documents.attached import ChatDocument
+from hisho.core.units import format_bytes
+from hisho.gui.chat.documents import FILTER
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.main_window import MainWindow
+
+log = logging.getLogger("hisho.gui")
+
+ERROR_MS = 20_000
+
+
+class AttachController(QObject):
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.w = window
+        self.ctx = window.ctx
+        self.pending: dict[int, list[str]] = {}    # conversation id -> names being read
+        self.shown: dict[int, list[ChatDocument]] = {}
+        self.attached_count = 0                    # attaches finished (tests wait on it)
+        composer = window.composer
+        composer.attach_requested.connect(self.choose_files)
+        composer.files_dropped.connect(self.attach)
+        composer.detach_requested.connect(self.detach)
+        window.conversation_selected.connect(self.show_for)
+
+    # ----- entry points ----------------------------------------------------------------------------------
+
+    def choose_files(self) -> None:
+        names, _ = QFileDialog.getOpenFileNames(self.w, "Attach documents to this chat", "", FILTER)
+        if names:
+            self.attach([Path(n) for n in names])
+
+    def attach(self, files: list[Path]) -> None:
+        """Attach ``files`` to the chat on screen (a new chat is made first when there is none)."""
+        c = self.w.controller
+        if not files:
+            return
+        if c.current is None:
+            def created(conv: Conversation) -> None:
+                c.listing.created(conv.id)
+                self._start(conv.id, files)
+
+            c.store_job(lambda: c.service.new_conversation(), created)
+            return
+        self._start(c.current.id, files)
+
+    def detach(self, document_id: int) -> None:
+        c = self.w.controller
+        if c.current is None:
+            return
+        cid = c.current.id
+        gone = next((d.name for d in self.shown.get(cid, []) if d.id == document_id), "the document")
+        self.ctx.executor.submit("store", lambda: self.ctx.documents.chat_documents().remove(document_id),
+                                 done=lambda _: self._removed(cid, gone), failed=c.report)
+
+    # ----- the work --------------------------------------------------------------------------------------
+
+    def _start(self, cid: int, files: list[Path]) -> None:
+        c = self.w.controller
+        names = [f.name for f in files]
+        self.pending.setdefault(cid, []).extend(names)
+        self._show(cid)
+        busy = "after the reply" if c.sending.active is not None else \
+            "after the summary" if self.w.documents.running else ""
+        c.toast(f"Reading {', '.join(names)}{f' ({busy})' if busy else ''}…", ms=4000)
+        prompt = self.ctx.chat.prompt_messages
+
+        def job() -> tuple[list[ChatDocument], list[str]]:
+            if self.ctx.engine.load_params is None and self.ctx.load_params is not None:
+                self.ctx.load()
+            return self.ctx.documents.attach_to_chat(cid, files, ask_password=self.w.documents.ask_password,
+                                                      prompt=prompt)
+
+        self.ctx.executor.submit("engine", job, done=lambda out: self._attached(cid, names, out),
+                                 failed=lambda exc: self._failed(cid, names, exc))
+        log.info("attaching %s to conversation %s", ", ".join(names), cid)
+
+    def _attached(self, cid: int, names: list[str], out: tuple[list[ChatDocument], list[str]]) -> None:
+        added, refused = out
+        self._done_reading(cid, names)
+        self.attached_count += 1
+        c = self.w.controller
+        note = self.ctx.documents.chat_documents().note(cid) if added else ""
+        if refused:
+            ok = f"Attached {', '.join(d.name for d in added)}. " if added else ""
+            c.toast(f"{ok}Not attached: {'; '.join(refused)}", ms=ERROR_MS)
+        elif added:
+            c.toast(f"Attached to this chat. {note}", ms=8000)
+        self.show_for(cid)
+        if c.current is not None and c.current.id == cid:
+            c.fit.update()   # the meter counts the documents now in the prompt
+
+    def _failed(self, cid: int, names: list[str], exc: BaseException) -> None:
+        self._done_reading(cid, names)
+        self.attached_count += 1
+        self._show(cid)
+        self.w.controller.report(exc)
+
+    def _done_reading(self, cid: int, names: list[str]) -> None:
+        waiting = self.pending.get(cid, [])
+        for n in names:
+            if n in waiting:
+                waiting.remove(n)
+
+    def _removed(self, cid: int, name: str) -> None:
+        self.w.controller.toast(f"{name} removed from this chat; the next question is asked without it.",
+                                ms=5000)
+        self.show_for(cid)
+        self.w.controller.fit.update()
+
+    # ----- chips -----------------------------------------------------------------------------------------
+
+    def show_for(self, cid: int) -> None:
+        """Read the chat's documents (store lane) and show them on the composer if it is still on screen."""
+        def read() -> list[ChatDocument]:
+            return self.ctx.documents.chat_documents().attached(cid)
+
+        def shown(docs: list[ChatDocument]) -> None:
+            self.shown[cid] = docs
+            self._show(cid)
+
+        self.ctx.executor.submit("store", read, done=shown, failed=lambda exc: log.info("no attachments: %s", exc))
+
+    def _show(self, cid: int) -> None:
+        current = self.w.controller.current
+        if current is None or current.id != cid:
+            return
+        chips = [(d.id, d.name, f"{d.name} · {d.tokens:,} tokens · {format_bytes(len(d.text.encode()))} of text")
+                 for d in self.shown.get(cid, [])]
+        chips += [(0, f"{n} · reading…", "Being read; questions sent meanwhile wait for it") for n in
+                  self.pending.get(cid, [])]
+        self.w.composer.set_attachments(chips)

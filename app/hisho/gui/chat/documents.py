@@ -1,0 +1,294 @@
+"""Documents in the window: drop zone, File → Summarize…, progress with stage/ETA/cancel, result as a conversation.
+
+Rules of use: ``DocumentsController(window)`` once; the window places its ``action`` in the File menu and
+connects its signals (``notice``: a line for the status bar; ``failed``: an error to report; ``ended``: the job
+is over, queued messages may go; ``opened``: the result's conversation id, to show). The controller reaches
+into no other part of the window. The job (the root's
+``hisho.core.documents.service.Documents``) runs on the ``engine`` lane of the app's executor; progress comes
+back through the executor's ``post``. The widgets here start no threads. When the job ends the result opens as
+a conversation with the documents attached (``hisho.core.documents.ask``) and the status bar says how
+questions about it are answered (whole document with precomputed KV, or most relevant parts). The chat hook
+that adds a long document's relevant parts to a question is installed by the root, not here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QWidget,
+)
+
+from hisho.core.documents.extract import SUPPORTED
+from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
+from hisho.gui.shell.status_bar import ElidedLabel
+from hisho.gui.shell.toast import TOAST_MS
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.main_window import MainWindow
+
+log = logging.getLogger("hisho.gui")
+
+# Text files without a known extension (README, LICENSE) are read by content: "All files" lets them be chosen.
+FILTER = "Documents (" + " ".join(f"*{s}" for s in SUPPORTED) + ");;All files (*)"
+
+
+class DropOverlay(QLabel):
+    """The highlight over the window while files are dragged over it."""
+
+    def __init__(self, parent: QWidget) -> None:
+        super().__init__("Drop files to summarize them in a new chat\nPDF · DOCX · any text file (TXT, MD, HTML, "
+                         "README…)\n\nDrop on the message box to attach them to this chat", parent)
+        self.setObjectName("dropOverlay")
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.setStyleSheet("#dropOverlay { background: rgba(40, 110, 220, 60); border: 3px dashed #2a6edc;"
+                           " border-radius: 12px; font-size: 20px; color: #1d4f9e; }")
+        self.hide()
+
+    def cover(self) -> None:
+        parent = self.parentWidget()
+        if parent is not None:
+            self.setGeometry(parent.rect().adjusted(12, 12, -12, -12))
+        self.raise_()
+        self.show()
+
+
+class ProgressPanel(QWidget):
+    """Stage text, a progress bar, the ETA and Cancel; lives in the status bar while a job runs.
+
+    It never widens the window: the texts elide. The ETA counts down between reports (the job reports per
+    chunk, minutes apart on long files) and is re-based only when the job's estimate changes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage = ElidedLabel("", 8)
+        self.bar = QProgressBar()
+        self.bar.setFixedWidth(110)
+        self.eta = ElidedLabel("", 6)
+        self.cancel = QPushButton("Cancel")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.stage, 1)  # the stage takes what is left once the ETA has its text's width
+        row.addWidget(self.bar)
+        row.addWidget(self.eta)
+        row.addWidget(self.cancel)
+        self._eta: tuple[float, float] | None = None     # (estimate in s, when it was reported)
+        self._reported = -1.0
+        self._tick = QTimer(self)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._show_eta)
+        self.hide()
+
+    def show_progress(self, p: JobProgress) -> None:
+        label = {"extracting": "Extracting", "planning": "Planning", "summarizing": "Summarizing",
+                 "combining": "Combining", "done": "Opening the summary as a chat",
+                 "cancelled": "Cancelled"}.get(p.stage, p.stage.capitalize())
+        self.stage.setText(f"{label}: {p.message}" if p.message else label)
+        self.stage.setToolTip(self.stage.text())
+        self.bar.setRange(0, max(1, p.total))
+        self.bar.setValue(min(p.done, p.total))
+        if p.stage in ("done", "cancelled"):
+            self._eta = None
+        elif p.eta_s > 0 and abs(p.eta_s - self._reported) >= 1:
+            self._eta = (p.eta_s, time.monotonic())
+        self._reported = p.eta_s
+        self._show_eta()
+        self._tick.start()
+        self.show()
+
+    def finish(self) -> None:
+        self._tick.stop()
+        self._eta, self._reported = None, -1.0
+        self.hide()
+
+    def eta_text(self) -> str:
+        if self._eta is None:
+            return ""
+        estimate, at = self._eta
+        left = estimate - (time.monotonic() - at)
+        return f"about {_duration(left)} left" if left >= 1 else "finishing…"
+
+    def _show_eta(self) -> None:
+        self.eta.setText(self.eta_text())
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+class DocumentsController(QObject):
+    notice = Signal(str, int)    # a line for the status bar, shown for so many ms
+    failed = Signal(object)      # the job's exception: the window reports it as it reports its own
+    ended = Signal()             # the job is over (done, cancelled or failed): messages waiting for it may go
+    opened = Signal(int)         # the result's conversation: the window lists and shows it
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.ctx = window.ctx
+        self.job: SummaryJob | None = None
+        self.running = False
+        self.job_name = ""
+        self.last_result: JobResult | None = None
+        self.last_conversation: int | None = None
+        self.overlay = DropOverlay(window)
+        self.panel = ProgressPanel()
+        self.panel.cancel.clicked.connect(self.cancel)
+        window.statusBar().addPermanentWidget(self.panel)
+        window.setAcceptDrops(True)
+        window.installEventFilter(self)
+        # File → Summarize…: this controller owns the action (enabled while no summary runs); the window's
+        # menu builder decides where it stands.
+        self.action = QAction("Summarize…", self)
+        self.action.setShortcut("Ctrl+Shift+O")
+        self.action.triggered.connect(self.choose_files)
+
+    # ----- entry points --------------------------------------------------------------------------------
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
+        kind = event.type()
+        if kind == QEvent.Type.Close and self.job is not None:
+            self.job.cancel()  # finished chunks are kept; a password prompt the job waits on ends too
+        elif kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove):
+            drag: QDragEnterEvent = event  # type: ignore[assignment]
+            if drag.mimeData().hasUrls():
+                drag.acceptProposedAction()
+                self.overlay.cover()
+                return True
+        elif kind == QEvent.Type.DragLeave:
+            self.overlay.hide()
+        elif kind == QEvent.Type.Drop:
+            drop: QDropEvent = event  # type: ignore[assignment]
+            self.overlay.hide()
+            files = [Path(u.toLocalFile()) for u in drop.mimeData().urls() if u.isLocalFile()]
+            if files:
+                drop.acceptProposedAction()
+                self.summarize(files)
+                return True
+        return False
+
+    def choose_files(self) -> None:
+        names, _ = QFileDialog.getOpenFileNames(self.window, "Summarize documents", "", FILTER)
+        if names:
+            self.summarize([Path(n) for n in names])
+
+    # ----- the job ---------------------------------------------------------------------------------------
+
+    def summarize(self, files: list[Path]) -> None:
+        if self.running:
+            self.notice.emit("A summary is already running; cancel it first.", TOAST_MS)
+            return
+        self.panel.show_progress(JobProgress("extracting", 0, len(files), 0.0, message=files[0].name))
+        self.action.setEnabled(False)
+        self.running = True
+        self.job_name = files[0].name if len(files) == 1 else f"{len(files)} documents"
+        self.ctx.executor.submit("engine", lambda: self._run(files), done=self._done, failed=self._job_failed)
+        log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
+
+    def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
+        """Engine lane: load the model if needed, run the job, open the result as a conversation."""
+        if self.ctx.engine.load_params is None and self.ctx.load_params is not None:
+            self.ctx.load()
+        # No reload for batching: the engine swaps in a job context per batch (one KV stream per sequence) in
+        # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
+        docs = self.ctx.documents
+        job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self.ask_password,
+                        confirm=self._confirm_long)
+        self.job = job
+        result = job.run()
+        cid, note = docs.open_result(result)
+        return result, cid, note
+
+    def ask_password(self, name: str, wrong: bool) -> str | None:
+        """Worker thread: ask for an encrypted PDF's password on the GUI thread and wait for the answer.
+        None (Cancel, or the window closing) skips the file; the summary then names it."""
+        answer: list[str | None] = [None]
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                prompt = (f"The password for {name} did not open it. Try again:" if wrong else
+                          f"{name} is encrypted. Enter its password to summarize it:")
+                text, ok = QInputDialog.getText(self.window, "Encrypted PDF", prompt, QLineEdit.EchoMode.Password)
+                answer[0] = text if ok and text else None
+            finally:
+                done.set()
+
+        self.ctx.executor.post(ask)
+        while not done.wait(0.2):
+            if self.job is not None and self.job.cancelled:
+                return None
+        return answer[0]
+
+    def _confirm_long(self, name: str, chunks: int, eta_s: float) -> bool:
+        """Worker thread: ask on the GUI thread whether to start a summary estimated to take long."""
+        answer = [False]
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                box = QMessageBox.question(
+                    self.window, "Long summary",
+                    f"{name} is about {chunks:,} chunks: roughly {duration(eta_s)} on this computer.\n\n"
+                    "Start it? Finished chunks are kept, so you can cancel and resume later.")
+                answer[0] = box == QMessageBox.StandardButton.Yes
+            finally:
+                done.set()
+
+        self.ctx.executor.post(ask)
+        while not done.wait(0.2):
+            if self.job is not None and self.job.cancelled:
+                return False
+        return answer[0]
+
+    def _progress_from_worker(self, p: JobProgress) -> None:
+        self.ctx.executor.post(lambda: self.panel.show_progress(p))
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.panel.stage.setText("Cancelling… finished chunks are kept")
+
+    def _done(self, out: tuple[JobResult, int | None, str]) -> None:
+        result, cid, note = out
+        self.job, self.running = None, False
+        self.last_result = result
+        self.panel.finish()
+        self.action.setEnabled(True)
+        self.ended.emit()  # messages that waited for the summary go now
+        if result.cancelled:
+            self.notice.emit("Summary cancelled. Finished chunks are kept: summarize the same file again to "
+                             "resume.", TOAST_MS)
+            return
+        self.last_conversation = cid
+        if cid is None:  # nothing could be read: say why, where the user looks, until dismissed
+            why = "; ".join(result.skipped) or "no text found"
+            self.notice.emit(f"Nothing to summarize. {why}", 30_000)
+            return
+        self.opened.emit(cid)
+        skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
+        self.notice.emit(f"Summary ready ({_duration(result.seconds)}). {note}{skipped}",
+                         30_000 if skipped else TOAST_MS)
+
+    def _job_failed(self, exc: BaseException) -> None:
+        self.job, self.running = None, False
+        self.panel.finish()
+        self.action.setEnabled(True)
+        self.failed.emit(exc)
+        self.ended.emit()

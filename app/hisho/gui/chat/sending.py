@@ -1,0 +1,403 @@
+"""Sending and streaming: what happens from Enter to the saved reply, one operation at a time.
+
+Rules of use (the chat presenter owns one ``Sending``):
+- Every send goes through one queue. Enter takes the text out of the message box at once (so a second Enter
+  cannot send it again) and queues it; ``pump`` starts the first queued message as soon as the engine is free:
+  no reply streaming, no summary running, the model loaded. While it waits, the message is shown below its chat
+  with what it waits for and a Cancel that gives the text back. Each message is sent exactly once.
+- One reply streams at a time (``active``). Its text has one owner, the ``Turn``: the view reads ``turn.text``;
+  nothing else keeps a copy. The saved reply row of the streaming turn is never shown as a message of its own
+  (``hide_streaming_row``), so switching away and back shows the reply once.
+- The composer shows Stop only in the chat whose reply is streaming (``generating_here``).
+- ``live`` holds the streaming reply's figures (tokens, first-token time), written on the engine lane and read
+  by the status bar's timer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QMessageBox
+
+from hisho.core.conversations.chat import FitReport, Turn, TurnResult
+from hisho.core.conversations.store import STREAMING, Conversation, Message
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.controller import ChatController
+
+log = logging.getLogger("hisho.gui")
+
+_keys = itertools.count(1)
+LIVE_MS = 500  # how often the status bar and the meter show the streaming reply's figures
+
+
+@dataclass
+class Queued:
+    conversation_id: int
+    text: str
+    editing: int | None = None          # a sent message being replaced by an edited version
+    key: int = field(default_factory=lambda: next(_keys))
+
+
+class LiveFigures:
+    """Speed of the reply being streamed. ``on_text`` runs on the engine lane (one call per token event)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.first: float | None = None
+        self.last = self.started
+        self.tokens = 0
+        self._lock = threading.Lock()
+
+    def on_text(self, _piece: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.first is None:
+                self.first = now
+            self.last = now
+            self.tokens += 1
+
+    def figures(self) -> tuple[int, float | None, float | None]:
+        """(tokens so far, tokens/s after the first, seconds to the first token) — None where not known yet."""
+        with self._lock:
+            first, last, n = self.first, self.last, self.tokens
+        ttft = first - self.started if first is not None else None
+        speed = (n - 1) / (last - first) if first is not None and n > 1 and last > first else None
+        return n, speed, ttft
+
+
+class Sending:
+    def __init__(self, chat: ChatController) -> None:
+        self.c = chat
+        self.w = chat.w
+        self.service = chat.service
+        self.queue: list[Queued] = []
+        self.starting: Queued | None = None   # taken off the queue, not streaming yet (fit check, recording)
+        self.active: Turn | None = None       # the streaming turn, as the GUI knows it
+        self.running: Turn | None = None      # set by the engine lane while a turn runs
+        self.live: LiveFigures | None = None
+        self.remote_wait = ""                 # the remote engine the streaming reply waits on (no first byte yet)
+        self.connecting = ""                  # the remote engine being connected to (remote_switch.use_remote)
+        self._base_tokens: dict[int, int] = {}  # turn id -> prompt tokens when it started (the live meter)
+        self.w.view.cancel_queued.connect(self.cancel_queued)
+        self._tick = QTimer(self.w)
+        self._tick.setInterval(LIVE_MS)
+        self._tick.timeout.connect(self._show_live)
+
+    # ----- state -----------------------------------------------------------------------------------------
+
+    def busy_with(self) -> str:
+        """What a new message would wait for ("" when the engine is free)."""
+        turn = self.active or self.running
+        source = turn if turn is not None else self.starting
+        if source is not None:
+            cid = source.conversation_id
+            here = self.c.current is not None and self.c.current.id == cid
+            what = "the reply above" if here else f"the reply in “{self.c.title_of(cid)}”"
+            return f"{self.remote_wait} to start {what}" if self.remote_wait else what
+        documents = getattr(self.w, "documents", None)
+        if documents is not None and documents.running:
+            return f"the summary of {documents.job_name}"
+        if not self.c.model_ready:
+            return f"{self.connecting} to answer" if self.connecting else "the model to load"
+        return ""
+
+    def waiting_on_remote(self, name: str) -> None:
+        """A remote engine has not sent the streaming reply's first byte for a while (``RemoteEngine.on_wait``;
+        "" once it has): say what the send waits for — in the status bar, on the reply, and on the messages
+        queued behind it (#11's "Waiting for …")."""
+        if not name:
+            if self.remote_wait and self.w.status.currentMessage().startswith("Waiting for "):
+                self.w.status.clearMessage()
+            self.remote_wait = ""
+            self.show_queue()
+            return
+        turn = self.active or self.running
+        if turn is None:
+            return                           # the notice came after the reply ended
+        self.remote_wait = name
+        self.w.status.showMessage(f"Waiting for {self.busy_with()}…")
+        widget = self.w.view.stream_widget
+        if turn is not None and widget is not None and self.w.view.stream_turn == turn.id:
+            widget.set_waiting(f"waiting for {name}…")
+        self.show_queue()
+
+    def generating_here(self) -> bool:
+        cur = self.c.current
+        turn = self.active or self.running
+        return cur is not None and turn is not None and turn.conversation_id == cur.id
+
+    def hide_streaming_row(self, branch: list[Message]) -> list[Message]:
+        """The branch without the row the streaming reply is being saved into (the stream widget shows it)."""
+        turn = self.active or self.running
+        if turn is None:
+            return branch
+        return [m for m in branch if m.id != turn.reply_id and not (m.status == STREAMING and m.parent_id ==
+                                                                    turn.parent_id)]
+
+    def show_in_view(self, conv_id: int, branch: list[Message]) -> None:
+        """After the view showed ``branch`` of ``conv_id``: the streaming reply and the waiting messages."""
+        turn = self.active
+        if turn is not None and turn.conversation_id == conv_id and (
+                not branch or branch[-1].id == turn.parent_id):
+            self.w.view.begin_stream(turn.id, turn)
+        self.show_queue()
+        self.w.composer.set_generating(self.generating_here())
+
+    # ----- sending ---------------------------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        if not text.strip():
+            return
+        if self.c.model_failed:
+            self.c.toast("No model is loaded (see the message at the top); your message is kept.")
+            return
+        current = self.c.current
+        if current is None:
+            self.c.store_job(lambda: self.c.service.new_conversation(),
+                             lambda conv: self._created_for_send(conv, text))
+            return
+        editing = self.w.composer.editing_id
+        if editing is not None:
+            self.w.composer.end_edit(restore=True)  # what was typed before the edit comes back
+            self.c.editing.edit_ended()
+        else:
+            self.w.composer.clear()
+        self.queue.append(Queued(current.id, text, editing))
+        self.pump()
+
+    def _created_for_send(self, conv: Conversation, text: str) -> None:
+        self.c.current = conv
+        self.c.listing.refresh(conv.id)
+        self.w.sidebar.current_id = conv.id
+        self.w.view.show_branch(conv.id, [], {})
+        self.w.show_empty(False)
+        self.send(text)
+
+    def pump(self) -> None:
+        """Start the next queued message if the engine is free; else say what each one waits for."""
+        if self.queue and not self.busy_with():
+            self._dispatch(self.queue.pop(0))
+        self.show_queue()
+
+    def show_queue(self) -> None:
+        cur = self.c.current
+        if cur is None:
+            return
+        waiting = self.busy_with() or "its turn"
+        items = [(q.key, q.text, f"Waiting for {waiting} · sent when it finishes") for q in self.queue
+                 if q.conversation_id == cur.id]
+        if self.starting is not None and self.starting.conversation_id == cur.id:
+            items.insert(0, (self.starting.key, self.starting.text, "Sending…"))
+        if items:
+            self.w.show_empty(False)
+        self.w.view.show_queued(items)
+
+    def cancel_queued(self, key: int) -> None:
+        """The waiting message is not sent; its text goes back to the message box (nothing is lost)."""
+        item = next((q for q in self.queue if q.key == key), None)
+        if item is None:
+            return
+        self.queue.remove(item)
+        self._give_back(item)
+        self.show_queue()
+
+    def _give_back(self, item: Queued) -> None:
+        cur = self.c.current
+        if cur is not None and cur.id == item.conversation_id and self.w.composer.editing_id is None:
+            typed = self.w.composer.text()
+            self.w.composer.set_text(item.text if not typed.strip() else item.text + "\n\n" + typed)
+            self.w.composer.focus()
+        else:
+            self.c.store_job(lambda: self.c.store.update(item.conversation_id, draft=item.text))
+            self.c.toast("Your message was not sent; it is back in that chat's message box.")
+
+    def _dispatch(self, item: Queued) -> None:
+        self.starting = item
+        cid, text = item.conversation_id, item.text
+        if item.editing is not None:
+            editing = item.editing
+            self._start_turn(lambda: self.service.edit(editing, text))
+            return
+        self.c.engine_job(lambda: self.service.check_fit(cid, text), lambda fit: self._fit_checked(item, fit),
+                          lambda exc: self._not_started(item, exc))
+
+    def _not_started(self, item: Queued, exc: BaseException | None) -> None:
+        self.starting = None
+        self._give_back(item)
+        if exc is not None:
+            self.c.report(exc)
+        self.pump()
+
+    def _fit_checked(self, item: Queued, fit: FitReport) -> None:
+        cid, text = item.conversation_id, item.text
+        self.c.fit.remember(cid, fit)
+        if fit.fits:
+            self._start_turn(lambda: self.service.send(cid, text), base=fit.prompt_tokens)
+            return
+        box = QMessageBox(self.w)
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("This chat no longer fits the context")
+        box.setText(f"The conversation with your message is {fit.prompt_tokens:,} tokens; the model's context "
+                    f"holds {fit.n_ctx:,} (and a reply needs about {fit.reply_tokens:,} more).")
+        box.setInformativeText("Nothing has been cut. Choose how to continue:")
+        drop = box.addButton("Drop the oldest turns", QMessageBox.ButtonRole.AcceptRole)
+        summary = box.addButton("New chat with a summary", QMessageBox.ButtonRole.ActionRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        if box.clickedButton() is drop:
+            self._start_turn(lambda: self.service.send(cid, text, drop_oldest=True))
+        elif box.clickedButton() is summary:
+            # No timeout: the summary can take a while, and the next message (done or failed) replaces this one.
+            self.w.status.showMessage("Writing a summary of this chat for a new one… your message is kept.")
+            self.c.engine_job(lambda: self.service.summarize_into_new(cid),
+                              lambda new_id: self._summarized(item, new_id),
+                              lambda exc: self._not_started(item, exc))
+        else:
+            self._not_started(item, None)
+
+    def _summarized(self, item: Queued, new_id: int) -> None:
+        """The message moves with the user: it becomes the new chat's draft, ready to send."""
+        self.starting = None
+        text = item.text
+
+        def opened(_: object) -> None:
+            self.c.listing.refresh(new_id)
+            self.c.listing.select(new_id)
+            self.w.status.clearMessage()
+            self.c.toast("Started a new chat from a summary; your message is ready to send.")
+            self.pump()
+
+        self.c.store_job(lambda: self.c.store.update(new_id, draft=text), opened)
+
+    def _start_turn(self, make: Callable[[], Turn], base: int | None = None) -> None:
+        """Record the user's side, then stream the reply, all on the engine lane."""
+        live = LiveFigures()
+
+        def job() -> TurnResult:
+            turn = make()
+            self.running = turn  # visible to stop()/shutdown() before the GUI hears of the turn
+            branch = self.c.store.branch(turn.conversation_id, turn.parent_id)
+            siblings = {m.id: self.c.store.siblings(m.id) for m in branch}
+            self.c.executor.post(lambda: self._began(turn, live, branch, siblings, base))
+            try:
+                return self.service.run(turn, live.on_text)
+            finally:
+                self.running = None
+
+        item = self.starting
+        self.c.engine_job(job, self._finished, lambda exc: self._turn_failed(exc, item))
+
+    def regenerate(self, reply_id: int) -> None:
+        if self.busy_with():
+            self.c.toast(f"Wait for {self.busy_with()} to finish, or stop it.")
+            return
+        self.starting = Queued(self.c.current.id if self.c.current else 0, "")
+        self._start_turn(lambda: self.service.regenerate(reply_id))
+
+    def _began(self, turn: Turn, live: LiveFigures, branch: list[Message], siblings: dict[int, list[int]],
+               base: int | None) -> None:
+        self.starting = None
+        self.active = turn
+        self.live = live
+        if base is not None:
+            self._base_tokens[turn.id] = base
+        cur = self.c.current
+        if cur is not None and cur.id == turn.conversation_id:
+            self.w.show_empty(False)
+            self.w.view.show_branch(turn.conversation_id, self.hide_streaming_row(branch), siblings)
+            self.show_in_view(cur.id, branch)
+        self._tick.start()
+        self._show_live()
+        self.c.listing.refresh()  # the chat's title and place in the list may have changed
+
+    def _show_live(self) -> None:
+        live = self.live
+        if live is None:
+            self._tick.stop()
+            return
+        tokens, speed, ttft = live.figures()
+        if tokens and self.remote_wait:
+            self.waiting_on_remote("")       # the first words came: nothing is waited for any more
+        self.w.status.set_reply_figures(speed, ttft, live=True)
+        if self.c.current is not None:
+            self.c.fit.show_live(self.c.current.id)
+
+    def live_tokens(self, cid: int) -> tuple[int, int] | None:
+        """(prompt tokens when the reply started, tokens streamed since) for the chat streaming now."""
+        turn, live = self.active, self.live
+        if turn is None or live is None or turn.conversation_id != cid or turn.id not in self._base_tokens:
+            return None
+        return self._base_tokens[turn.id], live.figures()[0]
+
+    def _finished(self, result: TurnResult) -> None:
+        turn = result.turn
+        self.active, self.live = None, None
+        self._base_tokens.pop(turn.id, None)
+        m = result.message
+        self._tick.stop()
+        self.waiting_on_remote("")
+        self.w.status.set_reply_figures(m.tokens_per_s, m.ttft_s)
+        cur = self.c.current
+        if cur is not None and cur.id == turn.conversation_id:
+            self.w.view.end_stream(turn.id, m, [m.id])
+            self.c.listing.reload()  # sibling counts and the title may have changed
+        if result.error:
+            self.c.toast(result.error)
+        self.c.listing.refresh()
+        self.c.fit.update()
+        self.w.composer.set_generating(self.generating_here())
+        self.w.turn_finished.emit(result)
+        self.pump()
+
+    def _turn_failed(self, exc: BaseException, item: Queued | None) -> None:
+        began = self.active is not None
+        self.active, self.live, self.starting = None, None, None
+        self._tick.stop()
+        self.waiting_on_remote("")
+        self.w.view.detach_stream()
+        self.w.composer.set_generating(self.generating_here())
+        if not began and item is not None and item.text:
+            self._give_back(item)
+        self.c.report(exc)
+        self.c.listing.reload()
+        self.pump()
+
+    def stop_here(self) -> None:
+        """The user's Stop (the message box's button, Chat → Stop, Escape): the reply of the chat on screen
+        only; in any other chat it does nothing (issue 11: Chat → Stop stopped another chat's reply unseen)."""
+        if self.generating_here():
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop whatever reply runs, in any chat (closing the window)."""
+        turn = self.running or self.active
+        if turn is not None:
+            turn.cancel()
+            widget = self.w.view.stream_widget
+            if widget is not None and self.w.view.stream_turn == turn.id:
+                widget.set_waiting("stopping…")  # seen at once; the saved reply replaces it when the engine stops
+
+    def forget(self, conversation_id: int) -> list[Queued]:
+        """A chat is deleted: its waiting messages go with it (returned, so Undo can bring them back)."""
+        gone = [q for q in self.queue if q.conversation_id == conversation_id]
+        self.queue = [q for q in self.queue if q.conversation_id != conversation_id]
+        return gone
+
+    def close(self) -> None:
+        """Closing: waiting messages become their chats' drafts (nothing typed is lost)."""
+        for item in self.queue:
+            try:
+                conv = self.c.store.get(item.conversation_id)
+                draft = item.text if not conv.draft.strip() else item.text + "\n\n" + conv.draft
+                self.c.store.update(item.conversation_id, draft=draft)
+            except Exception as exc:  # the window is closing: log, never raise
+                log.error("could not keep a waiting message: %s", exc)
+        self.queue.clear()

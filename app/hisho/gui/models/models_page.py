@@ -1,0 +1,371 @@
+"""The Models page (View → Models): Installed, Hub and Downloads tabs (issue 13).
+
+- *Installed*: the model store with architecture, quant, size, trained context, source and a fit badge from the
+  planner; Load, Set as default, Delete (says how much space comes back and which KV snapshots go with it:
+  ``hisho.core.models.removal``), Reveal, Import… (copy or link); a
+  ``.gguf`` dropped on the page is imported.
+- *Hub*: ``hisho.gui.models.hub_tab``.
+- *Downloads*: the queue with bytes, speed and ETA; Pause, Resume, Cancel. Unfinished downloads from an earlier
+  run are listed paused, ready to resume (the window offers them at start-up: ``offer_unfinished``).
+
+Rules of use: hub requests run on the ``hub`` lane, downloads on the ``download`` lane (one at a time), store
+reads and writes on the ``store`` lane. Download progress is posted through the bridge at most 10 times a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl
+from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from hisho.core.executor import Executor
+from hisho.core.hub import Downloader, Job, QuantFile
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv.session import KVSession
+from hisho.core.models.removal import Removal, plan_removal, remove_model
+from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
+from hisho.core.units import format_bytes
+from hisho.gui.models.downloads_tab import DownloadsTab
+from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
+
+log = logging.getLogger("hisho.gui")
+PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
+
+
+def _entries_and_base_models() -> tuple[list[ModelEntry], set[str]]:
+    """The store's entries and the names of those that are base models (header facts, cached per file)."""
+    entries = ModelStore().list()
+    return entries, {e.name for e in entries if is_base_model(e.path)}
+
+
+def planner_budget() -> tuple[Any, dict[str, Any]]:
+    """This machine's budget and the planner options from settings (runs on a worker lane)."""
+    from hisho.core import machine as machine_mod
+    from hisho.core import settings as settings_mod
+
+    s = settings_mod.load()
+    return machine_mod.detect().budget(), {"min_ctx": int(s["min_ctx"]),
+                                           "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
+                                           "n_batch": int(s["n_batch"])}
+
+
+class ModelsPage(QWidget):
+    def __init__(self, workers: Executor, *, load: Callable[[str], None] | None = None,
+                 toast: Callable[[str], None] | None = None, kv: KVSession | None = None,
+                 in_use: Callable[[], str | None] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.kv = kv  # the window's KV session: its index, and its listeners told when a delete takes snapshots
+        self.in_use = in_use or (lambda: None)  # the file this computer's engine has loaded, if any
+        self.setWindowTitle("Models")
+        self.setAcceptDrops(True)
+        self.resize(1100, 720)
+        self.workers = workers
+        self.load_model = load
+        self.toast = toast or (lambda text: self.say(text))
+        self.downloader = Downloader()
+        self.entries: list[ModelEntry] = []
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.tabs = QTabWidget()
+        self.installed = self._build_installed()
+        self.hub = HubTab(workers, planner_budget)
+        self.hub.download_requested.connect(self.download)
+        self.hub.token_requested.connect(self.ask_token)
+        self.downloads = DownloadsTab(workers, self.downloader, self.toast)
+        self.downloads.finished.connect(lambda _entry: self.refresh())
+        self.downloads.token_needed.connect(self.ask_token)
+        self.tabs.addTab(self.installed, "Installed")
+        self.tabs.addTab(self.hub, "Hub")
+        self.tabs.addTab(self.downloads, "Downloads")
+        lay.addWidget(self.tabs)
+        self.refresh()
+
+    # ----- Installed -------------------------------------------------------------------------------------
+
+    def _build_installed(self) -> QWidget:
+        page = QWidget()
+        lay = QVBoxLayout(page)
+        lay.setContentsMargins(12, 12, 12, 12)
+        self.model_table = table(["Name", "Architecture", "Params", "Quant", "Size", "Context", "Source",
+                                  "Fit"], 0)
+        self.model_table.horizontalHeader().setSectionResizeMode(FIT_COL, QHeaderView.ResizeMode.Fixed)
+        self.model_table.setColumnWidth(FIT_COL, BADGE_WIDTH)
+        self.model_table.itemSelectionChanged.connect(self._selection_changed)
+        self.installed_status = QLabel("Drop a .gguf file here to import it.")
+        self.installed_status.setObjectName("Meta")
+        self.installed_status.setWordWrap(True)
+        row = QHBoxLayout()
+        self.load_button = QPushButton("Load")
+        self.load_button.setObjectName("Primary")
+        self.default_button = QPushButton("Set as default")
+        self.delete_button = QPushButton("Delete…")
+        self.reveal_button = QPushButton("Show in folder")
+        importer = QPushButton("Import…")
+        self.load_button.clicked.connect(self.load_selected)
+        self.default_button.clicked.connect(self.set_default)
+        self.delete_button.clicked.connect(self.delete_selected)
+        self.reveal_button.clicked.connect(self.reveal_selected)
+        importer.clicked.connect(self.import_dialog)
+        for b in (self.load_button, self.default_button, self.delete_button, self.reveal_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        row.addWidget(importer)
+        lay.addWidget(self.model_table, 1)
+        lay.addWidget(self.installed_status)
+        lay.addLayout(row)
+        self._selection_changed()
+        return page
+
+    def say(self, text: str) -> None:
+        self.installed_status.setText(text)
+
+    def _after(self, message: str) -> None:
+        self.toast(message)
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.workers.submit("store", _entries_and_base_models, done=self._listed)
+
+    def _listed(self, listed: tuple[list[ModelEntry], set[str]]) -> None:
+        entries, base = listed
+        self.entries = entries
+        t = self.model_table
+        t.setRowCount(len(entries))
+        for row, e in enumerate(entries):
+            src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
+            arch = (e.arch or "?") + (" · base" if e.name in base else "")
+            values = [e.name, arch, "…", e.quant or "?", format_bytes(e.size),
+                      f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
+            for col, v in enumerate(values):
+                item = QTableWidgetItem(v)
+                item.setToolTip(e.path + ("\nA base model, not a chat model (no chat template): replies continue "
+                                          "the text." if e.name in base else ""))
+                t.setItem(row, col, item)
+            pending = QLabel("…")
+            pending.setObjectName("Meta")
+            t.setCellWidget(row, FIT_COL, pending)
+        self._selection_changed()
+        names = [e.name for e in entries]
+        self.workers.submit("hub", lambda: self._fits(names), done=self._show_fits, failed=lambda exc: None)
+
+    def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
+        """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
+        from hisho.core import machine as machine_mod
+        from hisho.core.hub.fit import LABELS, verdict
+        from hisho.core.planner import make_plan
+
+        budget, opts = planner_budget()
+        m = machine_mod.detect()
+        out = {}
+        for name in names:
+            try:
+                p = make_plan([name], m, budget, min_ctx=opts["min_ctx"], target_ctx=opts["target_ctx"],
+                              calibrate_missing=False)
+                wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
+                v, why = verdict(p, budget, wanted or opts["target_ctx"])
+                out[name] = (v, LABELS[v], why, p.facts.n_params if p.facts else 0)
+            except Exception as exc:  # a damaged or missing file: say so in the row
+                out[name] = ("unknown", "Unknown", str(exc), 0)
+        return out
+
+    def _show_fits(self, fits: dict[str, tuple[str, str, str, int]]) -> None:
+        for row, e in enumerate(self.entries):
+            if e.name not in fits:
+                continue
+            v, label, why, n_params = fits[e.name]
+            params = QTableWidgetItem(params_label(n_params))
+            params.setToolTip(f"{n_params:,} parameters" if n_params else "not known")
+            self.model_table.setItem(row, PARAMS_COL, params)
+            badge = QLabel(label)
+            badge.setObjectName("FitBadge")
+            badge.setProperty("verdict", v)
+            badge.setStyleSheet(badge_style(v))
+            badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            badge.setToolTip(why)
+            self.model_table.setCellWidget(row, FIT_COL, badge)
+
+    def selected(self) -> ModelEntry | None:
+        rows = self.model_table.selectionModel().selectedRows() if self.model_table.selectionModel() else []
+        return self.entries[rows[0].row()] if rows and rows[0].row() < len(self.entries) else None
+
+    def _selection_changed(self) -> None:
+        e = self.selected()
+        for b in (self.load_button, self.default_button, self.reveal_button):
+            b.setEnabled(e is not None)
+        self.delete_button.setEnabled(e is not None and e.source != "bundled")
+
+    def load_selected(self) -> None:
+        e = self.selected()
+        if e is not None and self.load_model is not None:
+            self.load_model(e.name)
+            self.toast(f"Loading {e.name}…")
+
+    def set_default(self) -> None:
+        e = self.selected()
+        if e is None:
+            return
+        from hisho.core import settings as settings_mod
+
+        name = e.name
+
+        def work() -> None:
+            s = settings_mod.load()
+            s.set("default_model", name)
+            s.save()
+
+        self.workers.submit("store", work, done=lambda _r: self.toast(f"{name} is the default model now"))
+
+    def _index(self) -> KVIndex:
+        """The window's KV index (its database connection) when there is one; else the data folder's."""
+        return self.kv.index if self.kv is not None else KVIndex()
+
+    def delete_selected(self) -> None:
+        """Ask what goes with the model (file space, KV snapshots: a store-lane read), then ask the user."""
+        e = self.selected()
+        if e is None:
+            return
+        name = e.name
+        loaded = self.in_use()
+        if loaded and os.path.realpath(loaded) == os.path.realpath(e.path):
+            # The engine maps the file: deleting it would leave the chat answering from a file that is gone and
+            # fail at the engine's next start. The user switches first (what LM Studio's "eject" is for).
+            self.say(f"{name} is the model in use: switch to another model (Switch model in the chat header), "
+                     "then delete it.")
+            return
+        self.say(f"Looking up what goes with {name}…")
+        self.workers.submit("store", lambda: plan_removal(name, index=self._index()), done=self._confirm_delete,
+                            failed=lambda exc: self.say(f"Not deleted: {exc}"))
+
+    def _confirm_delete(self, plan: Removal) -> None:
+        self.say("")
+        answer = QMessageBox.question(self, "Delete model", f"Delete {plan.name}?\n\n{plan.message()}")
+        if answer != QMessageBox.StandardButton.Yes:
+            return
+        name = plan.name
+        self.workers.submit("store", lambda: remove_model(name, index=self._index()), done=self._deleted,
+                            failed=lambda exc: self.toast(str(exc)))
+
+    def _deleted(self, done: Removal) -> None:
+        if self.kv is not None and done.snapshots and not done.kept_for:
+            self.kv.changed()  # the sidebar's KV badges
+        gone = f" and {done.count()}" if done.snapshots and not done.kept_for else ""
+        self._after(f"Deleted {done.name}{gone}")
+
+    def reveal_selected(self) -> None:
+        e = self.selected()
+        if e is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(e.path).parent)))
+
+    def import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import model", str(Path.home()), "GGUF models (*.gguf)")
+        if path:
+            self.import_file(Path(path))
+
+    def import_file(self, path: Path, mode: str | None = None) -> None:
+        if mode is None:
+            box = QMessageBox(self)
+            box.setWindowTitle("Import model")
+            box.setText(f"Import {path.name}?")
+            box.setInformativeText("Copy it into Hisho's models folder, or link to it where it is?")
+            copy = box.addButton("Copy", QMessageBox.ButtonRole.AcceptRole)
+            link = box.addButton("Link", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+            box.exec()
+            mode = "copy" if box.clickedButton() is copy else "link" if box.clickedButton() is link else ""
+        if not mode:
+            return
+        self.say(f"Importing {path.name}…")
+        self.workers.submit("store", lambda: ModelStore().add(path, copy=mode == "copy", link=mode == "link"),
+                            done=lambda e: self._after(f"Imported {e.name}"),
+                            failed=lambda exc: self.say(f"Not imported: {exc}"))
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt naming
+        urls = event.mimeData().urls()
+        if urls and all(u.toLocalFile().lower().endswith(".gguf") for u in urls):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+        self.tabs.setCurrentWidget(self.installed)
+        for url in event.mimeData().urls():
+            self.import_file(Path(url.toLocalFile()))
+
+    # ----- Hub token ---------------------------------------------------------------------------------------
+
+    def ask_token(self) -> None:
+        from hisho.core.hub import token
+
+        text, ok = QInputDialog.getText(self, "Hugging Face token", "Token for gated repositories "
+                                        "(stored in the system keyring when available):",
+                                        QLineEdit.EchoMode.Password)
+        if ok and text.strip():
+            self.workers.submit("store", lambda: token.set_token(text), done=self.hub.token_stored,
+                                failed=lambda exc: self.hub.say(f"Token not stored: {exc}"))
+
+    # ----- Downloads -------------------------------------------------------------------------------------
+
+    def download(self, f: QuantFile) -> None:
+        """Queue ``f`` and start it (``DownloadsTab.download``), showing the Downloads tab."""
+        self.tabs.setCurrentWidget(self.downloads)
+        self.downloads.download(f)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
+        if event.type() == QEvent.Type.Close and watched is self.parent():
+            self.downloads.pause_all()  # before the window waits for its worker lanes
+        return False
+
+
+def open_models(window: Any, tab: str = "Installed") -> ModelsPage:
+    """View → Models: the page as its own window (one per main window)."""
+    page = getattr(window, "_models_page", None)
+    if page is None:
+        controller = window.controller
+        kv = window.ctx.kv.session if window.ctx.kv is not None else None
+
+        def in_use() -> str | None:
+            local = window.ctx.local_engine  # kept while a remote engine answers, its model still mapped
+            params = local.load_params if local is not None else None
+            return params.model_path if params is not None else None
+
+        page = ModelsPage(window.ctx.executor, load=controller.switch_model, toast=controller.toast, kv=kv,
+                          in_use=in_use, parent=window)
+        page.setWindowFlag(Qt.WindowType.Window, True)
+        window.installEventFilter(page)
+        window._models_page = page
+        from hisho.gui.shell.remote_switch import offer_remote
+
+        offer_remote(window, page.hub)  # too big here: "Run on <engine>" (issue 15)
+    index = {"Installed": 0, "Hub": 1, "Downloads": 2}.get(tab, 0)
+    page.tabs.setCurrentIndex(index)
+    page.show()
+    page.raise_()
+    return page
+
+
+def offer_unfinished(window: Any) -> None:
+    """At start-up: downloads left unfinished by an earlier run are offered for resuming."""
+
+    def found(jobs: list[Job]) -> None:
+        if jobs:
+            window.controller.toast(f"{len(jobs)} model download(s) did not finish.",
+                                    lambda: open_models(window, "Downloads"), label="Show downloads")
+
+    window.ctx.executor.submit("store", lambda: Downloader().unfinished(), done=found)

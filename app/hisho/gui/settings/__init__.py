@@ -1,0 +1,2 @@
+"""The Settings pages (general, performance, prompts, KV cache, engines, API, your data) and the per-chat
+settings dialog."""

@@ -1,0 +1,320 @@
+"""The chat presenter: user actions as small operations (Anki's ``aqt/operations``), split by concern.
+
+- ``ChatController`` (here): the plumbing every part uses (worker lanes, toasts, errors), start-up and model
+  loading, chat settings, theme, diagnostics, closing.
+- ``hisho.gui.chat.sending.Sending``: the send queue, fit checks, streaming, Stop.
+- ``hisho.gui.chat.conversation_list.ConversationList``: the list, the chat on screen, drafts, delete and Undo.
+- ``hisho.gui.chat.editing.Editing``: per-message actions (edit, versions, delete with confirmation and Undo).
+- ``hisho.gui.chat.context_fit.ContextFit``: the context meter and the draft's token count, per chat.
+
+Rules:
+- Engine work (load, token counts, replies) runs on the ``engine`` lane, one at a time; store reads and writes
+  the window waits for run on the ``store`` lane. Results come back on the GUI thread through the bridge.
+- The parts talk to widgets through their small public methods (``composer.focus()``, ``context_meter.show_fit``,
+  ``view.show_queued``…), never through the widgets' insides.
+- Closing mid-reply stops the engine, waits for the partial reply to be saved, and saves drafts (waiting
+  messages become drafts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication
+
+from hisho.core.conversations.chat import FitReport, Turn
+from hisho.core.conversations.store import Conversation
+from hisho.core.engine.launch import load_params_for, open_model
+from hisho.core.errors import EngineError, UserError
+from hisho.core.models.store import ModelStore
+from hisho.core.planner.gate import PlanRefused
+from hisho.core.units import MIB
+from hisho.gui.chat.context_fit import ContextFit
+from hisho.gui.chat.conversation_list import ConversationList
+from hisho.gui.chat.editing import Editing
+from hisho.gui.chat.sending import Sending
+from hisho.gui.chat.title_edit import InlineTitle
+from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
+from hisho.gui.shell import theme
+from hisho.gui.shell.toast import TOAST_MS
+
+if TYPE_CHECKING:
+    from hisho.gui.shell.main_window import MainWindow
+
+log = logging.getLogger("hisho.gui")
+
+CLOSE_WAIT_S = 10.0
+ERROR_MS = 15000   # errors stay longer than confirmations
+MODEL_FIELDS = ("model",)  # chat settings whose change needs another model loaded
+
+
+class ChatController(QObject):
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.w = window
+        self.ctx = window.ctx
+        self.store = self.ctx.store
+        self.service = self.ctx.chat
+        self.executor = self.ctx.executor
+        self.executor.on_error = self.report
+        self.current: Conversation | None = None
+        self.model_ready = False
+        self.model_failed = False
+        self._loading_name = str(self.ctx.model_path or "")  # what a "Load anyway" retries
+        self._closing = False
+        self._loading_since = 0.0
+        self._loading_name_shown = ""
+        self._load_tick = QTimer(self)
+        self._load_tick.setInterval(1000)
+        self._load_tick.timeout.connect(self._show_loading)
+        self.title_editor = InlineTitle(window.title)
+        self.sending = Sending(self)
+        self.listing = ConversationList(self)
+        self.editing = Editing(self)
+        self.fit = ContextFit(self)
+        self.title_editor.renamed.connect(self.listing.rename_current)
+        window.composer.send_requested.connect(self.sending.send)
+        window.composer.stop_requested.connect(self.sending.stop_here)
+        window.composer.draft_changed.connect(self.listing.draft_changed)
+        window.composer.outer_undo = self.undo
+        window.settings_button.clicked.connect(self.open_settings)
+
+    # ----- plumbing --------------------------------------------------------------------------------------
+
+    def store_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None) -> None:
+        self.executor.submit("store", fn, done=done)
+
+    def engine_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None,
+                   failed: Callable[[BaseException], Any] | None = None) -> None:
+        self.executor.submit("engine", fn, done=done, failed=failed)
+
+    def report(self, exc: BaseException) -> None:
+        """Errors of background operations: the user's (one line) or a bug (logged, short message)."""
+        if isinstance(exc, UserError):
+            self.toast(str(exc), ms=ERROR_MS)
+        elif isinstance(exc, EngineError):
+            self.toast(f"engine: {exc}", ms=ERROR_MS)
+        else:
+            log.error("background operation failed", exc_info=exc)
+            self.toast(f"Something went wrong: {type(exc).__name__}: {exc} (details in the log)", ms=ERROR_MS)
+
+    def toast(self, text: str, undo: Callable[[], None] | None = None, label: str = "Undo",
+              ms: int = TOAST_MS) -> None:
+        """A message over the chat, where the user is looking; ``undo`` adds a button (and Ctrl+Z)."""
+        self.w.toast.show_message(text, undo, label, ms)
+
+    def undo(self) -> bool:
+        """Ctrl+Z: the Undo the toast offers, if any (False: nothing to undo here)."""
+        return self.w.toast.label_is_undo() and self.w.toast.trigger_action()
+
+    def title_of(self, cid: int) -> str:
+        return self.listing.title_of(cid)
+
+    # ----- what other parts and tests call ---------------------------------------------------------------
+
+    @property
+    def active(self) -> Turn | None:
+        return self.sending.active
+
+    @property
+    def running(self) -> Turn | None:
+        return self.sending.running
+
+    @property
+    def last_fit(self) -> FitReport | None:
+        return self.fit.last
+
+    def select(self, cid: int) -> None:
+        self.listing.select(cid)
+
+    def refresh(self, select: int | None = None) -> None:
+        self.listing.refresh(select)
+
+    def reload(self) -> None:
+        self.listing.reload()
+
+    def send(self, text: str) -> None:
+        self.sending.send(text)
+
+    def stop(self) -> None:
+        self.sending.stop()
+
+    def message_action(self, name: str, mid: int) -> None:
+        self.editing.message_action(name, mid)
+
+    def update_meter(self, draft: str | None = None) -> None:
+        self.fit.update(draft)
+
+    def delete_chat(self, cid: int) -> None:
+        self.listing.delete_chat(cid)
+
+    # ----- start-up and the model ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from hisho.gui.shell.remote_switch import restore_choice
+
+        if not restore_choice(self.w, self._start_model):  # the remote engine chosen last time, if any
+            self._start_model()
+        if not self.store.read_only:  # chats deleted in an earlier session are past their Undo: remove them
+            self.store_job(lambda: self.store.purge_deleted())
+        self.store_job(lambda: self.store.conversations(), self.listing.listed_first)
+
+    def _start_model(self) -> None:
+        ctx = self.ctx
+        if ctx.model_problem or ctx.load_params is None:
+            self.model_failed = True
+            self.w.show_banner(ctx.model_problem or "no model to load")
+            if ctx.plan_refused and ctx.model_path is not None:
+                self.offer_load_anyway(str(ctx.model_path))
+        else:
+            params = ctx.load_params
+            self._loading(Path(params.model_path).stem)
+            self.engine_job(lambda: self.ctx.engine.load(params), self._loaded, self._load_failed)
+
+    def _loading(self, name: str) -> None:
+        """The load is one engine call without progress events: show that it runs and for how long."""
+        self._loading_name_shown = name
+        self._loading_since = time.monotonic()
+        self._show_loading()
+        self._load_tick.start()
+
+    def _show_loading(self) -> None:
+        seconds = int(time.monotonic() - self._loading_since)
+        self.w.status.set_model(f"Loading {self._loading_name_shown}…" + (f" {seconds} s" if seconds else ""))
+
+    def _loaded(self, info: dict[str, Any]) -> None:
+        self._load_tick.stop()
+        self.model_ready, self.model_failed = True, False
+        params = self.ctx.engine.load_params
+        name = Path(params.model_path).stem if params else ""
+        self.w.status.set_model(name, int(info.get("n_ctx", 0)))
+        self.w.status.set_device(self.ctx.engine.engine_info, params.n_gpu_layers if params else 0)
+        self.w.status.engine_pid = self.ctx.engine.pid
+        self.w.model_label.setText(name)
+        self.w.empty_subtitle.setText(f"Chatting with {name}, on this computer. Nothing leaves it.")
+        self.fit.known.clear()  # another model counts differently
+        self.fit.show_for(self.current.id if self.current else None)
+        self.fit.update()
+        self.sending.pump()
+
+    def _load_failed(self, exc: BaseException) -> None:
+        self._load_tick.stop()
+        self.model_failed = True
+        self.w.status.set_model("No model loaded")
+        self.w.show_banner(f"The model could not be loaded: {exc}")
+        if isinstance(exc, PlanRefused):
+            self.offer_load_anyway(self._loading_name)
+        self.sending.pump()
+
+    def offer_load_anyway(self, name: str) -> None:
+        """The memory plan refused the load; the user may still try it (it may swap or fail)."""
+        self.toast("The memory plan says this model will not fit.",
+                   lambda: self.switch_model(name, override=True), label="Load anyway", ms=60_000)
+
+    def switch_model(self, name: str, override: bool = False) -> None:
+        from hisho.gui.shell.remote_switch import use_local
+
+        use_local(self.w)  # a local model: the built-in engine answers again (first, on the engine lane)
+        self.model_ready = False
+        self._loading_name = name
+        self._loading(Path(name).stem if name else "the default model")
+
+        def job() -> dict[str, Any]:
+            path = open_model(name or None)
+            # n_seq_max=2 as at start-up: KV saves use the second sequence as scratch (context.build)
+            params = load_params_for(path, settings=self.ctx.settings, n_seq_max=2, override=override)
+            self.service.model_name = path.stem
+            return self.ctx.engine.load(params)
+
+        self.engine_job(job, self._loaded, self._load_failed)
+
+    # ----- settings, theme, diagnostics ------------------------------------------------------------------
+
+    def open_settings(self) -> None:
+        if self.current is None:
+            self.toast("Start a chat first.")
+            return
+        models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
+        dialog = ConversationSettingsDialog(self.current, models, self.w,
+                                            presets=list(self.ctx.settings["system_prompt_presets"]))
+        accepted = dialog.exec()
+        if dialog.new_preset is not None:
+            self.add_preset(dialog.new_preset)
+        if not accepted:
+            return
+        model, system, settings = dialog.values()
+        cid, old_model = self.current.id, self.current.model
+        self.store_job(lambda: self.store.update(cid, model=model, system_prompt=system, settings=settings),
+                       lambda conv: self._settings_saved(conv, old_model))
+
+    def add_preset(self, preset: dict[str, str]) -> None:
+        """Keep a preset named in Chat settings ("Save as preset…") in the app's settings."""
+        try:
+            self.ctx.settings.set("system_prompt_presets", [*self.ctx.settings["system_prompt_presets"], preset])
+        except ValueError as exc:
+            self.toast(f"The preset was not saved: {exc}")
+            return
+        self.ctx.executor.submit("store", self.ctx.settings.save, failed=self.report)
+
+    def _settings_saved(self, conv: Conversation, old_model: str) -> None:
+        if self.current is not None and self.current.id == conv.id:
+            self.current = conv
+        loaded = self.ctx.engine.load_params
+        loaded_name = Path(loaded.model_path).stem if loaded else ""
+        # Only a different model needs a reload; the system prompt and sampling apply to the next reply.
+        if conv.model != old_model and conv.model and conv.model != loaded_name:
+            self.switch_model(conv.model)
+        self.fit.update()
+
+    def set_theme(self, name: str) -> None:
+        """View → Theme: apply it now and remember it (``theme`` setting)."""
+        app = QApplication.instance()
+        if not isinstance(app, QApplication):
+            return
+        theme.apply(app, theme.choose(name))
+        try:
+            if self.ctx.settings["theme"] != name:
+                self.ctx.settings.set("theme", name)
+                self.ctx.settings.save()
+        except (OSError, ValueError) as exc:
+            log.warning("could not save the theme setting: %s", exc)
+        self.listing.reload()  # code blocks take the new colours
+
+    def follow_system_theme(self, *_: object) -> None:
+        if self.ctx.settings["theme"] == "system":
+            self.set_theme("system")
+
+    def copy_diagnostics(self) -> None:
+        e = self.ctx.engine
+        lines = [f"engine: {e.engine_info}", f"load: {e.load_info}", f"params: {e.load_params}",
+                 f"restarts: {e.restarts}", f"store read-only: {self.store.read_only}", f"problem: {self.ctx.problem}"]
+        QGuiApplication.clipboard().setText("\n".join(lines))
+        self.toast("Diagnostics copied to the clipboard.", ms=2500)
+
+    # ----- closing -----------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop a reply, let it be saved, save the draft and waiting messages, stop the engine. Safe twice."""
+        if self._closing:
+            return
+        self._closing = True
+        start = time.perf_counter()
+        if not self.store.read_only:
+            try:  # direct calls: the store lane is about to shut down and this must not be lost
+                if self.current is not None:
+                    self.store.update(self.current.id, draft=self.w.composer.draft_text())
+                self.sending.close()
+            except UserError as exc:
+                log.error("could not save the draft: %s", exc)
+        self.sending.stop()
+        self.w.view.detach_stream()
+        if not self.executor.shutdown(CLOSE_WAIT_S):
+            self.ctx.engine.kill()  # a reply did not stop in time; its text so far is saved already
+        self.ctx.engine.close()
+        log.info("window closed in %.2fs", time.perf_counter() - start)
