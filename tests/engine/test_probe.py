@@ -14,8 +14,8 @@ import pytest
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.calibrate import calibrate, run_probe
-from hisho.core.planner.memory import Config, estimate, kv_bytes
-from tests.fixtures.gguf_shapes import GEMMA3_4B, LLAMA_31_8B, write_shape
+from hisho.core.planner.memory import Config, estimate, kv_bytes, recurrent_bytes
+from tests.fixtures.gguf_shapes import GEMMA3_4B, GRANITE_4_H, LFM2_350M, LLAMA_31_8B, MAMBA2, write_shape
 
 MIB = 1024**2
 CONFIGS = [(512, "f16"), (2048, "q8_0"), (8192, "q4_0")]
@@ -62,6 +62,37 @@ def test_gemma3_shape_sliding_window_matches_dry_run(tmp_path: Path) -> None:
             # Two caches: 5 global layers with every cell, 29 sliding layers with window + ubatch cells.
             assert [(c["layers"], c["cells"]) for c in caches] == [(5, n), (29, 1536)]
         assert close_to_log(kv_bytes(facts, Config(n_ctx=n, type_k=t, type_v=t)), probed_kv(entry)), (n, t)
+
+
+def test_gemma3_shape_one_stream_per_sequence_matches_dry_run(tmp_path: Path) -> None:
+    # The API's slots: kv_unified off, so every sequence has its own stream with its own window + ubatch.
+    path = write_shape(tmp_path / "g3.gguf", GEMMA3_4B)
+    facts = read_facts(path)
+    req = {"model_path": str(path), "touched": False, "contexts": [
+        {"n_ctx": 8192, "type_k": "f16", "type_v": "f16", "flash_attn": True, "n_seq_max": n, "kv_unified": u}
+        for n, u in ((2, False), (3, False), (2, True))]}
+    for spec, entry in zip(req["contexts"], run_probe("dry-run", req)["contexts"]):
+        cfg = Config(n_ctx=8192, n_seq_max=int(spec["n_seq_max"]), kv_unified=bool(spec["kv_unified"]))
+        assert entry["ok"], entry
+        assert close_to_log(kv_bytes(facts, cfg), probed_kv(entry)), spec
+
+
+@pytest.mark.parametrize("shape", [LFM2_350M, GRANITE_4_H, MAMBA2], ids=["lfm2", "granite-h", "mamba2"])
+def test_hybrid_and_recurrent_state_matches_dry_run(tmp_path: Path, shape: object) -> None:
+    """Attention KV only in the attention layers, plus the recurrent state (one per sequence), as llama.cpp
+    allocates them for LFM2 (short conv), a Granite-4-H-like Mamba-2 hybrid and a pure Mamba-2."""
+    path = write_shape(tmp_path / "h.gguf", shape)  # type: ignore[arg-type]
+    facts = read_facts(path)
+    configs = [(4096, "f16", 1), (8192, "q8_0", 1), (4096, "f16", 3)]
+    req = {"model_path": str(path), "touched": False, "contexts": [
+        {"n_ctx": n, "type_k": t, "type_v": t, "flash_attn": True, "n_seq_max": q} for n, t, q in configs]}
+    for (n, t, q), entry in zip(configs, run_probe("dry-run", req)["contexts"]):
+        assert entry["ok"], entry
+        cfg = Config(n_ctx=n, type_k=t, type_v=t, n_seq_max=q)
+        assert close_to_log(kv_bytes(facts, cfg), probed_kv(entry)), (n, t, q)
+        [rs] = entry["rs_caches"]
+        assert rs["cells"] == q
+        assert close_to_log(recurrent_bytes(facts, cfg), rs["bytes"]), (n, t, q)
 
 
 def test_devices_lists_the_cpu() -> None:

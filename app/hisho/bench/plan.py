@@ -177,11 +177,14 @@ def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozen
     params = LoadParams(model_path=model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                         n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v,
                         use_mmap=predicted.mmap if cpu else None)
-    m = run_probe("measure", {"params": params.to_dict(), "fill": fill, "n_swa": facts.n_swa}, timeout=PROBE_TIMEOUT_S)
+    # The synthetic fill needs to know the state's layout: how many attention caches precede a recurrent state.
+    caches = {"dense": 1, "swa": 2, "hybrid": 2 if any(facts.swa_layers) else 1, "recurrent": 0}[facts.memory]
+    m = run_probe("measure", {"params": params.to_dict(), "fill": fill, "n_swa": facts.n_swa, "kv_caches": caches},
+                  timeout=PROBE_TIMEOUT_S)
     log.info("measured %s n_ctx %d %s: %.1f MiB", Path(model_path).name, cfg.n_ctx, cfg.type_k,
              int(m["peak_growth"]) / MIB)
     buffers = m["buffers"]
-    reported = sum(sum(buffers[k].values()) for k in ("model", "KV", "compute", "output"))
+    reported = sum(sum(buffers.get(k, {}).values()) for k in ("model", "KV", "RS", "compute", "output"))
     measured_committed = reported + int(m["our_arrays"])
     measured_resident = int(m["peak_growth"])
     return {

@@ -1,6 +1,6 @@
 """``hisho models``: the model store and the Hugging Face hub from the command line.
 
-    hisho models list [--json]                 name, path, arch, quant, size_bytes, n_ctx_train, source
+    hisho models list [--json]                 name, path, arch, quant, size_bytes, n_ctx_train, source, base_model
     hisho models search TEXT [--sort S] [--page N] [--json]
     hisho models files REPO [--ram-gib X] [--json]   GGUF files grouped by quant, each with its fit verdict
     hisho models pull REPO[:FILE]              progress on a terminal; Ctrl+C pauses, the same command resumes
@@ -60,15 +60,18 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from hisho.core.models.names import entry_name
-    from hisho.core.models.store import ModelStore
+    from hisho.core.models.store import ModelStore, is_base_model
 
     entries = ModelStore().list()
+    base = {e.name for e in entries if is_base_model(e.path)}
     if args.json:
-        _emit([{**e.to_dict(), "id": entry_name(e).id, "display_name": entry_name(e).display} for e in entries])
+        _emit([{**e.to_dict(), "id": entry_name(e).id, "display_name": entry_name(e).display,
+                "base_model": e.name in base} for e in entries])
         return 0
     for e in entries:
+        mark = "  base model (no chat template: plain completion)" if e.name in base else ""
         _out(f"{entry_name(e).display:40s} {e.arch or '?':10s} {e.quant or '?':8s} {e.size / MIB:9.1f} MiB  "
-             f"ctx {e.n_ctx_train or '?':>7}  {e.source}")
+             f"ctx {e.n_ctx_train or '?':>7}  {e.source}{mark}")
     return 0
 
 

@@ -54,12 +54,14 @@ class Profile:
     ``n_seq_max``: sequences the model is loaded with (KV saves use the last one as scratch, so a front end
     that keeps KV needs 2; ``serve`` takes its ``parallel`` instead). ``kv``: saved KV is restored and saved
     per chat. ``strict``: a bad model or a refused plan raises (``UserError``) instead of opening with a
-    problem to show."""
+    problem to show. ``kv_unified``: one KV stream shared by the sequences (False: one per sequence, as the
+    API's slots load, where a sliding-window model holds a window per sequence; the plan must know)."""
 
     name: str
     n_seq_max: int
     kv: bool
     strict: bool
+    kv_unified: bool = True
 
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (
@@ -68,7 +70,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("generate", n_seq_max=1, kv=False, strict=True),    # one turn, nothing kept
     # Document batches run in job contexts the engine swaps in (one KV stream per sequence): a plain load.
     Profile("summarize", n_seq_max=1, kv=False, strict=True),
-    Profile("serve", n_seq_max=1, kv=True, strict=True),        # n_seq_max: the server's ``parallel``
+    Profile("serve", n_seq_max=1, kv=True, strict=True, kv_unified=False),  # n_seq_max: the server's ``parallel``
 )}
 
 
@@ -129,7 +131,8 @@ class Services:
         self.disconnect()
         path = open_model(name or None)
         params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
-                                 n_seq_max=self.profile.n_seq_max, override=override)
+                                 n_seq_max=self.profile.n_seq_max, override=override,
+                                 kv_unified=self.profile.kv_unified)
         info = load_engine(self.engine, params)
         self.model_path, self.load_params = path, params
         self.model_problem, self.plan_refused = "", False
@@ -264,7 +267,7 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     chosen = PROFILES[profile]
     if parallel is not None:
         chosen = dataclasses.replace(chosen, n_seq_max=max(1, parallel))
-    n_seq_max, kv, strict = chosen.n_seq_max, chosen.kv, chosen.strict
+    n_seq_max, kv, strict, kv_unified = chosen.n_seq_max, chosen.kv, chosen.strict, chosen.kv_unified
     settings = settings or settings_mod.load()
     store, problem = open_store(db_path)
     model_problem, plan_refused = "", False
@@ -273,7 +276,7 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     try:
         model_path = open_model(model or str(settings["default_model"] or "") or None)
         params = load_params_for(model_path, n_ctx=n_ctx, settings=settings, n_seq_max=n_seq_max,
-                                 override=override)
+                                 override=override, kv_unified=kv_unified)
     except UserError as exc:
         if strict:
             store.close()

@@ -1,7 +1,11 @@
 """Formats chat messages with the model's own template (``tokenizer.chat_template`` in the GGUF metadata).
 
 Templates are Jinja in the Hugging Face dialect; we render them in a sandbox. A model without a template gets
-ChatML, the most common format, and the load result says so (``chat_template_source: fallback``).
+ChatML, the most common format, when its vocabulary has ChatML's markers as special tokens (a fine-tune that
+lost its template), and the load result says so (``chat_template_source: fallback``). A model with neither is a
+base model: ChatML's markers would be plain text to it, and it would answer "<|im_start|>assistant…" forever. It
+gets plain completion instead (``chat_template_source: none``, docs/planner.md "Models without a chat template"):
+the messages' texts one after another, and the reply continues the last one.
 
 ``render_parts`` says which characters the template wrote and which came from a message, so that only the
 template's own markup can become control tokens: a message or a document holding ``<|im_start|>system`` stays
@@ -25,10 +29,20 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 log = logging.getLogger("hisho.engine")
 
+CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
+
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+# Plain completion for a base model: no markers at all, the texts separated by a blank line; the model continues
+# the last text (a reply is a continuation, not an answer). BOS only where the model wants one (bos_token "").
+COMPLETION = (
+    "{{ bos_token }}{% for message in messages %}{{ '\\n\\n' if not loop.first }}{{ message['content'] }}"
+    "{% endfor %}"
+)
+BASE_MODEL_NOTICE = "this file is a base model, not a chat model (no chat template): replies continue the text"
 
 
 def _raise(message: str) -> None:
@@ -44,7 +58,7 @@ class ChatTemplate:
     text: str
     bos_token: str
     eos_token: str
-    source: str  # "gguf" or "fallback"
+    source: str  # "gguf", "fallback" (ChatML) or "none" (plain completion: a base model)
 
     def __post_init__(self) -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -54,8 +68,16 @@ class ChatTemplate:
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         self._compiled = env.from_string(self.text)
 
+    @property
+    def completion(self) -> bool:
+        """A base model: messages are rendered as plain text to continue."""
+        return self.source == "none"
+
     @classmethod
-    def from_model(cls, metadata: dict[str, str], token_text: Callable[[int], str]) -> ChatTemplate:
+    def from_model(cls, metadata: dict[str, str], token_text: Callable[[int], str],
+                   is_special: Callable[[str], bool] | None = None) -> ChatTemplate:
+        """The model's own template; without one, ChatML when ``is_special`` says each of its markers is one
+        special token of this vocabulary, else plain completion."""
         def special(key: str) -> str:
             value = metadata.get(key)
             try:
@@ -66,7 +88,13 @@ class ChatTemplate:
         bos = special("tokenizer.ggml.bos_token_id")
         eos = special("tokenizer.ggml.eos_token_id")
         text = metadata.get("tokenizer.chat_template", "")
-        return cls(text or CHATML, bos, eos, "gguf" if text else "fallback")
+        if text:
+            return cls(text, bos, eos, "gguf")
+        if is_special is None or all(is_special(m) for m in CHATML_MARKERS):
+            return cls(CHATML, bos, eos, "fallback")
+        log.info("no chat template and no ChatML tokens: %s", BASE_MODEL_NOTICE)
+        wants_bos = metadata.get("tokenizer.ggml.add_bos_token", "true").lower() != "false"
+        return cls(COMPLETION, bos if wants_bos else "", eos, "none")
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
         clean = [{"role": str(m.get("role", "user")), "content": str(m.get("content", ""))} for m in messages]

@@ -36,8 +36,10 @@ from hisho.core.engine.protocol import LoadParams
 from hisho.core.units import MIB
 from hisho.engine import backends
 
-_BUFFER = re.compile(r"(\S+)\s+(model|output|KV|compute) buffer size =\s+([\d.]+) MiB")
+_BUFFER = re.compile(r"(\S+)\s+(model|output|KV|RS|compute) buffer size =\s+([\d.]+) MiB")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
+# A recurrent model's state (llama-memory-recurrent.cpp): "size = X MiB (N cells, L layers, S seqs ...)".
+_RS_SIZE = re.compile(r"llama_memory_recurrent: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
 _DEV_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
 
 
@@ -61,13 +63,17 @@ class LogCapture:
 
 
 def parse_buffers(text: str) -> dict[str, Any]:
-    """Buffer sizes from a log chunk: ``{"model": {dev: bytes}, "output": …, "KV": …, "compute": …,
-    "kv_caches": [{"bytes", "cells", "layers"}]}``. MiB values are printed with two decimals."""
-    out: dict[str, Any] = {"model": {}, "output": {}, "KV": {}, "compute": {}, "kv_caches": []}
+    """Buffer sizes from a log chunk: ``{"model": {dev: bytes}, "output": …, "KV": …, "RS": …, "compute": …,
+    "kv_caches": [{"bytes", "cells", "layers"}], "rs_caches": […]}`` (RS: a recurrent or hybrid model's
+    recurrent state). MiB values are printed with two decimals."""
+    out: dict[str, Any] = {"model": {}, "output": {}, "KV": {}, "RS": {}, "compute": {}, "kv_caches": [],
+                           "rs_caches": []}
     for dev, kind, mib in _BUFFER.findall(text):
         out[kind][dev] = out[kind].get(dev, 0) + round(float(mib) * MIB)
     for mib, cells, layers in _KV_SIZE.findall(text):
         out["kv_caches"].append({"bytes": round(float(mib) * MIB), "cells": int(cells), "layers": int(layers)})
+    for mib, cells, layers in _RS_SIZE.findall(text):
+        out["rs_caches"].append({"bytes": round(float(mib) * MIB), "cells": int(cells), "layers": int(layers)})
     return out
 
 
@@ -106,6 +112,11 @@ def reset_peak() -> bool:
         return False
 
 
+def reset_peak_works() -> bool:
+    """Whether this system lets the peak mark be reset (the peak is then the process's, not the load's)."""
+    return pathlib.Path("/proc/self/clear_refs").exists()
+
+
 def library_version() -> str:
     lib = pathlib.Path(llama_cpp.__file__).parent / "lib"
     libs = sorted(p.name for p in lib.glob("*llama*")) if lib.is_dir() else []
@@ -127,15 +138,20 @@ def dry_run(request: dict[str, Any]) -> dict[str, Any]:
     mparams.no_alloc = True
     mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_NONE
     mparams.n_gpu_layers = int(request.get("n_gpu_layers", 0))
+    reset_peak()
     before = memory_now()
     model = llama_cpp.llama_model_load_from_file(str(request["model_path"]).encode("utf-8"), mparams)
     if not model:
         return {"ok": False, "error": "llama.cpp could not read the model", "log_tail": logs.take()[-2000:]}
     after_model = memory_now()
+    # The load's own peak over what it keeps: the GGUF metadata (every token's text, score and type) is held
+    # until the loader is done with it, so a large vocabulary peaks well above what stays (262K tokens: ~15 MiB).
+    model_peak = after_model["peak"] - before["rss"] if reset_peak_works() else -1
     result: dict[str, Any] = {
         "ok": True, "library": library_version(),
         "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "model_anon": after_model["anon"] - before["anon"], "model_file": after_model["file"] - before["file"],
+        "model_peak": model_peak,
         "model_buffers": parse_buffers(logs.take())["model"], "contexts": [],
         "cpu_features": sorted(cpu_features()),
     }
@@ -161,7 +177,8 @@ def _probe_context(model: Any, cparams: Any, logs: LogCapture, *, outputs_max: i
     llama_cpp.llama_free(ctx)
     logs.take()
     buffers = parse_buffers(text)
-    return {"ok": True, "kv_caches": buffers["kv_caches"], "compute": buffers["compute"],
+    return {"ok": True, "kv_caches": buffers["kv_caches"], "rs_caches": buffers["rs_caches"],
+            "compute": buffers["compute"],
             "output": buffers["output"], "anon": after["anon"] - before["anon"],
             "file": after["file"] - before["file"]}
 
@@ -241,7 +258,8 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     tokens = [(i * 7919 + 11) % n_vocab for i in range(rt.n_ctx)]
     started = time.perf_counter()
     if fill == "state":
-        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)))
+        caches = request.get("kv_caches")
+        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches))
         # The synthetic state's Python buffers are freed by now; only what follows the reset counts, and the
         # load's own peak (loaded["peak"]) is kept apart.
     else:
@@ -262,7 +280,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
             "buffers": buffers, "our_arrays": batch_bytes}
 
 
-def _fill_by_state(rt: Any, tokens: list[int], n_swa: int) -> None:
+def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None = None) -> None:
     """Fill all but the last ubatch of the context from a synthetic state, then decode the last full ubatch.
     The state is built in an anonymous mmap, so freeing it gives every page back to the OS (a malloc'd block
     may stay in the heap and would count as the engine's memory)."""
@@ -270,15 +288,18 @@ def _fill_by_state(rt: Any, tokens: list[int], n_swa: int) -> None:
     one = _seq_state(rt, 0)
     rt.seq_rm(0)
     n_fill = rt.n_ctx - min(rt.n_batch, rt.n_ctx)
-    size = sum(len(piece) * times for piece, times in synthetic_state(one, n_fill, n_swa))
+    size = sum(len(piece) * times for piece, times in synthetic_state(one, n_fill, n_swa, kv_caches))
     mm = mmap.mmap(-1, size)
-    for piece, times in synthetic_state(one, n_fill, n_swa):
+    for piece, times in synthetic_state(one, n_fill, n_swa, kv_caches):
         for _ in range(times):
             mm.write(piece)
     buf = (ctypes.c_uint8 * size).from_buffer(mm)
     got = llama_cpp.llama_state_seq_set_data(rt.ctx, buf, size, 0)
     del buf
     mm.close()
+    # The decoded cell's state holds a hybrid model's whole recurrent state (55 MiB on Granite-4-H-1B): drop it
+    # before the peak is reset, or the measurement counts it as the engine's.
+    del one
     if got != size:
         raise RuntimeError(f"llama.cpp took {got} of {size} bytes of the synthetic state")
     rt.seqs[0] = list(tokens[:n_fill])
@@ -293,17 +314,23 @@ def _seq_state(rt: Any, seq: int) -> bytes:
     return bytes(buf[:n])
 
 
-def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0) -> Iterator[tuple[bytes, int]]:
+def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0, kv_caches: int | None = None,
+                    ) -> Iterator[tuple[bytes, int]]:
     """A sequence state of ``n_cells`` cells at positions 0..n_cells-1, from the state of ONE cell, as
     (piece, repeat) pairs to write in order. llama.cpp's per-sequence format (llama-context.cpp, llama-kv-cache.cpp
     state_write): an 8-byte preamble (io magic 0xaf143cd8, source sequence), then per cache: streams of cell
     count, cell meta, K rows per layer, V rows (or V elements when transposed). Each cell repeats the decoded
     cell's K and V. An interleaved-SWA model writes two caches; the second (sliding-window) one gets only the
-    last ``n_swa`` cells, as llama.cpp saves it (older cells are masked out and not written)."""
+    last ``n_swa`` cells, as llama.cpp saves it (older cells are masked out and not written).
+
+    ``kv_caches``: how many attention caches come first (None: all of it); what follows is a recurrent state
+    (llama-memory-recurrent.cpp state_write: one cell, its position and seq-id count, then the R and S rows),
+    which has no cells to repeat: it is kept as decoded, moved to the last filled position so the next ubatch
+    continues it (a hybrid model's attention and recurrent parts must end at the same position)."""
     yield one[:8], 1
     pos = 8
     cache = 0
-    while pos < len(one):
+    while pos < len(one) and (kv_caches is None or cache < kv_caches):
         cells = n_cells if cache == 0 or not n_swa else min(n_cells, n_swa)
         first = n_cells - cells
         (n_stream,) = struct.unpack_from("<I", one, pos)
@@ -343,6 +370,13 @@ def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0) -> Iterator[tuple[
                         yield one[pos:pos + size_el], cells
                         pos += size_el
         cache += 1
+    if pos < len(one):
+        (count,) = struct.unpack_from("<I", one, pos)
+        if count != 1:
+            raise ValueError(f"expected a one-cell recurrent state, got {count} cells")
+        _p, n_seq = struct.unpack_from("<iI", one, pos + 4)
+        yield struct.pack("<IiI", 1, n_cells - 1, n_seq), 1
+        yield one[pos + 12:], 1
 
 
 COMMANDS = {"dry-run": dry_run, "devices": lambda _req: devices(), "measure": measure}

@@ -23,7 +23,7 @@ import llama_cpp
 from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
 from hisho.core.units import padded_cells
 from hisho.engine import backends
-from hisho.engine.chat import ChatTemplate
+from hisho.engine.chat import BASE_MODEL_NOTICE, ChatTemplate
 from hisho.engine.llama_setup import (
     Batch,
     context_params,
@@ -63,8 +63,8 @@ class Runtime:
         self._bind(ctx)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.metadata = read_metadata(model)
-        self.template = ChatTemplate.from_model(self.metadata, self.token_text)
         self._control_cache: tuple[dict[str, int], re.Pattern[str] | None] | None = None
+        self.template = ChatTemplate.from_model(self.metadata, self.token_text, self.is_special_token)
 
     def _bind(self, ctx: Any) -> None:
         """Point everything that depends on the context at ``ctx``; no sequence holds anything yet."""
@@ -173,8 +173,10 @@ class Runtime:
             "n_ctx_train": int(llama_cpp.llama_model_n_ctx_train(self.model)),
             "model_size": int(llama_cpp.llama_model_size(self.model)),
             "n_params": int(llama_cpp.llama_model_n_params(self.model)),
-            "has_chat_template": self.template.source != "fallback",
+            "has_chat_template": self.template.source == "gguf",
             "chat_template_source": self.template.source,
+            "base_model": self.template.completion,  # plain completion: no chat template, no ChatML tokens
+            "notice": BASE_MODEL_NOTICE if self.template.completion else "",
             "chat_template": self.template.text,
             "load_s": self.load_s,
             "mmap": self.mmap,
@@ -253,6 +255,11 @@ class Runtime:
             raw.append(text[pos:])
         flush()
         return tokens
+
+    def is_special_token(self, text: str) -> bool:
+        """Whether ``text`` is exactly one special (control) token of this vocabulary."""
+        ids, _pattern = self._controls()
+        return text in ids and self.tokenize(text, parse_special=True) == [ids[text]]
 
     def _controls(self) -> tuple[dict[str, int], re.Pattern[str] | None]:
         if self._control_cache is None:  # made once per model

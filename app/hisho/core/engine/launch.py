@@ -19,7 +19,8 @@ def open_model(name_or_path: str | None) -> Path:
 
 
 def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int = 1,
-                    settings: settings_mod.Settings | None = None, override: bool = False) -> LoadParams:
+                    settings: settings_mod.Settings | None = None, override: bool = False,
+                    kv_unified: bool = True) -> LoadParams:
     """Settings' parameters, checked by the memory planner (which also picks GPU layers when the setting is
     -1). Raises planner.gate.PlanRefused (a UserError) if the plan says the load will not fit, unless
     ``override``: then it only logs a warning."""
@@ -39,5 +40,6 @@ def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: in
         type_k=kv,
         type_v=kv,
         n_seq_max=n_seq_max,
+        kv_unified=kv_unified,  # one stream per sequence holds a window per sequence: the plan must know
     )
     return apply_plan(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override)

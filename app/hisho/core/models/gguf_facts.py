@@ -10,8 +10,10 @@ block (``blk.N``, ``token_embd``, ``output``, ...).
 Rules: both go through ``open_header`` — missing, a folder, empty, not GGUF, an unsupported version, a header
 cut short, tensor data past the end of the file or no tensors at all raise ``ModelFileError`` (a UserError)
 with a one-line message. The header is walked by ``gguf_header`` (milliseconds); the ``gguf`` package's reader
-only where that walk does not understand it (its failure becomes the message). An architecture whose KV layout we do not model (recurrent, MLA, hybrid) still gives facts,
-with ``known_architecture`` False, and plans built on them say "estimate only".
+only where that walk does not understand it (its failure becomes the message). Recurrent and hybrid architectures (Mamba, RWKV, LFM2, Granite-4-H, Jamba, Nemotron-H, Qwen3-Next, Falcon-H1)
+carry their memory type, which layers attend and their recurrent state sizes. An architecture whose memory we
+do not model (MLA, linear attention variants) still gives facts, with ``known_architecture`` False, and plans
+built on them say "estimate only".
 """
 
 from __future__ import annotations
@@ -43,6 +45,22 @@ KNOWN_ARCHITECTURES = frozenset({
 # n means "every n-th layer is global, the others slide" (llama-model.cpp, set_swa_pattern).
 SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "llama4": 4, "exaone4": 4}
 
+# Memory types (llama-arch.cpp llm_arch_is_recurrent / llm_arch_is_hybrid, llama-model.cpp create_memory):
+# a recurrent architecture keeps one fixed-size state per sequence in every layer and no KV cache; a hybrid
+# one has attention layers (a KV cache, sliding or not) and recurrent layers (a fixed state). Which layers are
+# which, per architecture (each model's load_arch_hparams): "kv0" a layer is recurrent when its KV head count is
+# 0; "kv0_ff0" recurrent when both its KV heads and its FFN length are 0 (attention needs KV heads and no FFN,
+# an FFN-only layer is neither: Nemotron-H); "interval" every full_attention_interval-th layer attends, the
+# others are recurrent (Qwen3-Next); "all" every layer is both (Falcon-H1).
+RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_LAYERS = {"jamba": "kv0", "plamo2": "kv0", "granitehybrid": "kv0", "lfm2": "kv0", "lfm2moe": "kv0",
+                 "nemotron_h": "kv0_ff0", "nemotron_h_moe": "kv0_ff0", "qwen3next": "interval",
+                 "qwen35": "interval", "qwen35moe": "interval", "falcon-h1": "all"}
+# The chat markers of the ChatML fallback (engine/chat.py): a model whose vocabulary has them as special tokens
+# can be talked to in ChatML; one without them would see them as plain text.
+CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
+_SPECIAL_TYPES = (2, 3, 4)  # llama_token_type UNKNOWN, CONTROL, USER_DEFINED: parsed as one special token
+
 
 @dataclass(frozen=True)
 class ModelFacts:
@@ -71,6 +89,26 @@ class ModelFacts:
     # "dup:...": llama.cpp loads it a second time for the output layer, which may put it in the repack buffer.
     matmul_weights: dict[str, int] = field(default_factory=dict)
     n_params: int = 0  # weights' element count (the "7B" of a 7B model)
+    # "dense" (one KV cache), "swa" (a full and a sliding-window KV cache), "recurrent" (a fixed state per
+    # sequence, no KV), "hybrid" (attention layers' KV + recurrent layers' state)
+    memory: str = "dense"
+    attention_layers: tuple[bool, ...] = ()  # layers with a KV cache (empty: every layer with KV heads)
+    recurrent_layers: tuple[bool, ...] = ()  # layers with a recurrent state
+    n_embd_r: int = 0   # f32 values per sequence and recurrent layer: the conv / token-shift state (r)
+    n_embd_s: int = 0   # f32 values per sequence and recurrent layer: the SSM / WKV state (s)
+    tied_embeddings: bool = False  # no output.weight: the token embedding is the output layer too
+    # "template" (tokenizer.chat_template), "chatml" (none, but the vocabulary has ChatML's special tokens),
+    # "none" (neither: a base model, talked to in plain completion)
+    chat: str = "template"
+
+    def attends(self, il: int) -> bool:
+        """Whether layer ``il`` has a KV cache (its KV head count may still be 0)."""
+        return self.attention_layers[il] if self.attention_layers else True
+
+    @property
+    def base_model(self) -> bool:
+        """No chat template and no ChatML tokens: a completion model, not a chat model."""
+        return self.chat == "none"
 
     @property
     def weights_bytes(self) -> int:
@@ -85,12 +123,13 @@ class ModelFacts:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelFacts:
         data = dict(data)
-        for key in ("n_head", "n_head_kv", "swa_layers"):
-            data[key] = tuple(data[key])
+        for key in ("n_head", "n_head_kv", "swa_layers", "attention_layers", "recurrent_layers"):
+            if key in data:
+                data[key] = tuple(data[key])
         return cls(**data)
 
 
-FACTS_VERSION = 4  # 2, 3: matmul_weights; 4: n_params
+FACTS_VERSION = 6  # 2, 3: matmul_weights; 4: n_params; 5, 6: memory type, recurrent state, chat kind
 _MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
@@ -206,18 +245,105 @@ def facts_from_reader(reader: Any, *, source: str, file_size: int) -> ModelFacts
     vocab = int(key("vocab_size", 0) or (len(tokens.data) if tokens is not None else 0))
     ff = key("feed_forward_length", 0)
     n_ff = max(ff) if isinstance(ff, list) and ff else int(ff or 0)
-    known = arch in KNOWN_ARCHITECTURES and n_layer > 0 and head0 > 0
+    layers = _memory_layers(arch, n_layer, n_head_kv, _per_layer(ff, n_layer), key)
+    memory, attention, recurrent = layers if layers is not None else ("dense", (), ())
+    swa = _swa_layers(arch, n_swa, n_layer, key("attention.sliding_window_pattern", None))
+    if arch in ("lfm2", "lfm2moe") and n_swa > 0:  # a windowed LFM2: every attention layer slides
+        swa = tuple(not r for r in recurrent)
+    if memory == "dense" and any(swa):
+        memory = "swa"
+    n_embd_r, n_embd_s = _recurrent_state(arch, n_embd, key) if recurrent else (0, 0)
+    known = ((arch in KNOWN_ARCHITECTURES or layers is not None) and n_layer > 0
+             and (head0 > 0 or memory == "recurrent") and (not recurrent or n_embd_r + n_embd_s > 0))
     if not known:
         log.info("architecture %r is not modelled exactly; plans are estimates", arch)
+    names = {t.name for t in reader.tensors}
     return ModelFacts(
         source=source, architecture=arch, name=str(_value(fields, "general.name", "")),
         quant=quant_label(reader, source), n_layer=n_layer, n_embd=n_embd, n_ff=n_ff,
         n_head=n_head, n_head_kv=n_head_kv, key_length=k_len, value_length=v_len, n_swa=n_swa,
-        swa_layers=_swa_layers(arch, n_swa, n_layer, key("attention.sliding_window_pattern", None)),
+        swa_layers=swa,
         context_length=int(key("context_length", 0) or 0), vocab_size=vocab, file_size=file_size,
         tensor_bytes=_group_tensors(reader), known_architecture=known, matmul_weights=_matmul_weights(reader),
         n_params=sum(math.prod(int(d) for d in getattr(t, "shape", ())) for t in reader.tensors),
+        memory=memory, attention_layers=attention, recurrent_layers=recurrent, n_embd_r=n_embd_r,
+        n_embd_s=n_embd_s, tied_embeddings="token_embd.weight" in names and "output.weight" not in names,
+        chat=chat_kind(fields, lambda: _header_bytes(source, reader)),
     )
+
+
+def _header_bytes(source: str, reader: Any) -> bytes | None:
+    """The raw header of a local file (metadata and tensor table), for what the fast walk skipped."""
+    p = Path(source)
+    end = int(getattr(reader, "data_offset", 0) or 0)
+    if not end or not p.is_file():
+        return None
+    with p.open("rb") as fh:
+        return fh.read(end)
+
+
+def _memory_layers(arch: str, n_layer: int, n_head_kv: tuple[int, ...], n_ff: tuple[int, ...],
+                   key: Any) -> tuple[str, tuple[bool, ...], tuple[bool, ...]] | None:
+    """(memory type, attention layers, recurrent layers) of a recurrent or hybrid architecture, else None."""
+    if arch in RECURRENT_ARCHITECTURES:
+        return "recurrent", (False,) * n_layer, (True,) * n_layer
+    rule = HYBRID_LAYERS.get(arch)
+    if rule is None:
+        return None
+    if rule == "all":
+        return "hybrid", (True,) * n_layer, (True,) * n_layer
+    if rule == "interval":
+        flags = key("attention.recurrent_layers", None)
+        if isinstance(flags, list) and len(flags) >= n_layer:
+            recurrent = tuple(bool(f) for f in flags[:n_layer])
+        else:
+            interval = int(key("full_attention_interval", 4) or 4)
+            recurrent = tuple((il + 1) % interval != 0 for il in range(n_layer))
+        return "hybrid", tuple(not r for r in recurrent), recurrent
+    if rule == "kv0_ff0":
+        recurrent = tuple(n_head_kv[il] == 0 and n_ff[il] == 0 for il in range(n_layer))
+        return "hybrid", tuple(n_head_kv[il] > 0 and n_ff[il] == 0 for il in range(n_layer)), recurrent
+    recurrent = tuple(h == 0 for h in n_head_kv)
+    return "hybrid", tuple(not r for r in recurrent), recurrent
+
+
+def _recurrent_state(arch: str, n_embd: int, key: Any) -> tuple[int, int]:
+    """(n_embd_r, n_embd_s): f32 values per sequence of one recurrent layer's two state tensors, as
+    llama-hparams.cpp sizes them: RWKV's token shift and WKV state, LFM2's short-conv window, else Mamba's conv
+    window (the first column is shifted out, so d_conv - 1 of them) and SSM state."""
+    wkv = int(key("wkv.head_size", 0) or 0)
+    if wkv:
+        return int(key("token_shift_count", 2) or 2) * n_embd, n_embd * wkv
+    l_cache = int(key("shortconv.l_cache", 0) or 0)
+    if l_cache:
+        return n_embd * (l_cache - 1), 0
+    d_conv, d_inner = int(key("ssm.conv_kernel", 0) or 0), int(key("ssm.inner_size", 0) or 0)
+    d_state, n_group = int(key("ssm.state_size", 0) or 0), int(key("ssm.group_count", 0) or 0)
+    return max(0, d_conv - 1) * (d_inner + 2 * n_group * d_state), d_state * d_inner
+
+
+def chat_kind(fields: dict[str, Any], raw: Any = None) -> str:
+    """"template" when the file has a chat template; "chatml" when it has none but its vocabulary holds ChatML's
+    markers as special tokens (the engine's fallback then means what it says); "none": a base model, whose
+    vocabulary would read the fallback's markers as text. ``raw``: a callable giving the header's bytes, for
+    when the fast header walk skipped the token list (then a marker's presence as a token string counts; the
+    engine checks the token type again at load)."""
+    if str(_value(fields, "tokenizer.chat_template", "") or ""):
+        return "template"
+    tokens = _value(fields, "tokenizer.ggml.tokens", None)
+    types = _value(fields, "tokenizer.ggml.token_type", None)
+    if not isinstance(tokens, list):
+        data = raw() if callable(raw) else None
+        if not data:
+            return "none"
+        listed = all(struct.pack("<Q", len(m)) + m.encode("utf-8") in data for m in CHATML_MARKERS)
+        return "chatml" if listed else "none"
+    found = dict.fromkeys(CHATML_MARKERS, False)
+    for i, text in enumerate(tokens):
+        if text in found:
+            kind = int(types[i]) if isinstance(types, list) and i < len(types) else 3
+            found[text] = found[text] or kind in _SPECIAL_TYPES
+    return "chatml" if all(found.values()) else "none"
 
 
 def _value(fields: dict[str, Any], name: str, default: Any) -> Any:

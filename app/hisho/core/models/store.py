@@ -145,6 +145,18 @@ def describe(path: Path) -> dict[str, Any]:
     return {"arch": f.architecture, "quant": f.quant, "n_ctx_train": f.context_length}
 
 
+def is_base_model(path: str | Path) -> bool:
+    """A file with no chat template and no ChatML tokens: a base (completion) model, not a chat model
+    (gguf_facts.chat_kind; the engine talks to it in plain completion). False when the header is unreadable."""
+    from hisho.core.models.gguf_facts import read_facts
+
+    try:
+        return read_facts(path).base_model
+    except (UserError, OSError, ValueError) as exc:
+        log.debug("no header facts for %s (%s)", path, exc)
+        return False
+
+
 class ModelStore:
     def __init__(self, db: Database | None = None, legacy: Path | None = None) -> None:
         self.registry = legacy or (paths.data_dir() / "models.json")  # the old JSON file, read once

@@ -31,7 +31,7 @@ log = logging.getLogger("hisho.planner")
 LAYOUTS = ((True, "f16", "f16"), (True, "q8_0", "q8_0"), (True, "q4_0", "q4_0"), (False, "f16", "f16"))
 PROBE_TIMEOUT_S = 120
 MAX_GRID_CTX = 1 << 17
-CALIBRATION_VERSION = 3  # 2, 3: repack facts (the CPU_REPACK line of the dry run) and the CPU features
+CALIBRATION_VERSION = 4  # 2, 3: repack facts (the CPU_REPACK line of the dry run) and the CPU features; 4: load peak
 
 
 class ProbeFailed(RuntimeError):
@@ -114,7 +114,7 @@ def calibration_from_probe(answer: dict[str, Any], n_ubatch: int) -> Calibration
     return Calibration(library=str(answer.get("library", library_version())), n_ubatch=n_ubatch,
                        model_overhead=int(answer["model_anon"]) + int(answer["model_file"]),
                        context_overhead=first_ctx_overhead or 0, points=points,
-                       repacked=_repack_figure(answer),
+                       repacked=_repack_figure(answer), model_peak=int(answer.get("model_peak", -1)),
                        cpu_features=tuple(answer.get("cpu_features", ())))
 
 

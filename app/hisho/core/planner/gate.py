@@ -71,7 +71,7 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
     calib = cached(facts, params.n_ubatch)
     cfg = Config(n_ctx=params.n_ctx, type_k=params.type_k, type_v=params.type_v, flash_attn=params.flash_attn,
                  n_gpu_layers=max(0, want_gpu_layers), n_batch=params.n_batch, n_ubatch=params.n_ubatch,
-                 n_seq_max=params.n_seq_max, swa_full=params.swa_full)
+                 n_seq_max=params.n_seq_max, swa_full=params.swa_full, kv_unified=params.kv_unified)
     if want_gpu_layers < 0:
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)

@@ -44,6 +44,7 @@ class Config:
     n_ubatch: int = 512
     n_seq_max: int = 1
     swa_full: bool = False
+    kv_unified: bool = True  # False: one KV stream of n_ctx / n_seq_max cells per sequence (the API's slots)
     use_mmap: bool | None = None  # None: the engine's policy (map unless weights get repacked; repack.py)
 
     def valid_for(self, facts: ModelFacts) -> str | None:
@@ -89,27 +90,39 @@ def row_bytes(kind: str, n: int) -> int:
     return -(-n // block) * size
 
 
+def stream_cells(cfg: Config) -> tuple[int, int]:
+    """(streams, cells per stream) of the KV cache: one stream of n_ctx cells when unified, else one of
+    n_ctx / n_seq_max cells per sequence (llama-context.cpp n_ctx_seq, padded to 256 each)."""
+    if cfg.kv_unified or cfg.n_seq_max <= 1:
+        return 1, padded_cells(cfg.n_ctx)
+    return cfg.n_seq_max, padded_cells(max(1, padded_cells(cfg.n_ctx) // cfg.n_seq_max))
+
+
 def swa_cells(facts: ModelFacts, cells: int, cfg: Config) -> int:
-    """Cells a sliding-window layer holds: window x sequences + one ubatch, padded to 256, never more than the
-    full cache (llama-kv-cache-iswa.cpp)."""
+    """Cells per stream a sliding-window layer holds: the window (times the sequences sharing a unified stream)
+    plus one ubatch, padded to 256, never more than the full stream (llama-kv-cache-iswa.cpp); all of them with
+    ``swa_full``."""
     if cfg.swa_full:
         return cells
-    return padded_cells(min(cells, facts.n_swa * cfg.n_seq_max + cfg.n_ubatch))
+    shared = cfg.n_seq_max if cfg.kv_unified else 1
+    return padded_cells(min(cells, facts.n_swa * shared + cfg.n_ubatch))
 
 
 _PER_CELL: dict[tuple[Any, ...], tuple[tuple[int, int], ...]] = {}
 
 
 def _suffix_per_cell(facts: ModelFacts, type_k: str, type_v: str) -> tuple[tuple[int, int], ...]:
-    """For each layer index i: (bytes per cell of full layers i.., of sliding-window layers i..). Cached: the
-    search asks for thousands of configurations of the same model."""
-    key = (facts.n_head_kv, facts.swa_layers, facts.key_length, facts.value_length, type_k, type_v)
+    """For each layer index i: (bytes per cell of full layers i.., of sliding-window layers i..). Layers without a
+    KV cache (a hybrid model's recurrent layers) count nothing. Cached: the search asks for thousands of
+    configurations of the same model."""
+    key = (facts.n_head_kv, facts.swa_layers, facts.attention_layers, facts.key_length, facts.value_length,
+           type_k, type_v)
     hit = _PER_CELL.get(key)
     if hit is not None:
         return hit
     rows = [(0, 0)]
     for il in reversed(range(facts.n_layer)):
-        heads = max(0, facts.n_head_kv[il])
+        heads = max(0, facts.n_head_kv[il]) if facts.attends(il) else 0
         per = row_bytes(type_k, facts.key_length * heads) + row_bytes(type_v, facts.value_length * heads)
         full, swa = rows[-1]
         rows.append((full, swa + per) if facts.swa_layers[il] else (full + per, swa))
@@ -121,10 +134,24 @@ def _suffix_per_cell(facts: ModelFacts, type_k: str, type_v: str) -> tuple[tuple
 
 
 def kv_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
-    """KV bytes of layers ``first_layer``.. (0: all of them). Layers with no KV heads hold nothing."""
-    cells = padded_cells(cfg.n_ctx)
+    """Attention KV bytes of layers ``first_layer``.. (0: all of them). Layers with no KV heads hold nothing."""
+    streams, cells = stream_cells(cfg)
     full, swa = _suffix_per_cell(facts, cfg.type_k, cfg.type_v)[min(first_layer, facts.n_layer)]
-    return cells * full + (swa_cells(facts, cells, cfg) * swa if swa else 0)
+    return streams * (cells * full + (swa_cells(facts, cells, cfg) * swa if swa else 0))
+
+
+def recurrent_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
+    """Recurrent state bytes of layers ``first_layer``..: per recurrent layer one f32 r row and one s row for each
+    of max(1, n_seq_max) cells (llama-memory-recurrent.cpp); independent of the context length."""
+    if not facts.recurrent_layers:
+        return 0
+    n = sum(1 for il in range(first_layer, facts.n_layer) if facts.recurrent_layers[il])
+    return n * (facts.n_embd_r + facts.n_embd_s) * 4 * max(1, cfg.n_seq_max)
+
+
+def memory_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
+    """What the context's memory holds for layers ``first_layer``..: attention KV plus recurrent state."""
+    return kv_bytes(facts, cfg, first_layer) + recurrent_bytes(facts, cfg, first_layer)
 
 
 def gpu_layers(facts: ModelFacts, n_gpu_layers: int) -> range:
@@ -153,6 +180,7 @@ class Calibration:
     points: dict[str, list[tuple[int, int, int, int]]]  # key -> sorted [(n_ctx, compute, touched, output)]
     repacked: int = -1           # the dry run's CPU_REPACK model buffer (-1: not known, an older calibration)
     cpu_features: tuple[str, ...] = ()  # ggml's CPU features in the dry run's process
+    model_peak: int = -1         # process peak growth during the no_alloc load (-1: not known)
 
     @staticmethod
     def key(flash_attn: bool, type_k: str, type_v: str) -> str:
@@ -189,7 +217,8 @@ class Calibration:
         return cls(library=str(data["library"]), n_ubatch=int(data["n_ubatch"]),
                    model_overhead=int(data["model_overhead"]), context_overhead=int(data["context_overhead"]),
                    points=points, repacked=int(data.get("repacked", -1)),
-                   cpu_features=tuple(str(f) for f in data.get("cpu_features", ())))
+                   cpu_features=tuple(str(f) for f in data.get("cpu_features", ())),
+                   model_peak=int(data.get("model_peak", -1)))
 
 
 def _point(row: list[Any]) -> tuple[int, int, int, int]:
@@ -237,6 +266,22 @@ def formula_overhead(facts: ModelFacts) -> int:
     # Vocabulary (token text, scores, piece cache) dominates the load's own memory: ~360 B per token on the
     # default model, plus tensor metadata and graph structures.
     return facts.vocab_size * 360 + 4 * MIB
+
+
+# The load's transient: llama.cpp holds the GGUF metadata (each token's text, score and type) until the loader is
+# done, beside the vocabulary it builds from it. Measured on a 262K-token vocabulary (Gemma-3 shape): a real load
+# peaks 15.3 MiB (~61 B per token) over what it keeps; the no_alloc dry run shows only about half of that.
+LOAD_TRANSIENT_PER_TOKEN = 64
+
+
+def load_peak(facts: ModelFacts, calib: Calibration | None) -> int:
+    """The process's growth at its peak during the model load, before any context: what the load keeps plus its
+    transient (at least the per-token figure; more where the dry run's own peak says so)."""
+    kept = calib.model_overhead if calib is not None else formula_overhead(facts)
+    transient = facts.vocab_size * LOAD_TRANSIENT_PER_TOKEN
+    if calib is not None and calib.model_peak >= 0:
+        transient = max(transient, calib.model_peak - calib.model_overhead)
+    return kept + transient
 
 
 def batch_bytes(cfg: Config) -> int:
@@ -300,13 +345,19 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
         # ggml-cpu converts the softmaxed scores to f16 for the KQV product in its own work buffer.
         overhead += padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 2
     _ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
-    kv = kv_bytes(facts, cfg)
-    gpu_kv = kv_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
+    kv = memory_bytes(facts, cfg)
+    gpu_kv = memory_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
     gpu_compute = compute if cfg.n_gpu_layers > 0 else 0
     arrays = batch_bytes(cfg)
     runtime = overhead + DECODE_OVERHEAD + arrays
     committed = weights + kv + compute + output + arrays
     resident = weights + double + kv + touched + output + runtime
+    # A small model with a large vocabulary (Gemma-3's 262K) peaks during the load, before its context exists.
+    at_load = weights + double + load_peak(facts, calib if looked is not None else None)
+    if at_load > resident:
+        notes.append(f"the peak is the model load ({at_load / MIB:.0f} MiB: the vocabulary's metadata is held "
+                     "until the loader is done), not the full context")
+        resident = at_load
     if cfg.n_gpu_layers > 0:
         notes.append("the GPU share of the compute buffer is estimated as the whole CPU figure")
     return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,

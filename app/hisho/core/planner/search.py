@@ -22,6 +22,7 @@ from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.planner import quality
 from hisho.core.planner.calibrate import LAYOUTS
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
+from hisho.core.planner.state import state_size
 from hisho.core.units import GIB, MIB, padded_cells
 
 
@@ -53,7 +54,8 @@ class Plan:
             "breakdown": {"weights": b.weights, "kv": b.kv, "compute": b.compute, "output": b.output,
                           "runtime": b.runtime, "total": b.total},
             "committed": b.committed, "resident": b.resident, "gpu_bytes": b.gpu, "estimate": b.estimate,
-            "repacked_bytes": b.repacked, "mmap": b.mmap,
+            "repacked_bytes": b.repacked, "mmap": b.mmap, "memory_type": self.facts.memory if self.facts else "",
+            "saved_state": state_size(self.facts, c.type_k, c.type_v).to_dict() if self.facts else {},
             "notes": list(b.notes), "budget": self.budget.explain, "reason": self.reason,
             "alternatives": self.alternatives,
         }

@@ -44,7 +44,7 @@ from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession
 from hisho.core.models.names import entry_name
 from hisho.core.models.removal import Removal, plan_removal, remove_model
-from hisho.core.models.store import ModelEntry, ModelStore
+from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import format_bytes
 from hisho.gui.models.downloads_tab import DownloadsTab
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
@@ -56,6 +56,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
+
+
+def _entries_and_base_models() -> tuple[list[ModelEntry], set[str]]:
+    """The store's entries and the names of those that are base models (header facts, cached per file)."""
+    entries = ModelStore().list()
+    return entries, {e.name for e in entries if is_base_model(e.path)}
 
 
 def planner_budget() -> tuple[Any, dict[str, Any]]:
@@ -145,20 +151,23 @@ class ModelsPage(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self.workers.submit("store", lambda: ModelStore().list(), done=self._listed)
+        self.workers.submit("store", _entries_and_base_models, done=self._listed)
 
-    def _listed(self, entries: list[ModelEntry]) -> None:
+    def _listed(self, listed: tuple[list[ModelEntry], set[str]]) -> None:
+        entries, base = listed
         self.entries = entries
         self.hub.set_installed({e.sha256: e.name for e in entries if e.sha256})
         t = self.model_table
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
             src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
-            values = [entry_name(e).display, e.arch or "?", "…", e.quant or "?", format_bytes(e.size),
+            arch = (e.arch or "?") + (" · base" if e.name in base else "")
+            values = [entry_name(e).display, arch, "…", e.quant or "?", format_bytes(e.size),
                       f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
             for col, v in enumerate(values):
                 item = QTableWidgetItem(v)
-                item.setToolTip(e.path)
+                item.setToolTip(e.path + ("\nA base model, not a chat model (no chat template): replies continue "
+                                          "the text." if e.name in base else ""))
                 t.setItem(row, col, item)
             pending = QLabel("…")
             pending.setObjectName("Meta")

@@ -1,0 +1,53 @@
+"""The planner's saved-state size per memory type (core/planner/state.py) against what llama.cpp really saves for
+a sequence: dense grows with every token; a sliding-window model only by its global layers plus a window; a
+hybrid by its attention layers plus a fixed recurrent state. Tiny true-shape files (real layer patterns and
+windows, random weights)."""
+
+from __future__ import annotations
+
+import llama_cpp
+import pytest
+
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.models.gguf_facts import read_facts
+from hisho.core.planner.state import seconds_saved, state_size
+from hisho.engine.runtime import Runtime
+from tests.fixtures.gguf_shapes import true_model
+
+N_TOKENS = 1200  # past Gemma-3's 512-token window
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("shape", ["llama-tiny", "gemma-3-tiny", "lfm2-tiny", "granite-4.0-h-tiny"])
+def test_saved_state_size_matches_llama_cpp(shape: str) -> None:
+    path = true_model(shape, "Q8_0")
+    size = state_size(read_facts(path))
+    rt = Runtime.load(LoadParams(model_path=str(path), n_ctx=2048, n_threads=2))
+    try:
+        tokens = [(i * 7919 + 11) % rt.n_vocab for i in range(N_TOKENS)]
+        for start in range(0, N_TOKENS, rt.n_batch):
+            rt.decode_tokens(0, tokens[start:start + rt.n_batch], want_logits=False)
+        actual = int(llama_cpp.llama_state_seq_get_size(rt.ctx, 0))
+    finally:
+        rt.close()
+    predicted = size.saved(N_TOKENS)
+    # Beyond rows and cell metadata: a preamble and per-cache / per-layer headers.
+    assert predicted <= actual <= predicted + 4096, (shape, predicted, actual)
+    dense_guess = N_TOKENS * (size.per_token + size.window_per_cell + 12)
+    if shape == "llama-tiny":
+        assert size.window == size.recurrent == 0 and predicted == dense_guess
+    elif shape == "gemma-3-tiny":
+        assert size.window == 512 and size.recurrent == 0
+        assert actual < 0.6 * dense_guess  # only 1 global layer of 6 holds every token
+        assert size.checkpoint(N_TOKENS) == 512 * (size.window_per_cell + 12)
+    else:
+        assert size.recurrent > 0 and size.checkpoint(N_TOKENS) == size.recurrent
+        assert size.saved(2 * N_TOKENS) - size.saved(N_TOKENS) == N_TOKENS * (size.per_token + 12)  # only attention grows
+
+
+def test_resume_estimate_uses_the_saved_state() -> None:
+    # The same prefill speed: the smaller SWA state restores in less time, so resuming saves more.
+    dense = seconds_saved(4096, 4096 * 65536, 250.0, 2e9)
+    swa = seconds_saved(4096, 4096 * 65536 // 6 + 512 * 65536 * 5 // 6, 250.0, 2e9)
+    assert swa > dense > 0
+    assert seconds_saved(10, 10**12, 250.0, 2e9) == 0.0
