@@ -90,7 +90,19 @@ def test_never_drafts_when_sampling_or_for_a_sliding_window(default_model_path: 
         rt.close()
 
 
-def test_measured_once_per_model_and_leaves_the_cache_as_it_was(default_model_path: Path) -> None:
+def test_off_unless_asked_for(default_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HISHO_SPECULATE", raising=False)
+    rt = Runtime.load(LoadParams(model_path=str(default_model_path), n_ctx=512))
+    try:
+        assert not speculate.wanted(rt, 0, Sampling(temperature=0.0), 1)
+        assert not speculate._MEASURED
+    finally:
+        rt.close()
+
+
+def test_measured_once_per_model_and_leaves_the_cache_as_it_was(default_model_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HISHO_SPECULATE", "1")
     rt = Runtime.load(LoadParams(model_path=str(default_model_path), n_ctx=512))
     try:
         rt.decode_tokens(0, list(range(100, 140)), want_logits=False)

@@ -50,7 +50,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         yield stats
         return
     sampler = build_sampler(rt, sampling)
-    spec = speculate.Speculator(rt, seq, sampler, prompt, sampling.max_tokens) if drafts else None
+    spec = speculate.Speculator(rt, seq, sampler, prompt, sampling) if drafts else None
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")
     held = rt.seqs[seq]
     text_parts: list[str] = []
