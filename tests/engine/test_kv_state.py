@@ -359,3 +359,19 @@ def test_q8_0_kv_round_trip_takes_about_half_the_disk(default_model_path: Path, 
         assert other.restore("conv:1", prompts["full"]).restored == len(prompts["conv"])
         assert answer(q8, prompts["full"])[0] == in_memory
         other.close()
+
+
+def test_writer_keeps_turn_sized_arenas_and_drops_huge_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first save of a long conversation needs an arena as large as its KV; kept, it would stay resident
+    for the engine's life. Arenas up to WARM_ARENA_MAX are reused, larger ones are let go after the write."""
+    from hisho.engine import kvstate
+
+    monkeypatch.setattr(kvstate, "WARM_ARENA_MAX", 8 << 20)
+    writer = kvstate.ChunkWriter()
+    small = writer.take_arena(1 << 20)
+    writer.give_arena(small)
+    assert writer.take_arena(1 << 20) is small
+    huge = writer.take_arena(16 << 20)
+    assert huge is small and huge.capacity >= 16 << 20   # grown in place of the kept one
+    writer.give_arena(huge)
+    assert writer.take_arena(1 << 20) is not huge

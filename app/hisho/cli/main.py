@@ -98,7 +98,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak")
+BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak", "peers")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -186,6 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b")
     p.add_argument("--fa-both", action="store_true",
                    help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
+    p.add_argument("--quick", action="store_true", help="peers: tiny sizes (a smoke run, seconds on the bundled model)")
     p.add_argument("--minutes", type=float, default=None, help="soak: how long the clients run (default 2)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)

@@ -194,6 +194,7 @@ class GenStats:
     stop_reason: str = ""
     text: str = ""
     tokens: list[int] = field(default_factory=list)
+    speculation: dict[str, Any] | None = None   # hisho.engine.speculate: its batches and accepted drafts
 
     def as_dict(self) -> dict[str, Any]:
         tps = (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 and self.completion_tokens > 1 else 0.0
@@ -201,6 +202,7 @@ class GenStats:
             "text": self.text, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens, "ttft_s": self.ttft_s, "decode_s": self.decode_s,
             "tokens_per_s": tps, "stop_reason": self.stop_reason,
+            **({"speculation": self.speculation} if self.speculation is not None else {}),
         }
 
 

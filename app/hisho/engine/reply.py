@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
+from hisho.engine import speculate
 from hisho.engine.llama_setup import GenStats, build_sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
@@ -43,11 +44,13 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
             return
         rt.keeper.checkpoint(seq, prompt=True)
         rest = rest[-1:]
+    drafts = speculate.wanted(rt, seq, sampling, prompt[-1])  # measured before the logits it must not touch
     if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress):
         stats.stop_reason = "cancelled"
         yield stats
         return
     sampler = build_sampler(rt, sampling)
+    spec = speculate.Speculator(rt, seq, sampler, prompt, sampling) if drafts else None
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")
     held = rt.seqs[seq]
     text_parts: list[str] = []
@@ -63,7 +66,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
             if len(held) >= rt.n_ctx:
                 stats.stop_reason = "context_full"
                 break
-            token = int(llama_cpp.llama_sampler_sample(sampler, rt.ctx, -1))
+            token = spec.next_token() if spec else int(llama_cpp.llama_sampler_sample(sampler, rt.ctx, -1))
             if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(rt.vocab, token):
                 stats.stop_reason = "eos"
                 break
@@ -84,11 +87,17 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
                 # step. The next prompt re-evaluates it (reuse_prefix keeps what the cache holds).
                 stats.stop_reason = "length"
                 break
+            if spec:
+                spec.advance(token)
+                continue
             rt.batch.clear()
             rt.batch.add(token, len(held), seq, True)
             rt.decode_batch()
             held.append(token)
     finally:
+        if spec:
+            spec.finish()
+            stats.speculation = spec.stats()
         llama_cpp.llama_sampler_free(sampler)
     if stats.completion_tokens:
         stats.decode_s = time.perf_counter() - first_at
