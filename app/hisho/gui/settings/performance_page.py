@@ -88,7 +88,9 @@ class PerformancePage(QWidget):
 
     def refresh(self) -> None:
         if self.isVisible() or not self.chose.text():
-            self.chose.setText(describe(dict(self.w.ctx.engine.threads), int(self.settings["n_threads"])))
+            # The built-in engine's client reports its thread choices; a remote engine has none to report.
+            threads = getattr(self.w.ctx.engine, "threads", None) or {}
+            self.chose.setText(describe(dict(threads), int(self.settings["n_threads"])))
 
     def apply(self) -> None:
         n = int(self.threads.currentData())
