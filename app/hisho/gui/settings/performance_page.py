@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QWidget
 
 from hisho.core import settings as settings_mod
 from hisho.gui.settings.settings_page import page_layout
+from hisho.gui.shell.protocols import HasContext
 
 REFRESH_MS = 1000
 
@@ -49,7 +50,7 @@ def status_suffix(threads: dict[str, Any]) -> str:
 class PerformancePage(QWidget):
     """The page; ``window`` gives ``ctx.settings``, ``ctx.engine`` and ``ctx.executor``."""
 
-    def __init__(self, window: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, window: HasContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.settings: settings_mod.Settings = window.ctx.settings
