@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QAction, QKeySequence, QScreen
@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMenu, QMenuBar
 
 import hisho
 from hisho.core import paths
+from hisho.gui.shell.protocols import HasContext
 
 # Keys that are not menu items (the menus' own shortcuts are read from the actions).
 OTHER_KEYS = (("Enter", "Send the message"), ("Shift+Enter", "New line in the message"),
@@ -28,13 +29,10 @@ OTHER_KEYS = (("Enter", "Send the message"), ("Shift+Enter", "New line in the me
               ("Up", "Edit your last message (in an empty message box)"))
 
 
-class HelpHost(Protocol):
-    """What these dialogs read from the window."""
+class HelpHost(HasContext, Protocol):
+    """What these dialogs read from the window: its menus, and the engine's hello (``ctx.engine``)."""
 
     def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt naming
-
-    @property
-    def ctx(self) -> Any: ...
 
 
 class DialogHost(HelpHost, Protocol):
