@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
@@ -28,6 +28,9 @@ from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
 from hisho.core.remote.probe import ServerInfo, probe
 from hisho.gui.shell.protocols import HasContext, HasController, RemoteWindow
+
+if TYPE_CHECKING:
+    from hisho.gui.models.hub_tab import HubTab
 
 log = logging.getLogger("hisho.gui")
 
@@ -146,7 +149,7 @@ def restore_choice(window: RemoteWindow) -> bool:
     return True
 
 
-def offer_remote(window: RemoteWindow, hub: Any) -> None:
+def offer_remote(window: RemoteWindow, hub: HubTab) -> None:
     """The Models page's Hub tab offers "Run on <engine>" for files too big here, when engines are configured."""
     hub.run_remote_requested.connect(lambda f, name: run_hub_model(window, f, name))
     window.ctx.executor.submit("remote", lambda: [e.name for e in load_endpoints()],
