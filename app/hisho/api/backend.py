@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -70,6 +71,11 @@ def slots_of(engine: Engine) -> int:
     n = int(engine.load_info.get("n_seq_max") or (params.n_seq_max if params else 1))
     unified = params.kv_unified if params is not None else True
     return max(1, n - 1) if unified and n > 1 else max(1, n)
+
+
+def timeout_error() -> ApiError:
+    return ApiError(504, "the request ran past this server's time limit and was cancelled (Settings → API)",
+                    type_="server_error", code="request_timeout")
 
 
 def _cancel_started(started: asyncio.Future[TokenStream]) -> None:
@@ -125,8 +131,7 @@ class Reply:
         finally:
             if self.timed_out and self.error is None and (self.result is None
                                                           or self.result.stop_reason == "cancelled"):
-                self.error = ApiError(504, "the request ran past this server's time limit and was cancelled "
-                                           "(Settings → API)", type_="server_error", code="request_timeout")
+                self.error = timeout_error()
             self._on_end(self)
             self._put(_END)
 
@@ -224,20 +229,24 @@ class Backend:
         self.limits.check(job, n_ctx_seq)
         since = self.admission.enter(key, slots_of(engine))
         loop = asyncio.get_running_loop()
+        limit = self.limits.request_timeout_s  # counted from here: sending it (a tokenize on a busy engine) too
         started = loop.run_in_executor(None, self._start, engine, job, n_ctx_seq)
         try:
-            # Shielded: a client that leaves while the request is being sent must still have the stream it gets
-            # cancelled, or the engine would answer nobody.
-            stream = await asyncio.shield(started)
+            # Shielded: a client that leaves (or a time limit passed) while the request is being sent must still
+            # have the stream it gets cancelled, or the engine would answer nobody.
+            stream = await asyncio.wait_for(asyncio.shield(started), limit)
         except BaseException as exc:
             self.admission.leave(key, since)
-            if isinstance(exc, asyncio.CancelledError):
+            if isinstance(exc, (asyncio.CancelledError, TimeoutError)):
                 started.add_done_callback(_cancel_started)
+            if isinstance(exc, asyncio.CancelledError):
                 raise
+            if isinstance(exc, TimeoutError):
+                raise timeout_error() from None
             raise api_error(exc, job.prompt_param) from None
         self._count(1)
         reply = Reply(stream, loop, lambda r: self._ended(r, key, since), model, job.prompt_param)
-        reply.limit(self.limits.request_timeout_s)
+        reply.limit(max(0.0, limit - (time.monotonic() - since)))
         try:
             await reply.started()
         except asyncio.CancelledError:

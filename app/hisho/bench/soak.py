@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import multiprocessing
 import os
 import signal
 import sqlite3
@@ -34,7 +35,7 @@ import httpx
 
 from hisho.api.launch import build_api
 from hisho.bench.api import _home
-from hisho.bench.soak_clients import Client, Outcome
+from hisho.bench.soak_clients import Outcome, client_process
 from hisho.core import paths
 from hisho.core import settings as settings_mod
 from hisho.core.conversations.schema import ChatSettings
@@ -116,27 +117,6 @@ class Soak:
     def record(self, outcome: Outcome) -> None:
         with self.lock:
             self.outcomes.append(outcome)
-
-    def client(self, i: int) -> None:
-        c = Client(self.url, KEY, self.model, seed=i)
-        try:
-            while time.monotonic() < self.deadline:
-                self.record(c.act(c.pick()))
-        finally:
-            c.close()
-
-    def never_reads(self) -> None:
-        """Opens a long stream, never reads it, keeps the connection until well past the time limit."""
-        c = Client(self.url, KEY, self.model, seed=99)
-        body = b'{"model": "%s", "stream": true, "max_tokens": 1500, "messages": [{"role": "user", ' \
-               b'"content": "Count from one to two thousand."}]}' % self.model.encode()
-        try:
-            while time.monotonic() + TIMEOUT_S + 10 < self.deadline:
-                with c.raw("/chat/completions", body):
-                    self.never_read += 1
-                    _sleep_until(min(self.deadline, time.monotonic() + TIMEOUT_S + 10))
-        finally:
-            c.close()
 
     def killer(self) -> None:
         """Once, at 40 % of the time: kill -9 the engine while a request streams; time until it answers again."""
@@ -230,17 +210,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             before = _user_state(paths.database_path(), paths.kv_dir())
             rss0 = {"server": rss_kib(os.getpid()), "engine": rss_kib(app.engine.pid)}
             soak = Soak(app, server.url, model, minutes)
-            threads = [threading.Thread(target=soak.client, args=(i,), name=f"soak-client-{i}")
-                       for i in range(CLIENTS)]
-            threads += [threading.Thread(target=f, name=f"soak-{f.__name__}")
-                        for f in (soak.never_reads, soak.killer, soak.window_chat)]
+            # The clients run in their own process, so this one's RSS is the server's (and the window chat's).
+            spawn = multiprocessing.get_context("spawn")
+            results: multiprocessing.Queue[tuple[list[Outcome], int]] = spawn.Queue()
+            clients = spawn.Process(target=client_process, name="soak-clients", args=(
+                (server.url, KEY, model, CLIENTS, time.time() + minutes * 60, TIMEOUT_S), results))
+            clients.start()
+            threads = [threading.Thread(target=f, name=f"soak-{f.__name__}") for f in (soak.killer, soak.window_chat)]
             for t in threads:
                 t.start()
             _sleep_until(soak.start + min(WARMUP_S, minutes * 15))
             rss_warm = {"server": rss_kib(os.getpid()), "engine": rss_kib(app.engine.pid)}
+            soak.outcomes, soak.never_read = results.get(timeout=minutes * 60 + 900)
+            out["clients_rss_kib_end"] = rss_kib(clients.pid)
+            clients.join(60)
             for t in threads:
                 t.join(minutes * 60 + 900)
-            out["threads_still_running"] = sum(t.is_alive() for t in threads)
+            out["threads_still_running"] = sum(t.is_alive() for t in threads) + clients.is_alive()
             # Nothing may still run in the engine for clients that are gone (a generous bound: a loaded box).
             idle_deadline = time.monotonic() + 60
             while backend.busy and time.monotonic() < idle_deadline:

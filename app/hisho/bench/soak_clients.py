@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import random
 import socket
+import threading
 import time
 from dataclasses import dataclass
+from multiprocessing.queues import Queue
 from typing import Any
 
 import httpx
@@ -180,3 +182,49 @@ def _status_line(sock: socket.socket) -> int:
         return int(data.split(b" ", 2)[1])
     except (IndexError, ValueError):
         return 0
+
+
+def run_clients(url: str, key: str, model: str, n: int, deadline_wall: float,
+                timeout_s: float) -> tuple[list[Outcome], int]:
+    """``n`` mixed clients and one that never reads its streams, until ``deadline_wall`` (``time.time()``).
+    Returns every outcome and how many streams were left unread."""
+    deadline = time.monotonic() + (deadline_wall - time.time())
+    outcomes: list[Outcome] = []
+    never_read = [0]
+
+    def mixed(i: int) -> None:
+        c = Client(url, key, model, seed=i)
+        try:
+            while time.monotonic() < deadline:
+                outcomes.append(c.act(c.pick()))  # list.append is atomic
+        finally:
+            c.close()
+
+    def never_reads() -> None:
+        """Opens a long stream, never reads it, keeps the connection until well past the time limit."""
+        c = Client(url, key, model, seed=99)
+        body = b'{"model": "%s", "stream": true, "max_tokens": 1500, "messages": [{"role": "user", ' \
+               b'"content": "Count from one to two thousand."}]}' % model.encode()
+        try:
+            while time.monotonic() + timeout_s + 10 < deadline:
+                with c.raw("/chat/completions", body):
+                    never_read[0] += 1
+                    until = min(deadline, time.monotonic() + timeout_s + 10)
+                    while (left := until - time.monotonic()) > 0:
+                        time.sleep(min(left, 1.0))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=mixed, args=(i,)) for i in range(n)]
+    threads.append(threading.Thread(target=never_reads))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes, never_read[0]
+
+
+def client_process(args: tuple[str, str, str, int, float, float],
+                   results: Queue[tuple[list[Outcome], int]]) -> None:
+    """The clients' process (``multiprocessing``, spawned): runs them and sends back what came of it."""
+    results.put(run_clients(*args))
