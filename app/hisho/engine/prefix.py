@@ -107,7 +107,12 @@ class PrefixKeeper:
         rt = self.rt
         held = rt.seqs.get(seq, [])
         p = max(0, min(p, len(held)))
-        why = None if p == 0 else self.why_not(seq, p)
+        if p == 0:
+            # Always a real clear: batch decodes (summaries' map step) fill sequences that ``Runtime.seqs`` does
+            # not track, and a "nothing held, nothing to cut" shortcut left their cells in place.
+            self.clear(seq)
+            return 0
+        why = self.why_not(seq, p)
         if why is None:
             if p == len(held) or self._cut(seq, p):
                 self._drop_above(seq, p)
