@@ -58,3 +58,17 @@ def test_threads_setting_and_what_automatic_chose(qtbot: QtBot, window: MainWind
     wait_for(qtbot, lambda: settings_mod.load()["n_threads"] == 1)
     assert page.chose.text() == "Replies use 1 thread, as set here."
     assert w.ctx.engine.load_params is not None and w.ctx.engine.load_params.n_threads == 0  # next load
+
+
+def test_page_opens_while_a_remote_engine_answers(qtbot: QtBot) -> None:
+    """A remote engine reports no thread choices of this computer: the page says automatic, it does not fail.
+    The page needs only the services of the window (``HasContext``), so it is given just those."""
+    from types import SimpleNamespace
+
+    from hisho.core.remote.engine import RemoteEngine
+    from hisho.core.remote.http import Endpoint
+
+    engine = RemoteEngine(Endpoint("gpu-box", "http://127.0.0.1:9"))   # made, never asked: nothing is sent
+    page = PerformancePage(SimpleNamespace(ctx=SimpleNamespace(settings=settings_mod.load(), engine=engine)))
+    qtbot.addWidget(page)
+    assert "no reply yet" in page.chose.text()

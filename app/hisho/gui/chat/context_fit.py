@@ -19,15 +19,20 @@ from typing import TYPE_CHECKING
 from hisho.core.conversations.chat import FitReport
 
 if TYPE_CHECKING:
+    from hisho.gui.chat.composer import Composer
     from hisho.gui.shell.controller import ChatController
+    from hisho.gui.shell.status_bar import ContextMeter
 
 log = logging.getLogger("hisho.gui")
 
 
 class ContextFit:
-    def __init__(self, chat: ChatController) -> None:
+    """Shows figures on the header's context ``meter`` and under the ``composer`` (the draft's tokens)."""
+
+    def __init__(self, chat: ChatController, meter: ContextMeter, composer: Composer) -> None:
         self.c = chat
-        self.w = chat.w
+        self.service = chat.service
+        self.meter, self.composer = meter, composer
         self.known: dict[int, FitReport] = {}
         self._seq = 0
 
@@ -43,19 +48,19 @@ class ContextFit:
         """The chat on screen changed: show its own figure now; a fresh count follows."""
         fit = self.known.get(cid) if cid is not None else None
         if fit is not None:
-            self.w.context_meter.show_fit(fit)
+            self.meter.show_fit(fit)
         else:
-            self.w.context_meter.show_unknown("counting…" if cid is not None and self.c.model_ready else "")
-        self.w.composer.set_token_info("")
+            self.meter.show_unknown("counting…" if cid is not None and self.c.model_ready else "")
+        self.composer.set_token_info("")
         if cid is not None:
             self.show_live(cid)
 
     def show_live(self, cid: int) -> None:
         live = self.c.sending.live_tokens(cid)
-        n_ctx = self.c.service.n_ctx
+        n_ctx = self.service.n_ctx
         if live is not None and n_ctx:
             base, streamed = live
-            self.w.context_meter.show_fit(FitReport(base + streamed, 0, n_ctx), live=True)
+            self.meter.show_fit(FitReport(base + streamed, 0, n_ctx), live=True)
 
     def update(self, draft: str | None = None) -> None:
         """Count the branch (+ draft) of the chat on screen on the engine lane."""
@@ -64,17 +69,17 @@ class ContextFit:
             return
         self._seq += 1
         seq, cid = self._seq, cur.id
-        draft = self.w.composer.text() if draft is None else draft
+        draft = self.composer.text() if draft is None else draft
         if not draft.strip():
             # An empty box has no tokens: say so now. The count below waits for the engine, which after a
             # send is writing the reply: the sent text's count stayed under the empty box until it ended.
-            self.w.composer.set_token_info("")
-        engine = self.c.service.engine
+            self.composer.set_token_info("")
+        engine = self.service.engine
 
         def job() -> tuple[FitReport, int] | None:
             if seq != self._seq:
                 return None  # a newer request superseded this one while it waited
-            fit = self.c.service.check_fit(cid, draft or None)
+            fit = self.service.check_fit(cid, draft or None)
             return fit, engine.count_tokens(draft) if draft.strip() else 0
 
         self.c.engine_job(job, lambda r: self._counted(seq, cid, r), lambda exc: log.warning("token count: %s", exc))
@@ -90,8 +95,8 @@ class ContextFit:
         if self.c.sending.live_tokens(cid) is not None:
             self.show_live(cid)
         else:
-            self.w.context_meter.show_fit(fit)
-        composer = self.w.composer
+            self.meter.show_fit(fit)
+        composer = self.composer
         if not draft_tokens:
             composer.set_token_info("")
         elif not fit.fits:

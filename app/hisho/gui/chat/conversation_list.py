@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtCore import SignalInstance
+from PySide6.QtWidgets import QFileDialog, QLabel, QLineEdit, QWidget
 
 from hisho.core.conversations import exchange as conversation_io
 from hisho.core.conversations.store import Conversation, Message
 
 if TYPE_CHECKING:
+    from hisho.gui.chat.chat_view import ChatView
+    from hisho.gui.chat.composer import Composer
+    from hisho.gui.chat.sidebar import Sidebar
     from hisho.gui.shell.controller import ChatController
 
 log = logging.getLogger("hisho.gui")
@@ -25,10 +29,44 @@ log = logging.getLogger("hisho.gui")
 Loaded = tuple[Conversation, list[Message], dict[int, list[int]]]
 
 
+class ListWindow(Protocol):
+    """What the list and the chat on screen use of the window: the chat list, the chat, its title, the
+    message box, Find, the empty state, the signals that say which chat is on screen and its draft, and the
+    window as the file dialogs' parent."""
+
+    @property
+    def sidebar(self) -> Sidebar: ...
+
+    @property
+    def view(self) -> ChatView: ...
+
+    @property
+    def composer(self) -> Composer: ...
+
+    @property
+    def title(self) -> QLabel: ...
+
+    @property
+    def find_edit(self) -> QLineEdit: ...
+
+    @property
+    def find_status(self) -> QLabel: ...
+
+    @property
+    def conversation_selected(self) -> SignalInstance: ...
+
+    @property
+    def draft_changed(self) -> SignalInstance: ...
+
+    def show_empty(self, empty: bool) -> None: ...
+
+    def window(self) -> QWidget: ...
+
+
 class ConversationList:
-    def __init__(self, chat: ChatController) -> None:
+    def __init__(self, chat: ChatController, window: ListWindow) -> None:
         self.c = chat
-        self.w = chat.w
+        self.w = window
         self.store = chat.store
         self.titles: dict[int, str] = {}
         self.find_after: int | None = None
@@ -244,13 +282,14 @@ class ConversationList:
         cid = cid if cid is not None else (self.c.current.id if self.c.current else None)
         if cid is None:
             return
-        path, _ = QFileDialog.getSaveFileName(self.w, "Export chat", str(Path.home() / "chat.md"),
+        path, _ = QFileDialog.getSaveFileName(self.w.window(), "Export chat", str(Path.home() / "chat.md"),
                                               "Markdown (*.md);;JSON, re-importable (*.json)")
         if path:
             self.c.store_job(lambda: conversation_io.export_file(self.store, cid, Path(path)),
                              lambda p: self.c.toast(f"Exported to {p}"))
 
     def import_chat(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self.w, "Import chat", str(Path.home()), "Hisho chat (*.json)")
+        path, _ = QFileDialog.getOpenFileName(self.w.window(), "Import chat", str(Path.home()),
+                                              "Hisho chat (*.json)")
         if path:
             self.c.store_job(lambda: conversation_io.import_file(self.store, Path(path)), self.created)

@@ -15,19 +15,23 @@ from PySide6.QtWidgets import QMessageBox
 from hisho.core.conversations.store import DeletedMessages
 
 if TYPE_CHECKING:
+    from hisho.gui.chat.chat_view import ChatView
+    from hisho.gui.chat.composer import Composer
     from hisho.gui.shell.controller import ChatController
 
 log = logging.getLogger("hisho.gui")
 
 
 class Editing:
-    def __init__(self, chat: ChatController) -> None:
+    """Acts on the messages of the chat ``view``; an edit happens in the ``composer``."""
+
+    def __init__(self, chat: ChatController, view: ChatView, composer: Composer) -> None:
         self.c = chat
-        self.w = chat.w
+        self.view, self.composer = view, composer
         self.store = chat.store
         self.edited: int | None = None      # the message shown highlighted while the composer edits it
-        self.w.view.action.connect(self.message_action)
-        self.w.composer.edit_cancelled.connect(self.edit_ended)
+        view.action.connect(self.message_action)
+        composer.edit_cancelled.connect(self.edit_ended)
 
     def message_action(self, name: str, mid: int) -> None:
         c = self.c
@@ -48,16 +52,16 @@ class Editing:
     def begin_edit(self, mid: int, text: str, versions: int) -> None:
         """Edit mode: the composer holds the message (banner, Esc cancels) and the message is highlighted."""
         self.edit_ended()
-        self.w.composer.begin_edit(mid, text, versions)
-        if self.w.view.highlight(mid, True):
+        self.composer.begin_edit(mid, text, versions)
+        if self.view.highlight(mid, True):
             self.edited = mid
 
     def edit_ended(self) -> None:
-        self.w.view.highlight(self.edited, False)
+        self.view.highlight(self.edited, False)
         self.edited = None
 
     def regenerate_last(self) -> None:
-        last = next((m for m in reversed(self.w.view.messages) if m.role == "assistant"), None)
+        last = next((m for m in reversed(self.view.messages) if m.role == "assistant"), None)
         if last is not None:
             self.message_action("regenerate", last.id)
 
@@ -75,7 +79,7 @@ class Editing:
         self.c.store_job(lambda: self.store.take_messages(mid), self._deleted)
 
     def _ask(self, later: int) -> bool:
-        box = QMessageBox(self.w)
+        box = QMessageBox(self.view.window())   # on the window
         box.setIcon(QMessageBox.Icon.Question)
         box.setWindowTitle("Delete messages")
         box.setText(f"Delete this message and the {later:,} message{'s' if later != 1 else ''} after it?")

@@ -13,17 +13,21 @@ for each of them; the disk total counts it once.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtCore import QEvent, QObject, QTimer
-from PySide6.QtWidgets import QLabel
+from PySide6.QtCore import QEvent, QObject, QTimer, SignalInstance
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.stored import conversation_usage
 from hisho.core.kv.usage import Usage
 from hisho.core.units import format_bytes
-from hisho.gui.chat.waits import watch_restores
+from hisho.gui.chat.waits import RestoreWindow, watch_restores
+from hisho.gui.shell.protocols import HasContext
 from hisho.gui.shell.status_bar import ElidedLabel
+
+if TYPE_CHECKING:
+    from hisho.gui.chat.sidebar import Sidebar
 
 log = logging.getLogger("hisho.gui")
 
@@ -74,11 +78,40 @@ def badge(usage: Usage | None) -> tuple[str, str]:
     return text, "\n".join(lines)
 
 
+class UsageWindow(HasContext, Protocol):
+    """What the usage figures use of the window: the executor, the sidebar's badges, a parent (``window()``)."""
+
+    @property
+    def sidebar(self) -> Sidebar: ...
+
+    def window(self) -> QWidget: ...
+
+
+class KVWindow(UsageWindow, RestoreWindow, Protocol):
+    """What ``wire`` connects: the window's signals, its status bar, its close; where it keeps the figures."""
+
+    kv_usage: KVUsageView | None
+
+    @property
+    def status(self) -> QStatusBar: ...
+
+    @property
+    def conversation_selected(self) -> SignalInstance: ...
+
+    @property
+    def draft_changed(self) -> SignalInstance: ...
+
+    @property
+    def turn_finished(self) -> SignalInstance: ...
+
+    def installEventFilter(self, filter_obj: QObject, /) -> None: ...  # noqa: N802 - Qt naming
+
+
 class _CloseWatcher(QObject):
     """Closes the KV session before the window's own close handler stops the engine: saves in flight land,
     and no background KV job can restart the engine afterwards."""
 
-    def __init__(self, window: Any, kv: KVChat) -> None:
+    def __init__(self, window: QObject, kv: KVChat) -> None:
         super().__init__(window)
         self._kv = kv
 
@@ -91,8 +124,8 @@ class _CloseWatcher(QObject):
 class KVUsageView(QObject):
     """Keeps the sidebar badges and the status label in step with what the KV store holds."""
 
-    def __init__(self, window: Any, kv: KVChat, label: QLabel) -> None:
-        super().__init__(window)
+    def __init__(self, window: UsageWindow, kv: KVChat, label: QLabel) -> None:
+        super().__init__(window.window())
         self.w, self.kv, self.label = window, kv, label
         self.current: int | None = None
         self.usage: dict[int, Usage] = {}
@@ -128,7 +161,7 @@ class KVUsageView(QObject):
         self.label.setText(describe(u.bytes, u.seconds_saved, u.measured) if u else "KV not saved yet")
 
 
-def wire(window: Any, kv: KVChat) -> QLabel:
+def wire(window: KVWindow, kv: KVChat) -> QLabel:
     """Connect select / draft / delete / pin / turn-finished to the KV session; return the status-bar label."""
     label = ElidedLabel("", 6)  # elides rather than widening the window
     label.setToolTip("This chat's saved KV cache on disk, and the prefill time it saves when you come back to it.\n"
@@ -146,7 +179,7 @@ def wire(window: Any, kv: KVChat) -> QLabel:
     window.sidebar.delete_requested.connect(kv.deleted)
     window.sidebar.pin_requested.connect(kv.pinned)
     window.turn_finished.connect(turn_done)
-    window.installEventFilter(_CloseWatcher(window, kv))
+    window.installEventFilter(_CloseWatcher(window.window(), kv))
     view.schedule()  # first figures, after the start-up repair queued on the same worker
     watch_restores(window, kv)  # "Restored 2,730 tokens from disk in 0.1 s · saved ~55 s"
     return label

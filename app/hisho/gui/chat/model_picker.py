@@ -12,26 +12,29 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QMenu, QSizePolicy, QToolButton
+from PySide6.QtWidgets import QBoxLayout, QMenu, QSizePolicy, QToolButton
 
 from hisho.core.models.names import entry_name
 from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
 from hisho.gui.shell.pages import ShowsPages
+from hisho.gui.shell.protocols import RemoteWindow
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.context import AppContext
-    from hisho.gui.shell.controller import ChatController
+    from hisho.gui.shell.main_window import ModelName
 
 
-class PickerWindow(ShowsPages, Protocol):
-    """What the picker uses of the main window."""
+class PickerWindow(ShowsPages, RemoteWindow, Protocol):
+    """What the picker uses of the main window (choosing a remote model switches there: ``RemoteWindow``)."""
+
+
+class PickerHost(PickerWindow, Protocol):
+    """Where ``attach_picker`` puts it: beside the model's name in the header, kept on the window."""
+
+    model_picker: ModelPicker | None
 
     @property
-    def ctx(self) -> AppContext: ...
-
-    @property
-    def controller(self) -> ChatController: ...
+    def model_label(self) -> ModelName: ...
 
 NAME_MAX = 240   # px: a long file name is elided on the button, whole in its tooltip
 MIN_NAME = 60
@@ -151,13 +154,14 @@ class ModelPicker(QToolButton):
                 "other models are kept and used again when you switch back.")
 
 
-def attach_picker(window: Any) -> ModelPicker:
+def attach_picker(window: PickerHost) -> ModelPicker:
     """Put the picker in the chat header where the model's name is: the button shows that name."""
     picker = ModelPicker(window)
 
     window.model_label.changed.connect(picker.show_name)
     header = window.model_label.parentWidget()
-    lay = header.layout()
+    lay = header.layout() if header is not None else None
+    assert isinstance(lay, QBoxLayout)   # the header's row
     lay.insertWidget(lay.indexOf(window.model_label) + 1, picker)
     window.model_picker = picker
     return picker

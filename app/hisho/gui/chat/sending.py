@@ -22,12 +22,9 @@ Rules of use (the chat presenter owns one ``Sending``):
 
 from __future__ import annotations
 
-import itertools
 import logging
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer
@@ -36,6 +33,7 @@ from PySide6.QtWidgets import QMessageBox
 from hisho.core.conversations.chat import FitReport, PreparedPrompt, Turn, TurnResult
 from hisho.core.conversations.store import STREAMING, Conversation, Message
 from hisho.core.engine.protocol import Progress
+from hisho.gui.chat.send_queue import LiveFigures, Queued
 from hisho.gui.chat.waits import ReadingWatch, reading_text
 
 if TYPE_CHECKING:
@@ -43,45 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hisho.gui")
 
-_keys = itertools.count(1)
 LIVE_MS = 500  # how often the status bar and the meter show the streaming reply's figures
-
-
-@dataclass
-class Queued:
-    conversation_id: int
-    text: str
-    editing: int | None = None          # a sent message being replaced by an edited version
-    key: int = field(default_factory=lambda: next(_keys))
-    started_at: float = field(default_factory=time.monotonic)  # left the queue (time to first token from here)
-    stopped: bool = False               # the user stopped it before its reply began
-
-
-class LiveFigures:
-    """Speed of the reply being streamed. ``on_text`` runs on the engine lane (one call per token event)."""
-
-    def __init__(self, started: float | None = None) -> None:
-        self.started = time.monotonic() if started is None else started
-        self.first: float | None = None
-        self.last = self.started
-        self.tokens = 0
-        self._lock = threading.Lock()
-
-    def on_text(self, _piece: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if self.first is None:
-                self.first = now
-            self.last = now
-            self.tokens += 1
-
-    def figures(self) -> tuple[int, float | None, float | None]:
-        """(tokens so far, tokens/s after the first, seconds to the first token) — None where not known yet."""
-        with self._lock:
-            first, last, n = self.first, self.last, self.tokens
-        ttft = first - self.started if first is not None else None
-        speed = (n - 1) / (last - first) if first is not None and n > 1 and last > first else None
-        return n, speed, ttft
 
 
 class Sending:

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, QTimer
 
 from hisho.core.engine.protocol import Progress
 from hisho.core.kv.session import RestoreReport, conversation_owner
+from hisho.gui.shell.protocols import HasController
+
+if TYPE_CHECKING:
+    from hisho.core.kv.chat_hooks import KVChat
 
 log = logging.getLogger("hisho.gui")
 
@@ -81,7 +85,13 @@ class ReadingWatch(QObject):
         self._show(self.progress())
 
 
-def watch_restores(window: Any, kv: Any) -> None:
+class RestoreWindow(HasController, Protocol):
+    """What the resume notice uses of the window: the chat on screen, a toast, and where it keeps the notice."""
+
+    last_restore_notice: str
+
+
+def watch_restores(window: RestoreWindow, kv: KVChat) -> None:
     """Say in the chat what a resume from disk saved, when the restored chat is the one on screen."""
     post = window.ctx.executor.post
 

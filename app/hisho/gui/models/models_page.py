@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent
@@ -49,10 +49,7 @@ from hisho.core.units import format_bytes
 from hisho.gui.models.downloads_tab import DownloadsTab
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
 from hisho.gui.shell.pages import ShowsPages
-
-if TYPE_CHECKING:
-    from hisho.gui.shell.context import AppContext
-    from hisho.gui.shell.controller import ChatController
+from hisho.gui.shell.protocols import HasController
 
 log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
@@ -356,14 +353,8 @@ def open_models(window: ShowsPages, tab: str = "Installed") -> ModelsPage:
     return page
 
 
-class OffersDownloads(ShowsPages, Protocol):
+class OffersDownloads(ShowsPages, HasController, Protocol):
     """What the start-up offer uses of the window."""
-
-    @property
-    def ctx(self) -> AppContext: ...
-
-    @property
-    def controller(self) -> ChatController: ...
 
 
 def offer_unfinished(window: OffersDownloads) -> None:

@@ -22,23 +22,16 @@ from hisho.core.hub import QuantFile
 from hisho.core.planner import Calibration, Plan
 from hisho.gui.models.planner_panel import PlannerPanel
 from hisho.gui.shell.pages import ShowsPages
+from hisho.gui.shell.protocols import HasController
 
 if TYPE_CHECKING:
     from hisho.gui.models.hub_tab import HubTab
-    from hisho.gui.shell.context import AppContext
-    from hisho.gui.shell.controller import ChatController
 
 log = logging.getLogger("hisho.gui")
 
 
-class PlannerWindow(ShowsPages, Protocol):
+class PlannerWindow(ShowsPages, HasController, Protocol):
     """What the page uses of the main window."""
-
-    @property
-    def ctx(self) -> AppContext: ...
-
-    @property
-    def controller(self) -> ChatController: ...
 
 
 class PlannerPage(PlannerPanel):

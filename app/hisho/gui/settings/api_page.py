@@ -15,7 +15,6 @@ keeps serving after the dialog closes; ``stop_api(window)`` at exit. ``ApiServer
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
@@ -35,6 +34,7 @@ from hisho.api.launch import api_server, origins
 from hisho.api.server import ApiServer
 from hisho.core import settings as settings_mod
 from hisho.core.errors import UserError
+from hisho.gui.shell.protocols import ApiWindow
 
 log = logging.getLogger("hisho.gui")
 
@@ -48,7 +48,7 @@ LIMITS = (
 )
 
 
-def start_api(window: Any) -> ApiServer:
+def start_api(window: ApiWindow) -> ApiServer:
     """Serve the API from the window's engine (replacing a running server). Raises UserError (port taken)."""
     stop_api(window)
     server = api_server(window.ctx, keys.api_key(), port=int(window.ctx.settings["api_port"]))
@@ -58,7 +58,7 @@ def start_api(window: Any) -> ApiServer:
     return server
 
 
-def start_at_launch(window: Any) -> None:
+def start_at_launch(window: ApiWindow) -> None:
     """The window just opened: serve if the setting says so; a taken port is logged, never fatal."""
     if not window.ctx.settings["api_enabled"] or window.ctx.model_path is None:
         return
@@ -68,19 +68,19 @@ def start_at_launch(window: Any) -> None:
         log.warning("API not started: %s", exc)
 
 
-def stop_api(window: Any) -> None:
-    server: ApiServer | None = getattr(window, "_api_server", None)
+def stop_api(window: ApiWindow) -> None:
+    server = window._api_server
     if server is not None:
         server.stop()
         window._api_server = None
-    label = getattr(window, "_api_label", None)
+    label = window._api_label
     if label is not None:
         label.hide()
 
 
-def _indicator(window: Any) -> None:
+def _indicator(window: ApiWindow) -> None:
     """A permanent status-bar label: "API: 2 requests running" while requests run, hidden otherwise."""
-    label: QLabel | None = getattr(window, "_api_label", None)
+    label = window._api_label
     if label is None:
         label = QLabel()
         label.setObjectName("ApiBusy")
@@ -89,7 +89,7 @@ def _indicator(window: Any) -> None:
         timer.setInterval(REFRESH_MS)
 
         def refresh() -> None:
-            server: ApiServer | None = getattr(window, "_api_server", None)
+            server = window._api_server
             busy = server.backend.busy if server is not None else 0
             label.setText(f"API: {busy} request{'s' * (busy != 1)} running")
             label.setVisible(busy > 0)
@@ -101,7 +101,7 @@ def _indicator(window: Any) -> None:
 
 
 class ApiPage(QWidget):
-    def __init__(self, window: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, window: ApiWindow, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.settings = window.ctx.settings
@@ -115,7 +115,7 @@ class ApiPage(QWidget):
                        "on disk. Only programs on this computer can connect.")
         intro.setWordWrap(True)
         self.enabled = QCheckBox("Serve the API while Hisho is open")
-        self.enabled.setChecked(getattr(window, "_api_server", None) is not None)
+        self.enabled.setChecked(window._api_server is not None)
         self.port = QSpinBox()
         self.port.setRange(1024, 65535)
         self.port.setValue(int(self.settings["api_port"]))
@@ -200,7 +200,7 @@ class ApiPage(QWidget):
             self.apply()  # the running server checks the new key from now on
 
     def _show(self) -> None:
-        server: ApiServer | None = getattr(self.w, "_api_server", None)
+        server = self.w._api_server
         if server is None:
             self.status.setText("Off.")
         else:

@@ -9,17 +9,16 @@ Rules of use: GUI thread only.
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QWidget
 
 from hisho.core import paths
 from hisho.gui.settings.settings_page import confirm_destructive, page_layout
+from hisho.gui.shell.protocols import DataWindow
 
 
 class DataPage(QWidget):
-    def __init__(self, window: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, window: DataWindow, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.window_ = window
         folders = "\n".join(str(p) for p in paths.user_folders())
@@ -43,7 +42,7 @@ class DataPage(QWidget):
             return False
         self.window_.remove_data_on_exit = True
         dialog = self.window()
-        if dialog is not self.window_:
+        if dialog is not self.window_.window():
             dialog.close()
         self.window_.close()
         return True

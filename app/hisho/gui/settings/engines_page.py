@@ -10,8 +10,6 @@ box follows the address as it is typed (off for a LAN address) until the user ti
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -27,12 +25,13 @@ from PySide6.QtWidgets import (
 from hisho.core.remote import endpoints as store
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.probe import ServerInfo, probe
+from hisho.gui.shell.protocols import HasContext
 
 NEW = "+ Add a remote engine"
 
 
 class EnginesPage(QWidget):
-    def __init__(self, window: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, window: HasContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.endpoints: list[Endpoint] = store.load_endpoints()

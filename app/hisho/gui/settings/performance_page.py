@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QWidget
 
 from hisho.core import settings as settings_mod
 from hisho.gui.settings.settings_page import page_layout
+from hisho.gui.shell.protocols import HasContext
 
 REFRESH_MS = 1000
 
@@ -49,7 +50,7 @@ def status_suffix(threads: dict[str, Any]) -> str:
 class PerformancePage(QWidget):
     """The page; ``window`` gives ``ctx.settings``, ``ctx.engine`` and ``ctx.executor``."""
 
-    def __init__(self, window: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, window: HasContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.settings: settings_mod.Settings = window.ctx.settings
@@ -88,7 +89,9 @@ class PerformancePage(QWidget):
 
     def refresh(self) -> None:
         if self.isVisible() or not self.chose.text():
-            self.chose.setText(describe(dict(self.w.ctx.engine.threads), int(self.settings["n_threads"])))
+            # The built-in engine's client reports its thread choices; a remote engine has none to report.
+            threads = getattr(self.w.ctx.engine, "threads", None) or {}
+            self.chose.setText(describe(dict(threads), int(self.settings["n_threads"])))
 
     def apply(self) -> None:
         n = int(self.threads.currentData())

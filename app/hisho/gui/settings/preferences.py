@@ -48,6 +48,7 @@ from hisho.gui.chat.kv_status import human_seconds
 from hisho.gui.settings.performance_page import PerformancePage
 from hisho.gui.settings.settings_page import confirm_destructive, page_layout
 from hisho.gui.shell.pages import ShowsPages
+from hisho.gui.shell.protocols import HasContext, SettingsWindow
 
 log = logging.getLogger("hisho.gui")
 
@@ -60,7 +61,7 @@ NAV_WIDTH, NAV_NARROW, NARROW = 150, 118, 760   # the section list, and the page
 class KVCachePage(QWidget):
     """See the module docstring. ``kv`` is the window's ``KVChat`` (None when KV persistence is off)."""
 
-    def __init__(self, window: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, window: HasContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.kv: KVChat | None = window.ctx.kv
@@ -320,8 +321,8 @@ class PreferencesDialog(QWidget):
     """The Settings page of the window: pages on the left, the chosen one on the right. Changes apply as they
     are made; leaving the page applies a budget typed just before."""
 
-    def __init__(self, window: Any) -> None:
-        super().__init__(window)
+    def __init__(self, window: SettingsWindow) -> None:
+        super().__init__(window.window())
         self.setWindowTitle("Settings")
         self.nav = QListWidget()
         self.nav.setObjectName("SettingsNav")

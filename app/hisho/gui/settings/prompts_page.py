@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core import settings as settings_mod
+from hisho.gui.shell.protocols import HasContext
 
 log = logging.getLogger("hisho.gui")
 
@@ -44,7 +45,7 @@ def preset_named(settings: settings_mod.Settings, name: str) -> dict[str, str] |
 class PromptsPage(QWidget):
     """The page. ``window`` gives ``ctx.settings`` and ``ctx.executor``."""
 
-    def __init__(self, window: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, window: HasContext, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.settings: settings_mod.Settings = window.ctx.settings

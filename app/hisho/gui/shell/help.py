@@ -11,14 +11,16 @@ the window (one of each; a second call raises it).
 from __future__ import annotations
 
 import html
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtGui import QAction, QKeySequence, QScreen
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMenu, QMenuBar, QVBoxLayout, QWidget
 
 import hisho
 from hisho.core import paths
+from hisho.gui.shell.protocols import HasContext
 
 # Keys that are not menu items (the menus' own shortcuts are read from the actions).
 OTHER_KEYS = (("Enter", "Send the message"), ("Shift+Enter", "New line in the message"),
@@ -27,13 +29,21 @@ OTHER_KEYS = (("Enter", "Send the message"), ("Shift+Enter", "New line in the me
               ("Up", "Edit your last message (in an empty message box)"))
 
 
-class HelpHost(Protocol):
-    """What these dialogs read from the window."""
+class HelpHost(HasContext, Protocol):
+    """What these dialogs read from the window: its menus, and the engine's hello (``ctx.engine``)."""
 
     def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt naming
 
-    @property
-    def ctx(self) -> Any: ...
+
+class DialogHost(HelpHost, Protocol):
+    """Where they open: on the window (its parent, ``window()``), centred on it, within its screen. Each dialog
+    is kept on the window under its own name (one of each)."""
+
+    def window(self) -> QWidget: ...
+
+    def screen(self) -> QScreen: ...
+
+    def frameGeometry(self) -> QRect: ...  # noqa: N802 - Qt naming
 
 
 def shortcut_rows(window: HelpHost) -> list[tuple[str, str]]:
@@ -90,8 +100,13 @@ class InfoDialog(QDialog):
         self.setMinimumWidth(460)
 
 
-def _open(window: Any, key: str, make: Any) -> InfoDialog:
+def _open(window: DialogHost, key: str, make: Callable[[], InfoDialog], *, fresh: bool = False) -> InfoDialog:
+    """The dialog kept on the window under ``key``, made on first use (or again, ``fresh``), shown and raised."""
     dialog = getattr(window, key, None)
+    if fresh and isinstance(dialog, InfoDialog):
+        dialog.close()
+        dialog.deleteLater()
+        dialog = None
     if not isinstance(dialog, InfoDialog):
         dialog = make()
         setattr(window, key, dialog)
@@ -108,17 +123,13 @@ def _open(window: Any, key: str, make: Any) -> InfoDialog:
     return dialog
 
 
-def show_shortcuts(window: Any) -> InfoDialog:
-    return _open(window, "_shortcuts_dialog",
-                 lambda: InfoDialog(window, "Keyboard shortcuts", "Keyboard shortcuts", shortcut_rows(window)))
+def show_shortcuts(window: DialogHost) -> InfoDialog:
+    return _open(window, "_shortcuts_dialog", lambda: InfoDialog(window.window(), "Keyboard shortcuts",
+                                                                 "Keyboard shortcuts", shortcut_rows(window)))
 
 
-def show_about(window: Any) -> InfoDialog:
-    old = getattr(window, "_about_dialog", None)
-    if isinstance(old, InfoDialog):  # the engine's build may have come in (or changed) since: read it again
-        old.close()
-        old.deleteLater()
-        window._about_dialog = None
-    dialog = _open(window, "_about_dialog",
-                   lambda: InfoDialog(window, "About Hisho", f"Hisho {hisho.__version__}", about_lines(window)))
-    return dialog
+def show_about(window: DialogHost) -> InfoDialog:
+    # Made again each time: the engine's build may have come in (or changed) since.
+    return _open(window, "_about_dialog", lambda: InfoDialog(window.window(), "About Hisho",
+                                                             f"Hisho {hisho.__version__}", about_lines(window)),
+                 fresh=True)

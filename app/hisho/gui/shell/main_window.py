@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeyEvent, QKeySequence, QShortcut, QShowEvent
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMainWindow,
     QMenu,
+    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSplitter,
@@ -35,7 +37,7 @@ from hisho.gui.chat.attach import AttachController
 from hisho.gui.chat.chat_view import ChatView
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.documents import DocumentsController
-from hisho.gui.chat.model_picker import NAME_MAX
+from hisho.gui.chat.model_picker import NAME_MAX, ModelPicker
 from hisho.gui.chat.sidebar import Sidebar
 from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
@@ -43,6 +45,12 @@ from hisho.gui.shell.controller import ChatController
 from hisho.gui.shell.pages import CHATS, NavRail, PageHost
 from hisho.gui.shell.status_bar import ContextMeter, ElidedLabel, StatusBar
 from hisho.gui.shell.toast import Toast
+
+if TYPE_CHECKING:
+    from hisho.api.server import ApiServer
+    from hisho.gui.chat.kv_status import KVUsageView
+    from hisho.gui.models.models_page import ModelsPage
+    from hisho.gui.settings.preferences import PreferencesDialog
 
 log = logging.getLogger("hisho.gui")
 
@@ -71,6 +79,19 @@ class MainWindow(QMainWindow):
     conversation_selected = Signal(int)     # the chat on screen changed (id)
     draft_changed = Signal(int, str)        # the unsent text of a chat changed (debounced)
     turn_finished = Signal(object)          # hisho.core.conversations.chat.TurnResult, after the reply is saved
+
+    # What the parts plugged in from other modules keep on the window (their Protocols name these,
+    # hisho.gui.shell.protocols); each is set by the part named.
+    model_picker: ModelPicker | None = None      # hisho.gui.chat.model_picker.attach_picker
+    kv_usage: KVUsageView | None = None          # hisho.gui.chat.kv_status.wire
+    last_restore_notice = ""                     # hisho.gui.chat.waits.watch_restores: the last "Restored …"
+    remove_data_on_exit = False                  # Settings → Your data
+    _api_server: ApiServer | None = None         # Settings → API: serves while the window is open
+    _api_label: QLabel | None = None
+    _models_page: ModelsPage | None = None       # the pages, once built (hisho.gui.shell.page_setup)
+    _preferences: PreferencesDialog | None = None
+    _cache_shown = False                         # hisho.gui.shell.remote_switch
+    _remote_help: QMessageBox | None = None
 
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
@@ -386,7 +407,7 @@ class MainWindow(QMainWindow):
         """Below NARROW_HEADER px the model's name and the meter take less, so the title keeps ~20 characters."""
         narrow = width < NARROW_HEADER
         self.context_meter.setMaximumWidth(METER_MAX // 2 + 10 if narrow else METER_MAX)
-        picker = getattr(self, "model_picker", None)
+        picker = self.model_picker
         if picker is not None:
             picker.show_name(room=NAME_NARROW if narrow else NAME_MAX)
 

@@ -8,28 +8,30 @@ calls (``open_models``, ``open_planner``, ``open_preferences``) show these pages
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
-from hisho.gui.shell.pages import CHATS, NavRail, PageHost
+from hisho.gui.shell.pages import CHATS, NavRail, PageHost, ShowsPages
+from hisho.gui.shell.protocols import RemoteWindow, SettingsWindow
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.context import AppContext
-    from hisho.gui.shell.controller import ChatController
+    from hisho.gui.chat.composer import Composer
+    from hisho.gui.models.models_page import ModelsPage
+    from hisho.gui.settings.preferences import PreferencesDialog
+    from hisho.gui.shell.toast import Toast
 
 RAIL = ((CHATS, "Chats", "Chats (Ctrl+1); again: show or hide the chat list (Ctrl+B)"), ("models", "Models", "Models: installed, Hub, downloads (Ctrl+M)"),
         ("planner", "Memory", "Memory planner: what fits this computer (Ctrl+P)"))
 
 
-class PageWindow(Protocol):
-    """What the pages' builders use of the main window."""
+class PageWindow(ShowsPages, SettingsWindow, RemoteWindow, Protocol):
+    """What the pages' builders use of the main window, and what the pages they build use of it (the Models
+    page offers remote engines; the planner is a ``ShowsPages`` with services and the controller)."""
 
-    @property
-    def ctx(self) -> AppContext: ...
-
-    @property
-    def controller(self) -> ChatController: ...
+    _models_page: ModelsPage | None   # the pages, once built (tests reach them here)
+    _preferences: PreferencesDialog | None
 
     @property
     def host(self) -> PageHost: ...
@@ -37,25 +39,33 @@ class PageWindow(Protocol):
     @property
     def rail(self) -> NavRail: ...
 
-    def show_page(self, name: str) -> QWidget: ...
+    @property
+    def toast(self) -> Toast: ...
+
+    @property
+    def right(self) -> QWidget: ...   # the chat column, where the toast sits above the message box
+
+    @property
+    def composer(self) -> Composer: ...
 
     def toggle_sidebar(self) -> None: ...
 
+    def installEventFilter(self, filter_obj: QObject, /) -> None: ...  # noqa: N802 - Qt naming
 
-def add_pages(window: Any) -> None:
-    w: PageWindow = window
+
+def add_pages(window: PageWindow) -> None:
     for name, text, tip in RAIL:
-        w.rail.add(name, text, tip)
-    w.rail.add("settings", "Settings", "Settings: KV cache, performance, prompts, data, engines, API (Ctrl+Alt+S)",
-               bottom=True)
-    w.rail.finish()
-    w.rail.show_current(CHATS)
-    w.rail.chosen.connect(lambda name: _chosen(w, name))
-    w.host.changed.connect(w.rail.show_current)
-    w.host.add("models", lambda: _models(window))
-    w.host.add("planner", lambda: _planner(window))
-    w.host.add("settings", lambda: _settings(window))
-    w.host.changed.connect(lambda name: _shown(window, name))
+        window.rail.add(name, text, tip)
+    window.rail.add("settings", "Settings",
+                    "Settings: KV cache, performance, prompts, data, engines, API (Ctrl+Alt+S)", bottom=True)
+    window.rail.finish()
+    window.rail.show_current(CHATS)
+    window.rail.chosen.connect(lambda name: _chosen(window, name))
+    window.host.changed.connect(window.rail.show_current)
+    window.host.add("models", lambda: _models(window))
+    window.host.add("planner", lambda: _planner(window))
+    window.host.add("settings", lambda: _settings(window))
+    window.host.changed.connect(lambda name: _shown(window, name))
 
 
 def _chosen(w: PageWindow, name: str) -> None:
@@ -69,7 +79,7 @@ def _chosen(w: PageWindow, name: str) -> None:
         w.host.back()
 
 
-def _shown(window: Any, name: str) -> None:
+def _shown(window: PageWindow, name: str) -> None:
     toast = window.toast
     if name == CHATS:
         toast.move_to(window.right, window.composer.parentWidget())   # above the message box
@@ -83,7 +93,7 @@ def _shown(window: Any, name: str) -> None:
             page.follow_loaded()   # the loaded model, unless a hub file is being planned
 
 
-def _models(window: Any) -> QWidget:
+def _models(window: PageWindow) -> QWidget:
     from hisho.gui.models.models_page import ModelsPage
     from hisho.gui.shell.remote_switch import offer_remote
 
@@ -105,13 +115,13 @@ def _models(window: Any) -> QWidget:
     return page
 
 
-def _planner(window: Any) -> QWidget:
+def _planner(window: PageWindow) -> QWidget:
     from hisho.gui.models.planner_page import PlannerPage
 
     return PlannerPage(window)
 
 
-def _settings(window: Any) -> QWidget:
+def _settings(window: PageWindow) -> QWidget:
     from hisho.gui.settings.preferences import PreferencesDialog
 
     page = PreferencesDialog(window)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
@@ -27,6 +27,10 @@ from hisho.core.remote.endpoints import load_endpoints, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
 from hisho.core.remote.probe import ServerInfo, probe
+from hisho.gui.shell.protocols import HasContext, HasController, RemoteWindow
+
+if TYPE_CHECKING:
+    from hisho.gui.models.hub_tab import HubTab
 
 log = logging.getLogger("hisho.gui")
 
@@ -41,11 +45,11 @@ def reachable() -> list[tuple[Endpoint, ServerInfo]]:
     return out
 
 
-def current_engine_name(window: Any) -> str:
+def current_engine_name(window: HasContext) -> str:
     return str(window.ctx.engine.engine_info.get("engine") or "local")
 
 
-def use_remote(window: Any, ep: Endpoint, model: str,
+def use_remote(window: RemoteWindow, ep: Endpoint, model: str,
                failed: Callable[[BaseException], None] | None = None) -> None:
     """Answer from ``model`` on ``ep`` from the next message on, and remember that choice."""
     ctx, c = window.ctx, window.controller
@@ -68,12 +72,12 @@ def use_remote(window: Any, ep: Endpoint, model: str,
     c.engine_job(job, lambda info: connected(window, ep, model, info), not_switched)
 
 
-def waiting(window: Any) -> Callable[[str], None]:
+def waiting(window: HasController) -> Callable[[str], None]:
     """A remote engine's "no first byte yet" notice, delivered to the window (any thread)."""
     return lambda name: window.ctx.executor.post(lambda: window.controller.sending.waiting_on_remote(name))
 
 
-def connected(window: Any, ep: Endpoint, model: str, info: dict[str, Any]) -> None:
+def connected(window: RemoteWindow, ep: Endpoint, model: str, info: dict[str, Any]) -> None:
     """The window once ``model`` on ``ep`` answers (GUI thread)."""
     ctx, c = window.ctx, window.controller
     n_ctx = int(info.get("n_ctx", 0))
@@ -94,7 +98,7 @@ def connected(window: Any, ep: Endpoint, model: str, info: dict[str, Any]) -> No
         "" if info.get("slot_save") else
         f"Chats run on {ep.name}: resuming long chats is the server's job there (its prompt cache); "
         "Hisho's saved KV cache is used on this computer only.")
-    if not getattr(window, "_cache_shown", False):
+    if not window._cache_shown:
         window.turn_finished.connect(lambda result: show_server_cache(window, result))
         window._cache_shown = True
     c.fit.known.clear()
@@ -103,7 +107,7 @@ def connected(window: Any, ep: Endpoint, model: str, info: dict[str, Any]) -> No
     c.sending.pump()
 
 
-def show_server_cache(window: Any, _result: Any = None) -> None:
+def show_server_cache(window: RemoteWindow, _result: Any = None) -> None:
     """After a reply from a remote engine: the server's own prefix-cache figures in the status bar (what it
     reused of the prompt; llama-server ``timings.cache_n``, else ``usage.prompt_tokens_details.cached_tokens``)."""
     eng = window.ctx.engine
@@ -117,7 +121,7 @@ def show_server_cache(window: Any, _result: Any = None) -> None:
                                     f"{read:,} (the server's own figures).")
 
 
-def restore_choice(window: Any) -> bool:
+def restore_choice(window: RemoteWindow) -> bool:
     """At start-up, when a remote model was chosen last time: ``Services.restore_engine`` connects to it (True);
     False when the local engine was the choice (the controller's local start-up runs). If that engine does not
     answer now, the root loads the local model and the window says why in one line."""
@@ -145,14 +149,14 @@ def restore_choice(window: Any) -> bool:
     return True
 
 
-def offer_remote(window: Any, hub: Any) -> None:
+def offer_remote(window: RemoteWindow, hub: HubTab) -> None:
     """The Models page's Hub tab offers "Run on <engine>" for files too big here, when engines are configured."""
     hub.run_remote_requested.connect(lambda f, name: run_hub_model(window, f, name))
     window.ctx.executor.submit("remote", lambda: [e.name for e in load_endpoints()],
                                done=lambda names: setattr(hub, "remote_names", names))
 
 
-def run_hub_model(window: Any, f: QuantFile, name: str) -> None:
+def run_hub_model(window: RemoteWindow, f: QuantFile, name: str) -> None:
     """Answer from hub file ``f`` on engine ``name``: at once when that server serves it already; else show the
     command that starts it there (a server loads its own models; docs/remote-engines.md)."""
     c = window.controller
@@ -170,7 +174,7 @@ def run_hub_model(window: Any, f: QuantFile, name: str) -> None:
             c.toast(f"{name} serves {f.name}: chatting with it there.")
             use_remote(window, ep, model)
             return
-        box = QMessageBox(window)
+        box = QMessageBox(window.window())
         box.setWindowTitle(f"Run {f.quant or f.name} on {name}")
         box.setText(f"{name} does not serve {f.name} yet ({len(info.models)} model(s): "
                     f"{', '.join(info.models[:3])}). Start it on that machine with:")
