@@ -1,6 +1,6 @@
-"""The loopback peers live in ``hisho.bench.peers`` (the bench starts the same servers)."""
+"""The loopback peers live in ``hisho.bench.servers`` (the bench starts the same servers)."""
 
-from hisho.bench.peers import (
+from hisho.bench.servers import (
     NOT_BUILT,
     Peer,
     free_port,

