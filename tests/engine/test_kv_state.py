@@ -371,6 +371,7 @@ def test_writer_keeps_turn_sized_arenas_and_drops_huge_ones(monkeypatch: pytest.
     small = writer.take_arena(1 << 20)
     writer.give_arena(small)
     assert writer.take_arena(1 << 20) is small
+    writer.give_arena(small)
     huge = writer.take_arena(16 << 20)
     assert huge is small and huge.capacity >= 16 << 20   # grown in place of the kept one
     writer.give_arena(huge)

@@ -8,6 +8,7 @@ controller's ``switch_model`` (engine lane).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QSize, Qt
@@ -87,7 +88,8 @@ class ModelPicker(QToolButton):
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt naming
         hint = super().sizeHint()
         name = self.full_name or "Switch model"
-        width = min(self.fontMetrics().horizontalAdvance(name), self.room) + self._padding()
+        # 2 px over the text's advance: elidedText measures in fractions and cut a name given exactly its width
+        width = min(self.fontMetrics().horizontalAdvance(name) + 2, self.room) + self._padding()
         return QSize(width, hint.height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt naming
@@ -122,7 +124,7 @@ class ModelPicker(QToolButton):
         for e in self.entries:
             act = m.addAction(_label(e))
             act.setCheckable(True)
-            act.setChecked(bool(current) and e.path == current and not remote_on)
+            act.setChecked(bool(current) and same_file(e.path, current) and not remote_on)
             act.triggered.connect(lambda _=False, entry=e: self.choose(entry))
         for ep, info in self.remote:               # grouped by engine (Settings → Engines)
             m.addSection(f"{ep.name} — {info.kind}")
@@ -146,7 +148,7 @@ class ModelPicker(QToolButton):
     def choose(self, e: ModelEntry) -> None:
         params = self.window_.ctx.engine.load_params
         remote_on = bool(self.window_.ctx.engine.engine_info.get("remote"))
-        if params is not None and str(params.model_path) == e.path and not remote_on:
+        if params is not None and same_file(str(params.model_path), e.path) and not remote_on:
             return
         c = self.window_.controller
         c.switch_model(e.name)                      # the built-in engine answers again (Services.switch_model)
@@ -165,3 +167,8 @@ def attach_picker(window: PickerHost) -> ModelPicker:
     lay.insertWidget(lay.indexOf(window.model_label) + 1, picker)
     window.model_picker = picker
     return picker
+
+
+def same_file(a: str, b: str) -> bool:
+    """The store and the engine may spell one file two ways (a symlinked folder, a relative path)."""
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
