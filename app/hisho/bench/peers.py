@@ -195,7 +195,7 @@ class _Raw:
         return float(self.raw.first_token(tokens))
 
     def decode(self, tokens: list[int], n: int) -> dict[str, Any]:
-        return dict(self.raw.decode_cached(tokens, n))
+        return dict(self.raw.decode(tokens, n, keep_cache=True))
 
 
 class _Server:

@@ -26,11 +26,14 @@ class RawModel:
             use_mmap=maps_file(params),
         )
 
-    def decode(self, prompt_tokens: list[int], n_tokens: int, max_seconds: float = 0.0) -> dict[str, Any]:
+    def decode(self, prompt_tokens: list[int], n_tokens: int, max_seconds: float = 0.0, *,
+               keep_cache: bool = False) -> dict[str, Any]:
         """Greedy-generate ``n_tokens`` after the prompt (fewer if ``max_seconds`` > 0 pass first); decode rate
-        from first to last token."""
+        from first to last token. ``keep_cache``: no reset first, so ``generate`` keeps the longest prefix the
+        context already holds (a deep prompt just prefilled is decoded on, not prefilled again)."""
         llm = self.llm
-        llm.reset()
+        if not keep_cache:
+            llm.reset()
         start = time.perf_counter()
         first = last = 0.0
         tokens: list[int] = []
@@ -51,25 +54,7 @@ class RawModel:
 
     def first_token(self, prompt_tokens: list[int]) -> float:
         """Seconds from nothing cached to the first greedy token after ``prompt_tokens`` (prefill + one sample)."""
-        self.llm.reset()
         return float(self.decode(prompt_tokens, 1)["ttft_s"])
-
-    def decode_cached(self, prompt_tokens: list[int], n_tokens: int) -> dict[str, Any]:
-        """As ``decode`` without the reset: ``generate`` keeps the longest prefix the context already holds (a
-        deep prompt just prefilled is decoded on, not prefilled again)."""
-        llm = self.llm
-        first = last = 0.0
-        tokens: list[int] = []
-        for tok in llm.generate(prompt_tokens, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
-                                reset=True):
-            llm.detokenize([tok])
-            last = time.perf_counter()
-            if not first:
-                first = last
-            tokens.append(int(tok))
-            if len(tokens) >= n_tokens:
-                break
-        return {"tokens_per_s": (len(tokens) - 1) / (last - first) if len(tokens) > 1 else 0.0, "tokens": tokens}
 
     def close(self) -> None:
         self.llm.close()
