@@ -50,8 +50,8 @@ def test_a_switched_model_has_one_name_everywhere(qtbot: QtBot, window: MainWind
     assert w.model_label.text() == NAME
     assert w.status.model.text().startswith(NAME)
     # the model menu: the checked entry is the loaded one, under the same name
-    picker.refresh()
-    wait_for(qtbot, lambda: any(a.isChecked() for a in picker.menu_.actions()))
+    picker.refresh()  # the menu filled before the switch ticks the old model until the refresh lands
+    wait_for(qtbot, lambda: any(a.isChecked() and a.text().split()[0] == NAME for a in picker.menu_.actions()))
     [checked] = [a.text() for a in picker.menu_.actions() if a.isChecked()]
     assert checked.split()[0] == NAME
     # the Models page: the row of the file in use
