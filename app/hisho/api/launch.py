@@ -12,7 +12,6 @@ Rules of use:
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from hisho.api.backend import Backend
@@ -58,12 +57,13 @@ def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, 
     Raises UserError for a model or plan the user must fix; the caller closes the services."""
     settings = settings or settings_mod.load()
     per_seq = int(n_ctx or settings["n_ctx"])
-    # One KV stream per sequence (docs/api.md): the plan is made for all of them together.
+    # One KV stream per sequence (docs/api.md): the serve profile plans and loads that way, for all of them together.
     app = services.build(model, "serve", n_ctx=per_seq * parallel, parallel=parallel, override=force,
                          settings=settings, engine=engine)
     try:
         assert app.load_params is not None and app.model_path is not None
-        app.load(dataclasses.replace(app.load_params, kv_unified=False))
+        assert not app.load_params.kv_unified  # the serve profile's plan
+        app.load()
         server = api_server(app, key, port=port)
         server.bind()
     except BaseException:
