@@ -1,6 +1,8 @@
 """Sending and streaming: what happens from Enter to the saved reply, one operation at a time.
 
 Rules of use (the chat presenter owns one ``Sending``):
+- It shows and reads the screen only through ``SendScreen``'s named methods, and uses of the presenter only what
+  ``SendHost`` names (``hisho.gui.chat.send_screen``): never the window or its widgets.
 - A send is one job on the engine lane (``ChatService.send_if_fits`` then ``run``): the prompt is built and
   tokenized once there, checked against the context, recorded and answered. The GUI thread is asked only when
   the prompt does not fit (the choice is the user's).
@@ -37,7 +39,7 @@ from hisho.gui.chat.send_queue import LiveFigures, Queued
 from hisho.gui.chat.waits import ReadingWatch, reading_text
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.controller import ChatController
+    from hisho.gui.chat.send_screen import FitMemory, SendHost, SendScreen
 
 log = logging.getLogger("hisho.gui")
 
@@ -45,9 +47,15 @@ LIVE_MS = 500  # how often the status bar and the meter show the streaming reply
 
 
 class Sending:
-    def __init__(self, chat: ChatController) -> None:
+    """Sends the messages of the chat presenter (``chat``) and shows them on ``screen``; ``fit`` keeps each
+    chat's context figures, ``edit_ended`` takes the highlight off a message whose edit was sent."""
+
+    def __init__(self, chat: SendHost, screen: SendScreen, fit: FitMemory,
+                 edit_ended: Callable[[], None]) -> None:
         self.c = chat
-        self.w = chat.w
+        self.screen = screen
+        self.fit = fit
+        self._edit_ended = edit_ended
         self.service = chat.service
         self.queue: list[Queued] = []
         self.starting: Queued | None = None   # taken off the queue, not streaming yet (fit check, recording)
@@ -57,11 +65,11 @@ class Sending:
         self.remote_wait = ""                 # the remote engine the streaming reply waits on (no first byte yet)
         self.connecting = ""                  # the remote engine being connected to (remote_switch.use_remote)
         self._base_tokens: dict[int, int] = {}  # turn id -> prompt tokens when it started (the live meter)
-        self.w.view.cancel_queued.connect(self.cancel_queued)
-        self._tick = QTimer(self.w)
+        self._tick = QTimer(screen.window())
         self._tick.setInterval(LIVE_MS)
         self._tick.timeout.connect(self._show_live)
-        self.reading = ReadingWatch(self.w, lambda: self.c.ctx.engine, self._reading_shown, self._show_reading)
+        self.reading = ReadingWatch(screen.window(), lambda: self.c.ctx.engine, self._reading_shown,
+                                    self._show_reading)
         self.reading_text = ""                # what the wait says now ("Reading your message · 37 %")
         self._cancelled_reads: set[int] = set()
 
@@ -76,9 +84,9 @@ class Sending:
             here = self.c.current is not None and self.c.current.id == cid
             what = "the reply above" if here else f"the reply in “{self.c.title_of(cid)}”"
             return f"{self.remote_wait} to start {what}" if self.remote_wait else what
-        documents = getattr(self.w, "documents", None)
-        if documents is not None and documents.running:
-            return f"the summary of {documents.job_name}"
+        summary = self.screen.summary_running()
+        if summary is not None:
+            return f"the summary of {summary}"
         if not self.c.model_ready:
             return f"{self.connecting} to answer" if self.connecting else "the model to load"
         return ""
@@ -88,8 +96,8 @@ class Sending:
         "" once it has): say what the send waits for — in the status bar, on the reply, and on the messages
         queued behind it (the same "Waiting for …")."""
         if not name:
-            if self.remote_wait and self.w.status.currentMessage().startswith("Waiting for "):
-                self.w.status.clearMessage()
+            if self.remote_wait:
+                self.screen.clear_status("Waiting for ")
             self.remote_wait = ""
             self.show_queue()
             return
@@ -97,10 +105,8 @@ class Sending:
         if turn is None:
             return                           # the notice came after the reply ended
         self.remote_wait = name
-        self.w.status.showMessage(f"Waiting for {self.busy_with()}…")
-        widget = self.w.view.stream_widget
-        if turn is not None and widget is not None and self.w.view.stream_turn == turn.id:
-            widget.set_waiting(f"waiting for {name}…")
+        self.screen.show_status(f"Waiting for {self.busy_with()}…")
+        self.screen.stream_waiting(turn.id, f"waiting for {name}…")
         self.show_queue()
 
     def generating_here(self) -> bool:
@@ -126,9 +132,9 @@ class Sending:
         turn = self.active
         if turn is not None and turn.conversation_id == conv_id and (
                 not branch or branch[-1].id == turn.parent_id):
-            self.w.view.begin_stream(turn.id, turn)
+            self.screen.show_stream(turn)
         self.show_queue()
-        self.w.composer.set_generating(self.generating_here())
+        self.screen.set_sending(self.generating_here())
 
     # ----- sending ---------------------------------------------------------------------------------------
 
@@ -143,21 +149,20 @@ class Sending:
             self.c.store_job(lambda: self.c.service.new_conversation(),
                              lambda conv: self._created_for_send(conv, text))
             return
-        editing = self.w.composer.editing_id
+        editing = self.screen.editing_id()
         if editing is not None:
-            self.w.composer.end_edit(restore=True)  # what was typed before the edit comes back
-            self.c.editing.edit_ended()
+            self.screen.end_edit()  # what was typed before the edit comes back
+            self._edit_ended()
         else:
-            self.w.composer.clear()
+            self.screen.clear_draft()
         self.queue.append(Queued(current.id, text, editing))
         self.pump()
 
     def _created_for_send(self, conv: Conversation, text: str) -> None:
         self.c.current = conv
-        self.c.listing.refresh(conv.id)
-        self.w.sidebar.current_id = conv.id
-        self.w.view.show_branch(conv.id, [], {})
-        self.w.show_empty(False)
+        self.c.refresh(conv.id)
+        self.screen.mark_listed(conv.id)
+        self.screen.show_branch(conv.id, [], {})
         self.send(text)
 
     def pump(self) -> None:
@@ -176,9 +181,7 @@ class Sending:
         if self.starting is not None and self.starting.conversation_id == cur.id:
             state = "Stopping…" if self.starting.stopped else self.reading_text or "Sending…"
             items.insert(0, (self.starting.key, self.starting.text, state))
-        if items:
-            self.w.show_empty(False)
-        self.w.view.show_queued(items)
+        self.screen.show_queued(items)
 
     def cancel_queued(self, key: int) -> None:
         """The waiting message is not sent; its text goes back to the message box (nothing is lost)."""
@@ -194,10 +197,9 @@ class Sending:
 
     def _give_back(self, item: Queued) -> None:
         cur = self.c.current
-        if cur is not None and cur.id == item.conversation_id and self.w.composer.editing_id is None:
-            typed = self.w.composer.text()
-            self.w.composer.set_text(item.text if not typed.strip() else item.text + "\n\n" + typed)
-            self.w.composer.focus()
+        if cur is not None and cur.id == item.conversation_id and self.screen.editing_id() is None:
+            typed = self.screen.draft()
+            self.screen.set_draft(item.text if not typed.strip() else item.text + "\n\n" + typed)
         else:
             self.c.store_job(lambda: self.c.store.update(item.conversation_id, draft=item.text))
             self.c.toast("Your message was not sent; it is back in that chat's message box.")
@@ -207,7 +209,7 @@ class Sending:
         item.started_at = time.monotonic()
         self.reading_text = ""
         self.reading.start()
-        self.w.composer.set_generating(self.generating_here())
+        self.screen.set_sending(self.generating_here())
         cid, text = item.conversation_id, item.text
         if item.editing is not None:
             editing = item.editing
@@ -221,21 +223,21 @@ class Sending:
         self._give_back(item)
         if item.stopped:
             self._hold_draft(item.conversation_id)
-        self.w.composer.set_generating(self.generating_here())
+        self.screen.set_sending(self.generating_here())
         if exc is not None:
             self.c.report(exc)
         self.pump()
 
     def _fit_checked(self, item: Queued, fit: FitReport) -> None:
         cid, text = item.conversation_id, item.text
-        self.c.fit.remember(cid, fit)
+        self.fit.remember(cid, fit)
         if item.stopped:
             self._not_started(item, None)
             return
         if fit.fits:  # it fits now (the chat changed since): send as usual
             self._start_turn(lambda: self.service.send_if_fits(cid, text))
             return
-        box = QMessageBox(self.w)
+        box = QMessageBox(self.screen.window())
         box.setIcon(QMessageBox.Icon.Warning)
         box.setWindowTitle("This chat no longer fits the context")
         box.setText(f"The conversation with your message is {fit.prompt_tokens:,} tokens; the model's context "
@@ -249,7 +251,7 @@ class Sending:
             self._start_turn(lambda: self.service.send(cid, text, drop_oldest=True))
         elif box.clickedButton() is summary:
             # No timeout: the summary can take a while, and the next message (done or failed) replaces this one.
-            self.w.status.showMessage("Writing a summary of this chat for a new one… your message is kept.")
+            self.screen.show_status("Writing a summary of this chat for a new one… your message is kept.")
             self.c.engine_job(lambda: self.service.summarize_into_new(cid),
                               lambda new_id: self._summarized(item, new_id),
                               lambda exc: self._not_started(item, exc))
@@ -262,9 +264,9 @@ class Sending:
         text = item.text
 
         def opened(_: object) -> None:
-            self.c.listing.refresh(new_id)
-            self.c.listing.select(new_id)
-            self.w.status.clearMessage()
+            self.c.refresh(new_id)
+            self.c.select(new_id)
+            self.screen.clear_status()
             self.c.toast("Started a new chat from a summary; your message is ready to send.")
             self.pump()
 
@@ -290,7 +292,7 @@ class Sending:
             branch = self.c.store.branch(turn.conversation_id, turn.parent_id)
             siblings = {m.id: self.c.store.siblings(m.id) for m in branch}
             fit = prompt.fit if prompt is not None else None
-            self.c.executor.post(lambda: self._began(turn, live, branch, siblings, fit))
+            self.c.ctx.executor.post(lambda: self._began(turn, live, branch, siblings, fit))
             try:
                 return self.service.run(turn, live.on_text, prompt)
             finally:
@@ -322,17 +324,16 @@ class Sending:
         self.live = live
         self.reading_text = ""
         if fit is not None:
-            self.c.fit.remember(turn.conversation_id, fit)
+            self.fit.remember(turn.conversation_id, fit)
             self._base_tokens[turn.id] = fit.prompt_tokens
         cur = self.c.current
         if cur is not None and cur.id == turn.conversation_id:
-            self.w.show_empty(False)
-            self.w.view.show_branch(turn.conversation_id, self.hide_streaming_row(branch), siblings)
+            self.screen.show_branch(turn.conversation_id, self.hide_streaming_row(branch), siblings)
             self.show_in_view(cur.id, branch)
         self._tick.start()
         self._show_live()
         self.reading.start()
-        self.c.listing.refresh()  # the chat's title and place in the list may have changed
+        self.c.refresh()  # the chat's title and place in the list may have changed
 
     def _show_live(self) -> None:
         live = self.live
@@ -342,9 +343,9 @@ class Sending:
         tokens, speed, ttft = live.figures()
         if tokens and self.remote_wait:
             self.waiting_on_remote("")       # the first words came: nothing is waited for any more
-        self.w.status.set_reply_figures(speed, ttft, live=True)
+        self.screen.show_reply_figures(speed, ttft, live=True)
         if self.c.current is not None:
-            self.c.fit.show_live(self.c.current.id)
+            self.fit.show_live(self.c.current.id)
 
     def live_tokens(self, cid: int) -> tuple[int, int] | None:
         """(prompt tokens when the reply started, tokens streamed since) for the chat streaming now."""
@@ -360,17 +361,17 @@ class Sending:
         m = result.message
         self._tick.stop()
         self.waiting_on_remote("")
-        self.w.status.set_reply_figures(m.tokens_per_s, m.ttft_s)
+        self.screen.show_reply_figures(m.tokens_per_s, m.ttft_s)
         cur = self.c.current
         if cur is not None and cur.id == turn.conversation_id:
-            self.w.view.end_stream(turn.id, m, [m.id])
-            self.c.listing.reload()  # sibling counts and the title may have changed
+            self.screen.end_stream(turn.id, m)
+            self.c.reload()  # sibling counts and the title may have changed
         if result.error:
             self.c.toast(result.error)
-        self.c.listing.refresh()
-        self.c.fit.update()
-        self.w.composer.set_generating(self.generating_here())
-        self.w.turn_finished.emit(result)
+        self.c.refresh()
+        self.fit.update()
+        self.screen.set_sending(self.generating_here())
+        self.screen.reply_saved(result)
         self.pump()
 
     def _turn_failed(self, exc: BaseException, item: Queued | None) -> None:
@@ -378,12 +379,12 @@ class Sending:
         self.active, self.live, self.starting = None, None, None
         self._tick.stop()
         self.waiting_on_remote("")
-        self.w.view.detach_stream()
-        self.w.composer.set_generating(self.generating_here())
+        self.screen.detach_stream()
+        self.screen.set_sending(self.generating_here())
         if not began and item is not None and item.text:
             self._give_back(item)
         self.c.report(exc)
-        self.c.listing.reload()
+        self.c.reload()
         self.pump()
 
     def stop_here(self) -> None:
@@ -399,9 +400,8 @@ class Sending:
             self.stop_starting()
         if turn is not None:
             turn.cancel()
-            widget = self.w.view.stream_widget
-            if widget is not None and self.w.view.stream_turn == turn.id:
-                widget.set_waiting("stopping…")  # seen at once; the saved reply replaces it when the engine stops
+            # seen at once; the saved reply replaces it when the engine stops
+            self.screen.stream_waiting(turn.id, "stopping…")
 
     # ----- the wait while the engine reads the prompt -------------------------------------------------------
 
@@ -414,14 +414,14 @@ class Sending:
         item.stopped = True
         self.reading.start()  # cancels the reading at its next report (``_show_reading``)
         self.show_queue()
-        self.w.composer.set_generating(self.generating_here())
+        self.screen.set_sending(self.generating_here())
 
     def _hold_draft(self, cid: int) -> None:
         """After a Stop, the text given back is not read again by type-ahead until the user changes it."""
         kv = getattr(self.c.ctx, "kv", None)
         cur = self.c.current
         if kv is not None and cur is not None and cur.id == cid:
-            kv.hold_draft(cid, self.w.composer.text())
+            kv.hold_draft(cid, self.screen.draft())
 
     def _reading_shown(self) -> bool:
         """Is a wait on the engine's reading on screen (a message starting, or a reply without a token)?"""
@@ -436,16 +436,16 @@ class Sending:
             if progress.id not in self._cancelled_reads:  # type-ahead of the stopped message: let it go
                 self._cancelled_reads.add(progress.id)
                 self.c.ctx.engine.cancel(progress.id)
-        text = reading_text(progress, len(self.w.composer.attachment_names()))
+        text = reading_text(progress, self.screen.attachment_count())
         if text == self.reading_text:
             return
         self.reading_text = text
         if item is not None:
             self.show_queue()
             return
-        turn, widget = self.active, self.w.view.stream_widget
-        if turn is not None and widget is not None and self.w.view.stream_turn == turn.id and not turn.cancelled:
-            widget.set_waiting(text[0].lower() + text[1:] if text else "generating…")
+        turn = self.active
+        if turn is not None and not turn.cancelled:
+            self.screen.stream_waiting(turn.id, text[0].lower() + text[1:] if text else "generating…")
 
     def forget(self, conversation_id: int) -> list[Queued]:
         """A chat is deleted: its waiting messages go with it (returned, so Undo can bring them back)."""

@@ -10,6 +10,9 @@
 Rules:
 - Engine work (load, token counts, replies) runs on the ``engine`` lane, one at a time; store reads and writes
   the window waits for run on the ``store`` lane. Results come back on the GUI thread through the bridge.
+- The presenter and its parts take narrow views of the window, never the window itself: ``ChatWindow`` (here)
+  names what they use of it, ``Sending`` sees the screen only as ``SendScreen`` (named methods, made by
+  ``ChatScreen``), ``ConversationList`` takes ``ListWindow``, ``Editing`` and ``ContextFit`` the widgets.
 - The parts talk to widgets through their small public methods (``composer.focus()``, ``context_meter.show_fit``,
   ``view.show_queued``…), never through the widgets' insides.
 - Closing mid-reply stops the engine, waits for the partial reply to be saved, and saves drafts (waiting
@@ -21,11 +24,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QPushButton
 
 from hisho.core.conversations.chat import FitReport, Turn
 from hisho.core.conversations.store import Conversation
@@ -34,16 +37,19 @@ from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.units import MIB
 from hisho.gui.chat.context_fit import ContextFit
-from hisho.gui.chat.conversation_list import ConversationList
+from hisho.gui.chat.conversation_list import ConversationList, ListWindow
 from hisho.gui.chat.editing import Editing
+from hisho.gui.chat.send_screen import ChatScreen, SendWindow
 from hisho.gui.chat.sending import Sending
 from hisho.gui.chat.title_edit import InlineTitle
 from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
 from hisho.gui.shell import theme
+from hisho.gui.shell.protocols import RemoteWindow
 from hisho.gui.shell.toast import TOAST_MS
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.main_window import MainWindow
+    from hisho.gui.shell.status_bar import ContextMeter
+    from hisho.gui.shell.toast import Toast
 
 log = logging.getLogger("hisho.gui")
 
@@ -52,9 +58,23 @@ ERROR_MS = 15000   # errors stay longer than confirmations
 MODEL_FIELDS = ("model",)  # chat settings whose change needs another model loaded
 
 
+class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
+    """What the chat presenter uses of the main window: what its parts use (the list, the send's screen, the
+    remote switch at start-up), the header's meter and Chat settings button, and the toast over the chat."""
+
+    @property
+    def context_meter(self) -> ContextMeter: ...
+
+    @property
+    def settings_button(self) -> QPushButton: ...
+
+    @property
+    def toast(self) -> Toast: ...
+
+
 class ChatController(QObject):
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: ChatWindow) -> None:
+        super().__init__(window.window())
         self.w = window
         self.ctx = window.ctx
         self.store = self.ctx.store
@@ -72,10 +92,11 @@ class ChatController(QObject):
         self._load_tick.setInterval(500)
         self._load_tick.timeout.connect(self._show_loading)
         self.title_editor = InlineTitle(window.title)
-        self.sending = Sending(self)
         self.listing = ConversationList(self, window)
         self.editing = Editing(self, window.view, window.composer)
         self.fit = ContextFit(self, window.context_meter, window.composer)
+        self.sending = Sending(self, ChatScreen(window), self.fit, self.editing.edit_ended)
+        window.view.cancel_queued.connect(self.sending.cancel_queued)
         self.title_editor.renamed.connect(self.listing.rename_current)
         window.composer.send_requested.connect(self.sending.send)
         window.composer.stop_requested.connect(self.sending.stop_here)
@@ -244,7 +265,7 @@ class ChatController(QObject):
             self.toast("Start a chat first.")
             return
         models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
-        dialog = ConversationSettingsDialog(self.current, models, self.w,
+        dialog = ConversationSettingsDialog(self.current, models, self.w.window(),
                                             presets=list(self.ctx.settings["system_prompt_presets"]))
         accepted = dialog.exec()
         if dialog.new_preset is not None:
