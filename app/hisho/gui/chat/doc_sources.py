@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtCore import QObject, Qt, QTimer
+from PySide6.QtCore import QObject, Qt, QTimer, SignalInstance
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QDialog,
@@ -34,9 +34,10 @@ from PySide6.QtWidgets import (
 from hisho.core.documents.sources import Attached, Passage, Ranker, Sent, attachments_by_message, sources_for
 from hisho.gui.chat.composer import paperclip_icon
 from hisho.gui.chat.message_widget import MessageWidget
+from hisho.gui.shell.protocols import HasContext
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.main_window import MainWindow
+    from hisho.gui.chat.chat_view import ChatView
 
 log = logging.getLogger("hisho.gui")
 
@@ -125,9 +126,21 @@ class SourcesRow(QWidget):
         self.dialog.show()
 
 
+class SourcesWindow(HasContext, Protocol):
+    """What the documents on the messages use of the window: the message view, and which chat is on screen."""
+
+    @property
+    def view(self) -> ChatView: ...
+
+    @property
+    def conversation_selected(self) -> SignalInstance: ...
+
+    def window(self) -> QWidget: ...
+
+
 class DocSources(QObject):
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: SourcesWindow) -> None:
+        super().__init__(window.window())
         self.w = window
         self.ctx = window.ctx
         self.found = Found()

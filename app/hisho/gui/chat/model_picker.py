@@ -9,9 +9,9 @@ controller's ``switch_model`` (engine lane).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QBoxLayout, QMenu, QSizePolicy, QToolButton
 
@@ -20,9 +20,21 @@ from hisho.core.models.store import ModelEntry, ModelStore
 from hisho.core.units import GIB, format_bytes
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import RemoteWindow
+from hisho.gui.shell.status_bar import ElidedLabel
 
-if TYPE_CHECKING:
-    from hisho.gui.shell.main_window import ModelName
+
+class ModelName(ElidedLabel):
+    """The loaded model's name in the header. The picker's button shows it (one control, the name, that
+    switches model), so the label itself stays hidden and says when its text changes."""
+
+    changed = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__("", 6)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt naming
+        super().setText(text)
+        self.changed.emit(text)
 
 
 class PickerWindow(ShowsPages, RemoteWindow, Protocol):

@@ -37,7 +37,7 @@ from hisho.gui.chat.attach import AttachController
 from hisho.gui.chat.chat_view import ChatView
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.documents import DocumentsController
-from hisho.gui.chat.model_picker import NAME_MAX, ModelPicker
+from hisho.gui.chat.model_picker import NAME_MAX, ModelName, ModelPicker
 from hisho.gui.chat.sidebar import Sidebar
 from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
@@ -59,20 +59,6 @@ NARROW_HEADER = 760
 NAME_NARROW = 120
 SUGGESTIONS = ("Explain how a transformer model works, simply", "Write a Python function that reverses a list",
                "Give me three ideas for a weekend trip", "Summarize the pros and cons of remote work")
-
-
-class ModelName(ElidedLabel):
-    """The loaded model's name. The header shows it on the model picker's button (one control, the name, that
-    switches model), so the label itself stays hidden and says when its text changes."""
-
-    changed = Signal(str)
-
-    def __init__(self) -> None:
-        super().__init__("", 6)
-
-    def setText(self, text: str) -> None:  # noqa: N802 - Qt naming
-        super().setText(text)
-        self.changed.emit(text)
 
 
 class MainWindow(QMainWindow):
