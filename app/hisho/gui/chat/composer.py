@@ -26,12 +26,12 @@ from PySide6.QtGui import (
     QKeySequence,
     QPainter,
     QPainterPath,
-    QPalette,
     QPen,
     QPixmap,
 )
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from hisho.gui.shell import theme
 from hisho.gui.shell.status_bar import ElidedLabel
 
 HINT = "Enter to send · Shift+Enter for a new line"
@@ -68,6 +68,18 @@ def paperclip_icon(colour: QColor, size: int = 32) -> QIcon:
     painter.drawPath(path)
     painter.end()
     return QIcon(pix)
+
+
+def themed_paperclip(target: QLabel | QPushButton, size: int = 14) -> None:
+    """The paperclip on ``target`` in the theme's text colour, now and after every theme change."""
+    def draw(t: theme.Theme) -> None:
+        icon = paperclip_icon(QColor(t.text))
+        if isinstance(target, QLabel):
+            target.setPixmap(icon.pixmap(size, size))
+        else:
+            target.setIcon(icon)
+
+    theme.follow(target, draw)
 
 
 class Composer(QFrame):
@@ -109,7 +121,7 @@ class Composer(QFrame):
         self.hint = ElidedLabel(HINT, 4)
         self.hint.setObjectName("Hint")
         self.attach_button = QPushButton()
-        self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)))
+        themed_paperclip(self.attach_button)
         self.attach_button.setObjectName("Flat")
         self.attach_button.setAccessibleName("Attach a document")
         self.attach_button.setToolTip(ATTACH_TIP)
@@ -233,11 +245,6 @@ class Composer(QFrame):
                 return True
         return super().eventFilter(obj, event)
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt naming
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange) and hasattr(self, "attach_button"):
-            self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)))
-        super().changeEvent(event)
-
     def _drop_event(self, event: QEvent) -> bool:
         """Files dragged onto the box are attached to the chat (not pasted as their path)."""
         kind = event.type()
@@ -281,7 +288,8 @@ class Composer(QFrame):
             row.setContentsMargins(8, 2, 2, 2)
             row.setSpacing(2)
             icon = QLabel()
-            icon.setPixmap(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)).pixmap(14, 14))
+            icon.setObjectName("ChipIcon")
+            themed_paperclip(icon)
             row.addWidget(icon)
             row.addWidget(ElidedLabel(name, 6))
             if doc_id:
