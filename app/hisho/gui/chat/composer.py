@@ -90,6 +90,7 @@ class Composer(QFrame):
     attach_requested = Signal()
     files_dropped = Signal(list)        # list[Path]: files dropped on the box
     detach_requested = Signal(int)     # a document chip's ×
+    stop_reading_requested = Signal()  # the Stop of a chip for a document still being read
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -132,6 +133,7 @@ class Composer(QFrame):
         self.chips_row.setContentsMargins(0, 0, 0, 0)
         self.chips_row.setSpacing(6)
         self.chips.hide()
+        self._chip_keys: list[tuple[int, str]] = []   # (id, tooltip) of the chips shown
         self.edit.viewport().installEventFilter(self)
         self.button = QPushButton("Send")
         self.button.setObjectName("SendButton")
@@ -274,6 +276,12 @@ class Composer(QFrame):
 
     def set_attachments(self, docs: list[tuple[int, str, str]]) -> None:
         """Chips for the chat's documents: (id, name, tooltip); an id of 0 is one still being read (no ×)."""
+        labels = self.chips.findChildren(ElidedLabel)
+        if [(d, tip) for d, _n, tip in docs] == self._chip_keys and len(labels) == len(docs):
+            for label, (_d, name, _tip) in zip(labels, docs, strict=True):
+                label.setText(name)   # progress of a file being read: the same chips (a Stop being clicked stays)
+            return
+        self._chip_keys = [(d, tip) for d, _n, tip in docs]
         while self.chips_row.count():
             item = self.chips_row.takeAt(0)
             widget = item.widget() if item is not None else None
@@ -299,6 +307,13 @@ class Composer(QFrame):
                 remove.setToolTip(f"Remove {name} from this chat (the conversation keeps its messages)")
                 remove.clicked.connect(lambda _=False, d=doc_id: self.detach_requested.emit(d))
                 row.addWidget(remove)
+            else:
+                stop = QPushButton("Stop")
+                stop.setObjectName("Flat")
+                stop.setAccessibleName(f"Stop reading {name}")
+                stop.setToolTip("Stop reading it: it is not attached")
+                stop.clicked.connect(self.stop_reading_requested)
+                row.addWidget(stop)
             self.chips_row.addWidget(chip)
         self.chips_row.addStretch(1)
         self.chips.setVisible(bool(docs))
