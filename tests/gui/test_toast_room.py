@@ -56,6 +56,19 @@ def test_a_toast_leaves_the_last_replys_actions_uncovered(qtbot: QtBot, window: 
             settle(qtbot, 0.3)
             assert_actions_clear(qtbot, w, last, "Chat deleted.")
             assert_actions_clear(qtbot, w, last, LONG)
+    # The message box shrinks under a toast (a document chip goes): the toast follows it, still clear.
+    w.composer.set_attachments([(1, "notes.md", "notes.md · 40 tokens")])
+    settle(qtbot, 0.2)
+    w.controller.toast(LONG, ms=60_000)
+    settle(qtbot, 0.2)
+    w.composer.set_attachments([])
+    settle(qtbot, 0.3)
+    toast = in_window(w, w.toast)
+    assert toast.bottom() < in_window(w, w.composer).top()
+    for name in ("copy", "regenerate", "delete"):
+        assert not in_window(w, w.view.widgets[last].buttons[name]).intersects(toast), name
+    w.toast.dismiss()
+    settle(qtbot, 0.2)
     # Gone again: the chat gives the room back (its end sits where it did).
     bar = w.view.verticalScrollBar()
     before = bar.maximum()

@@ -48,6 +48,8 @@ class Toast(QFrame):
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self.dismiss)
         host.installEventFilter(self)
+        if above is not None:
+            above.installEventFilter(self)   # the message box grows and shrinks (chips, lines): follow it
         self._covered = 0
         self.hide()
 
@@ -102,7 +104,9 @@ class Toast(QFrame):
             self.covering.emit(px)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
-        if obj is self.host and event.type() == QEvent.Type.Resize and self.isVisible():
+        moved = event.type() in (QEvent.Type.Resize, QEvent.Type.Move)
+        if self.isVisible() and ((obj is self.host and event.type() == QEvent.Type.Resize)
+                                 or (obj is self.above and moved)):
             self._place()
         return False
 
@@ -113,9 +117,13 @@ class Toast(QFrame):
         shown = self.isVisible()
         self._cover(0)
         self.host.removeEventFilter(self)
+        if self.above is not None:
+            self.above.removeEventFilter(self)
         self.setParent(host)
         self.host, self.above = host, above
         host.installEventFilter(self)
+        if above is not None:
+            above.installEventFilter(self)
         if shown:
             self._place()
             self.show()
