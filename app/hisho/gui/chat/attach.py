@@ -139,9 +139,9 @@ class AttachController(QObject):
         note = self.ctx.documents.chat_documents().note(cid) if added else ""
         stopped = self.stops.get(cid) is not None and self.stops[cid].is_set()
         if stopped:
-            ok = f"Attached {', '.join(d.name for d in added)}; " if added else ""
-            c.toast(f"{ok}stopped: {', '.join(n for n in names if n not in {d.name for d in added})} not attached.",
-                    ms=6000)
+            ok = f"Attached {', '.join(d.name for d in added)}. " if added else ""
+            left = ", ".join(n for n in names if n not in {d.name for d in added})
+            c.toast(f"{ok}Stopped reading {left}: not attached.", ms=6000)
         elif refused:
             ok = f"Attached {', '.join(d.name for d in added)}. " if added else ""
             c.toast(f"{ok}Not attached: {'; '.join(refused)}", ms=ERROR_MS)
