@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer
@@ -252,7 +253,7 @@ class ChatController(QObject):
         remote engine steps aside)."""
         self.model_ready = False
         self._loading_name = name
-        self._loading(name or "the default model")
+        self._loading(Path(name).name if name else "the default model")   # a path: its file's name
         self.engine_job(lambda: self.ctx.switch_model(name or None, override=override), self._loaded,
                         self._load_failed)
 

@@ -65,7 +65,7 @@ class StatusBar(QStatusBar):
         self.stop_load.setToolTip("Stop loading this model; the model that answered before loads again")
         self.stop_load.setAccessibleName("Stop loading the model")
         self.stop_load.hide()
-        self.addWidget(self.model, 2)
+        self.addWidget(self.model)
         self.addWidget(self.stop_load)
         self.addWidget(self.device)
         for w in (self.speed, self.ttft, self.ram):
@@ -109,7 +109,10 @@ class StatusBar(QStatusBar):
         need = now + sum(w.sizeHint().width() + gap for w in items if w.isHidden()) + 4
         room = self.width()
         drop: set[QLabel] = set()
+        loading = not self.stop_load.isHidden()   # "Loading X… 45 %" stays beside its Stop (it elides instead)
         for label in self.drop_order:
+            if loading and label is self.model:
+                continue
             if need <= room:
                 break
             if label in items:
