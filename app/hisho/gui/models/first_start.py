@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 
 from hisho.core.hub import Fit, QuantFile
 from hisho.core.models.suggest import CANDIDATES, Candidate, estimate, is_demo, suggest
-from hisho.gui.models.hub_tab import badge_style
+from hisho.gui.models.hub_tab import badge_style, verdict_colour
 
 LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
 
@@ -135,12 +135,15 @@ class FirstStartCard(QFrame):
 
         self.w.ctx.executor.submit("hub", work, done=self._estimated, failed=self._lookup_failed)
 
-    def rung(self, cand: Candidate, verdict: str, why: str) -> None:
-        """One candidate's badge under the offer: "3B Fits", coloured as the Models page colours its verdict."""
+    def rung(self, cand: Candidate, verdict: str, why: str, planned: bool = False) -> None:
+        """One candidate's badge under the offer: "3B Fits", in the Models page's verdict colours: outlined
+        while it is an estimate, filled once the planner judged the file's header (``planned``)."""
         badge = self.ladder[cand.file]
         badge.setText(f"{cand.params_b:g}B {LABELS.get(verdict, 'Unknown')}")
         badge.setProperty("verdict", verdict)
-        badge.setStyleSheet(badge_style(verdict) + " font-size: 8pt; font-weight: 500; padding: 1px 6px;")
+        small = "font-size: 8pt; font-weight: 600; border-radius: 7px; padding: 1px 7px;"
+        badge.setStyleSheet(badge_style(verdict) + small if planned else
+                            f"color: {verdict_colour(verdict)}; border: 1px solid {verdict_colour(verdict)}; {small}")
         badge.setToolTip(f"{cand.title}: {why}")
         badge.show()
 
@@ -191,7 +194,8 @@ class FirstStartCard(QFrame):
                 if not files:
                     continue
                 fit = fit_files(files, budget, **opts)[0]
-                post(functools.partial(self.rung, cand, fit.verdict, f"the planner, from its header: {fit.why}"))
+                post(functools.partial(self.rung, cand, fit.verdict, f"the planner, from its header: {fit.why}",
+                                       True))
                 if fit.verdict == "fits":
                     return cand, files[0], fit
             return None

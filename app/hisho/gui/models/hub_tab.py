@@ -46,9 +46,14 @@ STACK_BELOW = 900   # narrower than this, the file list goes under the repositor
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "updated"))
 
 
-def badge_style(verdict: str) -> str:
+def verdict_colour(verdict: str) -> str:
     t = theme.current()
-    color = {"fits": "#15803d", "tight": t.warn, "wont_fit": t.error}.get(verdict, t.muted)
+    return {"fits": "#15803d" if not t.dark else "#22c55e", "tight": t.warn, "wont_fit": t.error}.get(verdict,
+                                                                                                    t.muted)
+
+
+def badge_style(verdict: str) -> str:
+    color = verdict_colour(verdict) if verdict != "fits" else "#15803d"
     return f"color: white; background: {color}; border-radius: 8px; padding: 2px 8px; font-weight: 600;"
 
 
