@@ -61,7 +61,7 @@ def test_reading_a_document_shows_its_progress_and_stop_leaves_it_out(
     wait_idle(qtbot, w)
     assert w.composer.attachment_names() == []
     assert w.ctx.documents.chat_documents().attached(cid) == []
-    assert "stopped" in w.toast.text() and "long.pdf" in w.toast.text(), w.toast.text()
+    assert "Stopped reading long.pdf" in w.toast.text(), w.toast.text()
     assert max(seen) < 99 and sorted(seen) == seen
 
     monkeypatch.setattr(binary, "_page_text", page_text)  # read to its end: attached as before, no Stop left
