@@ -57,7 +57,7 @@ def test_a_file_dropped_on_the_message_box_is_attached_to_this_chat_only(
     before_tokens = w.ctx.chat.count(w.ctx.chat.prompt_messages(cid))
 
     drop_on_composer(qtbot, w, notes)
-    assert w.composer.attachment_names() == ["HARBOUR · reading…"]
+    assert w.composer.attachment_names() == ["Reading HARBOUR…"]
     attached_after(qtbot, w, 0)
     assert w.composer.attachment_names() == ["HARBOUR"]
     assert "Attached to this chat" in w.toast.text() and "read whole" in w.toast.text()

@@ -68,3 +68,59 @@ def test_online_the_planner_badges_the_offer_and_one_click_downloads_it(
         page.close()
     finally:
         w.close()
+
+
+def small_machine(monkeypatch: pytest.MonkeyPatch, gib: float = 4.0) -> None:
+    """A 4 GiB budget: the 1.5B and 3B candidates fit, the 7B does not."""
+    from hisho.core.machine import Budget
+    from hisho.gui.models import models_page
+
+    budget = Budget(ram=int(gib * 2**30), gpu=0, unified=False, headroom=0, metric="resident", explain="test")
+    monkeypatch.setattr(models_page, "planner_budget",
+                        lambda: (budget, {"min_ctx": 2048, "target_ctx": 4096, "n_batch": 512}))
+
+
+def ladder_texts(card: FirstStartCard) -> list[str]:
+    return [b.text() for b in card.ladder.values() if not b.isHidden()]
+
+
+def test_the_card_offers_the_best_fit_with_a_badge_per_candidate_offline(
+        qtbot: QtBot, monkeypatch: pytest.MonkeyPatch, default_model_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    small_machine(monkeypatch)
+    w = make_window(qtbot)
+    try:
+        card = card_of(w)
+        wait_for(qtbot, lambda: card.candidate is not None and not card.isHidden(), 60_000)
+        assert card.candidate is CANDIDATES[1]                 # the largest that fits 4 GiB: Llama 3.2 3B
+        assert ladder_texts(card) == ["1.5B Fits", "3.2B Fits", "7.6B Won't fit"]
+        assert all("estimated" in b.toolTip() for b in card.ladder.values())
+        card.download.click()                                  # offline: the estimates stay, calmly
+        wait_for(qtbot, lambda: card.lookups >= 1, 60_000)
+        assert ladder_texts(card) == ["1.5B Fits", "3.2B Fits", "7.6B Won't fit"]
+        assert card.status.text().startswith("Offline")
+    finally:
+        w.close()
+
+
+@pytest.mark.qt_log_ignore(*QT_NOISE, r"This plugin does not support raise\(\)")  # the Models page's window
+def test_online_the_checked_candidate_gets_the_planners_badge(
+        qtbot: QtBot, hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        default_model_path: Path) -> None:
+    small_machine(monkeypatch)
+    for cand in CANDIDATES:
+        hub.add_file(cand.repo, cand.file, write_payload_gguf(tmp_path / cand.file, 2))
+    w = make_window(qtbot)
+    try:
+        card = card_of(w)
+        wait_for(qtbot, lambda: card.candidate is not None and not card.download.isHidden(), 60_000)
+        card.download.click()
+        wait_for(qtbot, lambda: card.fit is not None, 60_000)
+        checked = card.ladder[CANDIDATES[1].file]
+        assert checked.text() == "3.2B Fits" and "the planner" in checked.toolTip()
+        assert "estimated" in card.ladder[CANDIDATES[2].file].toolTip()   # not read: still the estimate
+        wait_for(qtbot, lambda: getattr(w, "_models_page", None) is not None, 30_000)
+        page = w._models_page  # type: ignore[attr-defined]
+        wait_for(qtbot, lambda: page.downloads.state_text(0) == VERIFIED, 120_000)
+    finally:
+        w.close()

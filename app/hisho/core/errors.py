@@ -10,6 +10,13 @@ class UserError(Exception):
     """Bad input or a condition the user can fix. ``str(exc)`` is shown as is."""
 
 
+class LoadStopped(UserError):
+    """The user stopped a model load before it finished (``Engine.cancel_load``); nothing of it stays loaded.
+    ``restored``: what the load of the model that answered before reported, when that one was loaded again."""
+
+    restored: dict[str, object] | None = None
+
+
 class ModelFileError(UserError):
     """A model file that is missing, empty, not GGUF or damaged."""
 

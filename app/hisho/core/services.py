@@ -35,7 +35,7 @@ from hisho.core.documents.service import Documents
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import ErrorKind, LoadParams
 from hisho.core.engine.seam import Capability, Engine
-from hisho.core.errors import EngineCrashed, EngineError, UserError
+from hisho.core.errors import EngineCrashed, EngineError, LoadStopped, UserError
 from hisho.core.executor import Executor, Post
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.chat_hooks import attach as attach_kv
@@ -133,11 +133,30 @@ class Services:
         params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
                                  n_seq_max=self.profile.n_seq_max, override=override,
                                  kv_unified=self.profile.kv_unified)
-        info = load_engine(self.engine, params)
+        previous = self.engine.load_params
+        try:
+            info = load_engine(self.engine, params)
+        except LoadStopped as exc:
+            raise self._stopped(exc, previous) from None
         self.model_path, self.load_params = path, params
         self.model_problem, self.plan_refused = "", False
         self.chat.model_name = self.model_name.id
         return info
+
+    def _stopped(self, exc: LoadStopped, previous: LoadParams | None) -> LoadStopped:
+        """A switch the user stopped: the model that answered before is loaded again (the engine freed it to
+        make room for the new one), so the chat goes on as it was; without one nothing is loaded, and the
+        message says so. Stopping this second load too leaves none."""
+        if previous is None:
+            return LoadStopped(f"{exc}: no model is loaded")
+        try:
+            info = load_engine(self.engine, previous)
+        except UserError as again:
+            return LoadStopped(f"{exc}, and {Path(previous.model_path).name} did not load again ({again}): "
+                               "no model is loaded")
+        back = LoadStopped(f"{exc}; {self.model_name.display} answers again")
+        back.restored = info
+        return back
 
     def connect(self, endpoint: Endpoint, model: str,
                 on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:

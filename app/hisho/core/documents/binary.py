@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from hisho.core.documents.model import Document, DocumentError, PageSpan, PasswordNeeded, Section, page_range
@@ -167,13 +168,14 @@ def _too_slow(name: str) -> DocumentError:
                          "or plain text")
 
 
-def read_docx(path: Path, sha: str) -> Document:
+def read_docx(path: Path, sha: str, progress: Callable[[int, int], None] | None = None) -> Document:
+    """``progress(done, total)``: bytes of the body's XML read (``read_docx_text``)."""
     from hisho.core.documents.docx_stream import DocxDeadline, DocxFormatError, read_docx_text
 
     deadline = time.monotonic() + DOCX_TIME_BUDGET_S
     check_docx(path, deadline=deadline)
     try:
-        body = read_docx_text(str(path), deadline=deadline)
+        body = read_docx_text(str(path), deadline=deadline, progress=progress)
     except DocxFormatError as exc:
         raise DocumentError(f"{path.name}: the DOCX file is damaged or not a Word document ({exc})") from None
     except DocxDeadline:

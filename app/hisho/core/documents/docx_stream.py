@@ -54,16 +54,19 @@ class DocxText:
     pictures: int = 0
 
 
-def read_docx_text(path: str, *, deadline: float | None = None) -> DocxText:
+def read_docx_text(path: str, *, deadline: float | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> DocxText:
     """The body of a DOCX as blocks. Raises ``DocxFormatError`` for a damaged package or XML, ``DocxDeadline``
-    when ``deadline`` (a ``time.monotonic`` value) passes."""
+    when ``deadline`` (a ``time.monotonic`` value) passes. ``progress(done, total)``: bytes of the body's XML
+    parsed so far, after every block."""
     try:
         with zipfile.ZipFile(path) as zf:
             main = _main_part(zf)
             headings = _heading_styles(zf, main)
             walker = _BodyWalker(headings, deadline)
+            total = zf.getinfo(main).file_size
             with zf.open(main) as fh:
-                _feed(fh, walker)
+                _feed(fh, walker, total, progress)
             return walker.out
     except KeyError as exc:
         raise DocxFormatError(f"missing part {exc}") from None
@@ -84,15 +87,20 @@ def _new_parser() -> expat.XMLParserType:
     return parser
 
 
-def _feed(fh: IO[bytes], walker: _BodyWalker) -> None:
+def _feed(fh: IO[bytes], walker: _BodyWalker, total: int = 0,
+          progress: Callable[[int, int], None] | None = None) -> None:
     parser = _new_parser()
     parser.StartElementHandler = walker.start
     parser.EndElementHandler = walker.end
     parser.CharacterDataHandler = walker.chars
+    done = 0
     try:
         while block := fh.read(_BLOCK):
             parser.Parse(block, False)
             walker.check_deadline()
+            done += len(block)
+            if progress is not None:
+                progress(min(done, total), total)
         parser.Parse(b"", True)
     except expat.ExpatError as exc:
         raise DocxFormatError(f"broken XML: {exc}") from None

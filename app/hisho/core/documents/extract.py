@@ -3,7 +3,8 @@
 Rules of use:
 - ``extract(path)`` never returns an empty document: a file with nothing to summarize is an error that says why.
 - ``extract_many(paths)`` reads every file it can and reports the rest: one bad file never stops the others.
-- ``progress(done, total)`` is called per PDF page so a caller can show honest progress on long files.
+- ``progress(done, total)`` is called per PDF page, and per block of a DOCX's body (its XML's bytes), so a caller
+  can show honest progress on long files; it may raise (``ReadingStopped``) to stop the reading there.
 - The type comes from the extension when it is one Hisho reads; otherwise from the content (``sniff``): a PDF or
   DOCX by its signature, text by its bytes (no NULs, a character set that decodes the first 64 KiB cleanly), so a
   README, LICENSE or ``notes.log`` is read as text. Known binary formats (spreadsheets, images, archives) are
@@ -68,7 +69,7 @@ def extract(path: Path | str, *, password: str | None = None, progress: Progress
     elif suffix == ".docx":
         from hisho.core.documents.binary import read_docx
 
-        doc = read_docx(path, sha)
+        doc = read_docx(path, sha, progress=progress)
     else:
         doc = read_text_file(path, sha, TEXT_SUFFIXES[suffix])
     if not any(s.text.strip() for s in doc.sections):

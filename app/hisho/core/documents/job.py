@@ -170,7 +170,9 @@ class SummaryJob:
         def report(done: int, total: int) -> None:
             if self._cancel.is_set():
                 raise Cancelled()
-            self._report("extracting", done, total, name, f"reading {name}: page {done} of {total}")
+            where = f"page {done} of {total}" if name.lower().endswith(".pdf") else \
+                f"{done * 100 // max(total, 1)} %"   # a DOCX reports the bytes of its body read
+            self._report("extracting", done, total, name, f"reading {name}: {where}")
         return report
 
     # ----- the job ----------------------------------------------------------------------------------

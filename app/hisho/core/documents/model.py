@@ -19,6 +19,10 @@ class DocumentError(UserError):
     """A file that cannot be summarized. ``str(exc)`` is the one line the user sees (it names the file)."""
 
 
+class ReadingStopped(DocumentError):
+    """The user stopped the reading of a file (a ``progress`` callback's ``stop`` said so between pages)."""
+
+
 class PasswordNeeded(DocumentError):
     """An encrypted PDF: no password was given (``wrong`` False) or the one given does not open it."""
 

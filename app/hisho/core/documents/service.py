@@ -23,11 +23,13 @@ from hisho.core.documents.ask import DocumentContext, attach, precompute_kv, sav
 from hisho.core.documents.attached import AskPassword, ChatDocument, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.job import JobResult, SummaryJob
+from hisho.core.documents.model import ReadingStopped
 from hisho.core.engine.seam import Capability, Engine
 from hisho.core.errors import UserError
 from hisho.core.kv.session import KVSession, conversation_owner, document_owner
 
 log = logging.getLogger("hisho.documents")
+ReadProgress = Callable[[str, int, int], None]   # (file name, done, total) of one file's reading
 
 
 class Documents:
@@ -56,23 +58,34 @@ class Documents:
             return self._chat
 
     def attach_to_chat(self, conversation_id: int, files: Sequence[Path], *, ask_password: AskPassword | None = None,
-                       prompt: Callable[[int], list[dict[str, str]]] | None = None
+                       prompt: Callable[[int], list[dict[str, str]]] | None = None,
+                       progress: ReadProgress | None = None, stop: Callable[[], bool] = lambda: False,
                        ) -> tuple[list[ChatDocument], list[str]]:
         """Read ``files`` and keep them with the chat (the engine lane: tokens are counted). Returns (documents
         attached, one line per file refused). With ``prompt`` (the chat service's ``prompt_messages``) and a
         KV session, a chat whose documents are read whole gets its prefix prefilled and saved now, so the
-        first question prefills only itself."""
+        first question prefills only itself. ``progress(name, done, total)`` reports each file's reading (PDF
+        pages, a DOCX's body in bytes; (0, 0) when it starts, and when its tokens are being counted);
+        ``stop()`` is asked between pages and blocks: True leaves the file, and those after it, unattached."""
         chat = self.chat_documents()
         added: list[ChatDocument] = []
         refused: list[str] = []
         for path in files:
+            path = Path(path)
             try:
-                doc = read_document(Path(path), ask_password=ask_password)
+                doc = read_document(path, ask_password=ask_password, stop=stop,
+                                    progress=_reading(path.name, progress, stop))
+                if progress is not None:
+                    progress(path.name, 0, 0)   # read; its tokens are counted now
                 added.append(self.write(functools.partial(chat.add, conversation_id, doc)))
+            except ReadingStopped as exc:
+                log.info("attach stopped: %s", exc)
+                refused.append(str(exc))
+                break
             except UserError as exc:
                 log.info("not attached: %s", exc)
                 refused.append(str(exc))
-        if added and prompt is not None and self.kv is not None and self._keeps_kv() \
+        if added and not stop() and prompt is not None and self.kv is not None and self._keeps_kv() \
                 and chat.approach(conversation_id) == "whole":
             precompute_kv(self.engine, prompt(conversation_id), self.kv, conversation_owner(conversation_id))
         return added, refused
@@ -126,3 +139,17 @@ class Documents:
             return
         DocumentContext(db, self.engine.count_tokens, self.n_ctx)(turn, messages)
         self.chat_documents().before_prompt(turn, messages)
+
+
+
+def _reading(name: str, progress: ReadProgress | None, stop: Callable[[], bool]) -> Callable[[int, int], None]:
+    """``extract``'s per-page / per-block callback for one file: report, or stop the reading there."""
+    if progress is not None:
+        progress(name, 0, 0)
+
+    def page(done: int, total: int) -> None:
+        if stop():
+            raise ReadingStopped(f"{name}: reading stopped")
+        if progress is not None:
+            progress(name, done, total)
+    return page

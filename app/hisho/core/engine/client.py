@@ -16,6 +16,7 @@ import logging
 import queue
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from hisho.core.engine.ops import (
@@ -48,7 +49,7 @@ from hisho.core.engine.protocol import (
     check_protocol,
 )
 from hisho.core.engine.seam import Capability
-from hisho.core.errors import EngineCrashed, EngineError
+from hisho.core.errors import EngineCrashed, EngineError, LoadStopped
 
 log = logging.getLogger("hisho.engine")
 
@@ -128,6 +129,8 @@ class EngineClient:
         # The latest "progress" of each request in flight (request id -> Progress), for waits that show how
         # far the engine is in reading a prompt (the window's "Reading your message · 37 %").
         self._progress: dict[int, Progress] = {}
+        self._load_id: int | None = None   # the load request in flight, for ``cancel_load`` (any thread)
+        self._load_stopped = False
 
     # ----- process lifecycle -------------------------------------------------------------------------
 
@@ -296,9 +299,28 @@ class EngineClient:
             log.info("re-loading %s into engine pid %s", params.model_path, self.pid)
             self._do_load(params)
 
+    def cancel_load(self) -> bool:
+        """Stop the model load in flight, if any (any thread): the engine's load progress callback sees the
+        cancel and llama.cpp gives up reading the file. ``load`` then raises ``LoadStopped`` and nothing is
+        loaded (the engine freed the previous model before it began). False when no load runs."""
+        req_id = self._load_id
+        if req_id is None:
+            return False
+        self._load_stopped = True
+        self._process.cancel(req_id)
+        return True
+
     def _do_load(self, params: LoadParams) -> dict[str, Any]:
         generation = self._process.generation
-        info = self._call(Load(params=params))
+        self._load_stopped = False
+        try:
+            info = self._call(Load(params=params))
+        except EngineError as exc:
+            if self._load_stopped and exc.kind is ErrorKind.MODEL_LOAD:
+                # Stopped on purpose: the next request must not load the file again behind the user's back.
+                self._load_params, self._loaded = None, None
+                raise LoadStopped(f"the load of {Path(params.model_path).name} was stopped") from None
+            raise
         self._loaded = (generation, params)
         self._load_info = info
         return info
@@ -307,12 +329,16 @@ class EngineClient:
         if restart:
             self._ensure_started()
         req_id, events = self._process.submit(req)
+        if req.op == "load":
+            self._load_id = req_id
         try:
             ev = events.get()
             while ev.get("ev") == "progress":
                 self._progressed(Progress.from_event(ev, req.op))
                 ev = events.get()
         finally:
+            if self._load_id == req_id:
+                self._load_id = None
             self._forget(req_id)
         if ev.get("ev") == "error":
             raise _as_error(ev)

@@ -50,10 +50,18 @@ CANDIDATES = (
 )
 
 
+def estimate(c: Candidate, budget: Budget) -> str:
+    """The planner's verdict words for ``c`` from its published size: "fits" with the 15 % margin to spare,
+    "tight" within the budget, else "wont_fit" (the hub's header, when read, decides)."""
+    room = budget.ram + (0 if budget.unified else budget.gpu)
+    if c.need() <= room * TIGHT_SHARE:
+        return "fits"
+    return "tight" if c.need() <= room else "wont_fit"
+
+
 def suggest(budget: Budget) -> Candidate | None:
     """The largest candidate that fits with room to spare, else None (the machine is smaller than any)."""
-    room = budget.ram + (0 if budget.unified else budget.gpu)
-    fitting = [c for c in CANDIDATES if c.need() <= room * TIGHT_SHARE]
+    fitting = [c for c in CANDIDATES if estimate(c, budget) == "fits"]
     return fitting[-1] if fitting else None
 
 

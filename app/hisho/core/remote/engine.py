@@ -205,6 +205,10 @@ class RemoteEngine:
     def cancel(self, req_id: int) -> None:
         """Nothing to stop by id: a remote request is stopped through its stream (it reports no progress)."""
 
+    def cancel_load(self) -> bool:
+        """A remote "load" is one short probe of the server: nothing to stop."""
+        return False
+
     # ----- local-only operations (no capability: callers never reach these) ------------------------------
 
     def _local_only(self, what: str) -> RemoteError:

@@ -4,7 +4,8 @@ The reading, counting and prompt rules are ``hisho.core.documents.attached`` (th
 this module only wires the window to them: it runs the attach on the ``engine`` lane (tokens are counted there;
 a reply or summary in progress finishes first), asks for an encrypted PDF's password with the summary's prompt
 (``DocumentsController.ask_password``), shows the chat's documents as chips on the composer, and says what was
-refused in the toast, where the user is looking.
+refused in the toast, where the user is looking. A file being read shows as "Reading report.pdf · 37 %" (pages of
+a PDF, the body of a DOCX) with a Stop, which leaves it and the files after it unattached.
 
 Rules of use: ``AttachController(window)`` once, after the window's composer and ``DocumentsController`` exist.
 GUI thread only; the work goes through the app's executor.
@@ -13,6 +14,8 @@ GUI thread only; the work goes through the app's executor.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hisho.gui")
 
 ERROR_MS = 20_000
+PROGRESS_S = 0.2    # a file's reading progress reaches the window at most this often
 
 
 class AttachController(QObject):
@@ -41,7 +45,10 @@ class AttachController(QObject):
         self.pending: dict[int, list[str]] = {}    # conversation id -> names being read
         self.shown: dict[int, list[ChatDocument]] = {}
         self.attached_count = 0                    # attaches finished (tests wait on it)
+        self.reading: dict[str, str] = {}          # name being read -> how far ("37 %"; "" before any page)
+        self.stops: dict[int, threading.Event] = {}  # conversation id -> its attach's Stop
         composer = window.composer
+        composer.stop_reading_requested.connect(self.stop_reading)
         composer.attach_requested.connect(self.choose_files)
         composer.files_dropped.connect(self.attach)
         composer.detach_requested.connect(self.detach)
@@ -87,18 +94,42 @@ class AttachController(QObject):
         self._show(cid)
         busy = "after the reply" if c.sending.active is not None else \
             "after the summary" if self.w.documents.running else ""
-        c.toast(f"Reading {', '.join(names)}{f' ({busy})' if busy else ''}…", ms=4000)
+        if busy:
+            c.toast(f"Reading {', '.join(names)} {busy}…", ms=4000)
         prompt = self.ctx.chat.prompt_messages
+        stop = self.stops.setdefault(cid, threading.Event())
+        stop.clear()
+        post, last = self.ctx.executor.post, [0.0]
+
+        def progress(name: str, done: int, total: int) -> None:   # the engine lane: paced, then posted
+            now = time.monotonic()
+            if total and done < total and now - last[0] < PROGRESS_S:
+                return
+            last[0] = now
+            post(lambda: self._progressed(cid, name, done, total))
 
         def job() -> tuple[list[ChatDocument], list[str]]:
             if self.ctx.engine.load_params is None and self.ctx.load_params is not None:
                 self.ctx.load()
             return self.ctx.documents.attach_to_chat(cid, files, ask_password=self.w.documents.ask_password,
-                                                      prompt=prompt)
+                                                      prompt=prompt, progress=progress, stop=stop.is_set)
 
         self.ctx.executor.submit("engine", job, done=lambda out: self._attached(cid, names, out),
                                  failed=lambda exc: self._failed(cid, names, exc))
         log.info("attaching %s to conversation %s", ", ".join(names), cid)
+
+    def stop_reading(self) -> None:
+        """The reading chip's Stop: the chat on screen's attach stops at its next page or block."""
+        current = self.w.controller.current
+        stop = self.stops.get(current.id) if current is not None else None
+        if stop is not None and self.pending.get(current.id if current else -1):
+            stop.set()
+
+    def _progressed(self, cid: int, name: str, done: int, total: int) -> None:
+        if name not in self.pending.get(cid, []):
+            return   # a late report of a file already done
+        self.reading[name] = f"{min(99, done * 100 // total)} %" if total else ""
+        self._show(cid)
 
     def _attached(self, cid: int, names: list[str], out: tuple[list[ChatDocument], list[str]]) -> None:
         added, refused = out
@@ -106,7 +137,12 @@ class AttachController(QObject):
         self.attached_count += 1
         c = self.w.controller
         note = self.ctx.documents.chat_documents().note(cid) if added else ""
-        if refused:
+        stopped = self.stops.get(cid) is not None and self.stops[cid].is_set()
+        if stopped:
+            ok = f"Attached {', '.join(d.name for d in added)}. " if added else ""
+            left = ", ".join(n for n in names if n not in {d.name for d in added})
+            c.toast(f"{ok}Stopped reading {left}: not attached.", ms=6000)
+        elif refused:
             ok = f"Attached {', '.join(d.name for d in added)}. " if added else ""
             c.toast(f"{ok}Not attached: {'; '.join(refused)}", ms=ERROR_MS)
         elif added:
@@ -127,6 +163,7 @@ class AttachController(QObject):
         for n in names:
             if n in waiting:
                 waiting.remove(n)
+            self.reading.pop(n, None)
 
     def _removed(self, cid: int, name: str) -> None:
         self.w.controller.toast(f"{name} removed from this chat; the next question is asked without it.",
@@ -154,6 +191,7 @@ class AttachController(QObject):
             return
         chips = [(d.id, d.name, f"{d.name} · {d.tokens:,} tokens · {format_bytes(len(d.text.encode()))} of text")
                  for d in self.shown.get(cid, [])]
-        chips += [(0, f"{n} · reading…", "Being read; questions sent meanwhile wait for it") for n in
-                  self.pending.get(cid, [])]
+        chips += [(0, f"Reading {n} · {self.reading[n]}" if self.reading.get(n) else f"Reading {n}…",
+                   "Being read; questions sent meanwhile wait for it. Stop leaves it unattached")
+                  for n in self.pending.get(cid, [])]
         self.w.composer.set_attachments(chips)

@@ -37,6 +37,7 @@ def _drop(w: QWidget) -> None:
 
 PAGE = 40
 COLUMN_WIDTH = 860
+BOTTOM_MARGIN = 24   # below the last message when nothing floats over the end of the chat
 MIN_FLUSH_MS, MAX_FLUSH_MS = 33, 250
 RENDER_BUDGET = 0.015  # share of one core the GUI thread may use while a reply streams; keeps decode unaffected
 
@@ -72,8 +73,8 @@ class ChatView(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         host = QWidget()
         host.setObjectName("ChatColumnHost")
-        hl = QHBoxLayout(host)
-        hl.setContentsMargins(24, 16, 24, 24)
+        hl = self._host_layout = QHBoxLayout(host)
+        hl.setContentsMargins(24, 16, 24, BOTTOM_MARGIN)
         self.column = QWidget()
         self.column.setMaximumWidth(COLUMN_WIDTH)
         self.rows = QVBoxLayout(self.column)
@@ -276,6 +277,13 @@ class ChatView(QScrollArea):
             self.scroll_to_bottom()
 
     # ----- scrolling and find --------------------------------------------------------------------------------
+
+    def reserve_bottom(self, px: int) -> None:
+        """Keep ``px`` at the end of the chat clear (a toast floats there): the last message and its Copy /
+        Delete row stay above it, at the bottom as before when the view follows the end."""
+        self._host_layout.setContentsMargins(24, 16, 24, max(BOTTOM_MARGIN, px))
+        if self._stick:
+            self.scroll_to_bottom()
 
     def scroll_to_bottom(self) -> None:
         """After the layout settles, go to the bottom, unless the user has scrolled away in the meantime."""

@@ -26,12 +26,12 @@ from PySide6.QtGui import (
     QKeySequence,
     QPainter,
     QPainterPath,
-    QPalette,
     QPen,
     QPixmap,
 )
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from hisho.gui.shell import theme
 from hisho.gui.shell.status_bar import ElidedLabel
 
 HINT = "Enter to send · Shift+Enter for a new line"
@@ -70,6 +70,18 @@ def paperclip_icon(colour: QColor, size: int = 32) -> QIcon:
     return QIcon(pix)
 
 
+def themed_paperclip(target: QLabel | QPushButton, size: int = 14) -> None:
+    """The paperclip on ``target`` in the theme's text colour, now and after every theme change."""
+    def draw(t: theme.Theme) -> None:
+        icon = paperclip_icon(QColor(t.text))
+        if isinstance(target, QLabel):
+            target.setPixmap(icon.pixmap(size, size))
+        else:
+            target.setIcon(icon)
+
+    theme.follow(target, draw)
+
+
 class Composer(QFrame):
     send_requested = Signal(str)
     stop_requested = Signal()
@@ -78,6 +90,7 @@ class Composer(QFrame):
     attach_requested = Signal()
     files_dropped = Signal(list)        # list[Path]: files dropped on the box
     detach_requested = Signal(int)     # a document chip's ×
+    stop_reading_requested = Signal()  # the Stop of a chip for a document still being read
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -109,7 +122,7 @@ class Composer(QFrame):
         self.hint = ElidedLabel(HINT, 4)
         self.hint.setObjectName("Hint")
         self.attach_button = QPushButton()
-        self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)))
+        themed_paperclip(self.attach_button)
         self.attach_button.setObjectName("Flat")
         self.attach_button.setAccessibleName("Attach a document")
         self.attach_button.setToolTip(ATTACH_TIP)
@@ -120,6 +133,7 @@ class Composer(QFrame):
         self.chips_row.setContentsMargins(0, 0, 0, 0)
         self.chips_row.setSpacing(6)
         self.chips.hide()
+        self._chip_keys: list[tuple[int, str]] = []   # (id, tooltip) of the chips shown
         self.edit.viewport().installEventFilter(self)
         self.button = QPushButton("Send")
         self.button.setObjectName("SendButton")
@@ -233,11 +247,6 @@ class Composer(QFrame):
                 return True
         return super().eventFilter(obj, event)
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt naming
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.StyleChange) and hasattr(self, "attach_button"):
-            self.attach_button.setIcon(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)))
-        super().changeEvent(event)
-
     def _drop_event(self, event: QEvent) -> bool:
         """Files dragged onto the box are attached to the chat (not pasted as their path)."""
         kind = event.type()
@@ -267,6 +276,12 @@ class Composer(QFrame):
 
     def set_attachments(self, docs: list[tuple[int, str, str]]) -> None:
         """Chips for the chat's documents: (id, name, tooltip); an id of 0 is one still being read (no ×)."""
+        labels = self.chips.findChildren(ElidedLabel)
+        if [(d, tip) for d, _n, tip in docs] == self._chip_keys and len(labels) == len(docs):
+            for label, (_d, name, _tip) in zip(labels, docs, strict=True):
+                label.setText(name)   # progress of a file being read: the same chips (a Stop being clicked stays)
+            return
+        self._chip_keys = [(d, tip) for d, _n, tip in docs]
         while self.chips_row.count():
             item = self.chips_row.takeAt(0)
             widget = item.widget() if item is not None else None
@@ -281,7 +296,8 @@ class Composer(QFrame):
             row.setContentsMargins(8, 2, 2, 2)
             row.setSpacing(2)
             icon = QLabel()
-            icon.setPixmap(paperclip_icon(self.palette().color(QPalette.ColorRole.Text)).pixmap(14, 14))
+            icon.setObjectName("ChipIcon")
+            themed_paperclip(icon)
             row.addWidget(icon)
             row.addWidget(ElidedLabel(name, 6))
             if doc_id:
@@ -291,6 +307,13 @@ class Composer(QFrame):
                 remove.setToolTip(f"Remove {name} from this chat (the conversation keeps its messages)")
                 remove.clicked.connect(lambda _=False, d=doc_id: self.detach_requested.emit(d))
                 row.addWidget(remove)
+            else:
+                stop = QPushButton("Stop")
+                stop.setObjectName("Flat")
+                stop.setAccessibleName(f"Stop reading {name}")
+                stop.setToolTip("Stop reading it: it is not attached")
+                stop.clicked.connect(self.stop_reading_requested)
+                row.addWidget(stop)
             self.chips_row.addWidget(chip)
         self.chips_row.addStretch(1)
         self.chips.setVisible(bool(docs))

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, Qt, QTimer, SignalInstance
-from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -32,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.documents.sources import Attached, Passage, Ranker, Sent, attachments_by_message, sources_for
-from hisho.gui.chat.composer import paperclip_icon
+from hisho.gui.chat.composer import themed_paperclip
 from hisho.gui.chat.message_widget import MessageWidget
 from hisho.gui.shell.protocols import HasContext
 
@@ -79,7 +78,6 @@ def attachment_row(names: list[str]) -> QWidget:
     lay = QHBoxLayout(row)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.setSpacing(6)
-    colour = row.palette().color(QPalette.ColorRole.Text)
     for name in names:
         chip = QFrame()
         chip.setObjectName("DocChip")
@@ -88,7 +86,8 @@ def attachment_row(names: list[str]) -> QWidget:
         inner.setContentsMargins(8, 2, 8, 2)
         inner.setSpacing(4)
         icon = QLabel()
-        icon.setPixmap(paperclip_icon(colour).pixmap(14, 14))
+        icon.setObjectName("ChipIcon")
+        themed_paperclip(icon)
         inner.addWidget(icon)
         inner.addWidget(QLabel(name))
         lay.addWidget(chip)

@@ -8,11 +8,16 @@ on the Models page (whose finished row offers Load now). Offline is the normal c
 then keeps its estimate, says in one calm line that the hub cannot be reached, and offers Try again; nothing
 fails or blocks the chat.
 
+Under the offer, one small badge per candidate ("1.5B Fits · 3B Fits · 7B Won't fit") says why this one is the
+one offered: each is the estimate until the hub's header was read for it, then the planner's verdict (its tooltip
+says which, and why).
+
 Rules of use: ``attach_first_start(window)`` once. GUI thread; hub calls go through the executor.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +34,10 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.hub import Fit, QuantFile
-from hisho.core.models.suggest import CANDIDATES, Candidate, is_demo, suggest
-from hisho.gui.models.hub_tab import badge_style
+from hisho.core.models.suggest import CANDIDATES, Candidate, estimate, is_demo, suggest
+from hisho.gui.models.hub_tab import badge_style, verdict_colour
+
+LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
 
 if TYPE_CHECKING:
     from hisho.gui.shell.main_window import MainWindow
@@ -68,6 +75,16 @@ class FirstStartCard(QFrame):
         self.badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
         row.addWidget(self.offer, 1)
         row.addWidget(self.badge)
+        self.ladder: dict[str, QLabel] = {}     # candidate file -> its badge, smallest first
+        ladder = QHBoxLayout()
+        ladder.setSpacing(6)
+        for cand in CANDIDATES:
+            badge = QLabel("")
+            badge.setObjectName("LadderBadge")
+            badge.hide()
+            self.ladder[cand.file] = badge
+            ladder.addWidget(badge)
+        ladder.addStretch(1)
         self.status = QLabel("")
         self.status.setObjectName("Meta")
         self.status.setWordWrap(True)
@@ -90,6 +107,7 @@ class FirstStartCard(QFrame):
         buttons.addWidget(self.dismiss)
         lay.addWidget(self.demo)
         lay.addLayout(row)
+        lay.addLayout(ladder)
         lay.addWidget(self.status)
         lay.addLayout(buttons)
         self.dismissed = False
@@ -111,13 +129,29 @@ class FirstStartCard(QFrame):
         self.download.hide()  # a disabled primary button still looks pressable
         self.retry.hide()
 
-        def work() -> Candidate | None:
+        def work() -> tuple[Candidate | None, dict[str, str]]:
             budget, _opts = planner_budget()
-            return suggest(budget)
+            return suggest(budget), {c.file: estimate(c, budget) for c in CANDIDATES}
 
         self.w.ctx.executor.submit("hub", work, done=self._estimated, failed=self._lookup_failed)
 
-    def _estimated(self, pick: Candidate | None) -> None:
+    def rung(self, cand: Candidate, verdict: str, why: str, planned: bool = False) -> None:
+        """One candidate's badge under the offer: "3B Fits", in the Models page's verdict colours: outlined
+        while it is an estimate, filled once the planner judged the file's header (``planned``)."""
+        badge = self.ladder[cand.file]
+        badge.setText(f"{cand.params_b:g}B {LABELS.get(verdict, 'Unknown')}")
+        badge.setProperty("verdict", verdict)
+        small = "font-size: 8pt; font-weight: 600; border-radius: 7px; padding: 1px 7px;"
+        badge.setStyleSheet(badge_style(verdict) + small if planned else
+                            f"color: {verdict_colour(verdict)}; border: 1px solid {verdict_colour(verdict)}; {small}")
+        badge.setToolTip(f"{cand.title}: {why}")
+        badge.show()
+
+    def _estimated(self, found: tuple[Candidate | None, dict[str, str]]) -> None:
+        pick, verdicts = found
+        for cand in CANDIDATES:
+            self.rung(cand, verdicts[cand.file], f"estimated from its {cand.size / 2**30:.1f} GiB published size "
+                      "and a 4K-token context; the hub's header decides")
         self.candidate = pick
         if pick is None:
             self.offer.setText("This computer has little memory to spare: the demo may be the best fit. The "
@@ -149,6 +183,8 @@ class FirstStartCard(QFrame):
         self.retry.hide()
         start = CANDIDATES.index(self.candidate) if self.candidate in CANDIDATES else len(CANDIDATES) - 1
 
+        post = self.w.ctx.executor.post
+
         def work() -> tuple[Candidate, QuantFile, Fit] | None:
             from hisho.core.hub import fit_files, repo_files
 
@@ -158,6 +194,8 @@ class FirstStartCard(QFrame):
                 if not files:
                     continue
                 fit = fit_files(files, budget, **opts)[0]
+                post(functools.partial(self.rung, cand, fit.verdict, f"the planner, from its header: {fit.why}",
+                                       True))
                 if fit.verdict == "fits":
                     return cand, files[0], fit
             return None

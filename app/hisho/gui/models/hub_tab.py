@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -41,12 +42,18 @@ from hisho.gui.shell import theme
 log = logging.getLogger("hisho.gui")
 
 BADGE_WIDTH = 110
+STACK_BELOW = 900   # narrower than this, the file list goes under the repositories (the table gets the width)
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "updated"))
 
 
-def badge_style(verdict: str) -> str:
+def verdict_colour(verdict: str) -> str:
     t = theme.current()
-    color = {"fits": "#15803d", "tight": t.warn, "wont_fit": t.error}.get(verdict, t.muted)
+    return {"fits": "#15803d" if not t.dark else "#22c55e", "tight": t.warn, "wont_fit": t.error}.get(verdict,
+                                                                                                    t.muted)
+
+
+def badge_style(verdict: str) -> str:
+    color = verdict_colour(verdict) if verdict != "fits" else "#15803d"
     return f"color: white; background: {color}; border-radius: 8px; padding: 2px 8px; font-weight: 600;"
 
 
@@ -133,7 +140,8 @@ class HubTab(QWidget):
         status.addWidget(self.retry)
         lay.addLayout(status)
 
-        split = QSplitter()
+        split = self.split = QSplitter()
+        split.setChildrenCollapsible(False)
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
@@ -159,7 +167,13 @@ class HubTab(QWidget):
         self.files.verticalHeader().hide()
         self.files.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
         self.files.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        # Every column is on screen at any width: the short ones take their contents' width, "Why" takes what
+        # is left and elides (its tooltip has it whole); no sideways scrolling, which hid the Download column.
+        self.files.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.files.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.files.setWordWrap(False)
         head = self.files.horizontalHeader()
+        head.setMinimumSectionSize(24)
         head.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
         for col in (0, 1, 2, 5):
             head.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
@@ -177,6 +191,15 @@ class HubTab(QWidget):
         split.setStretchFactor(1, 2)
         split.setSizes([330, 700])
         lay.addWidget(split, 1)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
+        """Side by side when wide; the files under the repositories when narrow (a 700 px window)."""
+        super().resizeEvent(event)
+        narrow = self.width() < STACK_BELOW
+        wanted = Qt.Orientation.Vertical if narrow else Qt.Orientation.Horizontal
+        if self.split.orientation() != wanted:
+            self.split.setOrientation(wanted)
+            self.split.setSizes([200, 500] if narrow else [330, 700])
 
     # ----- messages --------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, QTimer
@@ -32,7 +33,7 @@ from PySide6.QtWidgets import QApplication, QPushButton
 
 from hisho.core.conversations.chat import FitReport, Turn
 from hisho.core.conversations.store import Conversation
-from hisho.core.errors import EngineError, UserError
+from hisho.core.errors import EngineError, LoadStopped, UserError
 from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.units import MIB
@@ -91,6 +92,7 @@ class ChatController(QObject):
         self._load_tick = QTimer(self)
         self._load_tick.setInterval(500)
         self._load_tick.timeout.connect(self._show_loading)
+        window.status.stop_load.clicked.connect(self.stop_load)
         self.title_editor = InlineTitle(window.title)
         self.listing = ConversationList(self, window)
         self.editing = Editing(self, window.view, window.composer)
@@ -203,6 +205,17 @@ class ChatController(QObject):
         self._loading_since = time.monotonic()
         self._show_loading()
         self._load_tick.start()
+        self.w.status.stop_load.setEnabled(True)
+        self.w.status.stop_load.show()
+
+    def stop_load(self) -> None:
+        """The load wait's Stop: the engine gives up reading the file (``Engine.cancel_load``, at once, from
+        this thread); ``Services.switch_model`` then loads the model that answered before, if there was one."""
+        engine = self.ctx.local_engine or self.ctx.engine
+        if engine.cancel_load():
+            self.w.status.stop_load.setEnabled(False)
+            self._loading_name_shown = f"{self._loading_name_shown}: stopping"
+            self._show_loading()
 
     def _show_loading(self) -> None:
         seconds = int(time.monotonic() - self._loading_since)
@@ -214,6 +227,7 @@ class ChatController(QObject):
     def _end_load_notice(self) -> None:
         """A toast that announced the load ("Loading X…", from the header's menu or the Models page) is out
         of date once the load ended: it goes at once instead of covering the chat for its full time."""
+        self.w.status.stop_load.hide()
         if self.w.toast.text().startswith("Loading "):
             self.w.toast.dismiss()
 
@@ -235,11 +249,17 @@ class ChatController(QObject):
         self.sending.pump()
 
     def _load_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, LoadStopped) and exc.restored is not None:  # the model before answers again
+            self._loaded(exc.restored)
+            self.toast(f"{str(exc)[:1].upper()}{str(exc)[1:]}.")
+            return
         self._load_tick.stop()
         self._end_load_notice()
         self.model_failed = True
         self.w.status.set_model("No model loaded")
-        self.w.show_banner(f"The model could not be loaded: {exc}")
+        self.w.show_banner(f"{str(exc)[:1].upper()}{str(exc)[1:]}. Choose a model from the header's menu or on "
+                           "the Models page." if isinstance(exc, LoadStopped)
+                           else f"The model could not be loaded: {exc}")
         if isinstance(exc, PlanRefused):
             self.offer_load_anyway(self._loading_name)
         self.sending.pump()
@@ -254,7 +274,7 @@ class ChatController(QObject):
         remote engine steps aside)."""
         self.model_ready = False
         self._loading_name = name
-        self._loading(name or "the default model")
+        self._loading(Path(name).name if name else "the default model")   # a path: its file's name
         self.engine_job(lambda: self.ctx.switch_model(name or None, override=override), self._loaded,
                         self._load_failed)
 

@@ -142,6 +142,7 @@ class MainWindow(QMainWindow):
         rl.addWidget(holder)
         self.right = right
         self.toast = Toast(right, above=holder)
+        self.toast.covering.connect(self.view.reserve_bottom)   # the last reply's actions stay above it
         self.splitter = QSplitter()
         self.splitter.addWidget(self.sidebar)
         self.splitter.addWidget(right)

@@ -15,7 +15,7 @@ import os
 import psutil
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer
 from PySide6.QtGui import QPainter, QPaintEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QSizePolicy, QStatusBar, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QStatusBar, QWidget
 
 from hisho.core.conversations.chat import FitReport
 from hisho.core.units import MIB
@@ -59,7 +59,14 @@ class StatusBar(QStatusBar):
         self.speed.setToolTip("Speed of the reply (live while it streams)")
         self.ttft.setToolTip("Time to first token: from Send to the reply's first word, the reading of your "
                              "message included")
-        self.addWidget(self.model, 2)
+        # A model load's Stop, beside "Loading X… 45 % · 3 s" while a load runs (the controller shows it).
+        self.stop_load = QPushButton("Stop")
+        self.stop_load.setObjectName("Flat")
+        self.stop_load.setToolTip("Stop loading this model; the model that answered before loads again")
+        self.stop_load.setAccessibleName("Stop loading the model")
+        self.stop_load.hide()
+        self.addWidget(self.model)
+        self.addWidget(self.stop_load)
         self.addWidget(self.device)
         for w in (self.speed, self.ttft, self.ram):
             self.addPermanentWidget(w)
@@ -102,7 +109,10 @@ class StatusBar(QStatusBar):
         need = now + sum(w.sizeHint().width() + gap for w in items if w.isHidden()) + 4
         room = self.width()
         drop: set[QLabel] = set()
+        loading = not self.stop_load.isHidden()   # "Loading X… 45 %" stays beside its Stop (it elides instead)
         for label in self.drop_order:
+            if loading and label is self.model:
+                continue
             if need <= room:
                 break
             if label in items:

@@ -2,13 +2,20 @@
 
 A theme is a small palette; the stylesheet and the code-highlighting style are derived from it, so widgets ask
 ``current()`` for colours instead of hard-coding them.
+
+Icons drawn in code (the paperclip) are pixmaps of one colour, which a style sheet cannot recolour: whoever
+draws one registers the drawing with ``follow(owner, draw)``, which draws it now in the current theme and again
+after every ``apply``, for as long as ``owner`` lives. (A widget's ``palette()`` is no guide at creation: a style
+sheet's colours reach it only when it is polished, so an icon drawn from it came out in the other theme's ink.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+import shiboken6
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -47,10 +54,27 @@ DARK = Theme("dark", bg="#1c1d21", sidebar="#151619", surface="#24252a", text="#
              pygments_style="monokai")
 
 _current = LIGHT
+_followers: dict[int, tuple[QObject, Callable[[Theme], None]]] = {}
 
 
 def current() -> Theme:
     return _current
+
+
+def follow(owner: QObject, draw: Callable[[Theme], None]) -> None:
+    """``draw(theme)`` now and after every theme change, until ``owner`` is destroyed (GUI thread)."""
+    key = id(owner)
+    _followers[key] = (owner, draw)
+    owner.destroyed.connect(lambda *_: _followers.pop(key, None))
+    draw(_current)
+
+
+def _redraw(theme: Theme) -> None:
+    for key, (owner, draw) in list(_followers.items()):
+        if shiboken6.isValid(owner):
+            draw(theme)
+        else:
+            _followers.pop(key, None)
 
 
 def system_is_dark() -> bool:
@@ -87,6 +111,7 @@ def apply(app: QApplication, theme: Theme) -> None:
     app.setStyle("Fusion")  # the same look everywhere; the palette above colours it
     app.setPalette(pal)
     app.setStyleSheet(stylesheet(theme))
+    _redraw(theme)
 
 
 def stylesheet(t: Theme) -> str:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QEnterEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 TOAST_MS = 8000
+GAP = 10   # between the toast and the message box, and above the toast for what it must not cover
 
 
 class Toast(QFrame):
+    covering = Signal(int)   # pixels above ``above`` kept clear for the toast (0: nothing covered)
+
     def __init__(self, host: QWidget, above: QWidget | None = None) -> None:
         super().__init__(host)
         self.setObjectName("Toast")
@@ -45,6 +48,9 @@ class Toast(QFrame):
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self.dismiss)
         host.installEventFilter(self)
+        if above is not None:
+            above.installEventFilter(self)   # the message box grows and shrinks (chips, lines): follow it
+        self._covered = 0
         self.hide()
 
     def show_message(self, text: str, action: Callable[[], None] | None = None, label: str = "Undo",
@@ -82,16 +88,25 @@ class Toast(QFrame):
         self._timer.stop()
         self._action = None
         self.hide()
+        self._cover(0)
 
     def _place(self) -> None:
         width = min(560, max(200, self.host.width() - 48))
         self.setFixedWidth(width)
         self.adjustSize()
         bottom = self.above.geometry().top() if self.above is not None else self.host.height()
-        self.move((self.host.width() - width) // 2, max(0, bottom - self.height() - 10))
+        self.move((self.host.width() - width) // 2, max(0, bottom - self.height() - GAP))
+        self._cover(self.height() + 2 * GAP if self.above is not None else 0)
+
+    def _cover(self, px: int) -> None:
+        if px != self._covered:
+            self._covered = px
+            self.covering.emit(px)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
-        if obj is self.host and event.type() == QEvent.Type.Resize and self.isVisible():
+        moved = event.type() in (QEvent.Type.Resize, QEvent.Type.Move)
+        if self.isVisible() and ((obj is self.host and event.type() == QEvent.Type.Resize)
+                                 or (obj is self.above and moved)):
             self._place()
         return False
 
@@ -100,10 +115,15 @@ class Toast(QFrame):
         if host is self.host:
             return
         shown = self.isVisible()
+        self._cover(0)
         self.host.removeEventFilter(self)
+        if self.above is not None:
+            self.above.removeEventFilter(self)
         self.setParent(host)
         self.host, self.above = host, above
         host.installEventFilter(self)
+        if above is not None:
+            above.installEventFilter(self)
         if shown:
             self._place()
             self.show()
