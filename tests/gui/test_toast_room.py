@@ -34,10 +34,16 @@ def chat_with(w: MainWindow, qtbot: QtBot, pairs: int) -> int:
 
 def assert_actions_clear(qtbot: QtBot, w: MainWindow, last: int, text: str) -> None:
     w.controller.toast(text, ms=60_000)
-    settle(qtbot, 0.3)
-    toast = in_window(w, w.toast)
-    assert w.toast.isVisible()
     row = w.view.widgets[last].buttons
+
+    def clear() -> bool:   # the chat makes its room after the toast has laid itself out: wait, never a fixed pause
+        toast = in_window(w, w.toast)
+        return w.toast.isVisible() and all(
+            not in_window(w, row[n]).intersects(toast) and in_window(w, w.view.viewport()).contains(
+                in_window(w, row[n])) for n in ("copy", "regenerate", "delete"))
+
+    qtbot.waitUntil(clear, timeout=10_000)
+    toast = in_window(w, w.toast)
     for name in ("copy", "regenerate", "delete"):
         button = in_window(w, row[name])
         assert not button.intersects(toast), (name, button, toast)
@@ -62,7 +68,7 @@ def test_a_toast_leaves_the_last_replys_actions_uncovered(qtbot: QtBot, window: 
     w.controller.toast(LONG, ms=60_000)
     settle(qtbot, 0.2)
     w.composer.set_attachments([])
-    settle(qtbot, 0.3)
+    qtbot.waitUntil(lambda: in_window(w, w.toast).bottom() < in_window(w, w.composer).top(), timeout=10_000)
     toast = in_window(w, w.toast)
     assert toast.bottom() < in_window(w, w.composer).top()
     for name in ("copy", "regenerate", "delete"):
@@ -73,8 +79,6 @@ def test_a_toast_leaves_the_last_replys_actions_uncovered(qtbot: QtBot, window: 
     bar = w.view.verticalScrollBar()
     before = bar.maximum()
     w.controller.toast(LONG, ms=60_000)
-    settle(qtbot, 0.3)
-    assert bar.maximum() > before
+    qtbot.waitUntil(lambda: bar.maximum() > before, timeout=10_000)
     w.toast.dismiss()
-    settle(qtbot, 0.3)
-    assert bar.maximum() == before
+    qtbot.waitUntil(lambda: bar.maximum() == before, timeout=10_000)
