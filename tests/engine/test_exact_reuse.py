@@ -29,8 +29,10 @@ import pytest
 from hisho.bench.shapes import MEMORY_TYPES, SHAPES
 from hisho.core.db import Database
 from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
 from hisho.engine.kvstate import ChunkWriter, KVState, prefill
+from hisho.engine.prefix import PARTIAL
 from hisho.engine.reply import generate
 from hisho.engine.runtime import Runtime
 from hisho.engine.serving import Job, ServingBatch
@@ -260,5 +262,41 @@ def test_document_prefix_shared_by_two_chats(rt: Runtime, shape: str, tmp_path: 
         offered, kept = disk.restore(again, chat2)
         assert offered == kept == len(doc)  # the document's own chain ends at its last token, exactly
         assert reply(again, chat2) == want
+    finally:
+        again.close()
+
+
+def test_a_hybrid_save_writes_the_recurrent_state_once(rt: Runtime, shape: str, tmp_path: Path) -> None:
+    """Every chunk copied through the scratch sequence used to carry the whole recurrent state (seq_cp copies
+    the state, not a range): Granite-4.0-H-1B's 55 MiB, eight times for 4096 tokens. Only the tail keeps it now,
+    and the save still restores exactly."""
+    if SHAPES[shape].memory != "hybrid":
+        pytest.skip("no recurrent state")
+    rt.clear()
+    doc = toks(50, 1300)  # three chunks of 512
+    type_in(rt, doc)
+    state = int(llama_cpp.llama_state_seq_get_size_ext(rt.ctx, 0, PARTIAL))
+    writer = ChunkWriter()
+    kv = KVState(rt, writer)
+    reports: list[dict[str, Any]] = []
+    whole = kv.save(0, tmp_path / "one", 0, reports.append)["copied_bytes"]
+    chunked = kv.save(0, tmp_path / "kv", 512, reports.append)["copied_bytes"]
+    assert writer.wait_idle(60) and len(reports) == 2
+    assert rt.seqs[0] == doc and int(llama_cpp.llama_memory_seq_pos_max(rt.memory, 0)) == len(doc) - 1
+    assert state > 0 and chunked < whole + state  # the state once (three copies before: whole + 2 states)
+    chunks = reports[1]["chunks"]
+    assert [c["state_end"] for c in chunks] == [kvf.NO_STATE, kvf.NO_STATE, len(doc)]
+    disk = Disk(tmp_path)
+    disk.index.record_save("doc:1", kv.fingerprint, chunks, reports[1]["model"])
+    chat = doc + toks(51, 20) + HEADER
+    want = reply(rt, chat)
+    again = load(shape)
+    try:
+        offered, kept = disk.restore(again, chat)
+        assert offered == kept == len(doc)
+        assert reply(again, chat) == want
+        # A restore can end only where a state was saved: not at the first chunk's end.
+        offered, kept = disk.restore(again, doc[:600] + HEADER)
+        assert offered == kept == 0
     finally:
         again.close()
