@@ -300,3 +300,32 @@ def test_a_hybrid_save_writes_the_recurrent_state_once(rt: Runtime, shape: str, 
         assert offered == kept == 0
     finally:
         again.close()
+
+
+def test_hybrid_chunks_saved_with_the_state_in_every_file_still_restore_exactly(
+        rt: Runtime, shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written before the state went into the tail only (every chunk with the whole state) are offered as
+    before (only their save's tail ends a restore) and mix with new ones in one chain."""
+    if SHAPES[shape].memory != "hybrid":
+        pytest.skip("no recurrent state")
+    disk = Disk(tmp_path)
+    rt.clear()
+    doc = toks(60, 1300)
+    type_in(rt, doc)
+    with monkeypatch.context() as old:  # the old layout: the state in every chunk, state_end = the save's length
+        old.setattr(rt.keeper, "drop_state", lambda seq: True)
+        old.setattr(kvf, "NO_STATE", len(doc))
+        disk.save(rt, "doc:1")
+    longer = doc + toks(61, 400)
+    type_in(rt, longer)
+    disk.save(rt, "conv:1")  # chunks 0 and 1 are the old files, then a new one and the tail
+    for prompt in (doc + HEADER, longer + HEADER):
+        want = reply(rt, prompt)
+        again = load(shape)
+        try:
+            offered, kept = disk.restore(again, prompt)
+            assert offered == kept == len(prompt) - len(HEADER)
+            assert reply(again, prompt) == want
+        finally:
+            again.close()
+        type_in(rt, longer)
