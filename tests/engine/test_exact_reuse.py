@@ -28,14 +28,14 @@ import pytest
 
 from hisho.bench.shapes import MEMORY_TYPES, SHAPES
 from hisho.core.db import Database
-from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.engine.protocol import LoadParams, Sampling, common_prefix
 from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
 from hisho.engine.kvstate import ChunkWriter, KVState, prefill
 from hisho.engine.prefix import PARTIAL
 from hisho.engine.reply import generate
 from hisho.engine.runtime import Runtime
-from hisho.engine.serving import Job, ServingBatch
+from hisho.engine.serving import Job, ServingBatch, message_marks
 from tests.fixtures.gguf_shapes import true_model
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=8, ignore_eos=True)
@@ -102,7 +102,7 @@ def needs_loss(rt: Runtime, shape: str, p: int) -> None:
 # ----- (a) the API's serving slots -----------------------------------------------------------------------
 
 
-def serve(rt: Runtime, prompt: list[int], n: int = 8) -> tuple[list[int], int]:
+def serve(rt: Runtime, prompt: list[int], n: int = 8, marks: tuple[int, ...] = ()) -> tuple[list[int], int]:
     batch = ServingBatch(rt)
     out: list[int] = []
     done: dict[str, Any] = {}
@@ -113,7 +113,7 @@ def serve(rt: Runtime, prompt: list[int], n: int = 8) -> tuple[list[int], int]:
         elif event.get("ev") == "done":
             done.update(event)
 
-    batch.add(Job(1, prompt, replace(GREEDY, max_tokens=n), emit, emit))
+    batch.add(Job(1, prompt, replace(GREEDY, max_tokens=n), emit, emit, marks=marks))
     while batch.busy:
         batch.step()
     return out, int(done["cached_tokens"])
@@ -123,14 +123,45 @@ def test_api_request_sharing_a_prefix_with_a_longer_earlier_one(rt: Runtime, sha
     rt.clear()
     n_swa = SHAPES[shape].sliding_window
     first = toks(10, 2 * n_swa + N_UBATCH + 300 if n_swa else 600)
-    serve(rt, first, 4)
+    serve(rt, first, 4, marks=(100,))  # its first message (a system prompt, a document) ends at 100
     shorter = first[:100] + toks(11, 20)
     needs_loss(rt, shape, 100)
     got, cached = serve(rt, shorter)
+    assert cached == 100  # the checkpoint at the message boundary, not a prefill from the start
     rt.clear()
-    want, _ = serve(rt, shorter)
+    want, _ = serve(rt, shorter, 8, (100,))  # the same pieces: the module docstring
     assert got == want
-    assert cached == 100 if SHAPES[shape].memory == "dense" else cached <= 100
+    # A regenerate of the longer one (the same prompt again): the checkpoint before its last token.
+    rt.clear()
+    again, _ = serve(rt, first, 4)
+    regenerated, cached = serve(rt, first, 4)
+    assert regenerated == again and cached == len(first) - 1
+
+
+def test_api_chat_requests_checkpoint_their_message_boundaries(rt: Runtime, shape: str) -> None:
+    """A chat request marks where its first message ends: a second question on the same system prompt restores
+    the checkpoint there."""
+    r = random.Random(12)
+    words = ["apple", "river", "stone", "lamp", "cloud", "seven", "north", "paper", "glass", "tiger"]
+    system = {"role": "system", "content": "The code word is PELICAN-42. " + " ".join(r.choices(words, k=40))}
+    n_swa = SHAPES[shape].sliding_window
+    long_q = {"role": "user", "content": " ".join(r.choices(words, k=(2 * n_swa + N_UBATCH + 200) if n_swa else 200))}
+    short_q = {"role": "user", "content": "What is the code word?"}
+    first_spec, second_spec = {"messages": [system, long_q]}, {"messages": [system, short_q]}
+    first, second = rt.prompt_tokens(first_spec), rt.prompt_tokens(second_spec)
+    marks = message_marks(rt, first_spec, first)
+    if SHAPES[shape].memory == "dense":
+        assert marks == ()  # a dense cache cuts anywhere
+        return
+    boundary = common_prefix(rt.prompt_tokens({"messages": [system], "add_generation_prompt": False}), first)
+    assert marks == (boundary,) and common_prefix(first, second) >= boundary
+    rt.clear()
+    serve(rt, first, 4, marks)
+    needs_loss(rt, shape, boundary)
+    got, cached = serve(rt, second)
+    assert cached == boundary
+    rt.clear()
+    assert got == serve(rt, second, 8, marks)[0]  # the reference, fed in the same pieces (module docstring)
 
 
 # ----- (b) regenerate after a reply longer than the window ------------------------------------------------
