@@ -341,7 +341,9 @@ class KVState:
                 self._load_payload(seq, header, ptr, first=(i == 0), timings=t)
             except (kvf.KVFormatError, OSError) as exc:
                 reason = str(exc) if isinstance(exc, kvf.KVFormatError) else f"{type(exc).__name__}: {exc}"
-                log.warning("KV chunk %s not restored: %s", chunk.get("path"), reason)
+                # A file gone since the lookup (evicted, or superseded by a save) is a cache miss, not damage.
+                (log.debug if isinstance(exc, FileNotFoundError) else log.warning)(
+                    "KV chunk %s not restored: %s", chunk.get("path"), reason)
                 failed.append({"path": str(chunk.get("path")), "key": str(chunk.get("key")), "reason": reason})
                 break
             finally:
