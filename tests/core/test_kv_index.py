@@ -299,3 +299,28 @@ def test_exact_point_offers_a_recurrent_state_only_at_the_end_it_was_taken() -> 
     assert exact_point(chain, 1100) == (3, 1100)
     assert exact_point(chain, 1099) == (0, 0)         # inside the tail: a state cannot be cut back
     assert exact_point(chain[:2], 1023) == (0, 0)
+
+
+def test_a_save_whose_kept_file_was_deleted_in_flight_does_not_index_it(index: KVIndex) -> None:
+    """The engine keeps a chunk file that exists (``written`` false), writes the rest and reports later; if a gc
+    or an eviction on the store lane deletes that file meanwhile (its only owner evicted, or a chat's old tail
+    superseded), the report must not index it again: the index would point at a missing file, and every
+    request with that prefix would log "KV chunk not restored: FileNotFoundError"."""
+    tokens = list(range(300, 312))
+    report = save(index, "conv:1", tokens)  # three chunks on disk
+    for rec in report:
+        rec["written"] = False  # the second save (another owner, same prefix) found all three files
+    index.delete_owner("conv:1")  # ... and before its report came, they were deleted
+    assert not files(index)
+    assert index.record_save("api:1", FP, report) == 0
+    assert index.lookup(FP, tokens + [1]).chunks == []
+    # A kept file that is still there is indexed as before; the chain ends at the first one that is gone.
+    report = save(index, "conv:2", tokens)
+    for rec in report:
+        rec["written"] = False
+    Path(report[2]["path"]).unlink()
+    index.delete_owner("conv:2")  # gc: rows and files gone
+    save(index, "conv:3", tokens[:8])  # the first two chunks written again
+    assert index.record_save("api:2", FP, report) == 8
+    m = index.lookup(FP, tokens + [1])
+    assert [c["start"] for c in m.chunks] == [0, 4] and all(Path(c["path"]).exists() for c in m.chunks)

@@ -28,12 +28,14 @@ import pytest
 
 from hisho.bench.shapes import MEMORY_TYPES, SHAPES
 from hisho.core.db import Database
-from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.engine.protocol import LoadParams, Sampling, common_prefix
+from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
 from hisho.engine.kvstate import ChunkWriter, KVState, prefill
+from hisho.engine.prefix import PARTIAL
 from hisho.engine.reply import generate
 from hisho.engine.runtime import Runtime
-from hisho.engine.serving import Job, ServingBatch
+from hisho.engine.serving import Job, ServingBatch, message_marks
 from tests.fixtures.gguf_shapes import true_model
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=8, ignore_eos=True)
@@ -100,7 +102,7 @@ def needs_loss(rt: Runtime, shape: str, p: int) -> None:
 # ----- (a) the API's serving slots -----------------------------------------------------------------------
 
 
-def serve(rt: Runtime, prompt: list[int], n: int = 8) -> tuple[list[int], int]:
+def serve(rt: Runtime, prompt: list[int], n: int = 8, marks: tuple[int, ...] = ()) -> tuple[list[int], int]:
     batch = ServingBatch(rt)
     out: list[int] = []
     done: dict[str, Any] = {}
@@ -111,7 +113,7 @@ def serve(rt: Runtime, prompt: list[int], n: int = 8) -> tuple[list[int], int]:
         elif event.get("ev") == "done":
             done.update(event)
 
-    batch.add(Job(1, prompt, replace(GREEDY, max_tokens=n), emit, emit))
+    batch.add(Job(1, prompt, replace(GREEDY, max_tokens=n), emit, emit, marks=marks))
     while batch.busy:
         batch.step()
     return out, int(done["cached_tokens"])
@@ -121,14 +123,45 @@ def test_api_request_sharing_a_prefix_with_a_longer_earlier_one(rt: Runtime, sha
     rt.clear()
     n_swa = SHAPES[shape].sliding_window
     first = toks(10, 2 * n_swa + N_UBATCH + 300 if n_swa else 600)
-    serve(rt, first, 4)
+    serve(rt, first, 4, marks=(100,))  # its first message (a system prompt, a document) ends at 100
     shorter = first[:100] + toks(11, 20)
     needs_loss(rt, shape, 100)
     got, cached = serve(rt, shorter)
+    assert cached == 100  # the checkpoint at the message boundary, not a prefill from the start
     rt.clear()
-    want, _ = serve(rt, shorter)
+    want, _ = serve(rt, shorter, 8, (100,))  # the same pieces: the module docstring
     assert got == want
-    assert cached == 100 if SHAPES[shape].memory == "dense" else cached <= 100
+    # A regenerate of the longer one (the same prompt again): the checkpoint before its last token.
+    rt.clear()
+    again, _ = serve(rt, first, 4)
+    regenerated, cached = serve(rt, first, 4)
+    assert regenerated == again and cached == len(first) - 1
+
+
+def test_api_chat_requests_checkpoint_their_message_boundaries(rt: Runtime, shape: str) -> None:
+    """A chat request marks where its first message ends: a second question on the same system prompt restores
+    the checkpoint there."""
+    r = random.Random(12)
+    words = ["apple", "river", "stone", "lamp", "cloud", "seven", "north", "paper", "glass", "tiger"]
+    system = {"role": "system", "content": "The code word is PELICAN-42. " + " ".join(r.choices(words, k=40))}
+    n_swa = SHAPES[shape].sliding_window
+    long_q = {"role": "user", "content": " ".join(r.choices(words, k=(2 * n_swa + N_UBATCH + 200) if n_swa else 200))}
+    short_q = {"role": "user", "content": "What is the code word?"}
+    first_spec, second_spec = {"messages": [system, long_q]}, {"messages": [system, short_q]}
+    first, second = rt.prompt_tokens(first_spec), rt.prompt_tokens(second_spec)
+    marks = message_marks(rt, first_spec, first)
+    if SHAPES[shape].memory == "dense":
+        assert marks == ()  # a dense cache cuts anywhere
+        return
+    boundary = common_prefix(rt.prompt_tokens({"messages": [system], "add_generation_prompt": False}), first)
+    assert marks == (boundary,) and common_prefix(first, second) >= boundary
+    rt.clear()
+    serve(rt, first, 4, marks)
+    needs_loss(rt, shape, boundary)
+    got, cached = serve(rt, second)
+    assert cached == boundary
+    rt.clear()
+    assert got == serve(rt, second, 8, marks)[0]  # the reference, fed in the same pieces (module docstring)
 
 
 # ----- (b) regenerate after a reply longer than the window ------------------------------------------------
@@ -262,3 +295,68 @@ def test_document_prefix_shared_by_two_chats(rt: Runtime, shape: str, tmp_path: 
         assert reply(again, chat2) == want
     finally:
         again.close()
+
+
+def test_a_hybrid_save_writes_the_recurrent_state_once(rt: Runtime, shape: str, tmp_path: Path) -> None:
+    """Every chunk copied through the scratch sequence used to carry the whole recurrent state (seq_cp copies
+    the state, not a range): Granite-4.0-H-1B's 55 MiB, eight times for 4096 tokens. Only the tail keeps it now,
+    and the save still restores exactly."""
+    if SHAPES[shape].memory != "hybrid":
+        pytest.skip("no recurrent state")
+    rt.clear()
+    doc = toks(50, 1300)  # three chunks of 512
+    type_in(rt, doc)
+    state = int(llama_cpp.llama_state_seq_get_size_ext(rt.ctx, 0, PARTIAL))
+    writer = ChunkWriter()
+    kv = KVState(rt, writer)
+    reports: list[dict[str, Any]] = []
+    whole = kv.save(0, tmp_path / "one", 0, reports.append)["copied_bytes"]
+    chunked = kv.save(0, tmp_path / "kv", 512, reports.append)["copied_bytes"]
+    assert writer.wait_idle(60) and len(reports) == 2
+    assert rt.seqs[0] == doc and int(llama_cpp.llama_memory_seq_pos_max(rt.memory, 0)) == len(doc) - 1
+    assert state > 0 and chunked < whole + state  # the state once (three copies before: whole + 2 states)
+    chunks = reports[1]["chunks"]
+    assert [c["state_end"] for c in chunks] == [kvf.NO_STATE, kvf.NO_STATE, len(doc)]
+    disk = Disk(tmp_path)
+    disk.index.record_save("doc:1", kv.fingerprint, chunks, reports[1]["model"])
+    chat = doc + toks(51, 20) + HEADER
+    want = reply(rt, chat)
+    again = load(shape)
+    try:
+        offered, kept = disk.restore(again, chat)
+        assert offered == kept == len(doc)
+        assert reply(again, chat) == want
+        # A restore can end only where a state was saved: not at the first chunk's end.
+        offered, kept = disk.restore(again, doc[:600] + HEADER)
+        assert offered == kept == 0
+    finally:
+        again.close()
+
+
+def test_hybrid_chunks_saved_with_the_state_in_every_file_still_restore_exactly(
+        rt: Runtime, shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written before the state went into the tail only (every chunk with the whole state) are offered as
+    before (only their save's tail ends a restore) and mix with new ones in one chain."""
+    if SHAPES[shape].memory != "hybrid":
+        pytest.skip("no recurrent state")
+    disk = Disk(tmp_path)
+    rt.clear()
+    doc = toks(60, 1300)
+    type_in(rt, doc)
+    with monkeypatch.context() as old:  # the old layout: the state in every chunk, state_end = the save's length
+        old.setattr(rt.keeper, "drop_state", lambda seq: True)
+        old.setattr(kvf, "NO_STATE", len(doc))
+        disk.save(rt, "doc:1")
+    longer = doc + toks(61, 400)
+    type_in(rt, longer)
+    disk.save(rt, "conv:1")  # chunks 0 and 1 are the old files, then a new one and the tail
+    for prompt in (doc + HEADER, longer + HEADER):
+        want = reply(rt, prompt)
+        again = load(shape)
+        try:
+            offered, kept = disk.restore(again, prompt)
+            assert offered == kept == len(prompt) - len(HEADER)
+            assert reply(again, prompt) == want
+        finally:
+            again.close()
+        type_in(rt, longer)

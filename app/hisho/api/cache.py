@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from hisho.core.kv.index import Match
 from hisho.core.kv.session import KVSession
 from hisho.core.kv.stored import API_PREFIX
 
@@ -52,6 +54,16 @@ class PromptCache:
         session = self.session
         fp = session.fingerprint()
         match = session.executor.call("store", lambda: session.index.lookup(fp, tokens))
+        missing = [str(c["key"]) for c in match.chunks if not Path(str(c["path"])).exists()]
+        if missing:  # deleted by hand or by another process's index: forget them, the rest may still serve
+            log.debug("disk prompt cache: %d indexed chunk files are gone; forgetting them", len(missing))
+
+            def forget() -> Match:
+                for key in missing:
+                    session.index.remove_chunk(key, "file missing")
+                return session.index.lookup(fp, tokens)
+
+            match = session.executor.call("store", forget)
         plan = CachePlan(match.request(), match.keep, keys=[str(c["key"]) for c in match.chunks])
         if len(tokens) - match.keep >= self.min_new_tokens:
             plan.save_dir = str(session.kv_dir)

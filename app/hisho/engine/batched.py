@@ -51,6 +51,7 @@ class _Slot:
     text: list[str] = field(default_factory=list)
     sampler: Any = None
     logits_at: int = -1               # index of this slot's logits in the current batch
+    pause_at: int = -1                # a step feeds the prompt no further than this (a checkpoint is taken there)
     started: float = 0.0
     first_token_s: float = 0.0
     utf8: Any = None
@@ -155,7 +156,7 @@ def _step(rt: Runtime, slots: list[_Slot], stats: BatchStats) -> None:
             continue
         assert slot.item is not None
         prompt = slot.item.prompt
-        take = min(budget, len(prompt) - slot.fed)
+        take = min(budget, (slot.pause_at if slot.fed < slot.pause_at else len(prompt)) - slot.fed)
         for i in range(take):
             last = slot.fed + i == len(prompt) - 1
             if last:

@@ -260,8 +260,8 @@ class KVState:
     def _resume(self, plan: kvf.ChunkPlan, n_held: int, pos_min: int) -> dict[str, int | None]:
         """What a restore ending at this chunk can continue from (kvf.ChunkHeader): the lowest window cell the
         copy holds (the window cache keeps ``pos_min`` on; a copy of ``[start, end)`` drops cells out of the
-        window of ``end - 1``), and the position the recurrent state has seen (the sequence's last: a copy of a
-        range carries the whole state)."""
+        window of ``end - 1``), and the position the recurrent state has seen: only the tail carries one (the
+        sequence's, at its last position); the other chunks leave it out (``_isolate``, ``kvf.NO_STATE``)."""
         keeper = self.keeper
         if keeper.dense:
             return {"swa_lo": None, "state_end": None, "n_swa": 0}
@@ -269,7 +269,8 @@ class KVState:
         if keeper.n_swa:
             lo = max(plan.start, plan.end - keeper.n_swa, pos_min)
             swa_lo = lo if lo < plan.end else plan.end
-        return {"swa_lo": swa_lo, "state_end": n_held if keeper.recurrent else None, "n_swa": keeper.n_swa}
+        state_end = (n_held if plan.end == n_held else kvf.NO_STATE) if keeper.recurrent else None
+        return {"swa_lo": swa_lo, "state_end": state_end, "n_swa": keeper.n_swa}
 
     def _existing(self, path: Path) -> dict[str, Any] | None:
         """The memory facts of a chunk file already there (None: no usable file). Dense models: the file's
@@ -302,7 +303,10 @@ class KVState:
         if self.scratch < 0:
             raise RequestError(ErrorKind.STATE, "a partial range needs a scratch sequence (n_seq_max >= 2)")
         self._clear_scratch()
+        self.keeper.note_empty(self.scratch)
         llama_cpp.llama_memory_seq_cp(self.rt.memory, seq, self.scratch, plan.start, plan.end)
+        if plan.end != n_held and not self.keeper.drop_state(self.scratch) and self.keeper.recurrent:
+            raise RequestError(ErrorKind.STATE, "could not leave the recurrent state out of a chunk")
         return self.scratch
 
     def _clear_scratch(self) -> None:
@@ -337,7 +341,9 @@ class KVState:
                 self._load_payload(seq, header, ptr, first=(i == 0), timings=t)
             except (kvf.KVFormatError, OSError) as exc:
                 reason = str(exc) if isinstance(exc, kvf.KVFormatError) else f"{type(exc).__name__}: {exc}"
-                log.warning("KV chunk %s not restored: %s", chunk.get("path"), reason)
+                # A file gone since the lookup (evicted, or superseded by a save) is a cache miss, not damage.
+                (log.debug if isinstance(exc, FileNotFoundError) else log.warning)(
+                    "KV chunk %s not restored: %s", chunk.get("path"), reason)
                 failed.append({"path": str(chunk.get("path")), "key": str(chunk.get("key")), "reason": reason})
                 break
             finally:

@@ -65,6 +65,7 @@ class PrefixKeeper:
         # file holds the window of its own end): positions below the floor are not trusted for a cut.
         self.floor: dict[int, int] = {}
         self._after_reply: dict[int, bool] = {}
+        self._empty_state: ctypes.Array[ctypes.c_uint8] | None = None  # drop_state's: the state of no cells
 
     def reset(self) -> None:
         self.checkpoints.clear()
@@ -170,6 +171,27 @@ class PrefixKeeper:
             typed = [i for i, c in enumerate(mine[:-1]) if not c.turn]
             mine.pop(typed[0] if typed else 0)  # the oldest type-ahead state, else the oldest turn
         return True
+
+    def note_empty(self, seq: int) -> None:
+        """Keep the partial state of ``seq``, which holds nothing now (once; ``drop_state`` loads it)."""
+        if not self.recurrent or self._empty_state is not None:
+            return
+        ctx = self.rt.ctx
+        size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, seq, PARTIAL))
+        data = (ctypes.c_uint8 * max(1, size))()
+        if int(llama_cpp.llama_state_seq_get_data_ext(ctx, data, size, seq, PARTIAL)) == size:
+            self._empty_state = data
+
+    def drop_state(self, seq: int) -> bool:
+        """Take the recurrent state out of ``seq`` and leave its attention cells (a KV save's copy of a chunk that
+        ends no restore point: the state is written once, with the chunk at the end of the save). Loads the
+        state ``note_empty`` kept: llama.cpp's recurrent ``state_read`` of zero cells clears the sequence's state,
+        and ``PARTIAL_ONLY`` leaves a hybrid's attention cells alone. (No ``seq_rm`` does it: a recurrent cache
+        drops a state only together with every cell from position 0.) False where nothing was dropped."""
+        data = self._empty_state
+        if not self.recurrent or data is None:
+            return False
+        return int(llama_cpp.llama_state_seq_set_data_ext(self.rt.ctx, data, len(data), seq, PARTIAL)) > 0
 
     def checkpoint_bytes(self) -> int:
         return sum(len(c.data) for mine in self.checkpoints.values() for c in mine)

@@ -54,6 +54,7 @@ class Job:
     save: Callable[[int, Emit], None] | None = None  # (seq, done) saves seq's KV once the prompt is in (disk cache)
     arrived: float = field(default_factory=time.perf_counter)
     max_prompt: int = 0    # the API's prompt limit in tokens (0: the sequence's context)
+    marks: tuple[int, ...] = ()  # message boundaries in ``prompt`` (message_marks): checkpoints on non-dense models
     # A save in flight holds the "done" event back until its files are written, so the client can index them.
     lock: threading.Lock = field(default_factory=threading.Lock)
     saving: bool = False
@@ -69,6 +70,7 @@ class _ServeSlot(_Slot):
     first_at: float = 0.0
     stops: list[str] = field(default_factory=list)
     out_base: int = 0  # out[:out_base] is part of item.prompt (re-prefilled after a window's turn, resync)
+    marks: list[int] = field(default_factory=list)  # where the prefill stops for a checkpoint (pause_at first)
 
 
 class ServingBatch:
@@ -128,6 +130,8 @@ class ServingBatch:
             slot.held = (prompt[:slot.pos] if slot.pos <= len(prompt)
                          else prompt + slot.out[base:base + slot.pos - len(prompt)])
             self.rt.seqs[slot.seq] = slot.held
+            if slot.pause_at >= 0 and slot.fed == slot.pause_at:
+                self._checkpoint(slot)
             if slot.logits_at >= 0:
                 if not slot.out and slot.job is not None and slot.job.save is not None:
                     self._save(slot.seq, slot.job)  # the whole prompt is in the cells now, nothing else yet
@@ -164,8 +168,17 @@ class ServingBatch:
             rt.seqs[slot.seq] = slot.held
             slot.fed = slot.pos = keep
             slot.logits_at = -1
+            slot.marks = [m for m in slot.marks if m > keep]
+            slot.pause_at = slot.marks[0] if slot.marks else -1
             log.info("serving batch: sequence %d changed by an op between steps; prefilling %d tokens again",
                      slot.seq, len(item.prompt) - keep)
+
+    def _checkpoint(self, slot: _ServeSlot) -> None:
+        """The prefill reached a mark: keep the partial state there (PrefixKeeper.checkpoint, its caps), so a
+        later request that shares only this much restores it instead of prefilling from the start."""
+        self.rt.keeper.checkpoint(slot.seq, prompt=True)
+        slot.marks = [m for m in slot.marks if m > slot.fed]
+        slot.pause_at = slot.marks[0] if slot.marks else -1
 
     def _save(self, seq: int, job: Job) -> None:
         assert job.save is not None
@@ -221,6 +234,11 @@ class ServingBatch:
         slot.job, slot.cached = job, keep
         slot.item = Item(job.req_id, job.prompt, job.sampling.max_tokens)
         slot.fed = slot.pos = keep
+        # Sliding-window and recurrent models cannot cut back later: checkpoints at the message boundaries and
+        # before the prompt's last token (a regenerate, an edit of the last message), as the chat's turns take.
+        slot.marks = [] if rt.keeper.dense else sorted({m for m in (*job.marks, len(job.prompt) - 1)
+                                                        if keep < m < len(job.prompt)})
+        slot.pause_at = slot.marks[0] if slot.marks else -1
         slot.last, slot.out, slot.text, slot.logits_at = -1, [], [], -1
         slot.sampler = build_sampler(rt, job.sampling)
         slot.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
@@ -282,7 +300,7 @@ class ServingBatch:
         # The cells stay (the next request with this prefix reuses them); only what they hold is recorded.
         self.rt.seqs[slot.seq] = slot.held
         slot.job, slot.item, slot.sampler, slot.utf8 = None, None, None, None
-        slot.fed, slot.last, slot.logits_at = 0, -1, -1
+        slot.fed, slot.last, slot.logits_at, slot.pause_at, slot.marks = 0, -1, -1, -1, []
 
     def _done_event(self, job: Job, reason: str, tokens: list[int], text: str, cached: int, ttft: float,
                     decode_s: float) -> None:
@@ -365,7 +383,21 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         restore = server.restorer(req) if req.chunks else None
         save = server.saver(req) if req.save_dir else None
         batch.add(Job(req_id, prompt, req.sampling, server.emit_soon, server.emit, restore, save,
-                      max_prompt=req.max_prompt))
+                      max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt)))
     except Exception as exc:
         kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
         server.error(req_id, kind, str(exc) or type(exc).__name__)
+
+
+def message_marks(rt: Runtime, spec: dict[str, Any], prompt: list[int]) -> tuple[int, ...]:
+    """Where a chat request's prompt ends its first message (a system prompt, a document) and where its last
+    message starts: the prefixes other requests share (another question on the same document, an edit of the
+    last message). Non-dense models only (dense ones cut anywhere): two extra renders of the template."""
+    messages = spec.get("messages")
+    if rt.keeper.dense or not isinstance(messages, list) or len(messages) < 2:
+        return ()
+    marks = set()
+    for k in {1, len(messages) - 1}:
+        head = rt.prompt_tokens({"messages": messages[:k], "add_generation_prompt": False})
+        marks.add(common_prefix(head, prompt))
+    return tuple(sorted(m for m in marks if 0 < m < len(prompt) - 1))

@@ -42,6 +42,7 @@ FORMAT_VERSION = 1
 PREFIX = struct.Struct("<8sIIQ")
 ALIGN = 64
 SUFFIX = ".hkv"
+NO_STATE = -1  # ChunkHeader.state_end of a recurrent model's chunk whose file leaves the state out
 MAX_HEADER = 8 << 20  # a header holds at most a few thousand token ids; more is a damaged file
 
 
@@ -128,7 +129,8 @@ class ChunkHeader:
     payload_offset: int
     # What a restore that ends at this chunk can continue from exactly (docs/kv-format.md "Memory types"):
     # the lowest position of the sliding-window cells the payload holds (None: no window layers), the
-    # position after the last token a recurrent state in it has seen (None: no recurrent layers), the window.
+    # position after the last token a recurrent state in it has seen (None: no recurrent layers; NO_STATE: a
+    # recurrent model's chunk saved without the state, which ends no restore point), the window.
     swa_lo: int | None = None
     state_end: int | None = None
     n_swa: int = 0

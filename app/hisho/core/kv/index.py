@@ -117,6 +117,12 @@ class KVIndex:
             for c in chunks:
                 if c.get("error") or "bytes" not in c:
                     break  # a chain with a hole is only usable up to the hole
+                if c.get("written") is False and not Path(str(c["path"])).exists():
+                    # The save found this file and kept it, then a gc or an eviction (another save's, on this
+                    # lane) deleted it before this report arrived: indexed, it would point at nothing.
+                    log.debug("KV chunk %s was deleted while its save was in flight; chain ends before it",
+                              c["key"])
+                    break
                 self.db.execute(
                     """INSERT INTO kv_chunks (key, parent, fingerprint, start, n_tokens, tokens, path, bytes,
                        created, last_used, swa_lo, state_end, n_swa) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)
