@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hisho.bench.resume import _drop_cache, _raw_read, resident_bytes
 from hisho.bench.resume import run as bench_resume
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -25,7 +26,23 @@ def test_resume_prefills_once_and_reports_both_cache_modes(tmp_path: Path, monke
     assert out["identical_continuation"] is True and out["typeahead_identical"] is True
     assert out["kv_bytes_per_token"] > 0 and out["restored_tokens"] > 0
     assert {"memory", "model", "send_round_trips"} <= set(out)
+    # Type-ahead's exact promise: the same restore and the same prefill calls give the same continuation.
+    assert out["typeahead_replay_identical"] is True and out["typeahead_prefills"] > 0
     modes = ("warm", "cold") if hasattr(os, "posix_fadvise") else ("warm",)
     for mode in modes:
         assert out[f"restore_{mode}_s"] > 0 and out[f"raw_read_{mode}_s"] > 0
+        assert out[f"raw_read_serial_{mode}_s"] > 0
         assert out[f"restore_vs_raw_read_{mode}"] is not None
+    if "cold" in modes:
+        assert out["cold_resident_bytes"] == 0  # the dropped cache really holds none of the chunk files
+
+
+def test_resident_bytes_sees_a_read_and_a_drop(tmp_path: Path) -> None:
+    files = [tmp_path / f"c{i}.bin" for i in range(2)]
+    for f in files:
+        f.write_bytes(os.urandom(1 << 20))
+    _drop_cache(files, True)
+    assert resident_bytes(files) == 0
+    buf = bytearray(1 << 20)
+    _raw_read(files, buf, False)
+    assert resident_bytes(files) == 2 << 20

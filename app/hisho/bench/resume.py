@@ -170,6 +170,8 @@ def _phase_restore(params: LoadParams, index: KVIndex, a: dict[str, Any], greedy
             for _ in range(repeat):
                 client.seq_rm(0)
                 _drop_cache(files, mode)
+                if mode:   # what the dropped cache still holds (0: the cold restore reads the disk)
+                    _resident_after_drop(files, out)
                 rep = session.restore("bench:a", full)
                 restores.append(rep.seconds)
                 engine_s.append(rep.engine_s)
@@ -187,10 +189,15 @@ def _phase_restore(params: LoadParams, index: KVIndex, a: dict[str, Any], greedy
         out["ttft_restored_s"], restored_tokens = _send(client, full, greedy, started)
         out["identical_continuation"] = restored_tokens == a["reference"]
         _typeahead(client, session, a, greedy, files, cold, out)
+        if cold or len(modes) > 1:   # after every restore so far: a file the engine still maps cannot be dropped
+            _drop_cache(files, True)
+            _resident_after_drop(files, out)
         buf = bytearray(b"\1" * max(p.stat().st_size for p in files))  # allocated and touched once, untimed
         for mode in modes:
             raw = statistics.median(_raw_read(files, buf, mode) for _ in range(repeat))
             out[f"raw_read_{'cold' if mode else 'warm'}_s"] = raw
+            out[f"raw_read_serial_{'cold' if mode else 'warm'}_s"] = statistics.median(
+                _raw_read(files, buf, mode, ahead=False) for _ in range(repeat))
             if mode == cold:
                 out["raw_read_s"] = raw
         _shared_prefix(client, session, a, out)
@@ -243,15 +250,46 @@ def _typeahead(client: EngineClient, session: KVSession, a: dict[str, Any], gree
     suffix = suffix_length(tokens_for)
     client.seq_rm(0)
     _drop_cache(files, cold)
-    session.prefetch("bench:a", a["conv"])  # the conversation was selected in the sidebar
-    for i in range(1, len(QUESTION) + 1):
-        session.draft(tokens_for(QUESTION[:i]), suffix)
-        time.sleep(TYPE_DELAY_S)
-    session.wait_drafted()
+    prefills: list[list[int]] = []   # the draft thread's prefill calls, in order: the question's batch split
+    prefill = client.prefill
+
+    def recording(tokens: list[int], seq: int = 0) -> dict[str, Any]:
+        prefills.append(list(tokens))
+        return prefill(tokens, seq)
+
+    client.prefill = recording  # type: ignore[method-assign]
+    try:
+        session.prefetch("bench:a", a["conv"])  # the conversation was selected in the sidebar
+        for i in range(1, len(QUESTION) + 1):
+            session.draft(tokens_for(QUESTION[:i]), suffix)
+            time.sleep(TYPE_DELAY_S)
+        session.wait_drafted()
+    finally:
+        client.prefill = prefill  # type: ignore[method-assign]
     started = time.perf_counter()  # Send
     session.restore("bench:a", a["full"])
     out["ttft_typeahead_s"], typed = _send(client, a["full"], greedy, started)
     out["typeahead_identical"] = typed == a["reference"]
+    out["typeahead_first_difference"] = _first_difference(typed, a["reference"])
+    out["typeahead_prefills"] = len(prefills)
+    # The exact promise (docs/threads.md, "Does a thread change alter greedy output?"): the same restore and
+    # the same prefill calls made again give the same continuation. Where this holds and typeahead_identical
+    # does not, the difference is the batch split's rounding (the question prefilled in pieces as it was typed
+    # against one batch), not state lost or mixed between the draft thread and Send.
+    client.seq_rm(0)
+    session.restore("bench:a", a["conv"])
+    for part in prefills:
+        prefill(part, 0)
+    _, replayed = _send(client, a["full"], greedy, time.perf_counter())
+    out["typeahead_replay_identical"] = replayed == typed
+
+
+def _first_difference(got: list[int], want: list[int]) -> int | None:
+    """The index of the first token where two continuations part (None: identical)."""
+    for i, (x, y) in enumerate(zip(got, want, strict=False)):
+        if x != y:
+            return i
+    return None if len(got) == len(want) else min(len(got), len(want))
 
 
 def _shared_prefix(client: EngineClient, session: KVSession, a: dict[str, Any], out: dict[str, Any]) -> None:
@@ -266,18 +304,85 @@ def _shared_prefix(client: EngineClient, session: KVSession, a: dict[str, Any], 
     out["shared_prefix_bytes_ratio"] = round(session.index.total_bytes() / one, 4) if one else None
 
 
-def _raw_read(files: list[Path], buf: bytearray, cold: bool) -> float:
-    """Seconds to read the files' bytes into a warm buffer: the fastest plain read, the baseline a restore is
-    compared with (it also has to verify and hand the bytes to llama.cpp)."""
+def _raw_read(files: list[Path], buf: bytearray, cold: bool, *, ahead: bool = True) -> float:
+    """Seconds to read the files' bytes into a warm buffer, each file in one sequential pass: the baseline a
+    restore is compared with (it also has to verify and hand the bytes to llama.cpp).
+
+    ``ahead`` (the baseline): read as a plain sequential reader that knows its next file reads the disk at
+    its best: ``POSIX_FADV_SEQUENTIAL`` on the file (what ``cp`` and ``cat`` ask for) and ``POSIX_FADV_WILLNEED``
+    on the next one while this one is read, the read-ahead a restore gives itself (engine/kvstate.py). Without
+    it (``raw_read_serial_*``, the baseline before) every file comes in the kernel's default read-ahead window
+    at a time, one request after another: on a virtual disk whose requests are slow but many can be in flight,
+    that read was ~4x slower than the restore that reads the same bytes, and the ratio said nothing about the
+    restore."""
     view = memoryview(buf)
     _drop_cache(files, cold)
+    advise = ahead and hasattr(os, "posix_fadvise")
     started = time.perf_counter()
-    for path in files:
+    for i, path in enumerate(files):
+        if advise and i + 1 < len(files):
+            _advise(files[i + 1], "POSIX_FADV_WILLNEED")
         with open(path, "rb", buffering=0) as fh:
+            if advise:
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
             got = 0
             while n := fh.readinto(view[got:]):
                 got += n
     return time.perf_counter() - started
+
+
+def _advise(path: Path, advice: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, getattr(os, advice))
+    finally:
+        os.close(fd)
+
+
+def _resident_after_drop(files: list[Path], out: dict[str, Any]) -> None:
+    """``cold_resident_bytes``: the most of the chunk files any drop left in the page cache (0: every cold read
+    came from the disk). Pages a process still maps are not dropped."""
+    got = resident_bytes(files)
+    if got is not None:
+        out["cold_resident_bytes"] = max(got, int(out.get("cold_resident_bytes") or 0))
+
+
+def resident_bytes(files: list[Path]) -> int | None:
+    """Bytes of ``files`` in the page cache now (``mincore`` over a read-only map; None where unsupported):
+    after a drop, what a "cold" read or restore still finds in memory."""
+    import ctypes
+    import mmap
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        c_mmap, c_munmap, c_mincore = libc.mmap, libc.munmap, libc.mincore
+    except (OSError, AttributeError):
+        return None
+    c_mmap.restype = ctypes.c_void_p
+    c_mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    c_munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    c_mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    page = mmap.PAGESIZE
+    total = 0
+    for path in files:
+        size = path.stat().st_size
+        if not size:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            addr = c_mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+            if addr is None or addr == ctypes.c_void_p(-1).value:
+                return None
+            try:
+                vec = ctypes.create_string_buffer((size + page - 1) // page)
+                if c_mincore(addr, size, vec) != 0:
+                    return None
+                total += sum(b & 1 for b in vec.raw) * page
+            finally:
+                c_munmap(addr, size)
+        finally:
+            os.close(fd)
+    return min(total, sum(p.stat().st_size for p in files))
 
 
 def _drop_cache(files: list[Path], cold: bool) -> None:

@@ -402,7 +402,11 @@ class KVState:
             mm.madvise(mmap.MADV_WILLNEED)
         arr = (ctypes.c_uint8 * header.payload_bytes).from_buffer(mm, header.payload_offset)
         self._mapped = (mm, arr)
-        return memoryview(arr).cast("B"), ctypes.cast(arr, ctypes.POINTER(ctypes.c_uint8))
+        # The pointer from the array's address, not ``ctypes.cast(arr, ...)``: a cast of the array makes a
+        # reference cycle that holds the array, so its export of the map outlived ``_unmap`` until the cyclic
+        # collector ran (mm.close() raised BufferError): every restored chunk file stayed mapped, its pages
+        # pinned in the page cache (a dropped cache was not dropped: `bench resume --cold` read memory).
+        return memoryview(arr).cast("B"), ctypes.cast(ctypes.addressof(arr), ctypes.POINTER(ctypes.c_uint8))
 
     def _unmap(self) -> None:
         if self._mapped is not None:
