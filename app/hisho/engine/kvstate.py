@@ -402,10 +402,8 @@ class KVState:
             mm.madvise(mmap.MADV_WILLNEED)
         arr = (ctypes.c_uint8 * header.payload_bytes).from_buffer(mm, header.payload_offset)
         self._mapped = (mm, arr)
-        # The pointer from the array's address, not ``ctypes.cast(arr, ...)``: a cast of the array makes a
-        # reference cycle that holds the array, so its export of the map outlived ``_unmap`` until the cyclic
-        # collector ran (mm.close() raised BufferError): every restored chunk file stayed mapped, its pages
-        # pinned in the page cache (a dropped cache was not dropped: `bench resume --cold` read memory).
+        # The pointer from the array's address: ``ctypes.cast(arr, ...)`` makes a reference cycle that keeps the
+        # map exported past ``_unmap`` (close raised BufferError), so restored files stayed mapped and cached.
         return memoryview(arr).cast("B"), ctypes.cast(ctypes.addressof(arr), ctypes.POINTER(ctypes.c_uint8))
 
     def _unmap(self) -> None:
