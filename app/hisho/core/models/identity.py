@@ -27,7 +27,7 @@ from hisho.core.atomic import write_text_atomic
 log = logging.getLogger("hisho.kv")
 
 BLOCK = 8 << 20
-WINDOW = 64 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY on every platform (64 KiB on Windows)
+WINDOW = 16 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY on every platform (64 KiB on Windows)
 CACHE_NAME = "model-identity.json"
 _lock = threading.Lock()
 
