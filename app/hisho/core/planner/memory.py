@@ -46,6 +46,7 @@ class Config:
     swa_full: bool = False
     kv_unified: bool = True  # False: one KV stream of n_ctx / n_seq_max cells per sequence (the API's slots)
     use_mmap: bool | None = None  # None: the engine's policy (map unless weights get repacked; repack.py)
+    saves_kv: bool = False  # the load saves and restores KV chunk files (the window's profiles): a save arena
 
     def valid_for(self, facts: ModelFacts) -> str | None:
         """Why llama.cpp would refuse this configuration, or None."""
@@ -73,11 +74,12 @@ class Breakdown:
     estimate: bool = False
     repacked: int = 0         # bytes llama.cpp copies into its CPU_REPACK buffer (part of ``weights``' load)
     mmap: bool = True         # whether the engine maps the file for this load
+    kept: int = 0             # what the engine holds beside the context: checkpoints, save arena (state.Kept)
     notes: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.compute + self.output + self.runtime
+        return self.weights + self.kv + self.compute + self.output + self.runtime + self.kept
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -350,8 +352,9 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     gpu_compute = compute if cfg.n_gpu_layers > 0 else 0
     arrays = batch_bytes(cfg)
     runtime = overhead + DECODE_OVERHEAD + arrays
-    committed = weights + kv + compute + output + arrays
-    resident = weights + double + kv + touched + output + runtime
+    kept, allocated = _kept(facts, cfg, notes)
+    committed = weights + kv + compute + output + arrays + allocated
+    resident = weights + double + kv + touched + output + runtime + kept
     # A small model with a large vocabulary (Gemma-3's 262K) peaks during the load, before its context exists.
     at_load = weights + double + load_peak(facts, calib if looked is not None else None)
     if at_load > resident:
@@ -363,4 +366,20 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,
                      committed=committed, resident=resident, gpu=gpu_w + gpu_kv + gpu_compute,
                      committed_bound=committed - compute + compute_bound,
-                     estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap)
+                     estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap, kept=kept)
+
+
+def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
+    """(resident, allocated) bytes of the engine's checkpoints, save arena and restore mappings at their peak
+    (state.kept_bytes), with a note when they count."""
+    from hisho.core.planner.state import kept_bytes
+
+    k = kept_bytes(facts, cfg)
+    if k.per_checkpoint:
+        notes.append(f"{k.kept_per_seq} checkpoints of {k.per_checkpoint / MIB:.1f} MiB per sequence "
+                     f"({k.sequences}) for exact reuse on a {facts.memory} model, one more while the next is taken")
+    if k.arena:
+        notes.append(f"saving KV copies a whole sequence into a {k.arena / MIB:.0f} MiB buffer"
+                     + (" (kept for the next save)" if k.warm_arena else " (let go after the write)")
+                     + f"; a restore maps up to {k.restore / MIB:.0f} MiB of chunk files")
+    return k.peak, k.allocated
