@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cells: list[dict[str, Any]] = []
     models: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
+    if getattr(args, "kept", False):
+        from hisho.bench.plan_kept import kept_cells
+
+        return kept_cells(getattr(args, "only", None), n_batch, int(s["n_threads"]), machine, fa_allowed)
     if getattr(args, "matrix", False):
         from hisho.bench.shapes import model_file
 
