@@ -95,3 +95,18 @@ def test_more_memory_is_planned_for_a_window_that_saves(tmp_path: Path) -> None:
     saving, not_saving = estimate(f, WINDOW), estimate(f, dataclasses.replace(WINDOW, saves_kv=False))
     assert saving.resident > not_saving.resident and saving.committed > not_saving.committed
     assert any("checkpoints" in n for n in saving.notes) and any("buffer" in n for n in saving.notes)
+
+
+def test_the_search_fits_a_shorter_context_when_the_load_saves_kv(tmp_path: Path) -> None:
+    from hisho.core.machine import Budget
+    from hisho.core.planner.search import Candidate, Search
+
+    f = facts_of(tmp_path, GRANITE_4_H, "granite")
+    cand = [Candidate(f, None)]
+    room = estimate(f, Config(n_ctx=32768, n_seq_max=2)).resident  # exactly 32K without the save buffers
+    b = Budget(ram=room, gpu=0, unified=False, headroom=0, metric="resident", explain="test")
+    plain = Search(b, min_ctx=2048, target_ctx=32768, n_seq_max=2).best(cand)
+    saving = Search(b, min_ctx=2048, target_ctx=32768, n_seq_max=2, saves_kv=True).best(cand)
+    assert plain.fits and saving.fits and saving.config.saves_kv
+    assert saving.config.n_ctx < plain.config.n_ctx
+    assert saving.breakdown.resident <= b.ram

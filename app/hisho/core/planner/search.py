@@ -78,20 +78,20 @@ def fits(b: Breakdown, budget: Budget) -> bool:
 
 class Search:
     def __init__(self, budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
-                 n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 1) -> None:
+                 n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 1, saves_kv: bool = False) -> None:
         if min_ctx < 1:
             raise ValueError("min_ctx must be positive")
         self.budget = budget
         self.min_ctx = min_ctx
         self.target_ctx = max(target_ctx or min_ctx, min_ctx)
-        self.base = Config(n_ctx=min_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max)
+        self.base = Config(n_ctx=min_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max, saves_kv=saves_kv)
 
     # ----- pricing --------------------------------------------------------------------------------------
 
     def _cfg(self, fa: bool, tk: str, tv: str, ngl: int, n_ctx: int) -> Config:
         b = self.base
         return Config(n_ctx=n_ctx, type_k=tk, type_v=tv, flash_attn=fa, n_gpu_layers=ngl, n_batch=b.n_batch,
-                      n_ubatch=b.n_ubatch, n_seq_max=b.n_seq_max)
+                      n_ubatch=b.n_ubatch, n_seq_max=b.n_seq_max, saves_kv=b.saves_kv)
 
     def ctx_range(self, facts: ModelFacts, cap: int | None = None) -> tuple[int, int]:
         """(smallest acceptable, largest wanted) n_ctx for this model."""
