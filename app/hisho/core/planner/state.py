@@ -78,7 +78,8 @@ class StateSize:
 
     def to_dict(self) -> dict[str, int]:
         return {"per_token": self.per_token, "window_per_cell": self.window_per_cell, "window": self.window,
-                "recurrent": self.recurrent, "checkpoint_full_window": self.checkpoint(self.window or 1)}
+                "recurrent": self.recurrent, "checkpoint_full_window": self.checkpoint(self.window or 1),
+                "chunk_file": self.chunked(CHUNK_TOKENS)}
 
 
 def state_size(facts: ModelFacts, type_k: str = "f16", type_v: str = "f16") -> StateSize:
@@ -138,7 +139,9 @@ class Kept:
         return max(kept + self.per_checkpoint + self.warm_arena,  # a checkpoint taken beside a warm arena
                    kept + self.arena,                              # a save
                    kept + self.identity,                           # the first save of a model file hashes it
-                   others + self.warm_arena + self.restore)       # a restore (its sequence's checkpoints dropped)
+                   # a restore: its sequence's checkpoints dropped, every chunk it mapped still held when it
+                   # takes the checkpoint at its end
+                   others + self.warm_arena + self.restore + self.per_checkpoint)
 
 
 def checkpoint_sequences(cfg: Config) -> int:
@@ -159,8 +162,9 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     than one), and a new one is taken before the oldest is dropped. With KV saved (engine/kvstate.py): a save of a
     whole sequence copies every chunk into one arena rounded up to 4 MiB, resident during the write and kept after
     it up to 512 MiB; a restore maps the chunk files and, as the engine does today, holds every one it mapped until
-    the restore is over (the mapping closes when collected); the first save of a model file hashes it through one
-    16 MiB window (core/models/identity.py)."""
+    the cyclic garbage collector frees it (``KVState._map``'s ``ctypes.cast`` puts the array in a reference cycle,
+    so ``mmap.close`` fails with BufferError), then takes a checkpoint; the first save of a model file hashes it
+    through one 16 MiB window (core/models/identity.py)."""
     size = state_size(facts, cfg.type_k, cfg.type_v)
     _streams, cells = stream_cells(cfg)
     seq_ctx = cells  # a sequence may fill its stream (the scratch sequence's copies only tag cells)
