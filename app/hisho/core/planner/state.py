@@ -5,7 +5,10 @@ V row per token; sliding-window layers only the cells still inside the window (o
 not written: at most ``n_swa``); recurrent layers one fixed state (conv + SSM / WKV rows), whatever the length.
 A checkpoint (``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``) is the part a cut cannot give back: the window and the
 recurrent state. So a dense model's state grows with every token, a Gemma-3's grows only by its few global
-layers plus a constant window, and a Mamba's does not grow at all. Decisions: docs/planner.md "Saved state".
+layers plus a constant window, and a Mamba's does not grow at all. On disk the engine writes 512-token chunks
+(``StateSize.chunked``): each carries its own window cells while the cache holds them and, on a recurrent model,
+the whole recurrent state, so a restore can end at any chunk. Decisions: docs/planner.md "Saved state" and
+"Kept state".
 """
 
 from __future__ import annotations
@@ -97,10 +100,11 @@ def state_size(facts: ModelFacts, type_k: str = "f16", type_v: str = "f16") -> S
 
 
 def seconds_saved(n_tokens: int, n_bytes: int, prefill_tok_s: float, restore_bytes_s: float) -> float:
-    """Prefill avoided minus the restore: reading ``n_bytes`` instead of prefilling ``n_tokens``. For a sliding-
-    window or recurrent model ``n_bytes`` is the window / recurrent part plus the global layers' rows (``StateSize
-    .saved``), not n_tokens x a full KV row, so it resumes relatively faster than a dense model of the same
-    prefill speed."""
+    """Prefill avoided minus the restore: reading ``n_bytes`` instead of prefilling ``n_tokens``. ``n_bytes`` is
+    what the chunk files hold (the sidebar reads their real sizes; a plan uses ``StateSize.chunked``): for a
+    sliding-window model the global layers' rows plus the window cells of the last chunks, so it resumes
+    relatively faster than a dense model of the same prefill speed; for a recurrent one its attention rows plus
+    one whole recurrent state per chunk (55 MiB per 512 tokens on Granite-4-H-1B), so it resumes slower."""
     if prefill_tok_s <= 0 or restore_bytes_s <= 0:
         return 0.0
     return max(0.0, n_tokens / prefill_tok_s - n_bytes / restore_bytes_s)
