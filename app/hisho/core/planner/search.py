@@ -221,7 +221,7 @@ def _gib(n: int) -> str:
 
 def plan(candidates: Sequence[ModelFacts], budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
          calibration: Callable[[ModelFacts], Calibration | None] | None = None,
-         cpu: frozenset[str] | None = None, **kw: int) -> Plan:
+         cpu: frozenset[str] | None = None, **kw: Any) -> Plan:
     """Best plan for ``candidates`` (e.g. the quants of one model) within ``budget``."""
     cands = [Candidate(f, calibration(f) if calibration else None, cpu) for f in candidates]
     return Search(budget, min_ctx=min_ctx, target_ctx=target_ctx, **kw).best(cands)
