@@ -111,3 +111,11 @@ def test_the_search_fits_a_shorter_context_when_the_load_saves_kv(tmp_path: Path
     assert plain.fits and saving.fits and saving.config.saves_kv
     assert saving.config.n_ctx < plain.config.n_ctx
     assert saving.breakdown.resident <= b.ram
+
+
+def test_the_bare_resident_is_the_plan_without_kept_state(tmp_path: Path) -> None:
+    # bench plan's context-fill cells measure this; the load's own peak still counts when it is the larger.
+    f = facts_of(tmp_path, GRANITE_4_H, "granite")
+    b = estimate(f, WINDOW)
+    assert b.kept > 0 and b.resident_bare == b.resident - b.kept
+    assert b.kept_committed <= b.kept and b.committed - b.kept_committed > 0

@@ -75,6 +75,8 @@ class Breakdown:
     repacked: int = 0         # bytes llama.cpp copies into its CPU_REPACK buffer (part of ``weights``' load)
     mmap: bool = True         # whether the engine maps the file for this load
     kept: int = 0             # what the engine holds beside the context: checkpoints, save arena (state.Kept)
+    kept_committed: int = 0   # the allocated part of ``kept`` (in ``committed``; mapped file pages are not)
+    resident_bare: int = 0    # ``resident`` without ``kept``: a context filled once, nothing reused or saved
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -357,6 +359,7 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     resident = weights + double + kv + touched + output + runtime + kept
     # A small model with a large vocabulary (Gemma-3's 262K) peaks during the load, before its context exists.
     at_load = weights + double + load_peak(facts, calib if looked is not None else None)
+    bare = max(resident - kept, at_load)
     if at_load > resident:
         notes.append(f"the peak is the model load ({at_load / MIB:.0f} MiB: the vocabulary's metadata is held "
                      "until the loader is done), not the full context")
@@ -366,7 +369,8 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,
                      committed=committed, resident=resident, gpu=gpu_w + gpu_kv + gpu_compute,
                      committed_bound=committed - compute + compute_bound,
-                     estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap, kept=kept)
+                     estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap, kept=kept,
+                     kept_committed=allocated, resident_bare=bare)
 
 
 def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
