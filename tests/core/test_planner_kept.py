@@ -119,3 +119,15 @@ def test_the_bare_resident_is_the_plan_without_kept_state(tmp_path: Path) -> Non
     b = estimate(f, WINDOW)
     assert b.kept > 0 and b.resident_bare == b.resident - b.kept
     assert b.kept_committed <= b.kept and b.committed - b.kept_committed > 0
+
+
+def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_path: Path) -> None:
+    from tests.fixtures.gguf_shapes import TINY_GEMMA3
+
+    f = facts_of(tmp_path, TINY_GEMMA3, "tiny-g3")
+    k = state.kept_bytes(f, WINDOW)
+    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 8
+    # Nine checkpoints' slots (the heap keeps the transient one's) beside the largest later moment; a restore holds
+    # the warm arena and every chunk it mapped.
+    assert k.peak == 9 * k.per_checkpoint + max(k.arena, k.identity, k.warm_arena + k.restore)
+    assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 9 * k.per_checkpoint

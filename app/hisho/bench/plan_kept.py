@@ -89,7 +89,7 @@ class ProbeFailed(RuntimeError):
 def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n_threads: int) -> dict[str, Any]:
     from hisho.core import spawn
     from hisho.core.planner.memory import estimate
-    from hisho.core.planner.state import kept_bytes
+    from hisho.core.planner.state import HEAP_RETAINS, kept_bytes
     from hisho.core.units import MIB
 
     cpu = machine.cpu or None
@@ -102,7 +102,10 @@ def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n
     caches = {"dense": 1, "swa": 2, "hybrid": 2 if any(facts.swa_layers) else 1, "recurrent": 0}[facts.memory]
     request = {"params": params.to_dict(), "n_swa": facts.n_swa, "kv_caches": caches}
     try:
-        proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S)
+        # glibc's mmap threshold at its dynamic maximum from the start: the state a long session reaches (freed
+        # checkpoints up to 32 MiB stay in the heap), not the fresh process's 128 KiB.
+        env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS))
+        proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"the kept-state probe took longer than {PROBE_TIMEOUT_S} s") from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

@@ -33,6 +33,7 @@ CHUNK_TOKENS = 512
 ARENA_ROUND = 4 * MIB
 WARM_ARENA_MAX = 512 * MIB
 IDENTITY_WINDOW = 16 * MIB  # core.models.identity.WINDOW
+HEAP_RETAINS = 32 * MIB  # glibc's DEFAULT_MMAP_THRESHOLD_MAX (64-bit): freed blocks up to this stay in the heap
 TOKEN_REF = 8  # a checkpoint's token list: one reference per token (the int objects are the sequence's own)
 
 
@@ -131,19 +132,32 @@ class Kept:
         return self.arena if per <= WARM_ARENA_MAX else 0
 
     @property
+    def retained(self) -> bool:
+        """Whether a dropped checkpoint's memory stays in the process: glibc serves a block below its mmap
+        threshold from the heap and keeps it when freed, and the threshold climbs to the largest block freed so
+        far (up to 32 MiB: an arena outgrown, a repacked tensor's read buffer), so a long session reaches it."""
+        return 0 < self.per_checkpoint <= HEAP_RETAINS
+
+    @property
     def allocated(self) -> int:
         """The part that is allocated memory (checkpoints, arena), not mapped file pages: what ``committed`` adds."""
         kept = self.sequences * self.kept_per_seq * self.per_checkpoint
+        if self.retained:
+            return kept + self.per_checkpoint + self.arena
         return max(kept + self.per_checkpoint + self.warm_arena, kept + self.arena)
 
     @property
     def peak(self) -> int:
         kept = self.sequences * self.kept_per_seq * self.per_checkpoint
+        if self.retained:
+            # The heap keeps the slots of the most checkpoints ever held (one more than kept) through every later
+            # moment: a save's arena, the first save's identity hash, a restore's mapped chunks.
+            return kept + self.per_checkpoint + max(self.arena, self.identity, self.warm_arena + self.restore)
         others = kept - self.kept_per_seq * self.per_checkpoint
         return max(kept + self.per_checkpoint + self.warm_arena,  # a checkpoint taken beside a warm arena
                    kept + self.arena,                              # a save
                    kept + self.identity,                           # the first save of a model file hashes it
-                   # a restore: its sequence's checkpoints dropped, every chunk it mapped still held when it
+                   # a restore: its sequence's checkpoints given back, every chunk it mapped still held when it
                    # takes the checkpoint at its end
                    others + self.warm_arena + self.restore + self.per_checkpoint)
 
