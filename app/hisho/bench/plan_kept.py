@@ -132,7 +132,7 @@ def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n
         "measured_checkpoint": max(m["checkpoint_sizes"], default=0), "measured_checkpoints_kept": m["checkpoints_kept"],
         "measured_checkpoint_bytes_max": m["checkpoint_bytes_max_held"], "measured_arena": arena,
         "save_copied_bytes": m["save_copied_bytes"], "save_chunks": m["save_chunks"],
-        "chunk_file_bytes": m["chunk_file_bytes"], "restored": m["restored"],
+        "chunk_file_bytes": m["chunk_file_bytes"], "restored": m["restored"], "step": m.get("step", 16),
         "peak_before_save": m["after_checkpoints_peak"], "peak_after_save": m["after_save_peak"],
         "estimate": predicted.estimate,
     }
@@ -160,7 +160,9 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     logs = LogCapture()
     backends.init()
     params = LoadParams.from_dict(request["params"])
-    n_ck, step = int(request.get("checkpoints", 9)), int(request.get("step", 16))
+    # 9 x 64 tokens after the fill: past a window cache's n_swa x 2 + n_ubatch cells, so every one of them holds a
+    # cell of the sequence (as in a long chat) when the save copies the window part.
+    n_ck, step = int(request.get("checkpoints", 9)), int(request.get("step", 64))
     reset_peak()
     base = memory_now()
     rt = Runtime.load(params)
@@ -229,7 +231,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     batch_bytes = cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * rt.n_seq_max
     kind = keeper.kind
     rt.close()
-    return {"ok": True, "n_ctx": rt.n_ctx, "filled": rt.n_ctx, "kind": kind, "load_s": rt.load_s, "mmap": rt.mmap,
+    return {"ok": True, "n_ctx": rt.n_ctx, "filled": rt.n_ctx, "kind": kind, "step": step, "load_s": rt.load_s, "mmap": rt.mmap,
             "baseline_rss": base["rss"], "peak_growth": max(end["peak"], loaded["peak"]) - base["rss"],
             "load_peak_growth": loaded["peak"] - base["rss"],
             "after_checkpoints_peak": after_checkpoints["peak"] - base["rss"],
