@@ -127,7 +127,13 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
     f = facts_of(tmp_path, TINY_GEMMA3, "tiny-g3")
     k = state.kept_bytes(f, WINDOW)
     assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 8
-    # Nine checkpoints' slots (the heap keeps the transient one's) beside the largest later moment; a restore holds
-    # the warm arena and every chunk it mapped.
-    assert k.peak == 9 * k.per_checkpoint + max(k.arena, k.identity, k.warm_arena + k.restore)
+    # Nine checkpoints' slots (the heap keeps the transient one's) beside a save's arena; a restore holds them too
+    # (8 x 2.6 MiB is under glibc's trim threshold), the warm arena and every chunk it mapped.
+    slots = 9 * k.per_checkpoint
+    assert k.peak == max(slots + max(k.arena, k.identity), slots + k.warm_arena + k.restore)
+    # Over the trim threshold (a wider window: the same layers at 4 x the window), the restore gives them back.
+    wide = state.Kept(per_checkpoint=10 * state.MIB, kept_per_seq=8, sequences=1, arena=k.arena, restore=k.restore,
+                      identity=k.identity)
+    assert wide.retained and wide.peak == max(90 * state.MIB + k.arena,
+                                              10 * state.MIB + k.warm_arena + k.restore)
     assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 9 * k.per_checkpoint

@@ -89,7 +89,7 @@ class ProbeFailed(RuntimeError):
 def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n_threads: int) -> dict[str, Any]:
     from hisho.core import spawn
     from hisho.core.planner.memory import estimate
-    from hisho.core.planner.state import HEAP_RETAINS, kept_bytes
+    from hisho.core.planner.state import HEAP_RETAINS, HEAP_TRIM, kept_bytes
     from hisho.core.units import MIB
 
     cpu = machine.cpu or None
@@ -104,7 +104,7 @@ def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n
     try:
         # glibc's mmap threshold at its dynamic maximum from the start: the state a long session reaches (freed
         # checkpoints up to 32 MiB stay in the heap), not the fresh process's 128 KiB.
-        env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS))
+        env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
         proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"the kept-state probe took longer than {PROBE_TIMEOUT_S} s") from None

@@ -34,6 +34,7 @@ ARENA_ROUND = 4 * MIB
 WARM_ARENA_MAX = 512 * MIB
 IDENTITY_WINDOW = 16 * MIB  # core.models.identity.WINDOW
 HEAP_RETAINS = 32 * MIB  # glibc's DEFAULT_MMAP_THRESHOLD_MAX (64-bit): freed blocks up to this stay in the heap
+HEAP_TRIM = 2 * HEAP_RETAINS  # glibc's trim threshold follows the mmap threshold: a larger free heap top goes back
 TOKEN_REF = 8  # a checkpoint's token list: one reference per token (the int objects are the sequence's own)
 
 
@@ -150,9 +151,14 @@ class Kept:
     def peak(self) -> int:
         kept = self.sequences * self.kept_per_seq * self.per_checkpoint
         if self.retained:
-            # The heap keeps the slots of the most checkpoints ever held (one more than kept) through every later
-            # moment: a save's arena, the first save's identity hash, a restore's mapped chunks.
-            return kept + self.per_checkpoint + max(self.arena, self.identity, self.warm_arena + self.restore)
+            # The heap keeps the slots of the most checkpoints ever held (one more than kept) through a save's
+            # arena and the first save's identity hash. A restore drops its sequence's checkpoints first: glibc
+            # gives a free heap top back once it is over its trim threshold (twice the mmap threshold), so their
+            # slots stay only when they are at most that much.
+            slots = kept + self.per_checkpoint
+            own = self.kept_per_seq * self.per_checkpoint
+            at_restore = slots - (own if own > HEAP_TRIM else 0) + self.warm_arena + self.restore
+            return max(slots + max(self.arena, self.identity), at_restore)
         others = kept - self.kept_per_seq * self.per_checkpoint
         return max(kept + self.per_checkpoint + self.warm_arena,  # a checkpoint taken beside a warm arena
                    kept + self.arena,                              # a save
