@@ -376,7 +376,7 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
 def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
     """(resident, allocated) bytes of the engine's checkpoints, save arena and restore mappings at their peak
     (state.kept_bytes), with a note when they count."""
-    from hisho.core.planner.state import kept_bytes
+    from hisho.core.planner.state import WARM_ARENA_MAX, kept_bytes
 
     k = kept_bytes(facts, cfg)
     if k.per_checkpoint:
@@ -384,6 +384,7 @@ def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
                      f"({k.sequences}) for exact reuse on a {facts.memory} model, one more while the next is taken")
     if k.arena:
         notes.append(f"saving KV copies a whole sequence into a {k.arena / MIB:.0f} MiB buffer"
-                     + (" (kept for the next save)" if k.warm_arena else " (let go after the write)")
+                     + (" (kept for the next save)" if k.arena // max(1, min(2, k.sequences)) <= WARM_ARENA_MAX
+                        else " (held until the next save: the writer still references it)")
                      + f"; a restore maps up to {k.restore / MIB:.0f} MiB of chunk files")
     return k.peak, k.allocated

@@ -128,9 +128,11 @@ class Kept:
 
     @property
     def warm_arena(self) -> int:
-        """The arena still held after its write (kept for the next save up to ``WARM_ARENA_MAX``)."""
-        per = self.arena // max(1, min(2, self.sequences))
-        return self.arena if per <= WARM_ARENA_MAX else 0
+        """The arena still held after its write: all of it. The writer keeps arenas up to ``WARM_ARENA_MAX`` for
+        the next save and means to let larger ones go, but its thread's loop variable still holds the finished job
+        (and so its arena) until the next save arrives (engine/kvstate.py ``ChunkWriter._loop``): measured on
+        Granite-4-H-1B at 8192 tokens, the 924 MiB arena under the restore that followed (−24.7 % before)."""
+        return self.arena
 
     @property
     def retained(self) -> bool:
