@@ -140,3 +140,11 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
     assert wide.retained and wide.peak == max(90 * state.MIB + k.arena,
                                               10 * state.MIB + k.warm_arena + k.restore)
     assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 9 * k.per_checkpoint
+
+
+def test_the_plan_counts_host_memory_per_cell_of_context(tmp_path: Path) -> None:
+    from hisho.core.planner.memory import HOST_PER_CELL
+
+    f = facts_of(tmp_path, TINY_LLAMA, "llama")
+    short, long = estimate(f, Config(n_ctx=2048)), estimate(f, Config(n_ctx=4096))
+    assert long.runtime - short.runtime == HOST_PER_CELL * 2048

@@ -29,6 +29,11 @@ KV_BLOCK = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 # memory): measured with hisho bench plan on the default model, 0.7-2.2 MiB over 512..8192 tokens. 3 MiB keeps
 # resident predictions within about +-0.5 % there, erring towards over.
 DECODE_OVERHEAD = 3 * MIB
+# Host memory per cell of context a long conversation fills, beyond the KV rows: llama.cpp's per-cell bookkeeping
+# (each cache's position map) and the engine's token lists. Measured by the slope of bench plan's peak over n_ctx:
+# ~265 B per token on the GPT-OSS tiny shape (2048..32768), ~170 B on the bundled model; without it the GPT-OSS
+# tiny shape at 32768 tokens read -7.9 % (7 MiB under an 83 MiB plan).
+HOST_PER_CELL = 256
 
 
 @dataclass(frozen=True)
@@ -353,7 +358,8 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     gpu_kv = memory_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
     gpu_compute = compute if cfg.n_gpu_layers > 0 else 0
     arrays = batch_bytes(cfg)
-    runtime = overhead + DECODE_OVERHEAD + arrays
+    streams, cells = stream_cells(cfg)
+    runtime = overhead + DECODE_OVERHEAD + arrays + HOST_PER_CELL * streams * cells
     kept, allocated = _kept(facts, cfg, notes)
     committed = weights + kv + compute + output + arrays + allocated
     resident = weights + double + kv + touched + output + runtime + kept
