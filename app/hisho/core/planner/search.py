@@ -52,7 +52,7 @@ class Plan:
             "gpu_budget_bytes": self.budget.gpu, "unified_memory": self.budget.unified,
             "headroom_bytes": self.budget.headroom, "fit_metric": self.budget.metric,
             "breakdown": {"weights": b.weights, "kv": b.kv, "compute": b.compute, "output": b.output,
-                          "runtime": b.runtime, "total": b.total},
+                          "runtime": b.runtime, "kept": b.kept, "total": b.total},
             "committed": b.committed, "resident": b.resident, "gpu_bytes": b.gpu, "estimate": b.estimate,
             "repacked_bytes": b.repacked, "mmap": b.mmap, "memory_type": self.facts.memory if self.facts else "",
             "saved_state": state_size(self.facts, c.type_k, c.type_v).to_dict() if self.facts else {},
