@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "kept", False):
         from hisho.bench.plan_kept import kept_cells
 
-        return kept_cells(getattr(args, "only", None), n_batch, int(s["n_threads"]), machine, fa_allowed)
+        return kept_cells(getattr(args, "only", None), n_batch, int(s["n_threads"]), machine, fa_allowed,
+                          kv_types=KV_TYPES, cell_configs=cell_configs, summary=summary)
     if getattr(args, "matrix", False):
         from hisho.bench.shapes import model_file
 

@@ -12,16 +12,15 @@ arena, the chunk files' bytes."""
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import logging
-import mmap
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +38,12 @@ RAM_SHARE = 0.5  # a cell is measured only when its plan needs at most this shar
 PROBE_TIMEOUT_S = 3600
 
 
-def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_allowed: bool) -> dict[str, Any]:
+def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_allowed: bool, *,
+               kv_types: tuple[str, ...], cell_configs: Callable[..., list[Any]],
+               summary: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
     """Every (model, n_ctx, KV type) cell of ``KEPT_MODELS`` (``only``: "shape[:quant],..."), planned as the
-    window loads it (two sequences, KV saved) and measured in a fresh child each."""
-    from hisho.bench.plan import KV_TYPES, cell_configs, summary
+    window loads it (two sequences, KV saved) and measured in a fresh child each. ``cell_configs`` and
+    ``summary`` are bench.plan's (passed in: that module calls this one)."""
     from hisho.bench.shapes import model_file
     from hisho.core.models.gguf_facts import read_facts
     from hisho.core.planner import calibration_for
@@ -58,7 +59,7 @@ def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_
         for n_ctx in KEPT_CONTEXTS:
             if facts.context_length and n_ctx > facts.context_length:
                 continue
-            for kv in KV_TYPES:
+            for kv in kv_types:
                 cfg = dataclasses.replace(cell_configs(path, n_ctx, kv, n_batch, machine, fa_allowed=fa_allowed)[0],
                                           n_seq_max=2, saves_kv=True)
                 label = f"{shape}:{quant}"
@@ -143,18 +144,9 @@ def _pct(predicted: int, measured: int) -> float:
 
 
 def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
-    import llama_cpp
-
     from hisho.engine import backends
     from hisho.engine.kvstate import ChunkWriter, KVState
-    from hisho.engine.probe import (
-        LogCapture,
-        _seq_state,
-        memory_now,
-        parse_buffers,
-        reset_peak,
-        synthetic_state,
-    )
+    from hisho.engine.probe import LogCapture, _fill_by_state, memory_now, parse_buffers, reset_peak
     from hisho.engine.runtime import Runtime
 
     logs = LogCapture()
@@ -168,33 +160,20 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     rt = Runtime.load(params)
     loaded = memory_now()
     buffers = parse_buffers(logs.take())
-    tokens = [(i * 7919 + 11) % rt.n_vocab for i in range(rt.n_ctx)]
-    n_fill = rt.n_ctx - rt.n_batch - n_ck * step
-    # The synthetic fill (probe._fill_by_state, with our own length): built in an anonymous mmap, unmapped before
-    # the peak is reset.
-    rt.decode_tokens(0, tokens[:1], want_logits=False)
-    one = _seq_state(rt, 0)
-    rt.seq_rm(0)
+    n_ctx = rt.n_ctx
+    tokens = [(i * 7919 + 11) % rt.n_vocab for i in range(n_ctx)]
+    # The probe's synthetic fill (a state built in an anonymous mmap, unmapped before the peak is reset, then one
+    # real ubatch), told the context ends where the checkpoints' steps begin.
     caches = request.get("kv_caches")
-    pieces = list(synthetic_state(one, n_fill, int(request.get("n_swa", 0)), None if caches is None else int(caches)))
-    size = sum(len(p) * t for p, t in pieces)
-    mm = mmap.mmap(-1, size)
-    for piece, times in pieces:
-        for _ in range(times):
-            mm.write(piece)
-    del pieces, one
-    buf = (ctypes.c_uint8 * size).from_buffer(mm)
-    got = llama_cpp.llama_state_seq_set_data(rt.ctx, buf, size, 0)
-    del buf
-    mm.close()
-    if got != size:
-        raise RuntimeError(f"llama.cpp took {got} of {size} bytes of the synthetic state")
-    rt.seqs[0] = list(tokens[:n_fill])
-    reset_peak()
+    rt.n_ctx = n_ctx - n_ck * step
+    try:
+        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches))
+    finally:
+        rt.n_ctx = n_ctx
     keeper = rt.keeper
     sizes: list[int] = []
     held_max = 0
-    pos = n_fill
+    pos = n_ctx - n_ck * step
     for _ in range(n_ck):
         rt.decode_tokens(0, tokens[pos:pos + step], want_logits=False)
         pos += step
@@ -202,13 +181,11 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         if keeper.checkpoint(0):
             sizes.append(len(keeper.checkpoints[0][-1].data))
             held_max = max(held_max, before + sizes[-1])
-    rt.decode_tokens(0, tokens[pos:rt.n_ctx])
-    if keeper.checkpoint(0):
+    if keeper.checkpoint(0):  # the same moment as the last step's: a no-op unless that one was refused
         sizes.append(len(keeper.checkpoints[0][-1].data))
     after_checkpoints = memory_now()
     kept_checkpoints = len(keeper.checkpoints.get(0, []))
     kept_bytes = keeper.checkpoint_bytes()
-    pos_min = int(llama_cpp.llama_memory_seq_pos_min(rt.memory, 0))
     reports: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hisho-kept-") as tmp:
         # The first save of a model file hashes every byte of it (its identity, then cached on disk): measured
@@ -221,6 +198,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         writer.wait_idle()
         after_save = memory_now()
         chunks = reports[0]["chunks"] if reports else []
+        lows = [int(c["swa_lo"]) for c in chunks if c.get("swa_lo") is not None and c["swa_lo"] < c["start"] + c["n_tokens"]]
         warm = max((a.capacity for a in writer._free), default=0)
         t0 = time.perf_counter()
         restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=rt.n_ctx)
@@ -240,7 +218,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
             "after_checkpoints_rss": after_checkpoints["rss"] - base["rss"],
             "after_save_rss": after_save["rss"] - base["rss"], "end_rss": end["rss"] - base["rss"],
             "checkpoint_sizes": sizes, "checkpoints_kept": kept_checkpoints, "checkpoint_bytes_kept": kept_bytes,
-            "checkpoint_bytes_max_held": held_max, "swa_pos_min": pos_min,
+            "checkpoint_bytes_max_held": held_max, "swa_low": min(lows, default=-1),
             "save_copied_bytes": int(summary["copied_bytes"]), "save_chunks": len(chunks),
             "chunk_payload_bytes": [int(c.get("bytes", 0)) for c in chunks], "chunk_file_bytes": file_bytes,
             "warm_arena": warm, "restored": int(restored["restored"]), "restore_s": restore_s,

@@ -20,11 +20,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hisho.core.models.gguf_facts import ModelFacts
+from hisho.core.planner.layout import (
+    KV_BLOCK as KV_BLOCK,  # re-exported: the planner's callers import them here
+)
+from hisho.core.planner.layout import Config as Config
+from hisho.core.planner.layout import row_bytes as row_bytes
+from hisho.core.planner.layout import stream_cells as stream_cells
+from hisho.core.planner.layout import swa_cells as swa_cells
+from hisho.core.planner.state import WARM_ARENA_MAX, kept_bytes
 from hisho.core.units import CELL_PAD as CELL_PAD  # one home for the padding (hisho.core.units); re-exported
 from hisho.core.units import MIB
 from hisho.core.units import padded_cells as padded_cells
 
-KV_BLOCK = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 # What only a real decode touches beyond the dry run's figures (CPU kernels' code pages, thread and work
 # memory): measured with hisho bench plan on the default model, 0.7-2.2 MiB over 512..8192 tokens. 3 MiB keeps
 # resident predictions within about +-0.5 % there, erring towards over.
@@ -34,33 +41,6 @@ DECODE_OVERHEAD = 3 * MIB
 # ~265 B per token on the GPT-OSS tiny shape (2048..32768), ~170 B on the bundled model; without it the GPT-OSS
 # tiny shape at 32768 tokens read -7.9 % (7 MiB under an 83 MiB plan).
 HOST_PER_CELL = 256
-
-
-@dataclass(frozen=True)
-class Config:
-    """One way to load a model."""
-
-    n_ctx: int
-    type_k: str = "f16"
-    type_v: str = "f16"
-    flash_attn: bool = True
-    n_gpu_layers: int = 0
-    n_batch: int = 512
-    n_ubatch: int = 512
-    n_seq_max: int = 1
-    swa_full: bool = False
-    kv_unified: bool = True  # False: one KV stream of n_ctx / n_seq_max cells per sequence (the API's slots)
-    use_mmap: bool | None = None  # None: the engine's policy (map unless weights get repacked; repack.py)
-    saves_kv: bool = False  # the load saves and restores KV chunk files (the window's profiles): a save arena
-
-    def valid_for(self, facts: ModelFacts) -> str | None:
-        """Why llama.cpp would refuse this configuration, or None."""
-        if self.type_v != "f16" and not self.flash_attn:
-            return "a quantized V cache needs flash attention"
-        for kind, n in ((self.type_k, facts.key_length), (self.type_v, facts.value_length)):
-            if n % KV_BLOCK[kind][0]:
-                return f"{kind} needs head sizes divisible by {KV_BLOCK[kind][0]}"
-        return None
 
 
 @dataclass
@@ -92,29 +72,6 @@ class Breakdown:
         d = asdict(self)
         d["total"] = self.total
         return d
-
-
-def row_bytes(kind: str, n: int) -> int:
-    block, size = KV_BLOCK[kind]
-    return -(-n // block) * size
-
-
-def stream_cells(cfg: Config) -> tuple[int, int]:
-    """(streams, cells per stream) of the KV cache: one stream of n_ctx cells when unified, else one of
-    n_ctx / n_seq_max cells per sequence (llama-context.cpp n_ctx_seq, padded to 256 each)."""
-    if cfg.kv_unified or cfg.n_seq_max <= 1:
-        return 1, padded_cells(cfg.n_ctx)
-    return cfg.n_seq_max, padded_cells(max(1, padded_cells(cfg.n_ctx) // cfg.n_seq_max))
-
-
-def swa_cells(facts: ModelFacts, cells: int, cfg: Config) -> int:
-    """Cells per stream a sliding-window layer holds: the window (times the sequences sharing a unified stream)
-    plus one ubatch, padded to 256, never more than the full stream (llama-kv-cache-iswa.cpp); all of them with
-    ``swa_full``."""
-    if cfg.swa_full:
-        return cells
-    shared = cfg.n_seq_max if cfg.kv_unified else 1
-    return padded_cells(min(cells, facts.n_swa * shared + cfg.n_ubatch))
 
 
 _PER_CELL: dict[tuple[Any, ...], tuple[tuple[int, int], ...]] = {}
@@ -382,8 +339,6 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
 def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
     """(resident, allocated) bytes of the engine's checkpoints, save arena and restore mappings at their peak
     (state.kept_bytes), with a note when they count."""
-    from hisho.core.planner.state import WARM_ARENA_MAX, kept_bytes
-
     k = kept_bytes(facts, cfg)
     if k.per_checkpoint:
         notes.append(f"{k.kept_per_seq} checkpoints of {k.per_checkpoint / MIB:.1f} MiB per sequence "

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hisho.core.models.gguf_facts import ModelFacts
-from hisho.core.planner.memory import Config, row_bytes, stream_cells, swa_cells
+from hisho.core.planner.layout import Config, row_bytes, stream_cells, swa_cells
 from hisho.core.units import MIB
 
 CELL_META = 12  # bytes of metadata per saved attention cell (its position, sequence count, ...), measured
