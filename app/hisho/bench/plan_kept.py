@@ -1,14 +1,13 @@
-"""``hisho bench plan --matrix --kept``: the plan against a peak reached the way a chat reaches it on a sliding-
-window or recurrent model: the context nearly full, the engine's partial-state checkpoints taken (more than it
-keeps, so the eviction's transient is in the peak), then the whole sequence saved to chunk files and restored.
+"""``hisho bench plan --kept``: the plan against a peak reached the way a chat reaches it on a sliding-window or
+recurrent model: the context nearly full, the engine's partial-state checkpoints taken (more than it keeps, so
+the eviction's transient is in the peak), then the whole sequence saved to chunk files and restored.
 
 The child (``python -m hisho.bench.plan_kept`` through ``hisho.core.spawn``, role ``kept-probe``) loads through
 the engine's own ``Runtime`` with two sequences (the window's profile: one for the chat, one scratch for chunk
-copies), fills all but the last ``n_batch + checkpoints x step`` tokens with a synthetic state (as ``bench plan``
-does), then decodes ``step`` tokens and takes a checkpoint (``PrefixKeeper.checkpoint``) ``checkpoints`` times,
-decodes the last full ubatch, takes one more, saves (``KVState.save``, 512-token chunks) and restores
-(``KVState.restore``). It reports the peak RSS growth and what the engine held: checkpoint bytes, the save's
-arena, the chunk files' bytes."""
+copies), fills all but ``checkpoints x step`` tokens with the probe's synthetic fill (a state plus one real
+ubatch, as ``bench plan`` does), then decodes ``step`` tokens and takes a checkpoint (``PrefixKeeper.checkpoint``)
+``checkpoints`` times, saves (``KVState.save``, 512-token chunks) and restores (``KVState.restore``). It reports
+the peak RSS growth and what the engine held: checkpoint bytes, the save's arena, the chunk files' bytes."""
 
 from __future__ import annotations
 
