@@ -44,3 +44,30 @@ def test_a_damaged_cache_is_ignored(tmp_path: Path) -> None:
     cache = tmp_path / "ids.json"
     cache.write_text("{not json")
     assert model_identity.identity(f, cache) == model_identity.identity(f, tmp_path / "other.json")
+
+
+def test_the_hash_is_of_every_byte_across_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import xxhash
+
+    monkeypatch.setattr(model_identity, "WINDOW", 1 << 20, raising=False)
+    f = make(tmp_path / "m.gguf", (7 << 19) + 77)  # three and a half windows and a bit
+    assert model_identity.hash_file(f) == xxhash.xxh3_128_hexdigest(f.read_bytes())
+
+
+def _peak_rss() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to reset the peak")
+def test_hashing_holds_one_window_of_the_file_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every page of a mapping that is read stays resident until unmapped: one mapping of the whole file made the
+    # engine's peak grow by the model's size on its first KV save.
+    monkeypatch.setattr(model_identity, "WINDOW", 4 << 20, raising=False)
+    f = make(tmp_path / "m.gguf", 64 << 20)
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _peak_rss()
+    model_identity.hash_file(f)
+    assert _peak_rss() - before < 24 << 20

@@ -150,7 +150,7 @@ def test_plan_json_fields(llama8b: ModelFacts) -> None:
     for key in ("model", "quant", "n_ctx", "type_k", "type_v", "flash_attn", "n_gpu_layers", "fits", "budget_bytes",
                 "committed", "resident", "reason", "alternatives"):
         assert key in d
-    assert set(d["breakdown"]) == {"weights", "kv", "compute", "output", "runtime", "total"}
+    assert set(d["breakdown"]) == {"weights", "kv", "compute", "output", "runtime", "kept", "total"}
     assert d["breakdown"]["total"] == sum(v for k, v in d["breakdown"].items() if k != "total")
 
 

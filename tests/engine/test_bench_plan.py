@@ -120,3 +120,21 @@ def test_whole_matrix_within_limits() -> None:
     assert all("flash_attn" in c and c["planned"] for c in result["cells"])
     assert result["worst_abs_error_pct"] <= 5.0, result["worst_resident_cell"]
     assert result["worst_under_pct"] <= 2.0, result["worst_resident_cell"]
+
+
+def test_kept_cells_are_planned_as_the_window_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hisho.bench import plan_kept
+    from hisho.cli.main import build_parser
+
+    assert build_parser().parse_args(["bench", "plan", "--kept"]).kept
+    seen: list[Config] = []
+
+    def fake_cell(facts: object, cfg: Config, *_a: object) -> dict[str, object]:
+        seen.append(cfg)
+        return {"n_ctx": cfg.n_ctx, "type_k": cfg.type_k, "resident_error_pct": 0.5, "committed_error_pct": 0.0}
+
+    monkeypatch.setattr(plan_kept, "kept_cell", fake_cell)
+    out = plan_kept.kept_cells("gpt-oss-tiny", 512, 2, detect(), True, kv_types=bench_plan.KV_TYPES,
+                               cell_configs=bench_plan.cell_configs, summary=bench_plan.summary)
+    assert out["cells_measured"] == len(plan_kept.KEPT_CONTEXTS) * 2 == len(seen)
+    assert all(c.n_seq_max == 2 and c.saves_kv and c.kv_unified for c in seen)  # chat + scratch, KV saved

@@ -5,12 +5,14 @@ windows, random weights)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import llama_cpp
 import pytest
 
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.models.gguf_facts import read_facts
-from hisho.core.planner.state import seconds_saved, state_size
+from hisho.core.planner.state import STATE_HEADERS, seconds_saved, state_size
 from hisho.engine.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
@@ -51,3 +53,48 @@ def test_resume_estimate_uses_the_saved_state() -> None:
     swa = seconds_saved(4096, 4096 * 65536 // 6 + 512 * 65536 * 5 // 6, 250.0, 2e9)
     assert swa > dense > 0
     assert seconds_saved(10, 10**12, 250.0, 2e9) == 0.0
+
+
+def test_the_planner_mirrors_the_engines_limits() -> None:
+    from hisho.core.planner import state
+    from hisho.engine import kvstate, prefix
+
+    assert state.CHECKPOINTS_PER_SEQ == prefix.CHECKPOINTS_PER_SEQ
+    assert state.CHECKPOINT_BYTES_PER_SEQ == prefix.CHECKPOINT_BYTES_PER_SEQ
+    assert state.WARM_ARENA_MAX == kvstate.WARM_ARENA_MAX
+    assert state.ARENA_ROUND == kvstate._ROUND
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("shape", ["llama-tiny", "gemma-3-tiny", "gpt-oss-tiny", "granite-4.0-h-tiny"])
+def test_chunked_save_and_checkpoint_match_the_engine(shape: str, tmp_path: Path) -> None:
+    """What a save through the scratch sequence really copies (every chunk with its own window cells and, on a
+    recurrent model, the whole state) and what a checkpoint holds, against StateSize.chunked / checkpoint."""
+    from hisho.engine.kvstate import ChunkWriter, KVState
+
+    path = true_model(shape, "Q8_0")
+    size = state_size(read_facts(path))
+    rt = Runtime.load(LoadParams(model_path=str(path), n_ctx=2048, n_threads=2, n_seq_max=2))
+    try:
+        tokens = [(i * 7919 + 11) % rt.n_vocab for i in range(N_TOKENS)]
+        for start in range(0, N_TOKENS, rt.n_batch):
+            rt.decode_tokens(0, tokens[start:start + rt.n_batch], want_logits=False)
+        took = rt.keeper.checkpoint(0)
+        checkpoint = len(rt.keeper.checkpoints[0][-1].data) if took else 0
+        pos_min = int(llama_cpp.llama_memory_seq_pos_min(rt.memory, 0))
+        writer = ChunkWriter()
+        reports: list[dict[str, object]] = []
+        copied = int(KVState(rt, writer).save(0, tmp_path / "kv", 512, reports.append)["copied_bytes"])
+        writer.wait_idle()
+    finally:
+        rt.close()
+    held = N_TOKENS - pos_min if size.window else None
+    predicted = size.chunked(N_TOKENS, 512, held)
+    chunks = -(-N_TOKENS // 512)
+    assert predicted - chunks * STATE_HEADERS <= copied <= predicted, (shape, predicted, copied)
+    if shape == "llama-tiny":
+        assert not took
+    else:
+        assert took and size.checkpoint(N_TOKENS) <= checkpoint <= size.checkpoint(N_TOKENS) + STATE_HEADERS
+    if shape == "granite-4.0-h-tiny":
+        assert copied > chunks * size.recurrent  # every chunk file carries the whole recurrent state

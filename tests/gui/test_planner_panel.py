@@ -59,3 +59,13 @@ def test_view_menu_opens_the_planner(qtbot: QtBot, window: MainWindow) -> None:
     assert panel.plan is not None and panel.plan.fits
     assert panel.slider.isEnabled()
     panel.close()
+
+
+def test_the_engines_kept_state_is_other_not_compute() -> None:
+    facts, calib = smollm()
+    budget = Budget(ram=int(2 * GIB), gpu=0, unified=False, headroom=0, metric="resident", explain="test")
+    p = plan([facts], budget, min_ctx=1024, target_ctx=2048, calibration=lambda f: calib, saves_kv=True)
+    b = p.breakdown
+    assert b.kept > 0  # a save arena and a restore's chunks
+    seg = segments_of(p)
+    assert seg["other"] == b.output + b.runtime + b.kept and sum(seg.values()) == p.need

@@ -78,6 +78,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cells: list[dict[str, Any]] = []
     models: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
+    if getattr(args, "kept", False):
+        from hisho.bench.plan_kept import kept_cells
+
+        return kept_cells(getattr(args, "only", None), n_batch, int(s["n_threads"]), machine, fa_allowed,
+                          kv_types=KV_TYPES, cell_configs=cell_configs, summary=summary)
     if getattr(args, "matrix", False):
         from hisho.bench.shapes import model_file
 
@@ -172,7 +177,11 @@ def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_th
 
 def _cell(facts: ModelFacts, cfg: Config, calib: Calibration | None, cpu: frozenset[str] | None,
           model_path: str, n_threads: int, fill: str) -> dict[str, Any]:
-    predicted = estimate(facts, cfg, calib, cpu=cpu)
+    planned = estimate(facts, cfg, calib, cpu=cpu)
+    # This cell fills the context and takes no checkpoint: it measures the plan without the engine's kept state
+    # (checkpoints, save buffers), which ``--kept`` measures.
+    predicted = dataclasses.replace(planned, resident=planned.resident_bare,
+                                    committed=planned.committed - planned.kept_committed)
     # As launch.load_params_for does: the plan tells the engine whether to map the file.
     params = LoadParams(model_path=model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
                         n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v,

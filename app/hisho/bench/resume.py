@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from hisho.bench.shapes import SHAPES, resolve
 
     model_path = resolve(args.model) or open_model(args.model)
-    base = load_params_for(model_path, n_ctx=padded_cells(n + 512), n_seq_max=2)
+    base = load_params_for(model_path, n_ctx=padded_cells(n + 512), n_seq_max=2, saves_kv=True)
     kv = args.kv_type or base.type_k
     params = dataclasses.replace(base, type_k=kv, type_v=kv, flash_attn=base.flash_attn or kv != "f16")
     greedy = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=CONTINUATION, ignore_eos=True)

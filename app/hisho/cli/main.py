@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matrix", action="store_true",
                    help="plan: every generated true-shape model x quant x 2 contexts x f16/q8_0 KV")
     p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b")
+    p.add_argument("--kept", action="store_true",
+                   help="plan --matrix: sliding-window and hybrid shapes, the peak with the engine's checkpoints "
+                        "and one KV save + restore")
     p.add_argument("--fa-both", action="store_true",
                    help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
     p.add_argument("--quick", action="store_true", help="peers: tiny sizes (a smoke run, seconds on the bundled model)")
@@ -221,6 +224,10 @@ def run_child(role: str, args: list[str]) -> int:
         from hisho.core.hub.child import main as download_main
 
         return download_main(args)
+    if role == "kept-probe":  # a bench's measurement child (hisho bench plan --kept)
+        import importlib
+
+        return int(importlib.import_module(spawn.ROLES[role]).main(args))
     from hisho.engine.probe import main as probe_main
 
     return probe_main(args)

@@ -72,6 +72,7 @@ def render(d: dict[str, Any]) -> str:
         f"compute    {gib(b['compute'])}",
         f"output     {gib(b['output'])}",
         f"runtime    {gib(b['runtime'])}",
+        f"kept       {gib(b.get('kept', 0))}",
         f"committed  {gib(d['committed'])}   resident {gib(d['resident'])}",
         f"why        {d['reason']}",
     ]

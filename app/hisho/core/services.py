@@ -132,7 +132,7 @@ class Services:
         path = open_model(name or None)
         params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
                                  n_seq_max=self.profile.n_seq_max, override=override,
-                                 kv_unified=self.profile.kv_unified)
+                                 kv_unified=self.profile.kv_unified, saves_kv=self.profile.kv)
         previous = self.engine.load_params
         try:
             info = load_engine(self.engine, params)
@@ -295,7 +295,7 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     try:
         model_path = open_model(model or str(settings["default_model"] or "") or None)
         params = load_params_for(model_path, n_ctx=n_ctx, settings=settings, n_seq_max=n_seq_max,
-                                 override=override, kv_unified=kv_unified)
+                                 override=override, kv_unified=kv_unified, saves_kv=kv)
     except UserError as exc:
         if strict:
             store.close()

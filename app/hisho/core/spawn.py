@@ -31,6 +31,7 @@ ROLES: dict[str, str] = {
     "engine": "hisho.engine",
     "probe": "hisho.engine.probe",
     "download": "hisho.core.hub.child",
+    "kept-probe": "hisho.bench.plan_kept",  # hisho bench plan --kept: a measurement child, like the probe
 }
 
 APP_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ``hisho`` package

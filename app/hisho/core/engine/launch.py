@@ -20,9 +20,9 @@ def open_model(name_or_path: str | None) -> Path:
 
 def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int = 1,
                     settings: settings_mod.Settings | None = None, override: bool = False,
-                    kv_unified: bool = True) -> LoadParams:
+                    kv_unified: bool = True, saves_kv: bool = False) -> LoadParams:
     """Settings' parameters, checked by the memory planner (which also picks GPU layers when the setting is
-    -1). Raises planner.gate.PlanRefused (a UserError) if the plan says the load will not fit, unless
+    -1; ``saves_kv``: this front end saves KV, so the plan counts the save buffers). Raises planner.gate.PlanRefused (a UserError) if the plan says the load will not fit, unless
     ``override``: then it only logs a warning."""
     from hisho.core.planner.gate import apply_plan
 
@@ -42,4 +42,4 @@ def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: in
         n_seq_max=n_seq_max,
         kv_unified=kv_unified,  # one stream per sequence holds a window per sequence: the plan must know
     )
-    return apply_plan(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override)
+    return apply_plan(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override, saves_kv=saves_kv)

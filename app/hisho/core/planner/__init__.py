@@ -113,11 +113,13 @@ def check_budget(machine: Machine, ram_gib: float | None, gpu_gib: float | None,
 
 def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx: int = 4096,
               target_ctx: int | None = None, calibrate_missing: bool = True, n_batch: int = 512,
-              n_ubatch: int = 512) -> Plan:
+              n_ubatch: int = 512, saves_kv: bool = True) -> Plan:
+    """The best plan for ``specs`` on ``machine`` within ``budget``. ``saves_kv``: as the window loads a model,
+    which saves conversations' KV (the save buffers count; docs/planner.md "Kept state")."""
     facts = facts_for(specs)
     cands_calib = {id(f): calibration_for(f, run=calibrate_missing, n_ubatch=n_ubatch) for f in facts}
     best = plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
                 calibration=lambda f: cands_calib.get(id(f)), cpu=machine.cpu or None, n_batch=n_batch,
-                n_ubatch=n_ubatch)
+                n_ubatch=n_ubatch, saves_kv=saves_kv)
     # flash attention as the load will set it (gate.apply_plan), so the plan says what the engine does
     return attention_choice(best, cands_calib.get(id(best.facts)), cpu=machine.cpu or None)

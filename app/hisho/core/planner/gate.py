@@ -60,8 +60,9 @@ def gpu_backend_present() -> bool:
 
 
 def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = False,
-               machine: machine_mod.Machine | None = None) -> LoadParams:
-    """``params`` with the plan's GPU layers (when ``want_gpu_layers`` < 0), checked against the budget."""
+               machine: machine_mod.Machine | None = None, saves_kv: bool = False) -> LoadParams:
+    """``params`` with the plan's GPU layers (when ``want_gpu_layers`` < 0), checked against the budget.
+    ``saves_kv``: the load saves and restores KV chunk files (the window's profiles): its save buffers count."""
     try:
         facts = read_facts(params.model_path)
     except UserError:
@@ -71,7 +72,8 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
     calib = cached(facts, params.n_ubatch)
     cfg = Config(n_ctx=params.n_ctx, type_k=params.type_k, type_v=params.type_v, flash_attn=params.flash_attn,
                  n_gpu_layers=max(0, want_gpu_layers), n_batch=params.n_batch, n_ubatch=params.n_ubatch,
-                 n_seq_max=params.n_seq_max, swa_full=params.swa_full, kv_unified=params.kv_unified)
+                 n_seq_max=params.n_seq_max, swa_full=params.swa_full, kv_unified=params.kv_unified,
+                 saves_kv=saves_kv)
     if want_gpu_layers < 0:
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
@@ -110,7 +112,7 @@ def _refusal(plan: Plan, facts: ModelFacts, budget: machine_mod.Budget, calib: C
     msg = (f"{Path(facts.source).name} with {c.n_ctx} tokens of {c.type_k} KV needs {plan.need / GIB:.2f} GiB "
            f"of {budget.metric} memory{est}; this machine can give it {budget.ram / GIB:.2f} GiB")
     alt = Search(budget, min_ctx=256, target_ctx=c.n_ctx, n_batch=c.n_batch, n_ubatch=c.n_ubatch,
-                 n_seq_max=c.n_seq_max).best([Candidate(facts, calib)])
+                 n_seq_max=c.n_seq_max, saves_kv=c.saves_kv).best([Candidate(facts, calib)])
     if alt.fits:
         msg += f"; {alt.config.n_ctx} tokens with {alt.config.type_k} KV would fit"
     return msg

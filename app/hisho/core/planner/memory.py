@@ -20,41 +20,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hisho.core.models.gguf_facts import ModelFacts
+from hisho.core.planner.layout import (
+    KV_BLOCK as KV_BLOCK,  # re-exported: the planner's callers import them here
+)
+from hisho.core.planner.layout import Config as Config
+from hisho.core.planner.layout import row_bytes as row_bytes
+from hisho.core.planner.layout import stream_cells as stream_cells
+from hisho.core.planner.layout import swa_cells as swa_cells
+from hisho.core.planner.state import WARM_ARENA_MAX, kept_bytes
 from hisho.core.units import CELL_PAD as CELL_PAD  # one home for the padding (hisho.core.units); re-exported
 from hisho.core.units import MIB
 from hisho.core.units import padded_cells as padded_cells
 
-KV_BLOCK = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 # What only a real decode touches beyond the dry run's figures (CPU kernels' code pages, thread and work
 # memory): measured with hisho bench plan on the default model, 0.7-2.2 MiB over 512..8192 tokens. 3 MiB keeps
 # resident predictions within about +-0.5 % there, erring towards over.
 DECODE_OVERHEAD = 3 * MIB
-
-
-@dataclass(frozen=True)
-class Config:
-    """One way to load a model."""
-
-    n_ctx: int
-    type_k: str = "f16"
-    type_v: str = "f16"
-    flash_attn: bool = True
-    n_gpu_layers: int = 0
-    n_batch: int = 512
-    n_ubatch: int = 512
-    n_seq_max: int = 1
-    swa_full: bool = False
-    kv_unified: bool = True  # False: one KV stream of n_ctx / n_seq_max cells per sequence (the API's slots)
-    use_mmap: bool | None = None  # None: the engine's policy (map unless weights get repacked; repack.py)
-
-    def valid_for(self, facts: ModelFacts) -> str | None:
-        """Why llama.cpp would refuse this configuration, or None."""
-        if self.type_v != "f16" and not self.flash_attn:
-            return "a quantized V cache needs flash attention"
-        for kind, n in ((self.type_k, facts.key_length), (self.type_v, facts.value_length)):
-            if n % KV_BLOCK[kind][0]:
-                return f"{kind} needs head sizes divisible by {KV_BLOCK[kind][0]}"
-        return None
+# Host memory per cell of context a long conversation fills, beyond the KV rows: llama.cpp's per-cell bookkeeping
+# (each cache's position map) and the engine's token lists. Measured by the slope of bench plan's peak over n_ctx:
+# ~265 B per token on the GPT-OSS tiny shape (2048..32768), ~170 B on the bundled model; without it the GPT-OSS
+# tiny shape at 32768 tokens read -7.9 % (7 MiB under an 83 MiB plan).
+HOST_PER_CELL = 256
 
 
 @dataclass
@@ -73,39 +59,19 @@ class Breakdown:
     estimate: bool = False
     repacked: int = 0         # bytes llama.cpp copies into its CPU_REPACK buffer (part of ``weights``' load)
     mmap: bool = True         # whether the engine maps the file for this load
+    kept: int = 0             # what the engine holds beside the context: checkpoints, save arena (state.Kept)
+    kept_committed: int = 0   # the allocated part of ``kept`` (in ``committed``; mapped file pages are not)
+    resident_bare: int = 0    # ``resident`` without ``kept``: a context filled once, nothing reused or saved
     notes: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.compute + self.output + self.runtime
+        return self.weights + self.kv + self.compute + self.output + self.runtime + self.kept
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["total"] = self.total
         return d
-
-
-def row_bytes(kind: str, n: int) -> int:
-    block, size = KV_BLOCK[kind]
-    return -(-n // block) * size
-
-
-def stream_cells(cfg: Config) -> tuple[int, int]:
-    """(streams, cells per stream) of the KV cache: one stream of n_ctx cells when unified, else one of
-    n_ctx / n_seq_max cells per sequence (llama-context.cpp n_ctx_seq, padded to 256 each)."""
-    if cfg.kv_unified or cfg.n_seq_max <= 1:
-        return 1, padded_cells(cfg.n_ctx)
-    return cfg.n_seq_max, padded_cells(max(1, padded_cells(cfg.n_ctx) // cfg.n_seq_max))
-
-
-def swa_cells(facts: ModelFacts, cells: int, cfg: Config) -> int:
-    """Cells per stream a sliding-window layer holds: the window (times the sequences sharing a unified stream)
-    plus one ubatch, padded to 256, never more than the full stream (llama-kv-cache-iswa.cpp); all of them with
-    ``swa_full``."""
-    if cfg.swa_full:
-        return cells
-    shared = cfg.n_seq_max if cfg.kv_unified else 1
-    return padded_cells(min(cells, facts.n_swa * shared + cfg.n_ubatch))
 
 
 _PER_CELL: dict[tuple[Any, ...], tuple[tuple[int, int], ...]] = {}
@@ -349,11 +315,14 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     gpu_kv = memory_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
     gpu_compute = compute if cfg.n_gpu_layers > 0 else 0
     arrays = batch_bytes(cfg)
-    runtime = overhead + DECODE_OVERHEAD + arrays
-    committed = weights + kv + compute + output + arrays
-    resident = weights + double + kv + touched + output + runtime
+    streams, cells = stream_cells(cfg)
+    runtime = overhead + DECODE_OVERHEAD + arrays + HOST_PER_CELL * streams * cells
+    kept, allocated = _kept(facts, cfg, notes)
+    committed = weights + kv + compute + output + arrays + allocated
+    resident = weights + double + kv + touched + output + runtime + kept
     # A small model with a large vocabulary (Gemma-3's 262K) peaks during the load, before its context exists.
     at_load = weights + double + load_peak(facts, calib if looked is not None else None)
+    bare = max(resident - kept, at_load)
     if at_load > resident:
         notes.append(f"the peak is the model load ({at_load / MIB:.0f} MiB: the vocabulary's metadata is held "
                      "until the loader is done), not the full context")
@@ -363,4 +332,20 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,
                      committed=committed, resident=resident, gpu=gpu_w + gpu_kv + gpu_compute,
                      committed_bound=committed - compute + compute_bound,
-                     estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap)
+                     estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap, kept=kept,
+                     kept_committed=allocated, resident_bare=bare)
+
+
+def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
+    """(resident, allocated) bytes of the engine's checkpoints, save arena and restore mappings at their peak
+    (state.kept_bytes), with a note when they count."""
+    k = kept_bytes(facts, cfg)
+    if k.per_checkpoint:
+        notes.append(f"{k.kept_per_seq} checkpoints of {k.per_checkpoint / MIB:.1f} MiB per sequence "
+                     f"({k.sequences}) for exact reuse on a {facts.memory} model, one more while the next is taken")
+    if k.arena:
+        notes.append(f"saving KV copies a whole sequence into a {k.arena / MIB:.0f} MiB buffer"
+                     + (" (kept for the next save)" if k.arena // max(1, min(2, k.sequences)) <= WARM_ARENA_MAX
+                        else " (held until the next save: the writer still references it)")
+                     + f"; a restore maps up to {k.restore / MIB:.0f} MiB of chunk files")
+    return k.peak, k.allocated

@@ -52,7 +52,7 @@ class Plan:
             "gpu_budget_bytes": self.budget.gpu, "unified_memory": self.budget.unified,
             "headroom_bytes": self.budget.headroom, "fit_metric": self.budget.metric,
             "breakdown": {"weights": b.weights, "kv": b.kv, "compute": b.compute, "output": b.output,
-                          "runtime": b.runtime, "total": b.total},
+                          "runtime": b.runtime, "kept": b.kept, "total": b.total},
             "committed": b.committed, "resident": b.resident, "gpu_bytes": b.gpu, "estimate": b.estimate,
             "repacked_bytes": b.repacked, "mmap": b.mmap, "memory_type": self.facts.memory if self.facts else "",
             "saved_state": state_size(self.facts, c.type_k, c.type_v).to_dict() if self.facts else {},
@@ -78,20 +78,20 @@ def fits(b: Breakdown, budget: Budget) -> bool:
 
 class Search:
     def __init__(self, budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
-                 n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 1) -> None:
+                 n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 1, saves_kv: bool = False) -> None:
         if min_ctx < 1:
             raise ValueError("min_ctx must be positive")
         self.budget = budget
         self.min_ctx = min_ctx
         self.target_ctx = max(target_ctx or min_ctx, min_ctx)
-        self.base = Config(n_ctx=min_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max)
+        self.base = Config(n_ctx=min_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max, saves_kv=saves_kv)
 
     # ----- pricing --------------------------------------------------------------------------------------
 
     def _cfg(self, fa: bool, tk: str, tv: str, ngl: int, n_ctx: int) -> Config:
         b = self.base
         return Config(n_ctx=n_ctx, type_k=tk, type_v=tv, flash_attn=fa, n_gpu_layers=ngl, n_batch=b.n_batch,
-                      n_ubatch=b.n_ubatch, n_seq_max=b.n_seq_max)
+                      n_ubatch=b.n_ubatch, n_seq_max=b.n_seq_max, saves_kv=b.saves_kv)
 
     def ctx_range(self, facts: ModelFacts, cap: int | None = None) -> tuple[int, int]:
         """(smallest acceptable, largest wanted) n_ctx for this model."""
@@ -221,7 +221,7 @@ def _gib(n: int) -> str:
 
 def plan(candidates: Sequence[ModelFacts], budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
          calibration: Callable[[ModelFacts], Calibration | None] | None = None,
-         cpu: frozenset[str] | None = None, **kw: int) -> Plan:
+         cpu: frozenset[str] | None = None, **kw: Any) -> Plan:
     """Best plan for ``candidates`` (e.g. the quants of one model) within ``budget``."""
     cands = [Candidate(f, calibration(f) if calibration else None, cpu) for f in candidates]
     return Search(budget, min_ctx=min_ctx, target_ctx=target_ctx, **kw).best(cands)

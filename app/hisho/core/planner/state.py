@@ -5,7 +5,10 @@ V row per token; sliding-window layers only the cells still inside the window (o
 not written: at most ``n_swa``); recurrent layers one fixed state (conv + SSM / WKV rows), whatever the length.
 A checkpoint (``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``) is the part a cut cannot give back: the window and the
 recurrent state. So a dense model's state grows with every token, a Gemma-3's grows only by its few global
-layers plus a constant window, and a Mamba's does not grow at all. Decisions: docs/planner.md "Saved state".
+layers plus a constant window, and a Mamba's does not grow at all. On disk the engine writes 512-token chunks
+(``StateSize.chunked``): each carries its own window cells while the cache holds them and, on a recurrent model,
+the whole recurrent state, so a restore can end at any chunk. Decisions: docs/planner.md "Saved state" and
+"Kept state".
 """
 
 from __future__ import annotations
@@ -13,9 +16,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hisho.core.models.gguf_facts import ModelFacts
-from hisho.core.planner.memory import row_bytes
+from hisho.core.planner.layout import Config, row_bytes, stream_cells, swa_cells
+from hisho.core.units import MIB
 
 CELL_META = 12  # bytes of metadata per saved attention cell (its position, sequence count, ...), measured
+# Per state copy, beyond rows and cell metadata: llama.cpp's preamble and per-cache / per-layer headers (measured
+# 3.3-3.5 KiB per chunk on the Gemma-3 tiny shape; tests/engine/test_saved_state_size.py bounds it by 4 KiB).
+STATE_HEADERS = 4096
+
+# What the engine keeps beside the context, mirrored from engine/prefix.py and engine/kvstate.py (a test checks
+# that they agree): partial-state checkpoints per sequence, the chunk size of a save, the save arena's steps
+# and the largest arena kept for the next save.
+CHECKPOINTS_PER_SEQ = 8
+CHECKPOINT_BYTES_PER_SEQ = 256 * MIB
+CHUNK_TOKENS = 512
+ARENA_ROUND = 4 * MIB
+WARM_ARENA_MAX = 512 * MIB
+IDENTITY_WINDOW = 16 * MIB  # core.models.identity.WINDOW
+HEAP_RETAINS = 32 * MIB  # glibc's DEFAULT_MMAP_THRESHOLD_MAX (64-bit): freed blocks up to this stay in the heap
+HEAP_TRIM = 2 * HEAP_RETAINS  # glibc's trim threshold follows the mmap threshold: a larger free heap top goes back
+TOKEN_REF = 8  # a checkpoint's token list: one reference per token (the int objects are the sequence's own)
 
 
 @dataclass(frozen=True)
@@ -42,9 +62,29 @@ class StateSize:
         window = min(n, self.window)
         return window * (self.window_per_cell + CELL_META) + (self.recurrent if n else 0)
 
+    def chunked(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS, window_held: int | None = None) -> int:
+        """Bytes the engine copies out for a save of ``n_tokens`` tokens in chunks of ``chunk_tokens``, every
+        chunk new (``KVState.save``: each chunk through the scratch sequence). A chunk ``[s, e)`` holds its own
+        full-attention rows; the window cells of its range that are inside the window of ``e - 1`` and still in
+        the window cache (its last ``window_held`` positions: ``memory.swa_cells``); and, on a recurrent model,
+        the whole recurrent state (the scratch sequence shares the state cell: every chunk file carries it, so
+        a restore can end at any chunk). This is also what the chunk files hold on disk, less their headers."""
+        n = max(0, n_tokens)
+        step = chunk_tokens if chunk_tokens > 0 else max(1, n)
+        held_from = n - (self.window if window_held is None else window_held)
+        total = 0
+        for start in range(0, n, step):
+            end = min(n, start + step)
+            cells = end - start
+            window = max(0, end - max(start, end - self.window, held_from)) if self.window_per_cell else 0
+            total += (cells * (self.per_token + CELL_META) if self.per_token else 0) \
+                + window * (self.window_per_cell + CELL_META) + self.recurrent + STATE_HEADERS
+        return total
+
     def to_dict(self) -> dict[str, int]:
         return {"per_token": self.per_token, "window_per_cell": self.window_per_cell, "window": self.window,
-                "recurrent": self.recurrent, "checkpoint_full_window": self.checkpoint(self.window or 1)}
+                "recurrent": self.recurrent, "checkpoint_full_window": self.checkpoint(self.window or 1),
+                "chunk_file": self.chunked(CHUNK_TOKENS)}
 
 
 def state_size(facts: ModelFacts, type_k: str = "f16", type_v: str = "f16") -> StateSize:
@@ -62,10 +102,109 @@ def state_size(facts: ModelFacts, type_k: str = "f16", type_v: str = "f16") -> S
 
 
 def seconds_saved(n_tokens: int, n_bytes: int, prefill_tok_s: float, restore_bytes_s: float) -> float:
-    """Prefill avoided minus the restore: reading ``n_bytes`` instead of prefilling ``n_tokens``. For a sliding-
-    window or recurrent model ``n_bytes`` is the window / recurrent part plus the global layers' rows (``StateSize
-    .saved``), not n_tokens x a full KV row, so it resumes relatively faster than a dense model of the same
-    prefill speed."""
+    """Prefill avoided minus the restore: reading ``n_bytes`` instead of prefilling ``n_tokens``. ``n_bytes`` is
+    what the chunk files hold (the sidebar reads their real sizes; a plan uses ``StateSize.chunked``): for a
+    sliding-window model the global layers' rows plus the window cells of the last chunks, so it resumes
+    relatively faster than a dense model of the same prefill speed; for a recurrent one its attention rows plus
+    one whole recurrent state per chunk (55 MiB per 512 tokens on Granite-4-H-1B), so it resumes slower."""
     if prefill_tok_s <= 0 or restore_bytes_s <= 0:
         return 0.0
     return max(0.0, n_tokens / prefill_tok_s - n_bytes / restore_bytes_s)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Bytes the engine holds beside the context (``memory.Breakdown.kept``), at their peak (``peak``): the
+    checkpoints every sequence keeps (``per_checkpoint`` x ``kept_per_seq`` x ``sequences``) and the one being
+    taken before the oldest is dropped; the save ``arena`` (0 when the load saves no KV); the chunk files a
+    ``restore`` has mapped; the model file's window hashed once for its identity (``identity``)."""
+
+    per_checkpoint: int
+    kept_per_seq: int
+    sequences: int
+    arena: int
+    restore: int
+    identity: int
+
+    @property
+    def warm_arena(self) -> int:
+        """The arena still held after its write: all of it. The writer keeps arenas up to ``WARM_ARENA_MAX`` for
+        the next save and means to let larger ones go, but its thread's loop variable still holds the finished job
+        (and so its arena) until the next save arrives (engine/kvstate.py ``ChunkWriter._loop``): measured on
+        Granite-4-H-1B at 8192 tokens, the 924 MiB arena under the restore that followed (−24.7 % before)."""
+        return self.arena
+
+    @property
+    def retained(self) -> bool:
+        """Whether a dropped checkpoint's memory stays in the process: glibc serves a block below its mmap
+        threshold from the heap and keeps it when freed, and the threshold climbs to the largest block freed so
+        far (up to 32 MiB: an arena outgrown, a repacked tensor's read buffer), so a long session reaches it."""
+        return 0 < self.per_checkpoint <= HEAP_RETAINS
+
+    @property
+    def allocated(self) -> int:
+        """The part that is allocated memory (checkpoints, arena), not mapped file pages: what ``committed`` adds."""
+        kept = self.sequences * self.kept_per_seq * self.per_checkpoint
+        if self.retained:
+            return kept + self.per_checkpoint + self.arena
+        return max(kept + self.per_checkpoint + self.warm_arena, kept + self.arena)
+
+    @property
+    def peak(self) -> int:
+        kept = self.sequences * self.kept_per_seq * self.per_checkpoint
+        if self.retained:
+            # The heap keeps the slots of the most checkpoints ever held (one more than kept) through a save's
+            # arena and the first save's identity hash. A restore drops its sequence's checkpoints first: glibc
+            # gives a free heap top back once it is over its trim threshold (twice the mmap threshold), so their
+            # slots stay only when they are at most that much.
+            slots = kept + self.per_checkpoint
+            own = self.kept_per_seq * self.per_checkpoint
+            at_restore = slots - (own if own > HEAP_TRIM else 0) + self.warm_arena + self.restore
+            return max(slots + max(self.arena, self.identity), at_restore)
+        others = kept - self.kept_per_seq * self.per_checkpoint
+        return max(kept + self.per_checkpoint + self.warm_arena,  # a checkpoint taken beside a warm arena
+                   kept + self.arena,                              # a save
+                   kept + self.identity,                           # the first save of a model file hashes it
+                   # a restore: its sequence's checkpoints given back, every chunk it mapped still held when it
+                   # takes the checkpoint at its end
+                   others + self.warm_arena + self.restore + self.per_checkpoint)
+
+
+def checkpoint_sequences(cfg: Config) -> int:
+    """Sequences that take checkpoints: every one but the scratch sequence a unified cache of two or more keeps for
+    chunk copies (engine/kvstate.py)."""
+    if cfg.n_seq_max >= 2 and cfg.kv_unified:
+        return cfg.n_seq_max - 1
+    return max(1, cfg.n_seq_max)
+
+
+def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
+    """What the engine's reuse and persistence hold beside the context for ``cfg`` (docs/planner.md "Kept
+    state").
+
+    Checkpoints (engine/prefix.py), sliding-window and recurrent models only: one holds the window part and the
+    recurrent state of one sequence (``StateSize.checkpoint``: at most the whole window) and its token list; a
+    sequence keeps at most ``CHECKPOINTS_PER_SEQ`` and at most ``CHECKPOINT_BYTES_PER_SEQ`` of them (never fewer
+    than one), and a new one is taken before the oldest is dropped. With KV saved (engine/kvstate.py): a save of a
+    whole sequence copies every chunk into one arena rounded up to 4 MiB, resident during the write and kept after
+    it up to 512 MiB; a restore maps the chunk files and, as the engine does today, holds every one it mapped until
+    the cyclic garbage collector frees it (``KVState._map``'s ``ctypes.cast`` puts the array in a reference cycle,
+    so ``mmap.close`` fails with BufferError), then takes a checkpoint; the first save of a model file hashes it
+    through one 16 MiB window (core/models/identity.py)."""
+    size = state_size(facts, cfg.type_k, cfg.type_v)
+    _streams, cells = stream_cells(cfg)
+    seq_ctx = cells  # a sequence may fill its stream (the scratch sequence's copies only tag cells)
+    held = swa_cells(facts, cells, cfg) if size.window_per_cell else 0
+    n_seq = checkpoint_sequences(cfg)
+    one = kept = 0
+    if facts.memory != "dense":
+        one = size.checkpoint(seq_ctx) + STATE_HEADERS + TOKEN_REF * seq_ctx
+        kept = max(1, min(CHECKPOINTS_PER_SEQ, CHECKPOINT_BYTES_PER_SEQ // one))
+    arena = restore = identity = 0
+    if cfg.saves_kv:
+        whole = size.chunked(seq_ctx, CHUNK_TOKENS, held)
+        arena = -(-whole // ARENA_ROUND) * ARENA_ROUND * min(2, n_seq)
+        restore = whole
+        identity = min(IDENTITY_WINDOW, facts.weights_bytes)
+    return Kept(per_checkpoint=one, kept_per_seq=kept, sequences=n_seq, arena=arena, restore=restore,
+                identity=identity)

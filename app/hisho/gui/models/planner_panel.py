@@ -44,12 +44,13 @@ SEGMENTS = (("weights", "#4e79a7"), ("kv", "#f28e2b"), ("compute", "#59a14f"), (
 def segments_of(plan: Plan) -> dict[str, int]:
     """Bytes per bar segment for the plan's fit metric; they add up to exactly what the text says is needed
     (``plan.need``). Compute counts what that metric counts (the touched part for resident); "other" is the
-    output buffer and the runtime overhead. Where the metric counts less than the parts (resident, mapped
-    weights), the later parts are cut to what is left, so the bar never shows more than the text."""
+    output buffer, the runtime overhead and the engine's kept state (checkpoints, save buffers). Where the
+    metric counts less than the parts (resident, mapped weights), the later parts are cut to what is left, so
+    the bar never shows more than the text."""
     b = plan.breakdown
     left = plan.need
     out: dict[str, int] = {}
-    for name, size in (("weights", b.weights), ("kv", b.kv), ("other", b.output + b.runtime)):
+    for name, size in (("weights", b.weights), ("kv", b.kv), ("other", b.output + b.runtime + b.kept)):
         out[name] = min(size, left)
         left -= out[name]
     out["compute"] = left

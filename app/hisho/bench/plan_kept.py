@@ -1,0 +1,239 @@
+"""``hisho bench plan --kept``: the plan against a peak reached the way a chat reaches it on a sliding-window or
+recurrent model: the context nearly full, the engine's partial-state checkpoints taken (more than it keeps, so
+the eviction's transient is in the peak), then the whole sequence saved to chunk files and restored.
+
+The child (``python -m hisho.bench.plan_kept`` through ``hisho.core.spawn``, role ``kept-probe``) loads through
+the engine's own ``Runtime`` with two sequences (the window's profile: one for the chat, one scratch for chunk
+copies), fills all but ``checkpoints x step`` tokens with the probe's synthetic fill (a state plus one real
+ubatch, as ``bench plan`` does), then decodes ``step`` tokens and takes a checkpoint (``PrefixKeeper.checkpoint``)
+``checkpoints`` times, saves (``KVState.save``, 512-token chunks) and restores (``KVState.restore``). It reports
+the peak RSS growth and what the engine held: checkpoint bytes, the save's arena, the chunk files' bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.planner.state import CHUNK_TOKENS
+
+log = logging.getLogger("hisho.bench")
+
+# The memory types' full shapes (bench/shapes.py) and the quant people run them in; gpt-oss-20b is 12 GB, so its
+# alternating 128-token window is measured on the tiny shape of the same pattern.
+KEPT_MODELS = (("gemma-3-1b", "Q4_K_M"), ("gpt-oss-tiny", "Q8_0"), ("lfm2-350m", "Q4_K_M"),
+               ("granite-4.0-h-1b", "Q4_K_M"))
+KEPT_CONTEXTS = (2048, 8192, 32768)
+RAM_SHARE = 0.5  # a cell is measured only when its plan needs at most this share of the available RAM
+PROBE_TIMEOUT_S = 3600
+
+
+def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_allowed: bool, *,
+               kv_types: tuple[str, ...], cell_configs: Callable[..., list[Any]],
+               summary: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
+    """Every (model, n_ctx, KV type) cell of ``KEPT_MODELS`` (``only``: "shape[:quant],..."), planned as the
+    window loads it (two sequences, KV saved) and measured in a fresh child each. ``cell_configs`` and
+    ``summary`` are bench.plan's (passed in: that module calls this one)."""
+    from hisho.bench.shapes import model_file
+    from hisho.core.models.gguf_facts import read_facts
+    from hisho.core.planner import calibration_for
+
+    wanted = [w.strip() for w in (only or "").split(",") if w.strip()]
+    models = [(s, q) for s, q in KEPT_MODELS if not wanted or any(w in (s, f"{s}:{q}") for w in wanted)]
+    cells: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for shape, quant in models:
+        path = model_file(shape, quant)
+        facts = read_facts(path)
+        calib = calibration_for(facts, n_ubatch=n_batch)
+        for n_ctx in KEPT_CONTEXTS:
+            if facts.context_length and n_ctx > facts.context_length:
+                continue
+            for kv in kv_types:
+                cfg = dataclasses.replace(cell_configs(path, n_ctx, kv, n_batch, machine, fa_allowed=fa_allowed)[0],
+                                          n_seq_max=2, saves_kv=True)
+                label = f"{shape}:{quant}"
+                try:
+                    cell = kept_cell(facts, cfg, calib, machine, str(path), n_threads)
+                except (ProbeFailed, ValueError) as e:
+                    log.warning("cell %s n_ctx %d %s failed: %s", label, n_ctx, kv, e)
+                    failed.append({"model": label, "n_ctx": n_ctx, "type_k": kv, "error": str(e)})
+                    continue
+                cell["model"] = label
+                sys.stderr.write(json.dumps(cell) + "\n")
+                sys.stderr.flush()
+                cells.append(cell)
+    out: dict[str, Any] = {"matrix": True, "kept": True, "contexts": list(KEPT_CONTEXTS),
+                           "models": [f"{s}:{q}" for s, q in models]}
+    if cells:
+        out.update(summary(cells))
+    out["cells"] = cells
+    if failed:
+        out["failed_cells"] = failed
+    return out
+
+
+class ProbeFailed(RuntimeError):
+    pass
+
+
+def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n_threads: int) -> dict[str, Any]:
+    from hisho.core import spawn
+    from hisho.core.planner.memory import estimate
+    from hisho.core.planner.state import HEAP_RETAINS, HEAP_TRIM, kept_bytes
+    from hisho.core.units import MIB
+
+    cpu = machine.cpu or None
+    predicted = estimate(facts, cfg, calib, cpu=cpu)
+    if predicted.resident > RAM_SHARE * machine.ram_available:
+        raise ValueError(f"needs {predicted.resident / MIB:.0f} MiB: more than {RAM_SHARE:.0%} of the free RAM")
+    params = LoadParams(model_path=model_path, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch,
+                        n_threads=n_threads, flash_attn=cfg.flash_attn, type_k=cfg.type_k, type_v=cfg.type_v,
+                        n_seq_max=cfg.n_seq_max, use_mmap=predicted.mmap if cpu else None)
+    caches = {"dense": 1, "swa": 2, "hybrid": 2 if any(facts.swa_layers) else 1, "recurrent": 0}[facts.memory]
+    request = {"params": params.to_dict(), "n_swa": facts.n_swa, "kv_caches": caches}
+    try:
+        # glibc's mmap threshold at its dynamic maximum from the start: the state a long session reaches (freed
+        # checkpoints up to 32 MiB stay in the heap), not the fresh process's 128 KiB.
+        env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
+        proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        raise ProbeFailed(f"the kept-state probe took longer than {PROBE_TIMEOUT_S} s") from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        raise ProbeFailed(f"the kept-state probe failed: {tail[0]}")
+    m = json.loads(lines[-1])
+    buffers = m["buffers"]
+    reported = sum(sum(buffers.get(k, {}).values()) for k in ("model", "KV", "RS", "compute", "output"))
+    arena = -(-int(m["save_copied_bytes"]) // (4 << 20)) * (4 << 20)
+    measured_kept = max(int(m["checkpoint_bytes_max_held"]), int(m["checkpoint_bytes_kept"])) + arena
+    measured_committed = reported + int(m["our_arrays"]) + measured_kept
+    k = kept_bytes(facts, cfg)
+    measured = int(m["peak_growth"])
+    return {
+        "n_ctx": cfg.n_ctx, "type_k": cfg.type_k, "type_v": cfg.type_v, "flash_attn": cfg.flash_attn,
+        "memory": facts.memory, "kind": m["kind"], "mmap": m["mmap"],
+        "predicted_resident": predicted.resident, "measured_resident": measured,
+        "resident_error_pct": _pct(predicted.resident, measured),
+        "predicted_committed": predicted.committed, "measured_committed": measured_committed,
+        "committed_error_pct": _pct(predicted.committed, measured_committed),
+        "predicted_kept": predicted.kept, "predicted_checkpoint": k.per_checkpoint,
+        "predicted_checkpoints_kept": k.kept_per_seq, "predicted_arena": k.arena,
+        "measured_checkpoint": max(m["checkpoint_sizes"], default=0), "measured_checkpoints_kept": m["checkpoints_kept"],
+        "measured_checkpoint_bytes_max": m["checkpoint_bytes_max_held"], "measured_arena": arena,
+        "save_copied_bytes": m["save_copied_bytes"], "save_chunks": m["save_chunks"],
+        "chunk_file_bytes": m["chunk_file_bytes"], "restored": m["restored"], "step": m.get("step", 16),
+        "peak_before_save": m["after_checkpoints_peak"], "peak_after_save": m["after_save_peak"],
+        "estimate": predicted.estimate,
+    }
+
+
+def _pct(predicted: int, measured: int) -> float:
+    return round(100.0 * (predicted - measured) / measured, 3) if measured else 0.0
+
+
+def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
+    from hisho.engine import backends
+    from hisho.engine.kvstate import ChunkWriter, KVState
+    from hisho.engine.probe import LogCapture, _fill_by_state, memory_now, parse_buffers, reset_peak
+    from hisho.engine.runtime import Runtime
+
+    logs = LogCapture()
+    backends.init()
+    params = LoadParams.from_dict(request["params"])
+    # 9 x 64 tokens after the fill: past a window cache's n_swa x 2 + n_ubatch cells, so every one of them holds a
+    # cell of the sequence (as in a long chat) when the save copies the window part.
+    n_ck, step = int(request.get("checkpoints", 9)), int(request.get("step", 64))
+    reset_peak()
+    base = memory_now()
+    rt = Runtime.load(params)
+    loaded = memory_now()
+    buffers = parse_buffers(logs.take())
+    n_ctx = rt.n_ctx
+    tokens = [(i * 7919 + 11) % rt.n_vocab for i in range(n_ctx)]
+    # The probe's synthetic fill (a state built in an anonymous mmap, unmapped before the peak is reset, then one
+    # real ubatch), told the context ends where the checkpoints' steps begin.
+    caches = request.get("kv_caches")
+    rt.n_ctx = n_ctx - n_ck * step
+    try:
+        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches))
+    finally:
+        rt.n_ctx = n_ctx
+    keeper = rt.keeper
+    sizes: list[int] = []
+    held_max = 0
+    pos = n_ctx - n_ck * step
+    for _ in range(n_ck):
+        rt.decode_tokens(0, tokens[pos:pos + step], want_logits=False)
+        pos += step
+        before = keeper.checkpoint_bytes()
+        if keeper.checkpoint(0):
+            sizes.append(len(keeper.checkpoints[0][-1].data))
+            held_max = max(held_max, before + sizes[-1])
+    if keeper.checkpoint(0):  # the same moment as the last step's: a no-op unless that one was refused
+        sizes.append(len(keeper.checkpoints[0][-1].data))
+    after_checkpoints = memory_now()
+    kept_checkpoints = len(keeper.checkpoints.get(0, []))
+    kept_bytes = keeper.checkpoint_bytes()
+    reports: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="hisho-kept-") as tmp:
+        # The first save of a model file hashes every byte of it (its identity, then cached on disk): measured
+        # with an empty cache, as the first chat with a new model pays it.
+        os.environ["HISHO_HOME"] = str(Path(tmp) / "home")
+        writer = ChunkWriter()
+        kv = KVState(rt, writer)
+        after_kvstate = memory_now()
+        summary = kv.save(0, Path(tmp) / "kv", CHUNK_TOKENS, reports.append)
+        writer.wait_idle()
+        after_save = memory_now()
+        chunks = reports[0]["chunks"] if reports else []
+        lows = [int(c["swa_lo"]) for c in chunks if c.get("swa_lo") is not None and c["swa_lo"] < c["start"] + c["n_tokens"]]
+        warm = max((a.capacity for a in writer._free), default=0)
+        t0 = time.perf_counter()
+        restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=rt.n_ctx)
+        restore_s = time.perf_counter() - t0
+        file_bytes = sum(int(c.get("bytes", 0)) for c in chunks)
+    end = memory_now()
+    cap = rt.batch.capacity
+    batch_bytes = cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * rt.n_seq_max
+    kind = keeper.kind
+    rt.close()
+    return {"ok": True, "n_ctx": rt.n_ctx, "filled": rt.n_ctx, "kind": kind, "step": step, "load_s": rt.load_s, "mmap": rt.mmap,
+            "baseline_rss": base["rss"], "peak_growth": max(end["peak"], loaded["peak"]) - base["rss"],
+            "load_peak_growth": loaded["peak"] - base["rss"],
+            "after_checkpoints_peak": after_checkpoints["peak"] - base["rss"],
+            "after_save_peak": after_save["peak"] - base["rss"],
+            "after_kvstate_rss": after_kvstate["rss"] - base["rss"],
+            "after_checkpoints_rss": after_checkpoints["rss"] - base["rss"],
+            "after_save_rss": after_save["rss"] - base["rss"], "end_rss": end["rss"] - base["rss"],
+            "checkpoint_sizes": sizes, "checkpoints_kept": kept_checkpoints, "checkpoint_bytes_kept": kept_bytes,
+            "checkpoint_bytes_max_held": held_max, "swa_low": min(lows, default=-1),
+            "save_copied_bytes": int(summary["copied_bytes"]), "save_chunks": len(chunks),
+            "chunk_payload_bytes": [int(c.get("bytes", 0)) for c in chunks], "chunk_file_bytes": file_bytes,
+            "warm_arena": warm, "restored": int(restored["restored"]), "restore_s": restore_s,
+            "buffers": buffers, "our_arrays": batch_bytes}
+
+
+def main(argv: list[str]) -> int:
+    raw = sys.stdin.read().strip()
+    request = json.loads(raw) if raw else {}
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # native output must not corrupt the JSON answer
+    answer = measure_kept(request)
+    out.write(json.dumps(answer) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,150 @@
+"""What the engine keeps beside the context, in the plan (core/planner/state.py ``kept_bytes``): partial-state
+checkpoints on sliding-window and recurrent models, the save arena, the restore's mapped chunks. The engine's
+figures are checked against a real load, save and restore by ``hisho bench plan --kept`` (docs/planner.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from hisho.core.kv.session import DEFAULT_CHUNK_TOKENS
+from hisho.core.models import identity
+from hisho.core.models.gguf_facts import ModelFacts, read_facts
+from hisho.core.planner import state
+from hisho.core.planner.memory import Config, estimate
+from tests.fixtures.gguf_shapes import GEMMA3_4B, GRANITE_4_H, LFM2_350M, TINY_LLAMA, write_shape
+
+MIB = 1024**2
+WINDOW = Config(n_ctx=8192, n_seq_max=2, saves_kv=True)  # as the window loads a model: chat + scratch, KV saved
+
+
+def facts_of(tmp_path: Path, shape: object, name: str) -> ModelFacts:
+    return read_facts(write_shape(tmp_path / f"{name}.gguf", shape), use_cache=False)  # type: ignore[arg-type]
+
+
+def test_constants_follow_the_app() -> None:
+    assert state.CHUNK_TOKENS == DEFAULT_CHUNK_TOKENS
+    assert state.IDENTITY_WINDOW == identity.WINDOW
+
+
+def test_dense_models_keep_no_checkpoints_only_the_save_arena(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, TINY_LLAMA, "llama")
+    k = state.kept_bytes(f, WINDOW)
+    assert k.per_checkpoint == 0
+    size = state.state_size(f)
+    assert k.arena == -(-size.chunked(8192) // (4 * MIB)) * 4 * MIB  # one arena of a whole sequence's save
+    assert state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 0
+    assert estimate(f, dataclasses.replace(WINDOW, saves_kv=False)).kept == 0
+
+
+def test_a_sliding_window_checkpoint_is_the_window_and_one_more_exists_at_the_peak(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, GEMMA3_4B, "g3")
+    cfg = dataclasses.replace(WINDOW, saves_kv=False)
+    k = state.kept_bytes(f, cfg)
+    # 29 sliding layers x 4 KV heads x 256 x (K + V) x 2 B per cell, the window's 1024 cells.
+    window = 1024 * (29 * 4 * 256 * 2 * 2 + state.CELL_META)
+    assert window <= k.per_checkpoint <= window + state.STATE_HEADERS + 8 * 8192
+    assert k.kept_per_seq == 2 and k.sequences == 1  # 116 MiB each: 256 MiB holds two
+    assert k.peak == (k.kept_per_seq + 1) * k.per_checkpoint
+    b, without = estimate(f, cfg), estimate(f, dataclasses.replace(cfg, n_seq_max=1))
+    assert b.kept == k.peak and b.resident - b.kept > 0
+    assert without.kept == k.peak  # one sequence either way: the second is the scratch sequence of chunk copies
+
+
+def test_recurrent_checkpoints_are_capped_by_bytes(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, GRANITE_4_H, "granite")
+    k = state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False))
+    assert 58060800 <= k.per_checkpoint <= 58060800 + state.STATE_HEADERS + 8 * 8192  # the whole Mamba-2 state
+    assert k.kept_per_seq == 4  # 256 MiB holds four of 55.4 MiB; the fifth is taken before the oldest goes
+    assert k.peak == 5 * k.per_checkpoint
+    serving = state.kept_bytes(f, Config(n_ctx=8192, n_seq_max=4, kv_unified=False))
+    assert serving.sequences == 4 and serving.peak == (4 * 4 + 1) * serving.per_checkpoint
+
+
+def test_every_chunk_of_a_recurrent_save_carries_the_whole_state(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, GRANITE_4_H, "granite")
+    size = state.state_size(f)
+    n = 8192
+    chunks = n // state.CHUNK_TOKENS
+    assert size.chunked(n) == n * (size.per_token + state.CELL_META) + chunks * (size.recurrent + state.STATE_HEADERS)
+    assert size.chunked(n) > 15 * size.saved(n) // 2  # 16 copies of 55 MiB instead of one
+    k = state.kept_bytes(f, WINDOW)
+    # Over 512 MiB the writer means to let the arena go after the write, but still holds it (its loop's last job).
+    assert k.arena > state.WARM_ARENA_MAX and k.warm_arena == k.arena
+    # A save holds the four checkpoints and the arena; a restore the arena, the chunks it mapped and its new
+    # checkpoint (its sequence's four dropped, given back: 55 MiB blocks are mapped, not heap).
+    assert not k.retained
+    assert k.peak == max(5 * k.per_checkpoint + k.arena, k.arena + k.restore + k.per_checkpoint)
+
+
+def test_a_sliding_window_save_carries_the_window_only_where_the_cache_still_holds_it(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, LFM2_350M, "lfm2")
+    size = state.state_size(f)
+    assert size.window == 0 and size.chunked(1024) == 2 * (512 * (size.per_token + 12) + size.recurrent + 4096)
+    g = facts_of(tmp_path, GEMMA3_4B, "g3")
+    s = state.state_size(g)
+    row = s.window_per_cell + state.CELL_META
+    full = 4096 * (s.per_token + state.CELL_META) + 8 * state.STATE_HEADERS
+    # A chunk holds the window cells of its range that the cache still has (the window is longer than a chunk:
+    # all of its range), so a save carries the window layers only for the cache's last positions.
+    assert s.chunked(4096, 512, window_held=4096) == full + 4096 * row
+    assert s.chunked(4096, 512, window_held=700) == full + 700 * row
+    # A 128-token window (GPT-OSS): at most the last 128 cells of each chunk.
+    narrow = dataclasses.replace(s, window=128)
+    assert narrow.chunked(4096, 512, window_held=4096) == full + 8 * 128 * row
+
+
+def test_more_memory_is_planned_for_a_window_that_saves(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, GEMMA3_4B, "g3")
+    saving, not_saving = estimate(f, WINDOW), estimate(f, dataclasses.replace(WINDOW, saves_kv=False))
+    assert saving.resident > not_saving.resident and saving.committed > not_saving.committed
+    assert any("checkpoints" in n for n in saving.notes) and any("buffer" in n for n in saving.notes)
+
+
+def test_the_search_fits_a_shorter_context_when_the_load_saves_kv(tmp_path: Path) -> None:
+    from hisho.core.machine import Budget
+    from hisho.core.planner.search import Candidate, Search
+
+    f = facts_of(tmp_path, GRANITE_4_H, "granite")
+    cand = [Candidate(f, None)]
+    room = estimate(f, Config(n_ctx=32768, n_seq_max=2)).resident  # exactly 32K without the save buffers
+    b = Budget(ram=room, gpu=0, unified=False, headroom=0, metric="resident", explain="test")
+    plain = Search(b, min_ctx=2048, target_ctx=32768, n_seq_max=2).best(cand)
+    saving = Search(b, min_ctx=2048, target_ctx=32768, n_seq_max=2, saves_kv=True).best(cand)
+    assert plain.fits and saving.fits and saving.config.saves_kv
+    assert saving.config.n_ctx < plain.config.n_ctx
+    assert saving.breakdown.resident <= b.ram
+
+
+def test_the_bare_resident_is_the_plan_without_kept_state(tmp_path: Path) -> None:
+    # bench plan's context-fill cells measure this; the load's own peak still counts when it is the larger.
+    f = facts_of(tmp_path, GRANITE_4_H, "granite")
+    b = estimate(f, WINDOW)
+    assert b.kept > 0 and b.resident_bare == b.resident - b.kept
+    assert b.kept_committed <= b.kept and b.committed - b.kept_committed > 0
+
+
+def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_path: Path) -> None:
+    from tests.fixtures.gguf_shapes import TINY_GEMMA3
+
+    f = facts_of(tmp_path, TINY_GEMMA3, "tiny-g3")
+    k = state.kept_bytes(f, WINDOW)
+    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 8
+    # Nine checkpoints' slots (the heap keeps the transient one's) beside a save's arena; a restore holds them too
+    # (8 x 2.6 MiB is under glibc's trim threshold), the warm arena and every chunk it mapped.
+    slots = 9 * k.per_checkpoint
+    assert k.peak == max(slots + max(k.arena, k.identity), slots + k.warm_arena + k.restore)
+    # Over the trim threshold (a wider window: the same layers at 4 x the window), the restore gives them back.
+    wide = state.Kept(per_checkpoint=10 * state.MIB, kept_per_seq=8, sequences=1, arena=k.arena, restore=k.restore,
+                      identity=k.identity)
+    assert wide.retained and wide.peak == max(90 * state.MIB + k.arena,
+                                              10 * state.MIB + k.warm_arena + k.restore)
+    assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 9 * k.per_checkpoint
+
+
+def test_the_plan_counts_host_memory_per_cell_of_context(tmp_path: Path) -> None:
+    from hisho.core.planner.memory import HOST_PER_CELL
+
+    f = facts_of(tmp_path, TINY_LLAMA, "llama")
+    short, long = estimate(f, Config(n_ctx=2048)), estimate(f, Config(n_ctx=4096))
+    assert long.runtime - short.runtime == HOST_PER_CELL * 2048
