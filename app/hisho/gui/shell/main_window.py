@@ -37,7 +37,7 @@ from hisho.gui.chat.attach import AttachController
 from hisho.gui.chat.chat_view import ChatView
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.documents import DocumentsController
-from hisho.gui.chat.model_picker import NAME_MAX, ModelName, ModelPicker
+from hisho.gui.chat.model_picker import NAME_MAX, ModelNameLabel, ModelPicker
 from hisho.gui.chat.sidebar import Sidebar
 from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
@@ -178,7 +178,7 @@ class MainWindow(QMainWindow):
         self.sidebar_button.clicked.connect(self.toggle_sidebar)
         self.title = ElidedLabel("New chat", 10)
         self.title.setObjectName("HeaderTitle")
-        self.model_label = ModelName()   # shown by the model picker, which is the model's name in the header
+        self.model_label = ModelNameLabel()   # shown by the model picker, which is the model's name in the header
         self.model_label.setObjectName("Meta")
         self.context_meter = ContextMeter()
         self.meter = self.context_meter.bar
