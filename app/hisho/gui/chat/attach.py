@@ -7,7 +7,9 @@ a reply or summary in progress finishes first), asks for an encrypted PDF's pass
 refused in the toast, where the user is looking. A file being read shows as "Reading report.pdf · 37 %" (pages of
 a PDF, the body of a DOCX) with a Stop, which leaves it and the files after it unattached.
 
-Rules of use: ``AttachController(window)`` once, after the window's composer and ``DocumentsController`` exist.
+Rules of use: ``AttachController(window, host, composer, summary)`` once, after the window's composer and
+``DocumentsController`` exist. It sees the window only as ``SourcesWindow`` (the message view, the chat on screen
+changing, a parent for its dialog), the chat presenter as ``AttachHost`` and the summary as ``SummaryState``.
 GUI thread only; the work goes through the app's executor.
 """
 
@@ -16,20 +18,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
+from hisho.core.conversations.chat import ChatService
 from hisho.core.conversations.store import Conversation
 from hisho.core.documents.attached import ChatDocument
 from hisho.core.units import format_bytes
-from hisho.gui.chat.doc_sources import DocSources
+from hisho.gui.chat.composer import Composer
+from hisho.gui.chat.doc_sources import DocSources, SourcesWindow
 from hisho.gui.chat.documents import FILTER
-
-if TYPE_CHECKING:
-    from hisho.gui.shell.main_window import MainWindow
+from hisho.gui.chat.send_screen import FitMemory
+from hisho.gui.shell.toast import TOAST_MS
 
 log = logging.getLogger("hisho.gui")
 
@@ -37,17 +41,54 @@ ERROR_MS = 20_000
 PROGRESS_S = 0.2    # a file's reading progress reaches the window at most this often
 
 
+class NewChats(Protocol):
+    def created(self, cid: int) -> None: ...   # a chat just made: listed, shown, the message box focused
+
+
+class AttachHost(Protocol):
+    """What attaching uses of the chat presenter (``hisho.gui.shell.controller.ChatController``)."""
+
+    current: Conversation | None
+
+    @property
+    def service(self) -> ChatService: ...
+
+    @property
+    def listing(self) -> NewChats: ...
+
+    @property
+    def fit(self) -> FitMemory: ...
+
+    @property
+    def replying(self) -> bool: ...
+
+    def toast(self, text: str, undo: Callable[[], None] | None = None, label: str = "Undo",
+              ms: int = TOAST_MS) -> None: ...
+    def report(self, exc: BaseException) -> None: ...
+    def store_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None) -> None: ...
+
+
+class SummaryState(Protocol):
+    """What attaching uses of the summary (``hisho.gui.chat.documents.DocumentsController``)."""
+
+    running: bool
+
+    def ask_password(self, name: str, wrong: bool) -> str | None: ...
+
+
 class AttachController(QObject):
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: SourcesWindow, host: AttachHost, composer: Composer, summary: SummaryState) -> None:
+        super().__init__(window.window())
         self.w = window
+        self.c = host
+        self.composer = composer
+        self.summary = summary
         self.ctx = window.ctx
         self.pending: dict[int, list[str]] = {}    # conversation id -> names being read
         self.shown: dict[int, list[ChatDocument]] = {}
         self.attached_count = 0                    # attaches finished (tests wait on it)
         self.reading: dict[str, str] = {}          # name being read -> how far ("37 %"; "" before any page)
         self.stops: dict[int, threading.Event] = {}  # conversation id -> its attach's Stop
-        composer = window.composer
         composer.stop_reading_requested.connect(self.stop_reading)
         composer.attach_requested.connect(self.choose_files)
         composer.files_dropped.connect(self.attach)
@@ -58,13 +99,13 @@ class AttachController(QObject):
     # ----- entry points ----------------------------------------------------------------------------------
 
     def choose_files(self) -> None:
-        names, _ = QFileDialog.getOpenFileNames(self.w, "Attach documents to this chat", "", FILTER)
+        names, _ = QFileDialog.getOpenFileNames(self.w.window(), "Attach documents to this chat", "", FILTER)
         if names:
             self.attach([Path(n) for n in names])
 
     def attach(self, files: list[Path]) -> None:
         """Attach ``files`` to the chat on screen (a new chat is made first when there is none)."""
-        c = self.w.controller
+        c = self.c
         if not files:
             return
         if c.current is None:
@@ -77,7 +118,7 @@ class AttachController(QObject):
         self._start(c.current.id, files)
 
     def detach(self, document_id: int) -> None:
-        c = self.w.controller
+        c = self.c
         if c.current is None:
             return
         cid = c.current.id
@@ -88,12 +129,12 @@ class AttachController(QObject):
     # ----- the work --------------------------------------------------------------------------------------
 
     def _start(self, cid: int, files: list[Path]) -> None:
-        c = self.w.controller
+        c = self.c
         names = [f.name for f in files]
         self.pending.setdefault(cid, []).extend(names)
         self._show(cid)
-        busy = "after the reply" if c.sending.active is not None else \
-            "after the summary" if self.w.documents.running else ""
+        busy = "after the reply" if c.replying else \
+            "after the summary" if self.summary.running else ""
         if busy:
             c.toast(f"Reading {', '.join(names)} {busy}…", ms=4000)
         prompt = self.ctx.chat.prompt_messages
@@ -111,7 +152,7 @@ class AttachController(QObject):
         def job() -> tuple[list[ChatDocument], list[str]]:
             if self.ctx.engine.load_params is None and self.ctx.load_params is not None:
                 self.ctx.load()
-            return self.ctx.documents.attach_to_chat(cid, files, ask_password=self.w.documents.ask_password,
+            return self.ctx.documents.attach_to_chat(cid, files, ask_password=self.summary.ask_password,
                                                       prompt=prompt, progress=progress, stop=stop.is_set)
 
         self.ctx.executor.submit("engine", job, done=lambda out: self._attached(cid, names, out),
@@ -120,7 +161,7 @@ class AttachController(QObject):
 
     def stop_reading(self) -> None:
         """The reading chip's Stop: the chat on screen's attach stops at its next page or block."""
-        current = self.w.controller.current
+        current = self.c.current
         stop = self.stops.get(current.id) if current is not None else None
         if stop is not None and self.pending.get(current.id if current else -1):
             stop.set()
@@ -135,7 +176,7 @@ class AttachController(QObject):
         added, refused = out
         self._done_reading(cid, names)
         self.attached_count += 1
-        c = self.w.controller
+        c = self.c
         note = self.ctx.documents.chat_documents().note(cid) if added else ""
         stopped = self.stops.get(cid) is not None and self.stops[cid].is_set()
         if stopped:
@@ -156,7 +197,7 @@ class AttachController(QObject):
         self._done_reading(cid, names)
         self.attached_count += 1
         self._show(cid)
-        self.w.controller.report(exc)
+        self.c.report(exc)
 
     def _done_reading(self, cid: int, names: list[str]) -> None:
         waiting = self.pending.get(cid, [])
@@ -166,11 +207,11 @@ class AttachController(QObject):
             self.reading.pop(n, None)
 
     def _removed(self, cid: int, name: str) -> None:
-        self.w.controller.toast(f"{name} removed from this chat; the next question is asked without it.",
+        self.c.toast(f"{name} removed from this chat; the next question is asked without it.",
                                 ms=5000)
         self.show_for(cid)
         self.sources.refresh()
-        self.w.controller.fit.update()
+        self.c.fit.update()
 
     # ----- chips -----------------------------------------------------------------------------------------
 
@@ -186,7 +227,7 @@ class AttachController(QObject):
         self.ctx.executor.submit("store", read, done=shown, failed=lambda exc: log.info("no attachments: %s", exc))
 
     def _show(self, cid: int) -> None:
-        current = self.w.controller.current
+        current = self.c.current
         if current is None or current.id != cid:
             return
         chips = [(d.id, d.name, f"{d.name} · {d.tokens:,} tokens · {format_bytes(len(d.text.encode()))} of text")
@@ -194,4 +235,4 @@ class AttachController(QObject):
         chips += [(0, f"Reading {n} · {self.reading[n]}" if self.reading.get(n) else f"Reading {n}…",
                    "Being read; questions sent meanwhile wait for it. Stop leaves it unattached")
                   for n in self.pending.get(cid, [])]
-        self.w.composer.set_attachments(chips)
+        self.composer.set_attachments(chips)

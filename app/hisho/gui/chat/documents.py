@@ -2,8 +2,9 @@
 
 Rules of use: ``DocumentsController(window)`` once; the window places its ``action`` in the File menu and
 connects its signals (``notice``: a line for the status bar; ``failed``: an error to report; ``ended``: the job
-is over, queued messages may go; ``opened``: the result's conversation id, to show). The controller reaches
-into no other part of the window. The job (the root's
+is over, queued messages may go; ``opened``: the result's conversation id, to show). It sees the window only
+as ``SummaryWindow``: a parent for its dialogs and drop highlight, whose drops and close it watches, and a place
+in the status bar for its progress. The job (the root's
 ``hisho.core.documents.service.Documents``) runs on the ``engine`` lane of the app's executor; progress comes
 back through the executor's ``post``. The widgets here start no threads. When the job ends the result opens as
 a conversation with the documents attached (``hisho.core.documents.ask``) and the status bar says how
@@ -17,7 +18,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent
@@ -35,11 +36,9 @@ from PySide6.QtWidgets import (
 
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
+from hisho.gui.shell.protocols import HasContext
 from hisho.gui.shell.status_bar import ElidedLabel
 from hisho.gui.shell.toast import TOAST_MS
-
-if TYPE_CHECKING:
-    from hisho.gui.shell.main_window import MainWindow
 
 log = logging.getLogger("hisho.gui")
 
@@ -132,27 +131,37 @@ def _duration(seconds: float) -> str:
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
 
 
+class SummaryWindow(HasContext, Protocol):
+    """What the summary uses of the window: ``window()``, the top-level widget (its dialogs' and the drop
+    highlight's parent, where files are dropped and whose closing cancels the job), and the status bar."""
+
+    def add_status_widget(self, widget: QWidget) -> None: ...   # kept at the status bar's right
+
+    def window(self) -> QWidget: ...
+
+
 class DocumentsController(QObject):
     notice = Signal(str, int)    # a line for the status bar, shown for so many ms
     failed = Signal(object)      # the job's exception: the window reports it as it reports its own
     ended = Signal()             # the job is over (done, cancelled or failed): messages waiting for it may go
     opened = Signal(int)         # the result's conversation: the window lists and shows it
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
+    def __init__(self, window: SummaryWindow) -> None:
+        top = window.window()
+        super().__init__(top)
+        self.top = top
         self.ctx = window.ctx
         self.job: SummaryJob | None = None
         self.running = False
         self.job_name = ""
         self.last_result: JobResult | None = None
         self.last_conversation: int | None = None
-        self.overlay = DropOverlay(window)
+        self.overlay = DropOverlay(top)
         self.panel = ProgressPanel()
         self.panel.cancel.clicked.connect(self.cancel)
-        window.statusBar().addPermanentWidget(self.panel)
-        window.setAcceptDrops(True)
-        window.installEventFilter(self)
+        window.add_status_widget(self.panel)
+        top.setAcceptDrops(True)
+        top.installEventFilter(self)
         # File → Summarize…: this controller owns the action (enabled while no summary runs); the window's
         # menu builder decides where it stands.
         self.action = QAction("Summarize…", self)
@@ -184,7 +193,7 @@ class DocumentsController(QObject):
         return False
 
     def choose_files(self) -> None:
-        names, _ = QFileDialog.getOpenFileNames(self.window, "Summarize documents", "", FILTER)
+        names, _ = QFileDialog.getOpenFileNames(self.top, "Summarize documents", "", FILTER)
         if names:
             self.summarize([Path(n) for n in names])
 
@@ -225,7 +234,7 @@ class DocumentsController(QObject):
             try:
                 prompt = (f"The password for {name} did not open it. Try again:" if wrong else
                           f"{name} is encrypted. Enter its password to summarize it:")
-                text, ok = QInputDialog.getText(self.window, "Encrypted PDF", prompt, QLineEdit.EchoMode.Password)
+                text, ok = QInputDialog.getText(self.top, "Encrypted PDF", prompt, QLineEdit.EchoMode.Password)
                 answer[0] = text if ok and text else None
             finally:
                 done.set()
@@ -244,7 +253,7 @@ class DocumentsController(QObject):
         def ask() -> None:
             try:
                 box = QMessageBox.question(
-                    self.window, "Long summary",
+                    self.top, "Long summary",
                     f"{name} is about {chunks:,} chunks: roughly {duration(eta_s)} on this computer.\n\n"
                     "Start it? Finished chunks are kept, so you can cancel and resume later.")
                 answer[0] = box == QMessageBox.StandardButton.Yes

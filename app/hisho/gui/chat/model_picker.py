@@ -23,7 +23,7 @@ from hisho.gui.shell.protocols import RemoteWindow
 from hisho.gui.shell.status_bar import ElidedLabel
 
 
-class ModelName(ElidedLabel):
+class ModelNameLabel(ElidedLabel):
     """The loaded model's name in the header. The picker's button shows it (one control, the name, that
     switches model), so the label itself stays hidden and says when its text changes."""
 
@@ -47,7 +47,7 @@ class PickerHost(PickerWindow, Protocol):
     model_picker: ModelPicker | None
 
     @property
-    def model_label(self) -> ModelName: ...
+    def model_label(self) -> ModelNameLabel: ...
 
 NAME_MAX = 240   # px: a long file name is elided on the button, whole in its tooltip
 MIN_NAME = 60

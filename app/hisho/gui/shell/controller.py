@@ -50,7 +50,6 @@ from hisho.gui.shell.toast import TOAST_MS
 
 if TYPE_CHECKING:
     from hisho.gui.shell.status_bar import ContextMeter
-    from hisho.gui.shell.toast import Toast
 
 log = logging.getLogger("hisho.gui")
 
@@ -61,7 +60,8 @@ MODEL_FIELDS = ("model",)  # chat settings whose change needs another model load
 
 class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
     """What the chat presenter uses of the main window: what its parts use (the list, the send's screen, the
-    remote switch at start-up), the header's meter and Chat settings button, and the toast over the chat."""
+    remote switch at start-up), the header's meter and Chat settings button, and, as named methods, the toast
+    over the chat and what the status bar, the header and the banner say about the model."""
 
     @property
     def context_meter(self) -> ContextMeter: ...
@@ -69,8 +69,14 @@ class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
     @property
     def settings_button(self) -> QPushButton: ...
 
-    @property
-    def toast(self) -> Toast: ...
+    def show_toast(self, text: str, undo: Callable[[], None] | None, label: str, ms: int) -> None: ...
+    def toast_undo(self) -> bool: ...   # runs the toast's Undo if it offers one; True when it did
+    def dismiss_toast(self, prefix: str) -> None: ...   # only a toast whose text starts with ``prefix``
+    def show_model_status(self, text: str, n_ctx: int | None = None) -> None: ...
+    def show_load_stop(self, shown: bool) -> None: ...
+    def disable_load_stop(self) -> None: ...
+    def show_local_model(self, name: str, n_ctx: int, engine_info: dict[str, object], gpu_layers: int,
+                         pid: int | None) -> None: ...
 
 
 class ChatController(QObject):
@@ -125,14 +131,19 @@ class ChatController(QObject):
             log.error("background operation failed", exc_info=exc)
             self.toast(f"Something went wrong: {type(exc).__name__}: {exc} (details in the log)", ms=ERROR_MS)
 
+    @property
+    def replying(self) -> bool:
+        """A reply is being written (a send or a regenerate is under way)."""
+        return self.sending.active is not None
+
     def toast(self, text: str, undo: Callable[[], None] | None = None, label: str = "Undo",
               ms: int = TOAST_MS) -> None:
         """A message over the chat, where the user is looking; ``undo`` adds a button (and Ctrl+Z)."""
-        self.w.toast.show_message(text, undo, label, ms)
+        self.w.show_toast(text, undo, label, ms)
 
     def undo(self) -> bool:
         """Ctrl+Z: the Undo the toast offers, if any (False: nothing to undo here)."""
-        return self.w.toast.label_is_undo() and self.w.toast.trigger_action()
+        return self.w.toast_undo()
 
     def title_of(self, cid: int) -> str:
         return self.listing.title_of(cid)
@@ -205,15 +216,14 @@ class ChatController(QObject):
         self._loading_since = time.monotonic()
         self._show_loading()
         self._load_tick.start()
-        self.w.status.stop_load.setEnabled(True)
-        self.w.status.stop_load.show()
+        self.w.show_load_stop(True)
 
     def stop_load(self) -> None:
         """The load wait's Stop: the engine gives up reading the file (``Engine.cancel_load``, at once, from
         this thread); ``Services.switch_model`` then loads the model that answered before, if there was one."""
         engine = self.ctx.local_engine or self.ctx.engine
         if engine.cancel_load():
-            self.w.status.stop_load.setEnabled(False)
+            self.w.disable_load_stop()
             self._loading_name_shown = f"{self._loading_name_shown}: stopping"
             self._show_loading()
 
@@ -222,14 +232,13 @@ class ChatController(QObject):
         progress = self.ctx.engine.progress()
         percent = f" {int(progress.fraction * 100)} %" if progress is not None and progress.op == "load" else ""
         elapsed = f" · {seconds} s" if seconds else ""
-        self.w.status.set_model(f"Loading {self._loading_name_shown}…{percent}{elapsed}")
+        self.w.show_model_status(f"Loading {self._loading_name_shown}…{percent}{elapsed}")
 
     def _end_load_notice(self) -> None:
         """A toast that announced the load ("Loading X…", from the header's menu or the Models page) is out
         of date once the load ended: it goes at once instead of covering the chat for its full time."""
-        self.w.status.stop_load.hide()
-        if self.w.toast.text().startswith("Loading "):
-            self.w.toast.dismiss()
+        self.w.show_load_stop(False)
+        self.w.dismiss_toast("Loading ")
 
     def _loaded(self, info: dict[str, Any]) -> None:
         self._load_tick.stop()
@@ -237,12 +246,8 @@ class ChatController(QObject):
         self.model_ready, self.model_failed = True, False
         params = self.ctx.engine.load_params
         name = self.ctx.model_name.display
-        self.w.sidebar.set_engine_note("")  # this computer answers: its saved KV is used again
-        self.w.status.set_model(name, int(info.get("n_ctx", 0)))
-        self.w.status.set_device(self.ctx.engine.engine_info, params.n_gpu_layers if params else 0)
-        self.w.status.engine_pid = self.ctx.engine.pid
-        self.w.model_label.setText(name)
-        self.w.empty_subtitle.setText(f"Chatting with {name}, on this computer. Nothing leaves it.")
+        self.w.show_local_model(name, int(info.get("n_ctx", 0)), self.ctx.engine.engine_info,
+                                params.n_gpu_layers if params else 0, self.ctx.engine.pid)
         self.fit.known.clear()  # another model counts differently
         self.fit.show_for(self.current.id if self.current else None)
         self.fit.update()
@@ -256,7 +261,7 @@ class ChatController(QObject):
         self._load_tick.stop()
         self._end_load_notice()
         self.model_failed = True
-        self.w.status.set_model("No model loaded")
+        self.w.show_model_status("No model loaded")
         self.w.show_banner(f"{str(exc)[:1].upper()}{str(exc)[1:]}. Choose a model from the header's menu or on "
                            "the Models page." if isinstance(exc, LoadStopped)
                            else f"The model could not be loaded: {exc}")

@@ -37,7 +37,7 @@ from hisho.gui.chat.attach import AttachController
 from hisho.gui.chat.chat_view import ChatView
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.documents import DocumentsController
-from hisho.gui.chat.model_picker import NAME_MAX, ModelName, ModelPicker
+from hisho.gui.chat.model_picker import NAME_MAX, ModelNameLabel, ModelPicker
 from hisho.gui.chat.sidebar import Sidebar
 from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
@@ -99,7 +99,8 @@ class MainWindow(QMainWindow):
         self._connect_documents()
         self._build_menus()
         self._build_shortcuts()
-        self.attach = AttachController(self)        # paperclip and drop on the message box: attach to this chat
+        # the paperclip and files dropped on the message box: attach them to this chat
+        self.attach = AttachController(self, self.controller, self.composer, self.documents)
         from hisho.gui.chat.model_picker import attach_picker
 
         attach_picker(self)  # header: switch model in one click
@@ -178,7 +179,7 @@ class MainWindow(QMainWindow):
         self.sidebar_button.clicked.connect(self.toggle_sidebar)
         self.title = ElidedLabel("New chat", 10)
         self.title.setObjectName("HeaderTitle")
-        self.model_label = ModelName()   # shown by the model picker, which is the model's name in the header
+        self.model_label = ModelNameLabel()   # shown by the model picker, which is the model's name in the header
         self.model_label.setObjectName("Meta")
         self.context_meter = ContextMeter()
         self.meter = self.context_meter.bar
@@ -267,6 +268,46 @@ class MainWindow(QMainWindow):
     def show_banner(self, text: str) -> None:
         self.banner.setText(text)
         self.banner.setVisible(bool(text))
+
+    # ----- what the chat presenter shows (``ChatWindow``) and the summary's progress ---------------------
+
+    def show_toast(self, text: str, undo: Callable[[], None] | None, label: str, ms: int) -> None:
+        self.toast.show_message(text, undo, label, ms)
+
+    def toast_undo(self) -> bool:
+        """Run the toast's Undo if it offers one; True when it did."""
+        return self.toast.label_is_undo() and self.toast.trigger_action()
+
+    def dismiss_toast(self, prefix: str) -> None:
+        """Hide the toast now if its text starts with ``prefix``."""
+        if self.toast.text().startswith(prefix):
+            self.toast.dismiss()
+
+    def show_model_status(self, text: str, n_ctx: int | None = None) -> None:
+        self.status.set_model(text, n_ctx)
+
+    def show_load_stop(self, shown: bool) -> None:
+        """The status bar's Stop for a model load: shown and clickable, or hidden."""
+        if shown:
+            self.status.stop_load.setEnabled(True)
+        self.status.stop_load.setVisible(shown)
+
+    def disable_load_stop(self) -> None:
+        """The load's Stop was clicked: it stays in sight, greyed, until the load ends."""
+        self.status.stop_load.setEnabled(False)
+
+    def show_local_model(self, name: str, n_ctx: int, engine_info: dict[str, object], gpu_layers: int,
+                         pid: int | None) -> None:
+        """A model loaded on this computer answers: its name in the header, status bar and empty chat."""
+        self.sidebar.set_engine_note("")  # this computer answers: its saved KV is used again
+        self.status.set_model(name, n_ctx)
+        self.status.set_device(engine_info, gpu_layers)
+        self.status.engine_pid = pid
+        self.model_label.setText(name)
+        self.empty_subtitle.setText(f"Chatting with {name}, on this computer. Nothing leaves it.")
+
+    def add_status_widget(self, widget: QWidget) -> None:
+        self.status.addPermanentWidget(widget)
 
     # ----- menus and keys --------------------------------------------------------------------------------
 
