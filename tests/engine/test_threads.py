@@ -435,3 +435,22 @@ def test_a_step_reports_the_cells_its_attention_covers() -> None:
         assert Runtime.step_cells(SimpleNamespace(unified_kv=False, seqs=seqs), batch) == 301  # type: ignore[arg-type]
     finally:
         batch.free()
+
+
+def test_one_fast_step_at_load_does_not_cost_a_thread_on_an_idle_machine() -> None:
+    """Seen in `bench decode` on an idle machine: at load one 1-thread step took 8.5 ms (it costs 12.7 ms in a
+    reply); the reply's 2-thread steps ran at 10.7 ms, over 1.25 x 8.5, and a thread was dropped at once. One
+    step at load is a start, not a reference: the same evidence earns one step at 1 thread, which says no."""
+    m = Machine()
+    gov = Governor("decode", 2, clock=m.clock, idle_seconds=lambda: None)
+    gov.calibrated({2: 0.0093, 1: 0.0085})
+    assert gov.current == 2
+    ones = 0
+    for _ in range(200):
+        n = gov.choose()
+        cost = 0.0107 if n == 2 else 0.0127
+        ones += n == 1
+        m.now += cost
+        gov.observe(n, cost, 1)
+    assert gov.current == 2 and gov.changes == 0
+    assert ones <= 1   # at most the one check step

@@ -13,7 +13,8 @@ Policy, per kind of step (decode, small batch, prefill), engine thread only:
   shape (``SIMILAR``): on the default model a decode step at 4K cells costs 3x one on an empty context, for
   attention alone, and a 17-token batch step 3x a 4-token one; neither is contention (docs/threads.md).
 - Start: at load the runtime times one decode step at each count (``calibrated``) and starts from the fastest,
-  so an engine started on a busy machine does not begin with collapsed steps.
+  so an engine started on a busy machine does not begin with collapsed steps. Those single steps are only a
+  start: a drop judged against them earns a check first (below).
 - Drop: when the mean cost of the last ``WINDOW`` decode steps (one prefill step) at ``n`` threads is more than
   ``DROP`` × the cost at ``n - 1`` for that shape (measured there, or guessed from ``n``'s best cost at that
   shape), go down a thread; two steps in a row far slower (a collapse): down to half at once. The mean, not the
@@ -320,11 +321,14 @@ class Governor:
         self._schedule_probe()
 
     def calibrated(self, costs: dict[int, float], cells: int = 1) -> None:
-        """Step costs measured at load (``Runtime`` decodes one token at a few counts): start from the fastest."""
+        """Step costs measured at load (``Runtime`` decodes one token at a few counts): start from the fastest.
+        One step per count is a start, not a reference: kept as each count's latest cost only, so a drop judged
+        against it earns a check first (``_judge``). A lone fast 1-thread step at load (8.5 ms, against 12.7 ms
+        it costs in a reply) had dropped a thread on an idle machine at the start of every reply."""
         if self.fixed or not costs:
             return
         for n, c in costs.items():
-            self._measured(n, Cost(c, Shape(1, cells)))
+            self.last[n] = Cost(c, Shape(1, cells))
         best = min(costs, key=lambda n: costs[n])
         if best < self.current and costs[best] * DROP < costs.get(self.current, float("inf")):
             self._set(best, "other programs are using the CPU (at load a step cost "
