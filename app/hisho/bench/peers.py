@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"model": model_path.name, "n_ctx": n_ctx, "repeat": repeat, "physical_cores": cores,
                            "sizes": sizes, "configs": {}, "ratios": {}}
     with tempfile.TemporaryDirectory(prefix="hisho-bench-peers-") as tmp, EngineClient() as client:
-        for name, threads in (("defaults", 0), ("matched", cores)):
+        configs = [c for c in (("defaults", 0), ("matched", cores)) if getattr(args, "only", None) in (None, c[0])]
+        if not configs:
+            raise SystemExit("hisho: error: bench peers --only takes defaults or matched")
+        for name, threads in configs:
             params = dataclasses.replace(base, n_threads=threads, n_threads_batch=threads)
             figures = _config(client, params, binary, threads, sizes, repeat, Path(tmp), name)
             out["configs"][name] = figures
