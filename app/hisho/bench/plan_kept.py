@@ -40,25 +40,35 @@ PROBE_TIMEOUT_S = 3600
 def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_allowed: bool, *,
                kv_types: tuple[str, ...], cell_configs: Callable[..., list[Any]],
                summary: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
-    """Every (model, n_ctx, KV type) cell of ``KEPT_MODELS`` (``only``: "shape[:quant],..."), planned as the
+    """Every (model, n_ctx, KV type) cell of ``KEPT_MODELS`` (``only``: "shape[:quant][@n_ctx[/kv]],...", which
+    may also name another true shape with its quant, e.g. a dense "llama-3.2-1b:Q4_K_M@8192/f16"), planned as the
     window loads it (two sequences, KV saved) and measured in a fresh child each. ``cell_configs`` and
     ``summary`` are bench.plan's (passed in: that module calls this one)."""
-    from hisho.bench.shapes import model_file
+    from hisho.bench.shapes import SHAPES, model_file
     from hisho.core.models.gguf_facts import read_facts
     from hisho.core.planner import calibration_for
 
-    wanted = [w.strip() for w in (only or "").split(",") if w.strip()]
-    models = [(s, q) for s, q in KEPT_MODELS if not wanted or any(w in (s, f"{s}:{q}") for w in wanted)]
+    wanted = [_cell_filter(w) for w in (only or "").split(",") if w.strip()]
+    models = [(s, q) for s, q in KEPT_MODELS if not wanted or any(w[0] in (s, f"{s}:{q}") for w in wanted)]
+    models += [(n.split(":")[0], n.split(":")[1]) for n, _c, _k in wanted
+               if ":" in n and n.split(":")[0] in SHAPES and tuple(n.split(":")) not in models]
+
+    def picked(shape: str, quant: str, n_ctx: int, kv: str) -> bool:
+        return not wanted or any(n in (shape, f"{shape}:{quant}") and c in (None, n_ctx) and k in (None, kv)
+                                 for n, c, k in wanted)
+
     cells: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     for shape, quant in models:
         path = model_file(shape, quant)
         facts = read_facts(path)
         calib = calibration_for(facts, n_ubatch=n_batch)
-        for n_ctx in KEPT_CONTEXTS:
+        for n_ctx in sorted({*KEPT_CONTEXTS, *(c for _n, c, _k in wanted if c)}):
             if facts.context_length and n_ctx > facts.context_length:
                 continue
             for kv in kv_types:
+                if not picked(shape, quant, n_ctx, kv):
+                    continue
                 cfg = dataclasses.replace(cell_configs(path, n_ctx, kv, n_batch, machine, fa_allowed=fa_allowed)[0],
                                           n_seq_max=2, saves_kv=True)
                 label = f"{shape}:{quant}"
@@ -80,6 +90,13 @@ def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_
     if failed:
         out["failed_cells"] = failed
     return out
+
+
+def _cell_filter(item: str) -> tuple[str, int | None, str | None]:
+    """"shape[:quant][@n_ctx[/kv]]" as (name, n_ctx or None, KV type or None)."""
+    name, _, cell = item.strip().partition("@")
+    ctx, _, kv = cell.partition("/")
+    return name, int(ctx) if ctx else None, kv or None
 
 
 class ProbeFailed(RuntimeError):
