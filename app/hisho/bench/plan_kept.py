@@ -6,7 +6,8 @@ The child (``python -m hisho.bench.plan_kept`` through ``hisho.core.spawn``, rol
 the engine's own ``Runtime`` with two sequences (the window's profile: one for the chat, one scratch for chunk
 copies), fills all but ``checkpoints x step`` tokens with the probe's synthetic fill (a state plus one real
 ubatch, as ``bench plan`` does), then decodes ``step`` tokens and takes a checkpoint (``PrefixKeeper.checkpoint``)
-``checkpoints`` times, saves (``KVState.save``, 512-token chunks) and restores (``KVState.restore``). It reports
+``checkpoints - 1`` times, saves (``KVState.save``, 512-token chunks), takes the last step and checkpoint beside
+the arena the writer kept, and restores (``KVState.restore``). It reports
 the peak RSS growth and what the engine held: checkpoint bytes, the save's arena, the chunk files' bytes."""
 
 from __future__ import annotations
@@ -190,18 +191,19 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     sizes: list[int] = []
     held_max = 0
     pos = n_ctx - n_ck * step
-    for _ in range(n_ck):
+
+    def step_and_checkpoint() -> None:
+        nonlocal pos, held_max
         rt.decode_tokens(0, tokens[pos:pos + step], want_logits=False)
         pos += step
         before = keeper.checkpoint_bytes()
         if keeper.checkpoint(0):
             sizes.append(len(keeper.checkpoints[0][-1].data))
             held_max = max(held_max, before + sizes[-1])
-    if keeper.checkpoint(0):  # the same moment as the last step's: a no-op unless that one was refused
-        sizes.append(len(keeper.checkpoints[0][-1].data))
+
+    for _ in range(n_ck - 1):
+        step_and_checkpoint()
     after_checkpoints = memory_now()
-    kept_checkpoints = len(keeper.checkpoints.get(0, []))
-    kept_bytes = keeper.checkpoint_bytes()
     reports: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hisho-kept-") as tmp:
         # The first save of a model file hashes every byte of it (its identity, then cached on disk): measured
@@ -212,10 +214,14 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         after_kvstate = memory_now()
         summary = kv.save(0, Path(tmp) / "kv", CHUNK_TOKENS, reports.append)
         writer.wait_idle()
+        # The last step's checkpoint beside the arena the writer kept (a chat's next turn after a save).
+        step_and_checkpoint()
         after_save = memory_now()
         chunks = reports[0]["chunks"] if reports else []
         lows = [int(c["swa_lo"]) for c in chunks if c.get("swa_lo") is not None and c["swa_lo"] < c["start"] + c["n_tokens"]]
         warm = max((a.capacity for a in writer._free), default=0)
+        kept_checkpoints = len(keeper.checkpoints.get(0, []))
+        kept_bytes = keeper.checkpoint_bytes()
         t0 = time.perf_counter()
         restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=rt.n_ctx)
         restore_s = time.perf_counter() - t0
