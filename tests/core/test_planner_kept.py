@@ -33,6 +33,10 @@ def test_dense_models_keep_no_checkpoints_only_the_save_arena(tmp_path: Path) ->
     assert k.per_checkpoint == 0
     size = state.state_size(f)
     assert k.arena == -(-size.chunked(8192) // (4 * MIB)) * 4 * MIB  # one arena of a whole sequence's save
+    # A restore maps one chunk at a time: one 512-token chunk's rows, not the whole sequence's.
+    assert k.restore == 512 * (size.per_token + state.CELL_META) + state.STATE_HEADERS == max(size.chunks(8192))
+    assert k.arena <= state.WARM_ARENA_MAX and k.warm_arena == k.arena
+    assert k.peak == k.arena + k.restore  # the warm arena under a restore's mapped chunk
     assert state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 0
     assert estimate(f, dataclasses.replace(WINDOW, saves_kv=False)).kept == 0
 
@@ -61,26 +65,40 @@ def test_recurrent_checkpoints_are_capped_by_bytes(tmp_path: Path) -> None:
     assert serving.sequences == 4 and serving.peak == (4 * 4 + 1) * serving.per_checkpoint
 
 
-def test_every_chunk_of_a_recurrent_save_carries_the_whole_state(tmp_path: Path) -> None:
+def test_a_recurrent_save_carries_the_state_once_with_its_last_chunk(tmp_path: Path) -> None:
     f = facts_of(tmp_path, GRANITE_4_H, "granite")
     size = state.state_size(f)
     n = 8192
     chunks = n // state.CHUNK_TOKENS
-    assert size.chunked(n) == n * (size.per_token + state.CELL_META) + chunks * (size.recurrent + state.STATE_HEADERS)
-    assert size.chunked(n) > 15 * size.saved(n) // 2  # 16 copies of 55 MiB instead of one
+    one = 512 * (size.per_token + state.CELL_META) + state.STATE_HEADERS
+    assert size.chunks(n) == [one] * (chunks - 1) + [one + size.recurrent]
+    assert size.chunked(n) == size.saved(n) + chunks * state.STATE_HEADERS  # one state, not 16 copies of 55 MiB
     k = state.kept_bytes(f, WINDOW)
-    # Over 512 MiB the writer means to let the arena go after the write, but still holds it (its loop's last job).
-    assert k.arena > state.WARM_ARENA_MAX and k.warm_arena == k.arena
-    # A save holds the four checkpoints and the arena; a restore the arena, the chunks it mapped and its new
-    # checkpoint (its sequence's four dropped, given back: 55 MiB blocks are mapped, not heap).
-    assert not k.retained
-    assert k.peak == max(5 * k.per_checkpoint + k.arena, k.arena + k.restore + k.per_checkpoint)
+    assert k.restore == one + size.recurrent  # the largest chunk a restore maps: the one with the state
+    # 120 MiB: kept for the next save. A save holds the four checkpoints and the arena, the fifth checkpoint the
+    # warm arena beside it; a restore (its sequence's four dropped, given back: 55 MiB blocks are mapped, not
+    # heap) the warm arena and one chunk, then its new checkpoint once the chunk is unmapped.
+    assert k.arena <= state.WARM_ARENA_MAX and k.warm_arena == k.arena and not k.retained
+    assert k.peak == max(5 * k.per_checkpoint + k.arena, k.arena + max(k.restore, k.per_checkpoint))
+
+
+def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) -> None:
+    f = facts_of(tmp_path, GRANITE_4_H, "granite")
+    k = state.kept_bytes(f, dataclasses.replace(WINDOW, n_ctx=131072))
+    assert k.arena > state.WARM_ARENA_MAX and k.warm_arena == 0
+    # Only the save holds it: the checkpoint after it and the restore do not.
+    assert k.peak == 4 * k.per_checkpoint + k.arena
+    assert k.allocated == 4 * k.per_checkpoint + k.arena
+    # Two sequences saving (the API's slots): two arenas, each kept while it is at most the limit.
+    two = state.Kept(per_checkpoint=0, kept_per_seq=0, sequences=4, arena=2 * 300 * MIB, restore=MIB,
+                     identity=0, arenas=2)
+    assert two.warm_arena == two.arena and dataclasses.replace(two, arenas=1).warm_arena == 0
 
 
 def test_a_sliding_window_save_carries_the_window_only_where_the_cache_still_holds_it(tmp_path: Path) -> None:
     f = facts_of(tmp_path, LFM2_350M, "lfm2")
     size = state.state_size(f)
-    assert size.window == 0 and size.chunked(1024) == 2 * (512 * (size.per_token + 12) + size.recurrent + 4096)
+    assert size.window == 0 and size.chunked(1024) == 2 * (512 * (size.per_token + 12) + 4096) + size.recurrent
     g = facts_of(tmp_path, GEMMA3_4B, "g3")
     s = state.state_size(g)
     row = s.window_per_cell + state.CELL_META
@@ -125,6 +143,7 @@ def test_the_bare_resident_is_the_plan_without_kept_state(tmp_path: Path) -> Non
 
 
 def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_path: Path) -> None:
+    from hisho.core.planner.layout import swa_cells
     from tests.fixtures.gguf_shapes import TINY_GEMMA3
 
     f = facts_of(tmp_path, TINY_GEMMA3, "tiny-g3")
@@ -134,6 +153,8 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
     # (8 x 2.6 MiB is under glibc's trim threshold), the warm arena and every chunk it mapped.
     slots = 9 * k.per_checkpoint
     assert k.peak == max(slots + max(k.arena, k.identity), slots + k.warm_arena + k.restore)
+    held = swa_cells(f, 8192, WINDOW)
+    assert k.restore == max(state.state_size(f).chunks(8192, 512, held))  # one chunk mapped at a time
     # Over the trim threshold (a wider window: the same layers at 4 x the window), the restore gives them back.
     wide = state.Kept(per_checkpoint=10 * state.MIB, kept_per_seq=8, sequences=1, arena=k.arena, restore=k.restore,
                       identity=k.identity)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,21 @@ def test_kept_cells_are_planned_as_the_window_loads(monkeypatch: pytest.MonkeyPa
                                cell_configs=bench_plan.cell_configs, summary=bench_plan.summary)
     assert out["cells_measured"] == len(plan_kept.KEPT_CONTEXTS) * 2 == len(seen)
     assert all(c.n_seq_max == 2 and c.saves_kv and c.kv_unified for c in seen)  # chat + scratch, KV saved
+
+
+def test_kept_cells_can_be_picked_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hisho.bench import plan_kept
+
+    seen: list[tuple[str, int, str]] = []
+
+    def fake_cell(facts: Any, cfg: Config, *_a: object) -> dict[str, object]:
+        seen.append((facts.architecture, cfg.n_ctx, cfg.type_k))
+        return {"n_ctx": cfg.n_ctx, "type_k": cfg.type_k, "resident_error_pct": 0.5, "committed_error_pct": 0.0}
+
+    monkeypatch.setattr(plan_kept, "kept_cell", fake_cell)
+    out = plan_kept.kept_cells("gpt-oss-tiny@8192/q8_0,gpt-oss-tiny@2048,llama-tiny:Q8_0@1024/f16", 512, 2,
+                               detect(), True, kv_types=bench_plan.KV_TYPES, cell_configs=bench_plan.cell_configs,
+                               summary=bench_plan.summary)
+    # Two KV types at 2048, one cell at 8192; a shape outside the kept models (dense) named with its quant.
+    assert sorted((c, k) for _a, c, k in seen) == [(1024, "f16"), (2048, "f16"), (2048, "q8_0"), (8192, "q8_0")]
+    assert {a for a, c, _k in seen if c == 1024} == {"llama"} and out["models"][-1] == "llama-tiny:Q8_0"

@@ -376,3 +376,28 @@ def test_writer_keeps_turn_sized_arenas_and_drops_huge_ones(monkeypatch: pytest.
     assert huge is small and huge.capacity >= 16 << 20   # grown in place of the kept one
     writer.give_arena(huge)
     assert writer.take_arena(1 << 20) is not huge
+
+
+def test_writer_lets_a_huge_arena_go_once_its_write_is_done(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """An arena over WARM_ARENA_MAX is no longer referenced by the writer once its job is reported done (the
+    writer thread's loop variable used to hold the finished job, and so its arena, until the next save)."""
+    import weakref
+
+    from hisho.engine import kvstate
+
+    monkeypatch.setattr(kvstate, "WARM_ARENA_MAX", 4 << 20)
+    writer = kvstate.ChunkWriter()
+    small, huge = kvstate.Arena(), kvstate.Arena()
+    small.ensure(1)
+    huge.ensure(8 << 20)
+    gone, kept = weakref.ref(huge), weakref.ref(small)
+    reports: list[list[dict[str, object]]] = []
+    for i, arena in enumerate((small, huge)):  # the huge one last: nothing comes after it
+        record: dict[str, object] = {"path": str(tmp_path / f"{i}.bin")}
+        writer.submit(kvstate._Job(arena, [(record, b"h", 0, 16)], reports.append))
+    del huge, small, arena
+    assert writer.wait_idle(60)
+    assert [r[0]["written"] for r in reports] == [True, True]
+    assert kept() is not None and kept() in writer._free   # turn-sized: kept for the next save
+    assert gone() is None   # let go after its write, not held until the next save

@@ -6,7 +6,8 @@ The child (``python -m hisho.bench.plan_kept`` through ``hisho.core.spawn``, rol
 the engine's own ``Runtime`` with two sequences (the window's profile: one for the chat, one scratch for chunk
 copies), fills all but ``checkpoints x step`` tokens with the probe's synthetic fill (a state plus one real
 ubatch, as ``bench plan`` does), then decodes ``step`` tokens and takes a checkpoint (``PrefixKeeper.checkpoint``)
-``checkpoints`` times, saves (``KVState.save``, 512-token chunks) and restores (``KVState.restore``). It reports
+``checkpoints - 1`` times, saves (``KVState.save``, 512-token chunks), takes the last step and checkpoint beside
+the arena the writer kept, and restores (``KVState.restore``). It reports
 the peak RSS growth and what the engine held: checkpoint bytes, the save's arena, the chunk files' bytes."""
 
 from __future__ import annotations
@@ -40,25 +41,35 @@ PROBE_TIMEOUT_S = 3600
 def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_allowed: bool, *,
                kv_types: tuple[str, ...], cell_configs: Callable[..., list[Any]],
                summary: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any]:
-    """Every (model, n_ctx, KV type) cell of ``KEPT_MODELS`` (``only``: "shape[:quant],..."), planned as the
+    """Every (model, n_ctx, KV type) cell of ``KEPT_MODELS`` (``only``: "shape[:quant][@n_ctx[/kv]],...", which
+    may also name another true shape with its quant, e.g. a dense "llama-3.2-1b:Q4_K_M@8192/f16"), planned as the
     window loads it (two sequences, KV saved) and measured in a fresh child each. ``cell_configs`` and
     ``summary`` are bench.plan's (passed in: that module calls this one)."""
-    from hisho.bench.shapes import model_file
+    from hisho.bench.shapes import SHAPES, model_file
     from hisho.core.models.gguf_facts import read_facts
     from hisho.core.planner import calibration_for
 
-    wanted = [w.strip() for w in (only or "").split(",") if w.strip()]
-    models = [(s, q) for s, q in KEPT_MODELS if not wanted or any(w in (s, f"{s}:{q}") for w in wanted)]
+    wanted = [_cell_filter(w) for w in (only or "").split(",") if w.strip()]
+    models = [(s, q) for s, q in KEPT_MODELS if not wanted or any(w[0] in (s, f"{s}:{q}") for w in wanted)]
+    models += [(n.split(":")[0], n.split(":")[1]) for n, _c, _k in wanted
+               if ":" in n and n.split(":")[0] in SHAPES and tuple(n.split(":")) not in models]
+
+    def picked(shape: str, quant: str, n_ctx: int, kv: str) -> bool:
+        return not wanted or any(n in (shape, f"{shape}:{quant}") and c in (None, n_ctx) and k in (None, kv)
+                                 for n, c, k in wanted)
+
     cells: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     for shape, quant in models:
         path = model_file(shape, quant)
         facts = read_facts(path)
         calib = calibration_for(facts, n_ubatch=n_batch)
-        for n_ctx in KEPT_CONTEXTS:
+        for n_ctx in sorted({*KEPT_CONTEXTS, *(c for _n, c, _k in wanted if c)}):
             if facts.context_length and n_ctx > facts.context_length:
                 continue
             for kv in kv_types:
+                if not picked(shape, quant, n_ctx, kv):
+                    continue
                 cfg = dataclasses.replace(cell_configs(path, n_ctx, kv, n_batch, machine, fa_allowed=fa_allowed)[0],
                                           n_seq_max=2, saves_kv=True)
                 label = f"{shape}:{quant}"
@@ -80,6 +91,13 @@ def kept_cells(only: str | None, n_batch: int, n_threads: int, machine: Any, fa_
     if failed:
         out["failed_cells"] = failed
     return out
+
+
+def _cell_filter(item: str) -> tuple[str, int | None, str | None]:
+    """"shape[:quant][@n_ctx[/kv]]" as (name, n_ctx or None, KV type or None)."""
+    name, _, cell = item.strip().partition("@")
+    ctx, _, kv = cell.partition("/")
+    return name, int(ctx) if ctx else None, kv or None
 
 
 class ProbeFailed(RuntimeError):
@@ -173,18 +191,19 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     sizes: list[int] = []
     held_max = 0
     pos = n_ctx - n_ck * step
-    for _ in range(n_ck):
+
+    def step_and_checkpoint() -> None:
+        nonlocal pos, held_max
         rt.decode_tokens(0, tokens[pos:pos + step], want_logits=False)
         pos += step
         before = keeper.checkpoint_bytes()
         if keeper.checkpoint(0):
             sizes.append(len(keeper.checkpoints[0][-1].data))
             held_max = max(held_max, before + sizes[-1])
-    if keeper.checkpoint(0):  # the same moment as the last step's: a no-op unless that one was refused
-        sizes.append(len(keeper.checkpoints[0][-1].data))
+
+    for _ in range(n_ck - 1):
+        step_and_checkpoint()
     after_checkpoints = memory_now()
-    kept_checkpoints = len(keeper.checkpoints.get(0, []))
-    kept_bytes = keeper.checkpoint_bytes()
     reports: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hisho-kept-") as tmp:
         # The first save of a model file hashes every byte of it (its identity, then cached on disk): measured
@@ -195,10 +214,14 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         after_kvstate = memory_now()
         summary = kv.save(0, Path(tmp) / "kv", CHUNK_TOKENS, reports.append)
         writer.wait_idle()
+        # The last step's checkpoint beside the arena the writer kept (a chat's next turn after a save).
+        step_and_checkpoint()
         after_save = memory_now()
         chunks = reports[0]["chunks"] if reports else []
         lows = [int(c["swa_lo"]) for c in chunks if c.get("swa_lo") is not None and c["swa_lo"] < c["start"] + c["n_tokens"]]
         warm = max((a.capacity for a in writer._free), default=0)
+        kept_checkpoints = len(keeper.checkpoints.get(0, []))
+        kept_bytes = keeper.checkpoint_bytes()
         t0 = time.perf_counter()
         restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=rt.n_ctx)
         restore_s = time.perf_counter() - t0

@@ -183,8 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model store name or GGUF path (default: the bundled model)")
     p.add_argument("--matrix", action="store_true",
                    help="plan: every generated true-shape model x quant x 2 contexts x f16/q8_0 KV")
-    p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b; peers: one "
-                                   "configuration (defaults or matched)")
+    p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b; --kept also "
+                                  "takes cells, e.g. granite-4.0-h-1b@8192/f16; peers: one configuration "
+                                  "(defaults or matched)")
     p.add_argument("--kept", action="store_true",
                    help="plan --matrix: sliding-window and hybrid shapes, the peak with the engine's checkpoints "
                         "and one KV save + restore")

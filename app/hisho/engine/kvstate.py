@@ -130,6 +130,7 @@ class ChunkWriter:
                 job.done(records)
             except Exception:
                 log.exception("reporting a finished KV save failed")
+            del job  # its arena too, unless kept (give_arena): the loop variable held it until the next save
             with self._lock:
                 self._pending -= 1
                 if self._pending == 0:

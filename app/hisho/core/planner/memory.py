@@ -27,7 +27,7 @@ from hisho.core.planner.layout import Config as Config
 from hisho.core.planner.layout import row_bytes as row_bytes
 from hisho.core.planner.layout import stream_cells as stream_cells
 from hisho.core.planner.layout import swa_cells as swa_cells
-from hisho.core.planner.state import WARM_ARENA_MAX, kept_bytes
+from hisho.core.planner.state import kept_bytes
 from hisho.core.units import CELL_PAD as CELL_PAD  # one home for the padding (hisho.core.units); re-exported
 from hisho.core.units import MIB
 from hisho.core.units import padded_cells as padded_cells
@@ -345,7 +345,6 @@ def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
                      f"({k.sequences}) for exact reuse on a {facts.memory} model, one more while the next is taken")
     if k.arena:
         notes.append(f"saving KV copies a whole sequence into a {k.arena / MIB:.0f} MiB buffer"
-                     + (" (kept for the next save)" if k.arena // max(1, min(2, k.sequences)) <= WARM_ARENA_MAX
-                        else " (held until the next save: the writer still references it)")
-                     + f"; a restore maps up to {k.restore / MIB:.0f} MiB of chunk files")
+                     + (" (kept for the next save)" if k.warm_arena else " (let go after its write)")
+                     + f"; a restore maps one chunk file at a time (up to {k.restore / MIB:.1f} MiB)")
     return k.peak, k.allocated

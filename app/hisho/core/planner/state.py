@@ -6,9 +6,9 @@ not written: at most ``n_swa``); recurrent layers one fixed state (conv + SSM / 
 A checkpoint (``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``) is the part a cut cannot give back: the window and the
 recurrent state. So a dense model's state grows with every token, a Gemma-3's grows only by its few global
 layers plus a constant window, and a Mamba's does not grow at all. On disk the engine writes 512-token chunks
-(``StateSize.chunked``): each carries its own window cells while the cache holds them and, on a recurrent model,
-the whole recurrent state, so a restore can end at any chunk. Decisions: docs/planner.md "Saved state" and
-"Kept state".
+(``StateSize.chunked``): each carries its own window cells while the cache holds them; on a recurrent model only
+the chunk that ends a save carries the recurrent state (the others leave it out, ``kvf.NO_STATE``). Decisions:
+docs/planner.md "Saved state" and "Kept state".
 """
 
 from __future__ import annotations
@@ -62,24 +62,31 @@ class StateSize:
         window = min(n, self.window)
         return window * (self.window_per_cell + CELL_META) + (self.recurrent if n else 0)
 
-    def chunked(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS, window_held: int | None = None) -> int:
-        """Bytes the engine copies out for a save of ``n_tokens`` tokens in chunks of ``chunk_tokens``, every
-        chunk new (``KVState.save``: each chunk through the scratch sequence). A chunk ``[s, e)`` holds its own
-        full-attention rows; the window cells of its range that are inside the window of ``e - 1`` and still in
-        the window cache (its last ``window_held`` positions: ``memory.swa_cells``); and, on a recurrent model,
-        the whole recurrent state (the scratch sequence shares the state cell: every chunk file carries it, so
-        a restore can end at any chunk). This is also what the chunk files hold on disk, less their headers."""
+    def chunks(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS, window_held: int | None = None) -> list[int]:
+        """Bytes of each chunk the engine copies out for a save of ``n_tokens`` tokens in chunks of
+        ``chunk_tokens``, every chunk new (``KVState.save``: each chunk through the scratch sequence). A chunk
+        ``[s, e)`` holds its own full-attention rows and the window cells of its range that are inside the
+        window of ``e - 1`` and still in the window cache (its last ``window_held`` positions:
+        ``memory.swa_cells``); on a recurrent model the last chunk also holds the whole recurrent state, the
+        others none (``KVState._isolate`` drops it from their copies: a restore ends only where a save ended)."""
         n = max(0, n_tokens)
         step = chunk_tokens if chunk_tokens > 0 else max(1, n)
         held_from = n - (self.window if window_held is None else window_held)
-        total = 0
+        sizes = []
         for start in range(0, n, step):
             end = min(n, start + step)
             cells = end - start
             window = max(0, end - max(start, end - self.window, held_from)) if self.window_per_cell else 0
-            total += (cells * (self.per_token + CELL_META) if self.per_token else 0) \
-                + window * (self.window_per_cell + CELL_META) + self.recurrent + STATE_HEADERS
-        return total
+            sizes.append((cells * (self.per_token + CELL_META) if self.per_token else 0)
+                         + window * (self.window_per_cell + CELL_META) + (self.recurrent if end == n else 0)
+                         + STATE_HEADERS)
+        return sizes
+
+    def chunked(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS, window_held: int | None = None) -> int:
+        """Bytes a save of ``n_tokens`` tokens copies out (``chunks``: its attention rows, the window cells the
+        cache still holds, the recurrent state once); also what its chunk files hold on disk, less their
+        headers."""
+        return sum(self.chunks(n_tokens, chunk_tokens, window_held))
 
     def to_dict(self) -> dict[str, int]:
         return {"per_token": self.per_token, "window_per_cell": self.window_per_cell, "window": self.window,
@@ -105,8 +112,9 @@ def seconds_saved(n_tokens: int, n_bytes: int, prefill_tok_s: float, restore_byt
     """Prefill avoided minus the restore: reading ``n_bytes`` instead of prefilling ``n_tokens``. ``n_bytes`` is
     what the chunk files hold (the sidebar reads their real sizes; a plan uses ``StateSize.chunked``): for a
     sliding-window model the global layers' rows plus the window cells of the last chunks, so it resumes
-    relatively faster than a dense model of the same prefill speed; for a recurrent one its attention rows plus
-    one whole recurrent state per chunk (55 MiB per 512 tokens on Granite-4-H-1B), so it resumes slower."""
+    relatively faster than a dense model of the same prefill speed; for a hybrid one its attention rows plus one
+    recurrent state (55 MiB on Granite-4-H-1B, whatever the length), so a short conversation resumes relatively
+    slower and a long one faster."""
     if prefill_tok_s <= 0 or restore_bytes_s <= 0:
         return 0.0
     return max(0.0, n_tokens / prefill_tok_s - n_bytes / restore_bytes_s)
@@ -116,8 +124,9 @@ def seconds_saved(n_tokens: int, n_bytes: int, prefill_tok_s: float, restore_byt
 class Kept:
     """Bytes the engine holds beside the context (``memory.Breakdown.kept``), at their peak (``peak``): the
     checkpoints every sequence keeps (``per_checkpoint`` x ``kept_per_seq`` x ``sequences``) and the one being
-    taken before the oldest is dropped; the save ``arena`` (0 when the load saves no KV); the chunk files a
-    ``restore`` has mapped; the model file's window hashed once for its identity (``identity``)."""
+    taken before the oldest is dropped; the save ``arena`` of ``arenas`` sequences saving (0 when the load saves
+    no KV); the largest chunk file a ``restore`` has mapped (one at a time); the model file's window hashed once
+    for its identity (``identity``)."""
 
     per_checkpoint: int
     kept_per_seq: int
@@ -125,14 +134,13 @@ class Kept:
     arena: int
     restore: int
     identity: int
+    arenas: int = 1
 
     @property
     def warm_arena(self) -> int:
-        """The arena still held after its write: all of it. The writer keeps arenas up to ``WARM_ARENA_MAX`` for
-        the next save and means to let larger ones go, but its thread's loop variable still holds the finished job
-        (and so its arena) until the next save arrives (engine/kvstate.py ``ChunkWriter._loop``): measured on
-        Granite-4-H-1B at 8192 tokens, the 924 MiB arena under the restore that followed (−24.7 % before)."""
-        return self.arena
+        """The arena still held after its write: the writer keeps arenas up to ``WARM_ARENA_MAX`` each for the
+        next save and lets larger ones go once written (engine/kvstate.py ``ChunkWriter``)."""
+        return self.arena if self.arena <= WARM_ARENA_MAX * max(1, self.arenas) else 0
 
     @property
     def retained(self) -> bool:
@@ -165,9 +173,9 @@ class Kept:
         return max(kept + self.per_checkpoint + self.warm_arena,  # a checkpoint taken beside a warm arena
                    kept + self.arena,                              # a save
                    kept + self.identity,                           # the first save of a model file hashes it
-                   # a restore: its sequence's checkpoints given back, every chunk it mapped still held when it
-                   # takes the checkpoint at its end
-                   others + self.warm_arena + self.restore + self.per_checkpoint)
+                   # a restore: its sequence's checkpoints given back, one chunk mapped at a time, each unmapped
+                   # before the checkpoint at its end is taken
+                   others + self.warm_arena + max(self.restore, self.per_checkpoint))
 
 
 def checkpoint_sequences(cfg: Config) -> int:
@@ -187,10 +195,9 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     sequence keeps at most ``CHECKPOINTS_PER_SEQ`` and at most ``CHECKPOINT_BYTES_PER_SEQ`` of them (never fewer
     than one), and a new one is taken before the oldest is dropped. With KV saved (engine/kvstate.py): a save of a
     whole sequence copies every chunk into one arena rounded up to 4 MiB, resident during the write and kept after
-    it up to 512 MiB; a restore maps the chunk files and, as the engine does today, holds every one it mapped until
-    the cyclic garbage collector frees it (``KVState._map``'s ``ctypes.cast`` puts the array in a reference cycle,
-    so ``mmap.close`` fails with BufferError), then takes a checkpoint; the first save of a model file hashes it
-    through one 16 MiB window (core/models/identity.py)."""
+    it up to 512 MiB (larger ones are let go); a restore maps one chunk file at a time and unmaps it once loaded
+    (the kernel's read-ahead of the next file is page cache, not the process's), then takes a checkpoint; the
+    first save of a model file hashes it through one 16 MiB window (core/models/identity.py)."""
     size = state_size(facts, cfg.type_k, cfg.type_v)
     _streams, cells = stream_cells(cfg)
     seq_ctx = cells  # a sequence may fill its stream (the scratch sequence's copies only tag cells)
@@ -202,9 +209,9 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
         kept = max(1, min(CHECKPOINTS_PER_SEQ, CHECKPOINT_BYTES_PER_SEQ // one))
     arena = restore = identity = 0
     if cfg.saves_kv:
-        whole = size.chunked(seq_ctx, CHUNK_TOKENS, held)
-        arena = -(-whole // ARENA_ROUND) * ARENA_ROUND * min(2, n_seq)
-        restore = whole
+        chunks = size.chunks(seq_ctx, CHUNK_TOKENS, held)
+        arena = -(-sum(chunks) // ARENA_ROUND) * ARENA_ROUND * min(2, n_seq)
+        restore = max(chunks, default=0)
         identity = min(IDENTITY_WINDOW, facts.weights_bytes)
     return Kept(per_checkpoint=one, kept_per_seq=kept, sequences=n_seq, arena=arena, restore=restore,
-                identity=identity)
+                identity=identity, arenas=min(2, n_seq))
