@@ -24,6 +24,7 @@ from hisho.gui.shell.app import open_window
 from hisho.gui.shell.main_window import MainWindow
 from tests.fixtures.gguf_shapes import true_model
 from tests.gui.conftest import wait_for, wait_idle
+from tests.gui.test_chat_window import open_chat, type_and_enter
 
 # Replies of 1200 tokens: with the chat's two sequences the window layers cache ~512 x 2 + n_ubatch cells, so
 # after a second such reply the cells the last prompt's window needs are overwritten.
@@ -63,16 +64,11 @@ def gemma_window(qtbot: QtBot) -> Iterator[MainWindow]:
 
 
 def chat(qtbot: QtBot, w: MainWindow) -> int:
-    conv = w.ctx.store.create("Gemma chat", settings=GREEDY)
-    w.controller.refresh(conv.id)
-    w.controller.select(conv.id)
-    wait_for(qtbot, lambda: w.controller.current is not None and w.controller.current.id == conv.id)
-    return conv.id
+    return open_chat(qtbot, w, GREEDY, "Gemma chat")
 
 
 def send(qtbot: QtBot, w: MainWindow, text: str) -> None:
-    w.composer.set_text(text)
-    qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    type_and_enter(qtbot, w, text)
     wait_for(qtbot, lambda: w.controller.active is not None, 60_000)
     wait_idle(qtbot, w)
 
