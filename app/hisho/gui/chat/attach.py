@@ -18,22 +18,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
-from hisho.core.conversations.chat import ChatService
 from hisho.core.conversations.store import Conversation
 from hisho.core.documents.attached import ChatDocument
 from hisho.core.units import format_bytes
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.doc_sources import DocSources, SourcesWindow
 from hisho.gui.chat.documents import FILTER
-from hisho.gui.chat.send_screen import FitMemory
-from hisho.gui.shell.toast import TOAST_MS
+from hisho.gui.chat.send_screen import FitMemory, PresenterBase
 
 log = logging.getLogger("hisho.gui")
 
@@ -45,13 +42,8 @@ class NewChats(Protocol):
     def created(self, cid: int) -> None: ...   # a chat just made: listed, shown, the message box focused
 
 
-class AttachHost(Protocol):
-    """What attaching uses of the chat presenter (``hisho.gui.shell.controller.ChatController``)."""
-
-    current: Conversation | None
-
-    @property
-    def service(self) -> ChatService: ...
+class AttachHost(PresenterBase, Protocol):
+    """What attaching uses of the chat presenter, beyond ``PresenterBase``."""
 
     @property
     def listing(self) -> NewChats: ...
@@ -61,11 +53,6 @@ class AttachHost(Protocol):
 
     @property
     def replying(self) -> bool: ...
-
-    def toast(self, text: str, undo: Callable[[], None] | None = None, label: str = "Undo",
-              ms: int = TOAST_MS) -> None: ...
-    def report(self, exc: BaseException) -> None: ...
-    def store_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None) -> None: ...
 
 
 class SummaryState(Protocol):
