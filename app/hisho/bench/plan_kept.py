@@ -161,24 +161,15 @@ def _pct(predicted: int, measured: int) -> float:
 
 
 def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
-    from hisho.engine import backends
     from hisho.engine.kvstate import ChunkWriter, KVState
-    from hisho.engine.probe import LogCapture, _fill_by_state, memory_now, parse_buffers, reset_peak
-    from hisho.engine.runtime import Runtime
+    from hisho.engine.probe import _fill_by_state, batch_bytes, load_measured, memory_now
 
-    logs = LogCapture()
-    backends.init()
-    params = LoadParams.from_dict(request["params"])
     # 9 x 64 tokens after the fill: past a window cache's n_swa x 2 + n_ubatch cells, so every one of them holds a
     # cell of the sequence (as in a long chat) when the save copies the window part.
     n_ck, step = int(request.get("checkpoints", 9)), int(request.get("step", 64))
-    reset_peak()
-    base = memory_now()
-    rt = Runtime.load(params)
-    loaded = memory_now()
-    buffers = parse_buffers(logs.take())
+    probe = load_measured(request)
+    rt, base, loaded, buffers, tokens = probe.rt, probe.base, probe.loaded, probe.buffers, probe.tokens
     n_ctx = rt.n_ctx
-    tokens = [(i * 7919 + 11) % rt.n_vocab for i in range(n_ctx)]
     # The probe's synthetic fill (a state built in an anonymous mmap, unmapped before the peak is reset, then one
     # real ubatch), told the context ends where the checkpoints' steps begin.
     caches = request.get("kv_caches")
@@ -227,8 +218,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         restore_s = time.perf_counter() - t0
         file_bytes = sum(int(c.get("bytes", 0)) for c in chunks)
     end = memory_now()
-    cap = rt.batch.capacity
-    batch_bytes = cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * rt.n_seq_max
+    arrays = batch_bytes(rt)
     kind = keeper.kind
     rt.close()
     return {"ok": True, "n_ctx": rt.n_ctx, "filled": rt.n_ctx, "kind": kind, "step": step, "load_s": rt.load_s, "mmap": rt.mmap,
@@ -244,7 +234,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
             "save_copied_bytes": int(summary["copied_bytes"]), "save_chunks": len(chunks),
             "chunk_payload_bytes": [int(c.get("bytes", 0)) for c in chunks], "chunk_file_bytes": file_bytes,
             "warm_arena": warm, "restored": int(restored["restored"]), "restore_s": restore_s,
-            "buffers": buffers, "our_arrays": batch_bytes}
+            "buffers": buffers, "our_arrays": arrays}
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ import struct
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import llama_cpp
 
@@ -243,19 +243,9 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     the last full ubatch. Both end with a full cache and the largest graph (every cell attended by a full
     ubatch), which is the peak; "state" costs one ubatch instead of n_ctx tokens, so a 3B model's 4K context is
     measured in seconds, not minutes."""
-    from hisho.engine.runtime import Runtime
-
-    logs = LogCapture()
-    backends.init()
-    params = LoadParams.from_dict(request["params"])
     fill = str(request.get("fill", "decode"))
-    reset_peak()
-    base = memory_now()
-    rt = Runtime.load(params)
-    loaded = memory_now()
-    buffers = parse_buffers(logs.take())
-    n_vocab = rt.n_vocab
-    tokens = [(i * 7919 + 11) % n_vocab for i in range(rt.n_ctx)]
+    probe = load_measured(request)
+    rt, base, loaded, buffers, tokens = probe.rt, probe.base, probe.loaded, probe.buffers, probe.tokens
     started = time.perf_counter()
     if fill == "state":
         caches = request.get("kv_caches")
@@ -267,9 +257,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
             rt.decode_tokens(0, tokens[start:start + rt.n_batch])
     fill_s = time.perf_counter() - started
     end = memory_now()
-    # llama_batch_init(capacity, 0, n_seq_max): token, pos, n_seq_id, logits arrays and seq_id pointers.
-    cap = rt.batch.capacity
-    batch_bytes = cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * rt.n_seq_max
+    arrays = batch_bytes(rt)
     rt.close()
     return {"ok": True, "library": library_version(), "n_ctx": rt.n_ctx, "filled": len(rt.seqs.get(0, [])),
             "fill": fill, "fill_s": fill_s, "load_s": rt.load_s, "mmap": rt.mmap,
@@ -277,7 +265,42 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
             "end_growth": end["rss"] - base["rss"], "load_growth": loaded["rss"] - base["rss"],
             "load_peak_growth": loaded["peak"] - base["rss"],
             "anon_growth": end["anon"] - base["anon"], "file_growth": end["file"] - base["file"],
-            "buffers": buffers, "our_arrays": batch_bytes}
+            "buffers": buffers, "our_arrays": arrays}
+
+
+class Measured(NamedTuple):
+    """A runtime loaded by ``load_measured`` and the figures taken around its load."""
+
+    rt: Any
+    base: dict[str, int]       # memory_now() before the load (the peak reset first)
+    loaded: dict[str, int]     # memory_now() after it
+    buffers: dict[str, Any]    # parse_buffers() of the load's log
+    tokens: list[int]          # a deterministic token for every cell of the context (what fills decode or write)
+    logs: LogCapture           # keeps llama.cpp's log callback referenced while the runtime lives
+
+
+def load_measured(request: dict[str, Any]) -> Measured:
+    """Load ``request["params"]`` as a measuring probe does: llama.cpp's log captured, the process's peak reset,
+    memory read before and after the load, the load's buffer lines parsed."""
+    from hisho.engine.runtime import Runtime
+
+    logs = LogCapture()
+    backends.init()
+    params = LoadParams.from_dict(request["params"])
+    reset_peak()
+    base = memory_now()
+    rt = Runtime.load(params)
+    loaded = memory_now()
+    buffers = parse_buffers(logs.take())
+    tokens = [(i * 7919 + 11) % rt.n_vocab for i in range(rt.n_ctx)]
+    return Measured(rt, base, loaded, buffers, tokens, logs)
+
+
+def batch_bytes(rt: Any) -> int:
+    """What ``llama_batch_init(capacity, 0, n_seq_max)`` allocates: token, pos, n_seq_id, logits arrays and the
+    seq_id pointers."""
+    cap = int(rt.batch.capacity)
+    return cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * int(rt.n_seq_max)
 
 
 def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None = None) -> None:
