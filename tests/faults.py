@@ -1,4 +1,4 @@
-"""Fault injection for tests: a small real file system that fills up.
+"""Fault injection for tests: a small real file system that fills up, and a model load held mid-file.
 
 ``small_fs`` mounts a tmpfs of a given size (needs root or CAP_SYS_ADMIN; the test is skipped otherwise, and the
 same faults are also reached through SQLite's ``max_page_count`` in tests that run everywhere). ``fill`` takes
@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from hisho.core.engine.client import EngineClient
 
 FILLER = ".filler"
 
@@ -52,3 +57,43 @@ def fill(fs: Path, leave: int = 0) -> None:
 
 def drain(fs: Path) -> None:
     (fs / FILLER).unlink(missing_ok=True)
+
+
+class LoadFreeze:
+    """Holds an engine's model load mid-file, whatever the disk's speed: a watcher thread stops the engine
+    process (SIGSTOP) as soon as the load reports progress past its start and short of its end, so a test's Stop
+    lands while the load is really in flight (on a fast machine a 1B file otherwise finishes within the window's
+    next tick). ``thaw`` (also on leaving the ``with``) lets the process go on, where it reads the cancel first.
+    """
+
+    def __init__(self, engine: EngineClient, timeout_s: float = 120.0) -> None:
+        self._engine = engine
+        self._timeout_s = timeout_s
+        self._pid: int | None = None
+        self.frozen = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="load-freeze", daemon=True)
+
+    def __enter__(self) -> LoadFreeze:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.thaw()
+
+    def _watch(self) -> None:
+        end = time.monotonic() + self._timeout_s
+        while time.monotonic() < end:
+            p = self._engine.progress()
+            pid = self._engine.pid
+            if p is not None and p.op == "load" and 0 < p.done < p.total and pid is not None:
+                os.kill(pid, signal.SIGSTOP)
+                self._pid = pid
+                self.frozen.set()
+                return
+            time.sleep(0.001)
+
+    def thaw(self) -> None:
+        self._thread.join(self._timeout_s)
+        if self._pid is not None:
+            os.kill(self._pid, signal.SIGCONT)
+            self._pid = None

@@ -6,7 +6,6 @@ answered before, or says that none is loaded."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,17 +14,16 @@ from hisho.bench.shapes import model_file
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import ErrorKind, LoadParams
 from hisho.core.errors import EngineError, LoadStopped
+from tests.faults import LoadFreeze
 
 
 def stop_when_loading(client: EngineClient) -> threading.Thread:
+    """Stop the load from another thread while the engine is held mid-file (on a fast machine the file is read
+    before a cancel sent at its first progress arrives)."""
     def watch() -> None:
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            p = client.progress()
-            if p is not None and p.op == "load" and p.done > 0:
+        with LoadFreeze(client) as held:
+            if held.frozen.wait(120):
                 assert client.cancel_load()
-                return
-            time.sleep(0.01)
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()

@@ -1,5 +1,5 @@
 """A model load can be stopped: the status bar's Stop beside "Loading X… 12 %" aborts a real load (a true-shape
-1B file, which takes seconds), the model that answered before answers again, and the window says so."""
+1B file, held mid-file so that the click lands during the load on any machine), the model that answered before answers again, and the window says so."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 from pytestqt.qtbot import QtBot
 
 from hisho.bench.shapes import model_file
+from hisho.core.engine.client import EngineClient
 from hisho.gui.shell.main_window import MainWindow
+from tests.faults import LoadFreeze
 from tests.gui.conftest import settle, wait_for, wait_idle
 
 
@@ -24,13 +26,15 @@ def test_stop_aborts_a_load_and_the_previous_model_answers_again(qtbot: QtBot, w
     assert before is not None and demo(before.model_path)
     stop = w.status.stop_load
     assert stop.isHidden()                                  # no load, no Stop
-    w.controller.switch_model(str(big), override=True)
-    wait_for(qtbot, lambda: not stop.isHidden())
-    progress = w.ctx.engine.progress
-    wait_for(qtbot, lambda: (p := progress()) is not None and p.op == "load" and 0 < p.done < p.total, 60_000)
-    settle(qtbot, 0.6)                                      # the tick shows the load's own progress
-    assert "Loading" in w.status.model.text() and "%" in w.status.model.text()
-    stop.click()
+    engine = w.ctx.engine
+    assert isinstance(engine, EngineClient)
+    with LoadFreeze(engine) as held:                        # the load stays mid-file until Stop was clicked
+        w.controller.switch_model(str(big), override=True)
+        wait_for(qtbot, lambda: not stop.isHidden())
+        wait_for(qtbot, held.frozen.is_set, 120_000)
+        settle(qtbot, 0.6)                                  # the tick shows the load's own progress
+        assert "Loading" in w.status.model.text() and "%" in w.status.model.text()
+        stop.click()
     wait_for(qtbot, lambda: w.controller.model_ready, 120_000)
     wait_idle(qtbot, w)
     after = w.ctx.engine.load_params
