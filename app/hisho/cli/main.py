@@ -88,6 +88,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
     module = importlib.import_module(f"hisho.bench.{args.which}")
+    if args.repeat is None:
+        args.repeat = REPEAT_DEFAULT.get(args.which, 3)
     result: dict[str, Any] = module.run(args)
     if args.json:
         emit_json(result)
@@ -97,6 +99,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 sys.stdout.write(f"{key:28s} {value}\n")
     return EXIT_OK
 
+
+# A decode run is seconds long and its rate moves by 5-10 % from one run to the next on a busy 2-core laptop: the
+# median of 3 paired ratios moved by as much, 6 keep it within ~2 % (docs/speed.md). Other benches' runs are
+# minutes long.
+REPEAT_DEFAULT = {"decode": 6}
 
 BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak", "peers")
 
@@ -175,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="side-by-side benchmarks (ratios in JSON)")
     p.add_argument("which", choices=BENCHES)
     p.add_argument("--tokens", type=int, default=None, help="tokens to generate / build (bench-specific)")
-    p.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (median reported)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="interleaved repetitions (median reported; default 6 for decode, else 3)")
     p.add_argument("--cold", action="store_true", help="resume: drop the KV files from the page cache first")
     p.add_argument("--kv-type", choices=("f16", "q8_0"), default=None, help="resume: KV cache type")
     p.add_argument("--background", type=_busy_count, default=0, metavar="N",
