@@ -1,4 +1,5 @@
-"""Fault injection for tests: a small real file system that fills up, and a model load held mid-file.
+"""Fault injection for tests: a small real file system that fills up, and engine work (a model load, a prompt's
+reading) held in flight.
 
 ``small_fs`` mounts a tmpfs of a given size (needs root or CAP_SYS_ADMIN; the test is skipped otherwise, and the
 same faults are also reached through SQLite's ``max_page_count`` in tests that run everywhere). ``fill`` takes
@@ -59,21 +60,24 @@ def drain(fs: Path) -> None:
     (fs / FILLER).unlink(missing_ok=True)
 
 
-class LoadFreeze:
-    """Holds an engine's model load mid-file, whatever the disk's speed: a watcher thread stops the engine
-    process (SIGSTOP) as soon as the load reports progress past its start and short of its end, so a test's Stop
-    lands while the load is really in flight (on a fast machine a 1B file otherwise finishes within the window's
-    next tick). ``thaw`` (also on leaving the ``with``) lets the process go on, where it reads the cancel first.
+class EngineFreeze:
+    """Holds an engine's request in flight, whatever the machine's speed: a watcher thread stops the engine
+    process (SIGSTOP) as soon as a request of ``op`` reports progress past its start and short of its end, so a
+    test's Stop (or its look at a "Reading…"/"Loading…" text) lands while the work is really in flight (on a fast
+    machine a 1B file or a few hundred prompt tokens otherwise finish within the window's next tick). ``thaw``
+    (also on leaving the ``with``) lets the process go on, where it reads the cancel first. ``op``: "load",
+    "prefill" (type-ahead) or "generate" (a reply reading its prompt).
     """
 
-    def __init__(self, engine: EngineClient, timeout_s: float = 120.0) -> None:
+    def __init__(self, engine: EngineClient, op: str = "load", timeout_s: float = 120.0) -> None:
         self._engine = engine
+        self._op = op
         self._timeout_s = timeout_s
         self._pid: int | None = None
         self.frozen = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="load-freeze", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name=f"{op}-freeze", daemon=True)
 
-    def __enter__(self) -> LoadFreeze:
+    def __enter__(self) -> EngineFreeze:
         self._thread.start()
         return self
 
@@ -85,7 +89,7 @@ class LoadFreeze:
         while time.monotonic() < end:
             p = self._engine.progress()
             pid = self._engine.pid
-            if p is not None and p.op == "load" and 0 < p.done < p.total and pid is not None:
+            if p is not None and p.op == self._op and 0 < p.done < p.total and pid is not None:
                 os.kill(pid, signal.SIGSTOP)
                 self._pid = pid
                 self.frozen.set()
@@ -97,3 +101,10 @@ class LoadFreeze:
         if self._pid is not None:
             os.kill(self._pid, signal.SIGCONT)
             self._pid = None
+
+
+class LoadFreeze(EngineFreeze):
+    """An ``EngineFreeze`` of a model load: held mid-file."""
+
+    def __init__(self, engine: EngineClient, timeout_s: float = 120.0) -> None:
+        super().__init__(engine, "load", timeout_s)

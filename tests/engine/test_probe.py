@@ -5,6 +5,7 @@ measured load, and ``hisho plan`` end to end."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -139,7 +140,10 @@ def test_hisho_plan_json_then_cached(default_model_path: Path, hisho_home: Path)
     assert plan["fits"] and not plan["estimate"] and plan["n_ctx"] >= 1024
     cached = list((hisho_home / "cache" / "calibration").glob("*.json"))
     assert len(cached) == 1
-    stamp = cached[0].stat().st_mtime_ns
+    # A stamp no write can give it: a second dry run that rewrote the file within the file system's timestamp
+    # granularity of the first (a fast machine) would otherwise leave st_mtime_ns as it was.
+    stamp = 1_000_000_000 * 10**9
+    os.utime(cached[0], ns=(stamp, stamp))
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert json.loads(second.stdout) == plan
     assert cached[0].stat().st_mtime_ns == stamp  # answered from the cache, no second dry run

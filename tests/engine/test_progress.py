@@ -13,6 +13,7 @@ import pytest
 
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import LoadParams, Progress, Sampling
+from tests.faults import EngineFreeze
 
 N_BATCH = 32  # small batches: a 1,500-token prompt is read in ~47 of them
 
@@ -70,10 +71,12 @@ def test_stop_while_the_prompt_is_read(small_batches: EngineClient) -> None:
     stream = engine.generate(messages=messages, sampling=Sampling(temperature=0.0, max_tokens=8))
     out: dict[str, Any] = {}
     reader = threading.Thread(target=lambda: out.setdefault("result", stream.collect()))
-    reader.start()
-    seen = wait_progress(engine, reader)
-    assert seen is not None and seen.id == stream.id
-    stream.cancel()
+    with EngineFreeze(engine, "generate") as held:  # held at its first report: the cancel lands mid-prompt
+        reader.start()
+        assert held.frozen.wait(120)
+        seen = engine.progress()
+        assert seen is not None and seen.id == stream.id
+        stream.cancel()
     reader.join(120)
     result = out["result"]
     assert result.stop_reason == "cancelled" and result.completion_tokens == 0
@@ -87,10 +90,12 @@ def test_prefill_reports_progress_and_stops_on_cancel(small_batches: EngineClien
     tokens = engine.tokenize(messages=long_prompt(engine))
     out: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: out.setdefault("result", engine.prefill(tokens, 0)))
-    worker.start()
-    seen = wait_progress(engine, worker)
-    assert seen is not None and seen.op == "prefill" and seen.total == len(tokens)
-    engine.cancel(seen.id)
+    with EngineFreeze(engine, "prefill") as held:   # held at its first report: the cancel lands mid-prompt
+        worker.start()
+        assert held.frozen.wait(120)
+        seen = engine.progress()
+        assert seen is not None and seen.op == "prefill" and seen.total == len(tokens)
+        engine.cancel(seen.id)
     worker.join(120)
     assert out["result"]["complete"] is False
     assert out["result"]["held"] < len(tokens)

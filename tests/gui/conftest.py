@@ -55,6 +55,25 @@ def wait_for(qtbot: QtBot, cond: Callable[[], bool], timeout: int = 90_000) -> N
     qtbot.waitUntil(cond, timeout=timeout)
 
 
+def message_ids(w: MainWindow, cid: int) -> set[int]:
+    return {m.id for m in w.ctx.store.branch(cid)}
+
+
+def wait_reply(qtbot: QtBot, w: MainWindow, cid: int, known: set[int], timeout: int = 300_000) -> None:
+    """Until chat ``cid`` ends in a finished reply that is none of ``known`` (its message ids before the send),
+    then until idle. A lasting state, unlike ``controller.active``: on a fast machine a short reply begins and
+    ends between two looks, and a wait for it to be seen streaming would never end."""
+    from hisho.core.conversations.store import STREAMING
+
+    def answered() -> bool:
+        branch = w.ctx.store.branch(cid)
+        return bool(branch) and branch[-1].role == "assistant" and branch[-1].id not in known \
+            and branch[-1].status != STREAMING
+
+    wait_for(qtbot, answered, timeout)
+    wait_idle(qtbot, w)
+
+
 def settle(qtbot: QtBot, seconds: float = 0.2) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:

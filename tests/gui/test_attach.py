@@ -18,7 +18,7 @@ from hisho.core.kv.session import conversation_owner
 from hisho.gui.chat import attach as attach_mod
 from hisho.gui.shell.main_window import MainWindow
 from tests.fixtures.docs.make import make_encrypted_pdf
-from tests.gui.conftest import wait_for, wait_idle
+from tests.gui.conftest import message_ids, wait_for, wait_idle, wait_reply
 from tests.gui.test_chat_window import open_chat, type_and_enter
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=8, repeat_penalty=1.0)
@@ -72,9 +72,9 @@ def test_a_file_dropped_on_the_message_box_is_attached_to_this_chat_only(
         assert conversation_owner(cid)
 
     # The question's prompt holds the document: the reply's prompt is longer than the question alone.
+    known = message_ids(w, cid)
     type_and_enter(qtbot, w, "When does the ferry leave?")
-    wait_for(qtbot, lambda: w.controller.active is not None, 60_000)
-    wait_idle(qtbot, w)
+    wait_reply(qtbot, w, cid, known)
     reply = w.ctx.store.branch(cid)[-1]
     assert reply.role == "assistant" and (reply.prompt_tokens or 0) > w.ctx.chat.count(
         [{"role": "user", "content": "When does the ferry leave?"}]) + 15

@@ -5,7 +5,7 @@ is attached as before."""
 from __future__ import annotations
 
 import re
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,6 @@ from tests.gui.conftest import wait_for, wait_idle
 from tests.gui.test_chat_window import open_chat
 
 READING = re.compile(r"Reading long\.pdf · (\d+) %")
-PAGE_S = 0.03    # a slow disk or a heavy page: the 120 pages take seconds
 
 
 def chip_stop(w: MainWindow) -> QPushButton | None:
@@ -33,30 +32,41 @@ def test_reading_a_document_shows_its_progress_and_stop_leaves_it_out(
     pages = [f"Page {i} of the long report.\n" + f"Budget line item number {i}. " * 20 for i in range(1, 121)]
     pdf = make_pdf(tmp_path / "long.pdf", pages)
     page_text = binary._page_text
+    allowed, asks, go = threading.Semaphore(0), threading.Event(), threading.Event()
 
-    def slow_page(doc: object, index: int) -> tuple[str, bool]:
-        time.sleep(PAGE_S)
+    def held_page(doc: object, index: int) -> tuple[str, bool]:
+        # Each page waits for the test to let it go (one a look at the chip), so the reading is still under
+        # way when Stop is clicked, on a fast machine and on a loaded one alike.
+        asks.set()
+        while not go.is_set() and not allowed.acquire(timeout=0.02):
+            pass
         return page_text(doc, index)
 
-    monkeypatch.setattr(binary, "_page_text", slow_page)
+    monkeypatch.setattr(binary, "_page_text", held_page)
     cid = open_chat(qtbot, w, title="Reading")
-    w.attach.attach([pdf])
-    seen: list[int] = []
+    try:
+        w.attach.attach([pdf])
+        seen: list[int] = []
 
-    def reading() -> bool:
-        names = w.composer.attachment_names()
-        m = READING.fullmatch(names[0]) if names else None
-        if m:
-            seen.append(int(m.group(1)))
-        return bool(m) and int(m.group(1)) >= 10
+        def reading() -> bool:
+            if asks.is_set():         # one more page each look (the window shows progress at most every 0.2 s)
+                asks.clear()
+                allowed.release()
+            names = w.composer.attachment_names()
+            m = READING.fullmatch(names[0]) if names else None
+            if m:
+                seen.append(int(m.group(1)))
+            return bool(m) and int(m.group(1)) >= 10
 
-    wait_for(qtbot, reading, 60_000)
-    wait_for(qtbot, lambda: chip_stop(w) is not None)
-    stop = chip_stop(w)
-    at = seen[-1]
-    wait_for(qtbot, lambda: reading() and seen[-1] > at, 30_000)
-    assert chip_stop(w) is stop   # the same chip and Stop while its percentage moves (a click is not lost)
-    stop.click()
+        wait_for(qtbot, reading, 60_000)
+        wait_for(qtbot, lambda: chip_stop(w) is not None)
+        stop = chip_stop(w)
+        at = seen[-1]
+        wait_for(qtbot, lambda: reading() and seen[-1] > at, 30_000)
+        assert chip_stop(w) is stop   # the same chip and Stop while its percentage moves (a click is not lost)
+        stop.click()
+    finally:
+        go.set()
     wait_for(qtbot, lambda: w.attach.attached_count >= 1, 60_000)
     wait_idle(qtbot, w)
     assert w.composer.attachment_names() == []

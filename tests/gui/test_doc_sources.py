@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 from hisho.core.conversations.store import ChatSettings
 from hisho.gui.chat.doc_sources import SourcesRow
 from hisho.gui.shell.main_window import MainWindow
-from tests.gui.conftest import wait_for, wait_idle
+from tests.gui.conftest import message_ids, wait_for, wait_reply
 from tests.gui.test_attach import FERRY, attached_after, drop_on_composer
 from tests.gui.test_chat_window import open_chat, type_and_enter
 
@@ -32,9 +32,9 @@ def test_answer_lists_its_sources_and_the_bubble_its_attachment(qtbot: QtBot, wi
     notes.write_text(FERRY + "\nThe museum on the quay opens at ten on weekdays.\n", encoding="utf-8")
     drop_on_composer(qtbot, w, notes)
     attached_after(qtbot, w, 0)
+    known = message_ids(w, cid)
     type_and_enter(qtbot, w, "When does the ferry to Tern Island leave?")
-    wait_for(qtbot, lambda: w.controller.active is not None, 60_000)
-    wait_idle(qtbot, w)
+    wait_reply(qtbot, w, cid, known)
     wait_for(qtbot, lambda: "sources" in extras(w, "assistant") and "attachments" in extras(w, "user"), 60_000)
 
     chips = extras(w, "user")["attachments"]

@@ -16,10 +16,12 @@ from pytestqt.qtbot import QtBot
 
 from hisho.core import settings as settings_mod
 from hisho.core.conversations.store import STOPPED, ChatSettings
+from hisho.core.engine.client import EngineClient
 from hisho.core.kv.session import RestoreReport
 from hisho.core.models.store import ModelStore
 from hisho.gui.chat.waits import reading_text, restored_text
 from hisho.gui.shell.main_window import MainWindow
+from tests.faults import EngineFreeze
 from tests.gui.conftest import make_window, settle, wait_for, wait_idle
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=8, repeat_penalty=1.0)
@@ -58,9 +60,10 @@ def held_tokens(w: MainWindow) -> int:
     return w.ctx.engine.seq_rm(0, 10**6)  # removes nothing: what sequence 0 holds
 
 
-def typeahead_reading(w: MainWindow) -> bool:
-    p = w.ctx.engine.progress()
-    return p is not None and p.op == "prefill"
+def engine_client(w: MainWindow) -> EngineClient:
+    engine = w.ctx.engine
+    assert isinstance(engine, EngineClient)
+    return engine
 
 
 def test_the_resume_notice_says_only_what_was_measured() -> None:
@@ -88,19 +91,17 @@ def test_long_paste_reading_progress_stop_and_ttft(qtbot: QtBot, hisho_home: Pat
     assert n_prompt > 8 * 32
 
     # 1. Pasted, then sent while type-ahead still reads it: the message says how far the reading is, the
-    #    message box offers Stop, and the first-token time counts from Send, the reading included.
+    #    message box offers Stop, and the first-token time counts from Send, the reading included. The engine
+    #    is held mid-reading (a fast machine reads the paste within the window's next tick).
     cid = open_chat(qtbot, w, "ttft")
-    w.composer.set_text(PASTE)
-    wait_for(qtbot, lambda: typeahead_reading(w), SLOW)
-    sent = time.monotonic()
-    w.composer.submit()
-    wait_for(qtbot, lambda: any(READING.fullmatch(t) for t in queued_states(w)) or w.controller.active is not None,
-             SLOW)
-    began = 0.0
-    if w.controller.active is None:
+    with EngineFreeze(engine_client(w), "prefill") as held:
+        w.composer.set_text(PASTE)
+        wait_for(qtbot, held.frozen.is_set, SLOW)
+        sent = time.monotonic()
+        w.composer.submit()
+        wait_for(qtbot, lambda: any(READING.fullmatch(t) for t in queued_states(w)), SLOW)
         assert w.composer.button.text() == "Stop"
-        wait_for(qtbot, lambda: w.controller.active is not None, SLOW)
-    began = time.monotonic() - sent  # the reading was done before the reply began
+        began = time.monotonic() - sent  # the reading is not done yet: the first token comes after this
     wait_idle(qtbot, w, SLOW)
     reply = w.ctx.store.branch(cid)[-1]
     assert reply.role == "assistant" and reply.ttft_s is not None
@@ -109,10 +110,12 @@ def test_long_paste_reading_progress_stop_and_ttft(qtbot: QtBot, hisho_home: Pat
 
     # 2. Sent at once (no type-ahead): the reply's own reading shows progress on the reply, Stop stops it there.
     cid = open_chat(qtbot, w, "stop")
-    w.controller.send(OTHER)
-    wait_for(qtbot, lambda: READING.fullmatch(stream_state(w).capitalize()) is not None, SLOW)
-    assert w.composer.button.text() == "Stop"
-    w.composer.button.click()
+    with EngineFreeze(engine_client(w), "generate") as held:  # the reply's reading held until Stop was clicked
+        w.controller.send(OTHER)
+        wait_for(qtbot, held.frozen.is_set, SLOW)
+        wait_for(qtbot, lambda: READING.fullmatch(stream_state(w).capitalize()) is not None, SLOW)
+        assert w.composer.button.text() == "Stop"
+        w.composer.button.click()
     wait_idle(qtbot, w, SLOW)
     reply = w.ctx.store.branch(cid)[-1]
     assert reply.role == "assistant" and reply.status == STOPPED and reply.content == ""
@@ -127,13 +130,20 @@ def test_stop_while_type_ahead_reads_the_message_gives_it_back(qtbot: QtBot, his
     w = make_window(qtbot)
     cid = open_chat(qtbot, w, "give back")
     n_prompt = w.ctx.engine.count_tokens(messages=[{"role": "user", "content": PASTE}])
-    w.composer.set_text(PASTE)
-    wait_for(qtbot, lambda: typeahead_reading(w), SLOW)
-    w.composer.submit()
-    assert w.composer.text() == ""
-    wait_for(qtbot, lambda: any(READING.fullmatch(t) for t in queued_states(w)), SLOW)
-    assert w.composer.button.text() == "Stop"
-    w.composer.button.click()
+    # The engine is held mid-reading until the window has sent its cancel (a fast machine reads the paste
+    # within the window's next tick, and there would be nothing left to stop).
+    with EngineFreeze(engine_client(w), "prefill") as held:
+        w.composer.set_text(PASTE)
+        wait_for(qtbot, held.frozen.is_set, SLOW)
+        reading = w.ctx.engine.progress()
+        assert reading is not None and reading.op == "prefill"
+        w.composer.submit()
+        assert w.composer.text() == ""
+        wait_for(qtbot, lambda: any(READING.fullmatch(t) for t in queued_states(w)), SLOW)
+        assert w.composer.button.text() == "Stop"
+        w.composer.button.click()
+        # the window cancels the type-ahead at its next look at the reading
+        wait_for(qtbot, lambda: reading.id in w.controller.sending._cancelled_reads, SLOW)
     wait_for(qtbot, lambda: w.composer.text() == PASTE, SLOW)  # nothing typed is lost
     wait_idle(qtbot, w, SLOW)
     assert w.ctx.store.branch(cid) == []                  # nothing was sent
