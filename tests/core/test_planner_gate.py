@@ -12,6 +12,7 @@ from hisho.core.engine.launch import load_params_for
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.machine import from_fixture
 from hisho.core.planner.gate import PlanRefused, apply_plan, gpu_backend_present
+from hisho.core.units import GIB
 from tests.fixtures.gguf_shapes import LLAMA_31_8B, write_shape
 
 DEVICES = Path(__file__).resolve().parents[1] / "fixtures" / "devices"
@@ -73,12 +74,24 @@ def test_flash_attention_off_where_it_costs_little(default_model_path: Path, l8b
     small = apply_plan(LoadParams(model_path=str(default_model_path), n_ctx=4096), want_gpu_layers=0,
                        machine=laptop)
     assert small.flash_attn is False
-    # A quantized V cache needs it; an 8B's scores at 8K (32 heads: 512 MiB) are over the cap.
+    # A quantized V cache needs it.
     q8 = LoadParams(model_path=str(default_model_path), n_ctx=4096, type_k="q8_0", type_v="q8_0")
     assert apply_plan(q8, want_gpu_layers=0, machine=laptop).flash_attn is True
-    assert apply_plan(LoadParams(model_path=str(l8b), n_ctx=8192), want_gpu_layers=0, machine=laptop).flash_attn
-    assert not apply_plan(LoadParams(model_path=str(l8b), n_ctx=4096), want_gpu_layers=0,
-                          machine=laptop).flash_attn
+    four = apply_plan(LoadParams(model_path=str(l8b), n_ctx=4096), want_gpu_layers=0, machine=laptop)
+    assert not four.flash_attn and four.n_ubatch == 512
+    # An 8B's scores at 8K (32 heads, 512 rows: 512 MiB) are over the cap: off with 256-token ubatches; at 16K
+    # with 128; at 64K even 64 rows are over it and flash attention stays on.
+    eight = apply_plan(LoadParams(model_path=str(l8b), n_ctx=8192), want_gpu_layers=0, machine=laptop)
+    assert not eight.flash_attn and eight.n_ubatch == 256 and eight.n_batch == 512
+    big = dataclasses.replace(laptop, ram_total=64 * GIB, ram_available=60 * GIB)
+    sixteen = apply_plan(LoadParams(model_path=str(l8b), n_ctx=16384), want_gpu_layers=0, machine=big)
+    assert not sixteen.flash_attn and sixteen.n_ubatch == 128
+    far = apply_plan(LoadParams(model_path=str(l8b), n_ctx=65536), want_gpu_layers=0, machine=big)
+    assert far.flash_attn and far.n_ubatch == 512
+    # A ubatch the settings made small already is never made larger.
+    small_ub = apply_plan(LoadParams(model_path=str(l8b), n_ctx=8192, n_ubatch=128), want_gpu_layers=0,
+                          machine=laptop)
+    assert not small_ub.flash_attn and small_ub.n_ubatch == 128
     # Nothing on a GPU: its backends have no per-row slow path.
     gpu = from_fixture(DEVICES / "discrete_rtx4060_laptop.json")
     assert apply_plan(LoadParams(model_path=str(l8b), n_ctx=4096), want_gpu_layers=-1, machine=gpu).flash_attn

@@ -88,10 +88,16 @@ def test_cells_load_flash_attention_as_the_plan_does(tmp_path: Path) -> None:
     # Flash attention not allowed in the settings: off, as the engine loads it.
     assert [c.flash_attn for c in bench_plan.cell_configs(tiny, 4096, "f16", 512, laptop, fa_allowed=False)] == [
         False]
-    # 32 heads x 8192 cells x 512 rows of f32 scores is over the cap: flash attention stays on.
+    # 32 heads x 8192 cells x 512 rows of f32 scores is over the cap, 256 rows are not: off, in 256-token
+    # ubatches, as the engine loads it; --fa-both's other choice is on at the load's own ubatch.
     big = write_shape(tmp_path / "l8b.gguf", LLAMA_31_8B)
     (cfg,) = bench_plan.cell_configs(big, 8192, "f16", 512, laptop)
-    assert cfg.flash_attn and cfg.n_ctx == 8192 and cfg.type_k == cfg.type_v == "f16" and cfg.n_ubatch == 512
+    assert not cfg.flash_attn and cfg.n_ctx == 8192 and cfg.type_k == cfg.type_v == "f16" and cfg.n_ubatch == 256
+    _, other = bench_plan.cell_configs(big, 8192, "f16", 512, laptop, fa_both=True)
+    assert other.flash_attn and other.n_ubatch == 512
+    # At 64K even 64 rows are over the cap: flash attention stays on.
+    (cfg,) = bench_plan.cell_configs(big, 65536, "f16", 512, laptop)
+    assert cfg.flash_attn and cfg.n_ubatch == 512
 
 
 def test_matrix_only_filter() -> None:

@@ -135,9 +135,10 @@ def cell_configs(model_path: Path, n_ctx: int, kv: str, n_batch: int, machine: M
                         flash_attn=fa_allowed, type_k=kv, type_v=kv)
     planned = apply_plan(params, want_gpu_layers=0, override=True, machine=machine)
     cfg = Config(n_ctx=n_ctx, type_k=kv, type_v=kv, flash_attn=planned.flash_attn, n_batch=n_batch,
-                 n_ubatch=n_batch)
+                 n_ubatch=planned.n_ubatch)
     if fa_both and kv == "f16":
-        return [cfg, dataclasses.replace(cfg, flash_attn=not cfg.flash_attn)]
+        # The other choice at the load's own ubatch (off with a smaller one only where the plan picks it).
+        return [cfg, dataclasses.replace(cfg, flash_attn=not cfg.flash_attn, n_ubatch=n_batch)]
     return [cfg]
 
 
@@ -159,7 +160,9 @@ def _model_cells(model_path: Path, contexts: tuple[int, ...], n_batch: int, n_th
             configs = cell_configs(model_path, n_ctx, kv, n_batch, machine, fa_allowed=fa_allowed, fa_both=fa_both)
             for cfg in configs:
                 try:
-                    cell = _cell(facts, cfg, calib, cpu, str(model_path), n_threads, fill)
+                    # A cell whose plan took a smaller ubatch (flash attention off) is priced by its own dry run.
+                    own = calib if cfg.n_ubatch == n_batch else calibration_for(facts, n_ubatch=cfg.n_ubatch)
+                    cell = _cell(facts, cfg, own, cpu, str(model_path), n_threads, fill)
                 except ProbeFailed as e:
                     if not keep_going:
                         raise

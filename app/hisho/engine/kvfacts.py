@@ -30,6 +30,8 @@ def state_facts(rt: Runtime) -> dict[str, Any]:
         "llama_cpp_python": llama_cpp.__version__,
         "system": llama_cpp.llama_print_system_info().decode("utf-8", "replace"),
         "type_k": p.type_k, "type_v": p.type_v, "flash_attn": p.flash_attn, "swa_full": p.swa_full,
+        # The ubatch a prompt was read in can change the cells' last bits (the plan picks it per context).
+        "n_ubatch": p.n_ubatch,
         "kv_unified": p.kv_unified, "n_gpu_layers": p.n_gpu_layers,
         "arch": rt.metadata.get("general.architecture", ""),
         "n_layer": int(llama_cpp.llama_model_n_layer(rt.model)),

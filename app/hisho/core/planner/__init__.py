@@ -122,4 +122,11 @@ def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx
                 calibration=lambda f: cands_calib.get(id(f)), cpu=machine.cpu or None, n_batch=n_batch,
                 n_ubatch=n_ubatch, saves_kv=saves_kv)
     # flash attention as the load will set it (gate.apply_plan), so the plan says what the engine does
-    return attention_choice(best, cands_calib.get(id(best.facts)), cpu=machine.cpu or None)
+    calib = cands_calib.get(id(best.facts))
+    chosen = attention_choice(best, calib, cpu=machine.cpu or None)
+    ub = chosen.config.n_ubatch
+    if calibrate_missing and best.facts is not None and ub != n_ubatch and cached(best.facts, ub) is None:
+        # Flash attention off with a smaller ubatch: its compute buffer gets its own dry run, then the price.
+        calibration_for(best.facts, n_ubatch=ub)
+        chosen = attention_choice(best, calib, cpu=machine.cpu or None)
+    return chosen

@@ -3,9 +3,10 @@
 - ``n_gpu_layers`` from settings is -1 ("what the plan says"): the plan picks the most layers that fit; on a
   build without a GPU backend that is 0 (no device probe needed).
 - Flash attention (docs/flash-attention.md): on a CPU-only load with an f16 KV cache the plan turns it off when
-  the attention scores stay under ``search.FA_OFF_MAX_SCORES`` and the load still fits: ggml-cpu's flash attention walks the
-  whole cache row by row for a batch under 64 tokens, so a short question at long context was ~3x slower
-  with it (and a decode step ~1.5x); a full prefill costs the same either way. ``flash_attn`` False in the
+  the attention scores of a ubatch stay under ``search.FA_OFF_MAX_SCORES`` (with a smaller ubatch at long
+  context, ``search.attention_off_ubatch``) and the load still fits: ggml-cpu's flash attention walks the whole
+  cache row by row for a batch under 64 tokens, so a short question at long context was 2-5x slower with it, a
+  decode step 2-2.6x, and a prefill slice at 4K-16K depth 1.3x. ``flash_attn`` False in the
   settings keeps it off; a quantized V cache keeps it on (llama.cpp needs it).
 - The configuration is priced for this machine. If it will not fit, ``PlanRefused`` (a UserError: one clear
   line, with what would fit instead) is raised, unless ``override`` is set: then the load goes ahead with a
@@ -80,9 +81,10 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
     on = price(facts, cfg, budget, calib, cpu=m.cpu or None)
     plan = attention_choice(on, calib, cpu=m.cpu or None)
     if plan is not on:
-        log.info("flash attention off: short prompts at long context run faster without it on this CPU "
-                 "(%.0f MiB more)", (plan.breakdown.resident - on.breakdown.resident) / MIB)
-        params = dataclasses.replace(params, flash_attn=False)
+        log.info("flash attention off, %d-token ubatches: prompts and replies at long context run faster "
+                 "without it on this CPU (%.0f MiB more)", plan.config.n_ubatch,
+                 (plan.breakdown.resident - on.breakdown.resident) / MIB)
+        params = dataclasses.replace(params, flash_attn=False, n_ubatch=plan.config.n_ubatch)
     if params.use_mmap is None and (m.cpu or (calib is not None and calib.cpu_features)):
         # The plan knows whether llama.cpp repacks weights on this CPU: tell the engine how to load, so it does
         # not read the header itself (that imports the gguf package: ~7 MiB in the engine process).

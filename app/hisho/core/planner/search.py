@@ -20,7 +20,7 @@ from typing import Any
 from hisho.core.machine import Budget
 from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.planner import quality
-from hisho.core.planner.calibrate import LAYOUTS
+from hisho.core.planner.calibrate import LAYOUTS, cached
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
 from hisho.core.planner.state import state_size
 from hisho.core.units import GIB, MIB, padded_cells
@@ -239,34 +239,47 @@ def price(facts: ModelFacts, cfg: Config, budget: Budget, calib: Calibration | N
                 reason=reason, facts=facts)
 
 
-# Flash attention goes off (CPU, f16 KV) only while the attention scores of one full ubatch over the whole
-# cache (f32, cells x n_ubatch x n_head) stay under this: they are what grows the compute buffer without it
-# (plus their f16 copy). Decided from the header and the load parameters only, never from the calibration, so
-# the choice (part of the KV fingerprint) does not change when a model gets calibrated. 32 heads: up to 4.6K
-# tokens (1B/8B Llama: ~210 MiB more, measured at 4608); 9 heads (the default model): up to 18K.
+# Flash attention goes off (CPU, f16 KV) only while the attention scores of one ubatch over the whole cache
+# (f32, cells x n_ubatch x n_head) stay under this: they are what grows the compute buffer without it (plus
+# their f16 copy). Where a 512-token ubatch's scores would not fit, a smaller ubatch is taken (FA_OFF_UBATCHES):
+# prefill and decode stay faster without flash attention with 128-token ubatches too (docs/flash-attention.md).
+# Decided from the header and the load parameters only, never from the calibration, so the choice (part of the
+# KV fingerprint) does not change when a model gets calibrated. 32 heads (1B/8B Llama): 512-token ubatches up
+# to 4.6K tokens, 256 to 9K, 128 to 18K, 64 to 36K; 24 heads (3B): 128 up to 24K.
 FA_OFF_MAX_SCORES = 320 * MIB
+FA_OFF_UBATCHES = (512, 256, 128, 64)
 
 
-def attention_off_pays(facts: ModelFacts, cfg: Config) -> bool:
-    """Whether to try flash attention off: it is on, the KV cache is unquantized, nothing runs on a GPU (the GPU
-    backends' flash attention has no per-row slow path), and the scores stay small (docs/flash-attention.md)."""
+def attention_off_ubatch(facts: ModelFacts, cfg: Config) -> int:
+    """The ubatch size to run with flash attention off, or 0 to keep it on: it is on, the KV cache is
+    unquantized, nothing runs on a GPU (the GPU backends' flash attention has no per-row slow path), and the
+    scores of the largest of ``FA_OFF_UBATCHES`` not above ``cfg.n_ubatch`` stay under the cap."""
     if not cfg.flash_attn or cfg.type_k != "f16" or cfg.type_v != "f16" or cfg.n_gpu_layers > 0:
-        return False
-    scores = padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 4
-    return scores <= FA_OFF_MAX_SCORES
+        return 0
+    per_row = padded_cells(cfg.n_ctx) * max(facts.n_head or (1,)) * 4
+    return next((ub for ub in FA_OFF_UBATCHES if ub <= cfg.n_ubatch and per_row * ub <= FA_OFF_MAX_SCORES), 0)
 
 
 def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] | None = None) -> Plan:
-    """``p`` with flash attention off where that pays and the load still fits, else ``p`` itself. The one rule
-    for the load (``gate.apply_plan``) and for what ``hisho plan`` and the planner panel say."""
-    if not p.fits or p.facts is None or not attention_off_pays(p.facts, p.config):
+    """``p`` with flash attention off (and the ubatch ``attention_off_ubatch`` picks) where that pays and the
+    load still fits, else ``p`` itself. The one rule for the load (``gate.apply_plan``) and for what
+    ``hisho plan`` and the planner panel say. ``calib`` prices it where it was taken at that ubatch size;
+    another size prices with its own cached calibration, or the formulas (the plan then says "estimate")."""
+    if not p.fits or p.facts is None:
         return p
-    off = price(p.facts, replace(p.config, flash_attn=False), p.budget, calib, cpu=cpu)
+    ub = attention_off_ubatch(p.facts, p.config)
+    if not ub:
+        return p
+    if calib is None or calib.n_ubatch != ub:
+        calib = cached(p.facts, ub)
+    off = price(p.facts, replace(p.config, flash_attn=False, n_ubatch=ub), p.budget, calib, cpu=cpu)
     if not off.fits:
         return p
     # The reason names what the plan needs: say the figure of the configuration chosen, not the one before.
     before = f"({p.budget.metric} {_gib(_need(p.breakdown, p.budget))})"
     after = f"({p.budget.metric} {_gib(_need(off.breakdown, p.budget))})"
+    batch = "" if ub == p.config.n_ubatch else f", {ub}-token ubatches"
     return replace(p, config=off.config, breakdown=off.breakdown,
-                   reason=f"{p.reason.replace(before, after, 1)}; flash attention off (a short prompt at long "
-                          "context runs faster without it on this CPU)")
+                   reason=f"{p.reason.replace(before, after, 1)}; flash attention off{batch} (prompts and "
+                          "replies at long context run faster without it on this CPU)")
+
