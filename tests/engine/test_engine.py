@@ -70,7 +70,10 @@ def test_seeded_sampling_is_reproducible(engine: EngineClient) -> None:
 
 def test_cancel_stops_within_one_token(engine: EngineClient) -> None:
     sampling = Sampling(temperature=0.0, max_tokens=400, ignore_eos=True, repeat_penalty=1.0)
-    stream = engine.generate(messages=[{"role": "user", "content": "Count to one thousand."}], sampling=sampling)
+    # The engine holds the reply after its 5th token until the cancel is in (a fast machine would otherwise
+    # sample many more between our look and the cancel, and token events leave in 25 ms batches).
+    stream = engine.generate(messages=[{"role": "user", "content": "Count to one thousand."}], sampling=sampling,
+                             test_hooks={"hold_after_tokens": 5})
     seen = 0
     for _ in stream:
         seen += 1
@@ -79,8 +82,8 @@ def test_cancel_stops_within_one_token(engine: EngineClient) -> None:
     result = stream.result
     assert result is not None
     assert result.stop_reason == "cancelled"
-    # At the moment we asked, at most one token can be in the pipe and one being decoded.
-    assert result.completion_tokens <= 5 + 2, result
+    # The cancel came in after the 5th token: checked before each token, it lets no 6th one be sampled.
+    assert seen == 5 and result.completion_tokens == 5, result
     # The engine is free again at once.
     assert engine.generate(messages=HELLO, sampling=GREEDY).collect().completion_tokens > 0
 

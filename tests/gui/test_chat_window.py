@@ -4,12 +4,17 @@ close mid-reply, crash mid-reply, late tokens, empty and huge input."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from hisho.core.conversations.store import DONE, FAILED, STOPPED, ChatSettings
+from hisho.core.engine.client import EngineClient, Stream
 from hisho.gui.chat.sidebar import SNIPPET_ROLE
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window, wait_for, wait_idle
@@ -17,6 +22,30 @@ from tests.gui.conftest import make_window, wait_for, wait_idle
 SHORT = ChatSettings(temperature=0.0, max_tokens=24, repeat_penalty=1.0)
 LONG = ChatSettings(temperature=0.0, max_tokens=900, repeat_penalty=1.0)
 STORY = "Write a very long story about a lighthouse keeper, with many chapters."
+
+
+@pytest.fixture
+def hooked_window(qtbot: QtBot, default_model_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[MainWindow]:
+    """The window on an engine that takes test hooks (EngineProcess passes the environment on)."""
+    monkeypatch.setenv("HISHO_ENGINE_TEST_HOOKS", "1")
+    w = make_window(qtbot)
+    yield w
+    w.close()
+
+
+def hold_replies(monkeypatch: pytest.MonkeyPatch, w: MainWindow, after: int) -> EngineClient:
+    """Every reply of the window waits in the engine after its ``after``-th token until ``release_hold()`` on
+    the returned engine (or a Stop): the test looks while the reply surely streams, whatever the machine's
+    speed (a fast one finishes a short reply before the next look)."""
+    engine = w.ctx.engine
+    assert isinstance(engine, EngineClient) and engine.engine_info.get("test_hooks") is True
+    plain = engine.generate
+
+    def held(**kwargs: Any) -> Stream:
+        return plain(**kwargs, test_hooks={"hold_after_tokens": after})
+
+    monkeypatch.setattr(engine, "generate", held)
+    return engine
 
 
 def open_chat(qtbot: QtBot, w: MainWindow, settings: ChatSettings = SHORT, title: str = "New chat") -> int:
@@ -37,13 +66,17 @@ def streaming_text(w: MainWindow) -> str:
     return sw.text if sw is not None else ""
 
 
-def test_send_streams_reply_into_view_and_store(qtbot: QtBot, window: MainWindow) -> None:
-    w = window
+def test_send_streams_reply_into_view_and_store(qtbot: QtBot, hooked_window: MainWindow,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    w = hooked_window
+    engine = hold_replies(monkeypatch, w, after=2)
     cid = open_chat(qtbot, w)
     type_and_enter(qtbot, w, "Say hello to the world.")
     wait_for(qtbot, lambda: w.controller.active is not None)
     seen: list[str] = []
-    wait_for(qtbot, lambda: bool(streaming_text(w)) and not seen.append(streaming_text(w)) or
+    wait_for(qtbot, lambda: bool(streaming_text(w)) and not seen.append(streaming_text(w)))  # held mid-reply
+    engine.release_hold()
+    wait_for(qtbot, lambda: bool(streaming_text(w)) and seen.append(streaming_text(w)) or
              w.controller.active is None)
     wait_idle(qtbot, w)
     branch = w.ctx.store.branch(cid)
@@ -317,15 +350,19 @@ def test_engine_crash_mid_reply_keeps_partial_and_retry_works(qtbot: QtBot, wind
     assert w.ctx.store.siblings(again.id) == [reply.id, again.id]
 
 
-def test_late_tokens_never_land_in_another_chat(qtbot: QtBot, window: MainWindow) -> None:
-    w = window
+def test_late_tokens_never_land_in_another_chat(qtbot: QtBot, hooked_window: MainWindow,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    w = hooked_window
+    engine = hold_replies(monkeypatch, w, after=5)  # the rest of the reply comes after the switch
     other = open_chat(qtbot, w, title="quiet chat")
     w.ctx.store.add_message(other, "user", "untouched")
     cid = open_chat(qtbot, w, ChatSettings(temperature=0.0, max_tokens=60, repeat_penalty=1.0))
     type_and_enter(qtbot, w, STORY)
     wait_for(qtbot, lambda: bool(streaming_text(w).strip()))
+    before = w.ctx.store.branch(cid)[-1].id
     w.controller.select(other)
     wait_for(qtbot, lambda: w.view.conversation_id == other)
+    engine.release_hold()
     texts = set()
     while w.controller.active is not None:
         texts.add(tuple(x.text for x in w.view.widgets.values()))
@@ -333,7 +370,9 @@ def test_late_tokens_never_land_in_another_chat(qtbot: QtBot, window: MainWindow
         qtbot.wait(50)
     wait_idle(qtbot, w)
     assert texts <= {("untouched",)} and [x.text for x in w.view.widgets.values()] == ["untouched"]
-    assert w.ctx.store.branch(cid)[-1].status == DONE and w.ctx.store.branch(cid)[-1].content
+    reply = w.ctx.store.branch(cid)[-1]
+    assert reply.id == before and reply.status == DONE and reply.content
+    assert reply.tokens is not None and reply.tokens > 5, "no token of the reply came after the switch"
 
 
 def test_huge_paste_counts_tokens_and_warns_before_sending(qtbot: QtBot, window: MainWindow) -> None:

@@ -23,7 +23,7 @@ from hisho.core.conversations.store import DONE, ChatSettings
 from hisho.gui.shell.app import open_window
 from hisho.gui.shell.main_window import MainWindow
 from tests.fixtures.gguf_shapes import true_model
-from tests.gui.conftest import wait_for, wait_idle
+from tests.gui.conftest import message_ids, wait_for, wait_reply
 from tests.gui.test_chat_window import open_chat, type_and_enter
 
 # Replies of 1200 tokens: with the chat's two sequences the window layers cache ~512 x 2 + n_ubatch cells, so
@@ -67,10 +67,12 @@ def chat(qtbot: QtBot, w: MainWindow) -> int:
     return open_chat(qtbot, w, GREEDY, "Gemma chat")
 
 
-def send(qtbot: QtBot, w: MainWindow, text: str) -> None:
+def send(qtbot: QtBot, w: MainWindow, cid: int, text: str) -> None:
+    """Send ``text`` in chat ``cid`` and wait for its finished reply (a lasting state: a short reply may begin
+    and end between two looks at ``controller.active``)."""
+    known = message_ids(w, cid)
     type_and_enter(qtbot, w, text)
-    wait_for(qtbot, lambda: w.controller.active is not None, 60_000)
-    wait_idle(qtbot, w)
+    wait_reply(qtbot, w, cid, known)
 
 
 def short(w: MainWindow, cid: int) -> None:
@@ -87,9 +89,9 @@ def last_reply(w: MainWindow, cid: int) -> str:
 def test_gemma3_chat_regenerates_and_edits_exactly(qtbot: QtBot, gemma_window: MainWindow) -> None:
     w = gemma_window
     cid = chat(qtbot, w)
-    send(qtbot, w, FIRST)
+    send(qtbot, w, cid, FIRST)
     first = last_reply(w, cid)
-    send(qtbot, w, SECOND)
+    send(qtbot, w, cid, SECOND)
     second = last_reply(w, cid)
     assert len(w.ctx.store.branch(cid)) == 4 and len(second) > 1000
     # The replies compared are short: a checkpoint puts the window cells back in other slots of the window cache,
@@ -99,24 +101,24 @@ def test_gemma3_chat_regenerates_and_edits_exactly(qtbot: QtBot, gemma_window: M
     short(w, cid)
     # Regenerate the last reply: the same prompt again.
     reply = w.ctx.store.branch(cid)[-1]
+    known = message_ids(w, cid)
     qtbot.mouseClick(w.view.widgets[reply.id].buttons["regenerate"], Qt.MouseButton.LeftButton)
-    wait_for(qtbot, lambda: w.ctx.store.branch(cid)[-1].id != reply.id, 60_000)
-    wait_idle(qtbot, w)
+    wait_reply(qtbot, w, cid, known)
     regenerated = last_reply(w, cid)
     assert len(regenerated) > 20 and second.startswith(regenerated.rstrip("\ufffd"))
     # Edit and resend the last message.
     user = w.ctx.store.branch(cid)[-2]
     qtbot.mouseClick(w.view.widgets[user.id].buttons["edit"], Qt.MouseButton.LeftButton)
     wait_for(qtbot, lambda: w.composer.editing_id == user.id)
-    send(qtbot, w, EDITED)
+    send(qtbot, w, cid, EDITED)
     assert [m.content for m in w.ctx.store.branch(cid)][:3] == [FIRST, first,
                                                                  EDITED]
     edited = last_reply(w, cid)
     # The reference: the same history on an empty sequence, turn by turn.
     assert w.ctx.engine.seq_rm(0, 0) == 0
     other = chat(qtbot, w)
-    send(qtbot, w, FIRST)
+    send(qtbot, w, other, FIRST)
     assert last_reply(w, other) == first
     short(w, other)
-    send(qtbot, w, EDITED)
+    send(qtbot, w, other, EDITED)
     assert last_reply(w, other) == edited

@@ -48,6 +48,7 @@ log = logging.getLogger("hisho.engine")
 
 COALESCE_S = 0.025  # token events of a reply are written at most this often after the first (emit_soon)
 PROGRESS_S = 0.1    # "progress" events of one request are written at most this often (a window shows ~2 Hz)
+HOLD_S = 120.0      # test hook hold_after_tokens: the longest a reply is held (a test that forgot to let go)
 
 
 class Server:
@@ -60,6 +61,7 @@ class Server:
         self.runtime: Runtime | None = None
         self._closing = False
         self.test_hooks = os.environ.get("HISHO_ENGINE_TEST_HOOKS") == "1"
+        self._released = threading.Event()  # test hook: a "release" ends a reply's hold (op_generate)
         self._emit_lock = threading.Lock()
         self._pending: list[bytes] = []  # token events waiting to be written together (emit_soon)
         self._last_write = 0.0
@@ -129,6 +131,10 @@ class Server:
                     target = int(req.get("target", -1))
                     if target in self._live:
                         self._cancelled.add(target)
+                continue
+            if req.get("op") == "release":  # test hook: the reply held by hold_after_tokens goes on
+                if self.test_hooks:
+                    self._released.set()
                 continue
             with self._cancel_lock:
                 self._live.add(int(req.get("id", -1)))
@@ -266,18 +272,35 @@ class Server:
         seq = req.seq
         emit = self.emit
         first = True
+        hold = int((req.test_hooks or {}).get("hold_after_tokens", 0)) if self.test_hooks else 0
+        self._released.clear()  # a release sent from here on (after any token of this reply) counts
+        sent = 0
         try:
             cancelled, progress = (lambda: self.is_cancelled(req_id)), self.progress(req_id)
             for item in generate(rt, seq, prompt, sampling, cancelled, progress):
                 if isinstance(item, GenStats):
                     emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
-                elif first:
+                    continue
+                if first:
                     emit({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
                     first = False
                 else:
                     self.emit_soon({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
+                sent += 1
+                if sent == hold:
+                    self.hold(req_id)
         finally:
             self.flush_pending()
+
+    def hold(self, req_id: int) -> None:
+        """Test hook ``hold_after_tokens``: write the tokens sent so far, then wait (asleep) until the reply is
+        cancelled or released, at most HOLD_S. The reply then goes on; a cancel is seen before its next token."""
+        self.flush_pending()
+        end = time.monotonic() + HOLD_S
+        while not self.is_cancelled(req_id) and not self._released.wait(0.01):
+            if time.monotonic() > end:
+                log.warning("test hook: reply %s held %.0f s without a cancel or release; going on", req_id, HOLD_S)
+                break
 
     def op_batch_generate(self, req_id: int, req: BatchGenerate) -> None:
         """Several prompts as parallel sequences of one context (engine/batched.py). One "token" event per

@@ -204,10 +204,12 @@ class EngineClient:
         tokens: list[int] | None = None,
         sampling: Sampling | None = None,
         seq: int = 0,
+        test_hooks: dict[str, Any] | None = None,
     ) -> Stream:
-        """Start a reply. Exactly one of messages (chat-templated), prompt (raw text) or tokens."""
+        """Start a reply. Exactly one of messages (chat-templated), prompt (raw text) or tokens. ``test_hooks``
+        (tests, with ``EngineClient(test_hooks=True)``): ``{"hold_after_tokens": N}``, see ``release_hold``."""
         return self.stream(Generate(messages=messages, prompt=prompt, tokens=tokens, seq=seq,
-                                    sampling=sampling or Sampling()))
+                                    sampling=sampling or Sampling(), test_hooks=test_hooks))
 
     def batch(self, request: BatchGenerate) -> Stream:
         """Several prompts as parallel sequences; one "token" event per finished item."""
@@ -265,6 +267,12 @@ class EngineClient:
     def cancel(self, req_id: int) -> None:
         """Stop request ``req_id``; harmless if it already ended or the engine is gone."""
         self._process.cancel(req_id)
+
+    def release_hold(self) -> None:
+        """Test hook: the reply held by ``hold_after_tokens`` goes on (a release counts from that reply's start
+        on). A reply started with that hook is held after its N-th token until it is cancelled or released, so
+        a test acts while it is surely mid-way (a fast machine otherwise finishes it before the test looks)."""
+        self._process.release()
 
     def call(self, request: Request | str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run one non-streaming request and return its result. ``call("op", {...})`` is the same as the op's

@@ -130,10 +130,15 @@ class Unload(Request):
 
 @dataclass(frozen=True)
 class Generate(Prompt):
+    """``test_hooks`` (read only by an engine started with ``HISHO_ENGINE_TEST_HOOKS=1``):
+    ``{"hold_after_tokens": N}`` holds the reply after its N-th token until it is cancelled or released
+    (``release``), so a test can act while a reply is surely mid-way, whatever the machine's speed."""
+
     op = "generate"
     streaming = True
     seq: int = 0
     sampling: Sampling = field(default_factory=Sampling)
+    test_hooks: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -247,7 +252,8 @@ class Shutdown(Request):
 REQUESTS: dict[str, type[Request]] = {r.op: r for r in (
     Hello, Load, Unload, Generate, Tokenize, Prefill, Detokenize, SeqRm, BatchGenerate, KvInfo, StateSave,
     StateLoad, KvFlush, Abort, Shutdown, Serve)}
-OPS = frozenset(REQUESTS) | {"cancel"}  # cancel is handled by the engine's reader thread, never queued
+# cancel (and the test hook release) are handled by the engine's reader thread, never queued
+OPS = frozenset(REQUESTS) | {"cancel", "release"}
 
 
 def parse_request(message: dict[str, Any]) -> Request:

@@ -125,6 +125,11 @@ class EngineProcess:
         except OSError:
             pass
 
+    def release(self) -> None:
+        """Test hook: the engine's held reply goes on (``EngineClient.release_hold``)."""
+        if self.running:
+            self.send({"id": next(self._ids), "op": "release"})
+
     def send(self, message: dict[str, Any]) -> None:
         with self._write_lock:
             stdin = self._stdin
