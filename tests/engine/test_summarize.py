@@ -149,6 +149,27 @@ def test_cancel_mid_job_then_resume(tmp_path: Path, default_model_path: Path) ->
     assert resumed["chunks_generated"] == resumed["chunks"] - cached_rows
 
 
+def test_a_cancel_while_the_batch_is_sent_stops_it(tmp_path: Path, default_model_path: Path) -> None:
+    """The CLI's Ctrl+C handler calls ``job.cancel()`` on the main thread, which may be inside the job's lock
+    sending the map batch: that deadlocked (a plain Lock), and a cancel with no stream yet to stop let the batch
+    run to its end. Here the cancel comes from inside the real client's ``batch`` call, as the handler would."""
+    pdf = report_pdf(tmp_path / "signal.pdf")
+    params = LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=2, kv_unified=True)
+    with EngineClient() as client:
+        client.load(params)
+        job = SummaryJob(client, [pdf], summary_tokens=20, final_tokens=40, chunk_target=160)
+        send = client.batch
+
+        def batch_then_signal(*args: Any, **kw: Any) -> Any:
+            stream = send(*args, **kw)
+            job.cancel()  # what on_signal does when Ctrl+C lands here
+            return stream
+
+        client.batch = batch_then_signal  # type: ignore[method-assign]
+        result = job.run()  # returns at all: the old lock deadlocked here (the suite's timeout fails it)
+        assert result.cancelled and "cancelled before it finished" in result.summary
+
+
 def test_several_files_one_bad_and_notes(tmp_path: Path) -> None:
     good = tmp_path / "notes.md"
     good.write_text("# Plan\nThe team ships the app in May.\n\n# Risks\nThe printer is broken.\n")

@@ -145,7 +145,9 @@ class SummaryJob:
         self.prompt_version = f"{P.PROMPT_VERSION}/{summary_tokens}/{final_tokens}"
         self._cancel = threading.Event()
         self._stream: Any = None
-        self._lock = threading.Lock()
+        # Re-entrant: ``cancel`` also runs from a signal handler (the CLI's Ctrl+C), on the main thread, which may
+        # be inside this lock sending the batch; a plain Lock deadlocked there.
+        self._lock = threading.RLock()
         self._started = 0.0
         self.eta_s = 0.0
 
@@ -354,6 +356,8 @@ class SummaryJob:
         started = time.perf_counter()
         with self._lock:
             self._stream = self.client.batch(request)
+            if self._cancel.is_set():  # a cancel that came while the batch was being sent had no stream to stop
+                self._stream.cancel()
         finished = len(items) - len(todo)
         try:
             for ev in self._stream:
