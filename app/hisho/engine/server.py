@@ -271,7 +271,6 @@ class Server:
         prompt = rt.prompt_tokens(req.spec())
         seq = req.seq
         emit = self.emit
-        first = True
         hold = int((req.test_hooks or {}).get("hold_after_tokens", 0)) if self.test_hooks else 0
         self._released.clear()  # a release sent from here on (after any token of this reply) counts
         sent = 0
@@ -281,9 +280,8 @@ class Server:
                 if isinstance(item, GenStats):
                     emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
                     continue
-                if first:
+                if sent == 0:  # the first token is never held back (time to first token)
                     emit({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
-                    first = False
                 else:
                     self.emit_soon({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
                 sent += 1

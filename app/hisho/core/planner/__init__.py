@@ -125,8 +125,9 @@ def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx
     calib = cands_calib.get(id(best.facts))
     chosen = attention_choice(best, calib, cpu=machine.cpu or None)
     ub = chosen.config.n_ubatch
-    if calibrate_missing and best.facts is not None and ub != n_ubatch and cached(best.facts, ub) is None:
-        # Flash attention off with a smaller ubatch: its compute buffer gets its own dry run, then the price.
+    if calibrate_missing and best.facts is not None and ub != n_ubatch:
+        # Flash attention off with a smaller ubatch: its compute buffer gets its own dry run (cached after the
+        # first), then the price.
         calibration_for(best.facts, n_ubatch=ub)
         chosen = attention_choice(best, calib, cpu=machine.cpu or None)
     return chosen

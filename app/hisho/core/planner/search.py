@@ -282,4 +282,3 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
     return replace(p, config=off.config, breakdown=off.breakdown,
                    reason=f"{p.reason.replace(before, after, 1)}; flash attention off{batch} (prompts and "
                           "replies at long context run faster without it on this CPU)")
-
