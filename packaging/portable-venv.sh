@@ -39,6 +39,12 @@ CMAKE_ARGS="$PORTABLE" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-
 "$VENV/bin/python" - <<'PY'
 import os, pathlib, sys, sysconfig
 site = pathlib.Path(sysconfig.get_paths()["platlib"])
+# ggml's AMX kernels crash or give wrong answers (docs/cpu-kernels.md): the one variant built with them is not
+# shipped, so a CPU with AMX runs the best AVX-512 variant below it (the engine refuses AMX buffers anyway).
+for d in (site / "bin", site / "llama_cpp" / "lib"):
+    for p in d.glob("*ggml-cpu-sapphirerapids*"):
+        p.unlink()
+        print("packaging venv: left out", p.name, "(AMX)")
 found = sorted(p.name for d in (site / "bin", site / "llama_cpp" / "lib") for p in d.glob("*ggml-cpu-*")
                if p.suffix in (".so", ".dll"))
 if not found and sys.platform != "darwin" and os.environ.get("PKG_PORTABLE", "1") != "0":

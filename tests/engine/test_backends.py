@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from hisho.engine import backends
 
@@ -37,3 +38,25 @@ def test_bundle_entry_refuses_foreign_modules() -> None:
                           timeout=60)
     assert proc.returncode == 2
     assert "only Hisho's own modules" in proc.stderr
+
+
+def test_the_build_offers_no_amx_weights() -> None:
+    # make install builds llama.cpp without AMX (its kernels crash on a prompt of a few dozen tokens on a CPU
+    # that has it: docs/cpu-kernels.md); on a CPU without AMX the list never has it.
+    backends.init()
+    names = backends.extra_buffer_types()
+    assert not [n for n in names if "AMX" in n.upper()], names
+    assert backends.extra_buffers_allowed()
+
+
+def test_amx_buffers_load_the_model_without_extra_buffer_types(monkeypatch: Any) -> None:
+    from hisho.core.engine.protocol import LoadParams
+    from hisho.engine.llama_setup import model_params
+
+    params = LoadParams(model_path="unused.gguf")
+    assert model_params(params, mapped=True).use_extra_bufts is True
+    monkeypatch.setattr(backends, "_extra", ["AMX", "CPU_REPACK"])
+    assert backends.extra_buffers_allowed() is False
+    assert model_params(params, mapped=True).use_extra_bufts is False
+    monkeypatch.setattr(backends, "_extra", ["CPU_REPACK"])
+    assert model_params(params, mapped=True).use_extra_bufts is True

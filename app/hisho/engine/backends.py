@@ -118,3 +118,61 @@ def init() -> BackendReport:
     log.info("ggml CPU backend: %s (of %d shipped: %s) from %s", _report.cpu_variant, len(names),
              ", ".join(names), directory)
     return _report
+
+
+# ----- weight layouts the CPU backend offers ----------------------------------------------------------------------
+
+_GGML_BACKEND_DEVICE_TYPE_CPU = 0
+_extra: list[str] | None = None
+_warned = False
+
+
+def extra_buffer_types() -> list[str]:
+    """Names of the CPU backend's extra buffer types, best first, as llama.cpp's loader will offer them to each
+    weight (e.g. ``["AMX", "CPU_REPACK"]``); ``[]`` where the build has none or does not say. Call after
+    ``init``."""
+    global _extra
+    if _extra is not None:
+        return _extra
+    names: list[str] = []
+    try:
+        lib = _ggml()
+        lib.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
+        lib.ggml_backend_dev_by_type.restype = ctypes.c_void_p
+        lib.ggml_backend_dev_backend_reg.argtypes = [ctypes.c_void_p]
+        lib.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
+        lib.ggml_backend_reg_get_proc_address.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.ggml_backend_reg_get_proc_address.restype = ctypes.c_void_p
+        lib.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+        lib.ggml_backend_buft_name.restype = ctypes.c_char_p
+        dev = lib.ggml_backend_dev_by_type(_GGML_BACKEND_DEVICE_TYPE_CPU)
+        reg = lib.ggml_backend_dev_backend_reg(dev) if dev else None
+        fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts") if reg else None
+        if fn:
+            get = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(fn)
+            arr = get(dev)
+            i = 0
+            while arr and arr[i]:
+                names.append((lib.ggml_backend_buft_name(arr[i]) or b"").decode("utf-8", "replace"))
+                i += 1
+    except (AttributeError, OSError) as exc:  # an older or stripped build: the loader's defaults stand
+        log.debug("CPU extra buffer types not readable: %s", exc)
+    _extra = names
+    return names
+
+
+def extra_buffers_allowed() -> bool:
+    """False where the CPU backend would put weights in AMX tiles. ggml's AMX matrix kernels crash in
+    ``ggml_backend_amx_mul_mat`` on prompts of a few dozen tokens (every model tried, dense Llama and Gemma-3 at
+    Q4_0/Q4_1/Q8_0, on a Xeon with AMX; ggml-org/llama.cpp#20824 open) and give wrong results on Q4_0/Q4_1
+    (#16315): an engine that can crash or change answers is worse than one without repacked weights.
+    Hisho's own builds leave AMX out (Makefile, packaging/portable-venv.sh), so this is the guard for a
+    llama-cpp-python built elsewhere. docs/cpu-kernels.md."""
+    global _warned
+    amx = [n for n in extra_buffer_types() if "AMX" in n.upper()]
+    if amx and not _warned:
+        _warned = True
+        log.warning("this llama.cpp build puts weights in %s buffers, whose kernels crash or give wrong answers: "
+                    "loading without extra buffer types (no repacked weights; slower prompts). Rebuild "
+                    "llama-cpp-python without AMX (make install does) for full speed", amx[0])
+    return not amx

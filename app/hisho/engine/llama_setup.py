@@ -15,6 +15,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.engine import backends
 from hisho.engine.threads import Governor
 
 _SPECIAL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
@@ -69,6 +70,7 @@ def model_params(params: LoadParams, mapped: bool, on_progress: Callable[[float]
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = params.n_gpu_layers
     mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if mapped else llama_cpp.LLAMA_LOAD_MODE_NONE
+    mparams.use_extra_bufts = backends.extra_buffers_allowed()
     if on_progress is not None:
         # The structure keeps a reference to the ctypes callback for as long as it lives (the load call).
         mparams.progress_callback = llama_cpp.llama_progress_callback(lambda p, _data: bool(on_progress(float(p))))
