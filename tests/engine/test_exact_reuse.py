@@ -8,7 +8,8 @@ The models are the tiny true-shape files of hisho.bench.shapes (real architectur
 random weights: a missing cell changes greedy output). Lengths are chosen so the window cache has overwritten
 what the shorter prefix needs (asserted), which is where keeping a prefix used to go wrong.
 
-The reference is the same history replayed on an empty sequence, fed in the same pieces (the prompt but its
+Continuations are compared over 300 tokens (a window cell in another slot only moves the last bits, which part
+greedy output late). The reference is the same history replayed on an empty sequence, fed in the same pieces (the prompt but its
 last token, then the last; a reply one token at a time), without the reuse: llama.cpp's CPU kernels round
 differently for another batch split, so a one-shot prefill of a generated reply can part ways in the last bits
 for reasons that have nothing to do with reuse (docs/kv-format.md "Numerics"). One thread: a thread change can
@@ -38,7 +39,11 @@ from hisho.engine.runtime import Runtime
 from hisho.engine.serving import Job, ServingBatch, message_marks
 from tests.fixtures.gguf_shapes import true_model
 
-GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=8, ignore_eos=True)
+# A repeat penalty keeps greedy decoding on random weights out of a one-token loop, so every compared token
+# depends on what the cache holds. Continuations are compared over COMPARE tokens: a window cell in another slot
+# (the ring order) changes only the last bits, and those part greedy output at a near tie hundreds of tokens on.
+GREEDY = Sampling(temperature=0.0, repeat_penalty=1.5, max_tokens=8, ignore_eos=True)
+COMPARE = 300
 HEADER = [5000, 5001, 5002]  # stands for the template's "end of turn, next role" tokens
 N_UBATCH = 512
 
@@ -72,12 +77,12 @@ def long_reply(shape: str) -> int:
     return 2 * n_swa + N_UBATCH + 64 if n_swa else 24
 
 
-def reply(rt: Runtime, prompt: list[int], n: int = 8) -> list[int]:
+def reply(rt: Runtime, prompt: list[int], n: int = COMPARE) -> list[int]:
     events = list(generate(rt, 0, prompt, replace(GREEDY, max_tokens=n), lambda: False))
     return list(events[-1].tokens)  # type: ignore[union-attr]
 
 
-def fresh(rt: Runtime, prompt: list[int], n: int = 8) -> list[int]:
+def fresh(rt: Runtime, prompt: list[int], n: int = COMPARE) -> list[int]:
     """The reference: an empty sequence, the prompt prefilled but its last token, then the reply."""
     rt.clear()
     assert rt.decode_tokens(0, prompt[:-1], want_logits=False)
@@ -102,7 +107,7 @@ def needs_loss(rt: Runtime, shape: str, p: int) -> None:
 # ----- (a) the API's serving slots -----------------------------------------------------------------------
 
 
-def serve(rt: Runtime, prompt: list[int], n: int = 8, marks: tuple[int, ...] = ()) -> tuple[list[int], int]:
+def serve(rt: Runtime, prompt: list[int], n: int = COMPARE, marks: tuple[int, ...] = ()) -> tuple[list[int], int]:
     batch = ServingBatch(rt)
     out: list[int] = []
     done: dict[str, Any] = {}
@@ -126,15 +131,19 @@ def test_api_request_sharing_a_prefix_with_a_longer_earlier_one(rt: Runtime, sha
     serve(rt, first, 4, marks=(100,))  # its first message (a system prompt, a document) ends at 100
     shorter = first[:100] + toks(11, 20)
     needs_loss(rt, shape, 100)
-    got, cached = serve(rt, shorter)
+    # A dense cache keeps the earlier request's first 100 cells, computed inside its first 512-token ubatch; a
+    # fresh prefill computes them in a 100-token one, which can round differently (docs/kv-format.md
+    # "Numerics"): the pieces are not the same, so only the first tokens compare there.
+    n = 8 if SHAPES[shape].memory == "dense" else COMPARE
+    got, cached = serve(rt, shorter, n)
     assert cached == 100  # the checkpoint at the message boundary, not a prefill from the start
     rt.clear()
-    want, _ = serve(rt, shorter, 8, (100,))  # the same pieces: the module docstring
+    want, _ = serve(rt, shorter, n, (100,))  # the same pieces: the module docstring
     assert got == want
     # A regenerate of the longer one (the same prompt again): the checkpoint before its last token.
     rt.clear()
-    again, _ = serve(rt, first, 4)
-    regenerated, cached = serve(rt, first, 4)
+    again, _ = serve(rt, first, COMPARE)
+    regenerated, cached = serve(rt, first, COMPARE)
     assert regenerated == again and cached == len(first) - 1
 
 
@@ -161,7 +170,7 @@ def test_api_chat_requests_checkpoint_their_message_boundaries(rt: Runtime, shap
     got, cached = serve(rt, second)
     assert cached == boundary
     rt.clear()
-    assert got == serve(rt, second, 8, marks)[0]  # the reference, fed in the same pieces (module docstring)
+    assert got == serve(rt, second, COMPARE, marks)[0]  # the reference, fed in the same pieces (module docstring)
 
 
 # ----- (b) regenerate after a reply longer than the window ------------------------------------------------
@@ -171,7 +180,7 @@ def test_regenerate_after_a_long_reply(rt: Runtime, shape: str) -> None:
     prompt = toks(1, 200)
     first = fresh(rt, prompt, long_reply(shape))
     needs_loss(rt, shape, len(prompt) - 1)
-    assert reply(rt, prompt) == first[:8]
+    assert reply(rt, prompt, len(first)) == first  # the whole reply again
 
 
 # ----- (c) edit-and-resend of an earlier message -----------------------------------------------------------
@@ -216,6 +225,7 @@ def test_type_ahead_then_a_deleted_word(rt: Runtime, shape: str) -> None:
     prompt = turn + words[:9] + HEADER
     got = reply(rt, prompt)
     assert fresh(rt, p1, long_reply(shape)) == turn[len(p1):-len(HEADER)]
+    type_in(rt, turn)  # the app appends the turn boundary after each reply, then the draft grows
     for n in (4, 8, 9):
         type_in(rt, turn + words[:n])
     assert got == reply(rt, prompt)
@@ -267,7 +277,7 @@ def test_restart_and_resume_from_disk(rt: Runtime, shape: str, tmp_path: Path) -
         # Regenerate the saved reply after the restart: a point inside the saved chain.
         offered, kept = disk.restore(again, p1)
         assert offered == kept
-        assert reply(again, p1) == r1[:8]
+        assert reply(again, p1, len(r1)) == r1
     finally:
         again.close()
 

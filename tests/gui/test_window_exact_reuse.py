@@ -12,7 +12,6 @@ sequence and the edited message is sent as an ordinary next turn.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import Qt
@@ -75,11 +74,6 @@ def send(qtbot: QtBot, w: MainWindow, cid: int, text: str) -> None:
     wait_reply(qtbot, w, cid, known)
 
 
-def short(w: MainWindow, cid: int) -> None:
-    """The next replies of ``cid`` are 48 tokens (a turn reads its settings from the store)."""
-    w.ctx.store.update(cid, settings=replace(GREEDY, max_tokens=48))
-
-
 def last_reply(w: MainWindow, cid: int) -> str:
     msg = w.ctx.store.branch(cid)[-1]
     assert msg.role == "assistant" and msg.status == DONE
@@ -94,18 +88,14 @@ def test_gemma3_chat_regenerates_and_edits_exactly(qtbot: QtBot, gemma_window: M
     send(qtbot, w, cid, SECOND)
     second = last_reply(w, cid)
     assert len(w.ctx.store.branch(cid)) == 4 and len(second) > 1000
-    # The replies compared are short: a checkpoint puts the window cells back in other slots of the window cache,
-    # and the softmax sums over the slots in their order, so a long continuation can part at a near tie as it
-    # can after another batch split (docs/kv-format.md "Numerics"); the first tokens are where a missing or
-    # stale window cell shows.
-    short(w, cid)
+    # Whole replies are compared: a window cell in another slot of the ring changes only the last bits, and
+    # those part greedy output at a near tie hundreds of tokens on (docs/kv-format.md "Numerics").
     # Regenerate the last reply: the same prompt again.
     reply = w.ctx.store.branch(cid)[-1]
     known = message_ids(w, cid)
     qtbot.mouseClick(w.view.widgets[reply.id].buttons["regenerate"], Qt.MouseButton.LeftButton)
     wait_reply(qtbot, w, cid, known)
-    regenerated = last_reply(w, cid)
-    assert len(regenerated) > 20 and second.startswith(regenerated.rstrip("\ufffd"))
+    assert last_reply(w, cid) == second
     # Edit and resend the last message.
     user = w.ctx.store.branch(cid)[-2]
     qtbot.mouseClick(w.view.widgets[user.id].buttons["edit"], Qt.MouseButton.LeftButton)
@@ -119,6 +109,5 @@ def test_gemma3_chat_regenerates_and_edits_exactly(qtbot: QtBot, gemma_window: M
     other = chat(qtbot, w)
     send(qtbot, w, other, FIRST)
     assert last_reply(w, other) == first
-    short(w, other)
     send(qtbot, w, other, EDITED)
     assert last_reply(w, other) == edited

@@ -21,6 +21,10 @@ in the context) taken when the sequence held exactly ``n`` tokens, then the full
 at the end of each prompt but its last token (``generate``: regenerate and edit-and-resend of the last message)
 and after each ``prefill`` (the turn boundary the app appends, type-ahead), never for dense models. Without a
 usable checkpoint the sequence is cleared and the prompt prefilled whole: slower, never wrong.
+
+A window checkpoint is put in position order and loaded straight back (``_relay``): the live sequence then has
+its window cells in the slots a later restore of that checkpoint gives them, so the reply that follows and a
+regenerate round alike (docs/kv-format.md "Numerics").
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
+
+from hisho.engine import cellorder
 
 log = logging.getLogger("hisho.engine")
 
@@ -66,6 +72,7 @@ class PrefixKeeper:
         self.floor: dict[int, int] = {}
         self._after_reply: dict[int, bool] = {}
         self._empty_state: ctypes.Array[ctypes.c_uint8] | None = None  # drop_state's: the state of no cells
+        self._unordered_logged = False
 
     def reset(self) -> None:
         self.checkpoints.clear()
@@ -165,12 +172,40 @@ class PrefixKeeper:
         if got != size:
             log.warning("checkpoint of sequence %d: llama.cpp wrote %d of %d bytes", seq, got, size)
             return False
+        if self.n_swa:
+            data = self._in_position_order(data)
         mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data, turn)]
+        if self.n_swa:
+            self._relay(seq, data)
         while len(mine) > 1 and (len(mine) > CHECKPOINTS_PER_SEQ
                                  or sum(len(c.data) for c in mine) > CHECKPOINT_BYTES_PER_SEQ):
             typed = [i for i, c in enumerate(mine[:-1]) if not c.turn]
             mine.pop(typed[0] if typed else 0)  # the oldest type-ahead state, else the oldest turn
         return True
+
+    def _in_position_order(self, data: ctypes.Array[ctypes.c_uint8]) -> ctypes.Array[ctypes.c_uint8]:
+        raw = bytes(data)
+        ordered = cellorder.by_position(raw)
+        if ordered is None:
+            if not self._unordered_logged:
+                self._unordered_logged = True
+                log.warning("window checkpoints keep llama.cpp's slot order: this build's state format is not the "
+                            "one hisho.engine.cellorder reads (restores from disk may round differently)")
+            return data
+        if ordered is raw:
+            return data
+        return (ctypes.c_uint8 * len(ordered)).from_buffer_copy(ordered)
+
+    def _relay(self, seq: int, data: ctypes.Array[ctypes.c_uint8]) -> None:
+        """Load the checkpoint just taken back into ``seq``: its window cells move to the slots a later restore
+        of that checkpoint puts them in. The window cache is a ring, and attention sums over its slots in slot
+        order: a continuation from the ring as it is and one from a restore would round differently and, on a
+        near tie, part ways hundreds of tokens on. Re-laid, the reply that follows the prompt and its regenerate
+        start from the same slots, bit for bit (docs/kv-format.md "Numerics")."""
+        if int(llama_cpp.llama_state_seq_set_data_ext(self.rt.ctx, data, len(data), seq, PARTIAL)) == 0:
+            # llama.cpp dropped the window cells: nothing may continue from this sequence.
+            self.clear(seq)
+            raise RuntimeError(f"sequence {seq}: its window cache did not load back; it was cleared")
 
     def note_empty(self, seq: int) -> None:
         """Keep the partial state of ``seq``, which holds nothing now (once; ``drop_state`` loads it)."""
