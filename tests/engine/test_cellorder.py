@@ -1,5 +1,5 @@
-"""A sliding-window checkpoint's cells put in position order: every row of K and V moves with its cell, an already
-ordered state comes back as it is, and anything that does not parse to its exact length is left alone."""
+"""A sliding-window checkpoint's cells put in position order, in place: every row of K and V moves with its cell, an
+already ordered state is left as it is, and so is anything that does not parse to its exact length."""
 
 from __future__ import annotations
 
@@ -31,14 +31,17 @@ def state(positions: list[int], v_trans: bool, layers: int = 2, row: int = 4, n_
     return b"".join(out)
 
 
+def ordered(data: bytes) -> tuple[bool | None, bytes]:
+    buf = bytearray(data)
+    return by_position(buf), bytes(buf)
+
+
 def test_cells_and_their_rows_move_together() -> None:
     for v_trans in (False, True):
         ring = [7, 8, 4, 5, 6]  # a wrapped ring: the newest cells took the oldest slots
         cells = [ring.index(p) for p in sorted(ring)]  # the original slot of each cell, in position order
-        want = state(sorted(ring), v_trans)
-        # the expected bytes: the same builder, with each row's cell index remapped to its original slot
-        got = by_position(state(ring, v_trans))
-        assert got is not None and len(got) == len(want)
+        changed, got = ordered(state(ring, v_trans))
+        assert changed is True and len(got) == len(state(ring, v_trans))
         metas = got[16:16 + 12 * len(ring)]
         assert [struct.unpack_from("<i", metas, 12 * i)[0] for i in range(len(ring))] == sorted(ring)
         k0 = got[16 + 12 * len(ring) + 8 + 12:][:4 * len(ring)]
@@ -46,17 +49,21 @@ def test_cells_and_their_rows_move_together() -> None:
         if v_trans:
             tail = got[-(3 * len(ring) * 2):]  # layer 1's V elements: row j, then each cell
             assert [tail[2 * i + 1] for i in range(len(ring))] == cells
+            assert [tail[2 * len(ring) * j] for j in range(3)] == [16, 17, 18]  # rows stay rows
+        else:
+            v1 = got[-4 * len(ring):]
+            assert [v1[4 * i + 1] for i in range(len(ring))] == cells
 
 
-def test_an_ordered_state_comes_back_as_it_is() -> None:
+def test_an_ordered_state_is_left_as_it_is() -> None:
     data = state([1, 2, 3], v_trans=True)
-    assert by_position(data) is data
+    assert ordered(data) == (False, data)
 
 
 def test_what_does_not_parse_is_left_alone() -> None:
     data = state([3, 1, 2], v_trans=False)
-    assert by_position(data[:-1]) is None  # cut short
-    assert by_position(data + b"\0") is None  # a part it does not know (a recurrent state, an extension)
+    for bad in (data[:-1], data + b"\0"):  # cut short; a part it does not know (a recurrent state, an extension)
+        assert ordered(bad) == (None, bad)
 
 
 def test_a_gemma3_window_checkpoint_sorts_and_loads_back() -> None:
@@ -69,17 +76,14 @@ def test_a_gemma3_window_checkpoint_sorts_and_loads_back() -> None:
         buf = (ctypes.c_uint8 * size)()
         assert int(llama_cpp.llama_state_seq_get_data_ext(rt.ctx, buf, size, 0, PARTIAL)) == size
         raw = bytes(buf)
-        ordered = by_position(raw)
-        assert ordered is not None and ordered is not raw and len(ordered) == len(raw)
-        (count,) = struct.unpack_from("<I", ordered, 12)
-        positions = [struct.unpack_from("<i", ordered, 16 + 12 * i)[0] for i in range(count)]
+        assert by_position(buf) is True and len(bytes(buf)) == len(raw) and bytes(buf) != raw
+        (count,) = struct.unpack_from("<I", buf, 12)
+        positions = [struct.unpack_from("<i", buf, 16 + 12 * i)[0] for i in range(count)]
         assert positions == sorted(positions) and positions[-1] == 1699 and count >= 512
-        back = (ctypes.c_uint8 * len(ordered)).from_buffer_copy(ordered)
-        assert int(llama_cpp.llama_state_seq_set_data_ext(rt.ctx, back, len(back), 0, PARTIAL)) == len(back)
+        assert int(llama_cpp.llama_state_seq_set_data_ext(rt.ctx, buf, size, 0, PARTIAL)) == size
         assert int(llama_cpp.llama_memory_seq_pos_min(rt.memory, 0)) == positions[0]
-        assert by_position(ordered) is ordered  # loaded back in order, it reads out in order
-        again = (ctypes.c_uint8 * size)()
+        again = (ctypes.c_uint8 * size)()  # loaded back in order, it reads out in order, byte for byte
         assert int(llama_cpp.llama_state_seq_get_data_ext(rt.ctx, again, size, 0, PARTIAL)) == size
-        assert bytes(again) == ordered
+        assert bytes(again) == bytes(buf) and by_position(again) is False
     finally:
         rt.close()

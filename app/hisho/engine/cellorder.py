@@ -17,95 +17,102 @@ The format is llama.cpp's per-sequence state as the bundled build writes it (lla
   ``u32`` rows and, per row, one element per cell.
 
 Anything else (a cell extension of M-RoPE models, a recurrent state after the cells, a format change) does not
-parse to the exact length: ``by_position`` then returns None and the caller keeps the order it has.
+parse to the exact length: ``by_position`` then returns None, changes nothing, and the caller keeps the order.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
+@dataclass
+class _Stream:
+    meta: int                       # offset of the first cell's entry
+    meta_end: int
+    positions: list[int]
+    blocks: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # (offset, shape: cells on axis -2)
 
-    def take(self, fmt: str) -> tuple[int, ...]:
-        values = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
+
+def _layout(view: memoryview) -> list[_Stream]:
+    """Where each stream's cells and rows are; raises ValueError unless the state parses to its exact length."""
+    size = len(view)
+    at = 8  # magic and source sequence
+
+    def take(fmt: str) -> tuple[int, ...]:
+        nonlocal at
+        if at + struct.calcsize(fmt) > size:
+            raise ValueError("state shorter than its header says")
+        values = struct.unpack_from(fmt, view, at)
+        at += struct.calcsize(fmt)
         return values
 
-    def block(self, size: int) -> bytes:
-        if size < 0 or self.pos + size > len(self.data):
+    def skip(n: int) -> int:
+        nonlocal at
+        if n < 0 or at + n > size:
             raise ValueError("state shorter than its header says")
-        out = self.data[self.pos:self.pos + size]
-        self.pos += size
-        return out
+        start, at = at, at + n
+        return start
 
-
-def by_position(data: bytes) -> bytes | None:
-    """``data`` with each stream's cells reordered by position (its K and V rows with them); ``data`` itself
-    when already in order; None when it does not parse as the format above, to its exact length."""
-    try:
-        out, changed = _sorted(data)
-    except (ValueError, struct.error):
-        return None
-    return out if changed else data
-
-
-def _sorted(data: bytes) -> tuple[bytes, bool]:
-    r = _Reader(data)
-    parts: list[bytes] = [r.block(8)]  # magic and source sequence
-    changed = False
-    while r.pos < len(data):
-        (n_stream,) = r.take("<I")
-        parts.append(struct.pack("<I", n_stream))
+    streams: list[_Stream] = []
+    while at < size:
+        (n_stream,) = take("<I")
         for _ in range(n_stream):
-            (count,) = r.take("<I")
-            parts.append(struct.pack("<I", count))
+            (count,) = take("<I")
             if count == 0:
                 continue
-            metas: list[bytes] = []
-            positions: list[int] = []
+            meta, positions = at, []
             for _c in range(count):
-                start = r.pos
-                pos, n_seq = r.take("<iI")
-                r.block(4 * n_seq)
+                pos, n_seq = take("<iI")
+                skip(4 * n_seq)
                 positions.append(pos)
-                metas.append(data[start:r.pos])
-            order = np.argsort(np.asarray(positions, dtype=np.int64), kind="stable")
-            moved = bool((order != np.arange(count)).any())
-            changed = changed or moved
-            parts.extend([metas[i] for i in order] if moved else metas)
-            v_trans, n_layer = r.take("<II")
-            parts.append(struct.pack("<II", v_trans, n_layer))
+            stream = _Stream(meta, at, positions)
+            v_trans, n_layer = take("<II")
             for _layer in range(n_layer):  # K rows
-                parts.append(_rows(r, count, order if moved else None))
+                _t, row = take("<iQ")
+                stream.blocks.append((skip(count * row), (count, row)))
             for _layer in range(n_layer):  # V rows, or V elements when transposed
-                parts.append(_rows(r, count, order if moved else None) if not v_trans
-                             else _elements(r, count, order if moved else None))
-    if r.pos != len(data):
+                if not v_trans:
+                    _t, row = take("<iQ")
+                    stream.blocks.append((skip(count * row), (count, row)))
+                else:
+                    _t, size_el, n_rows = take("<iII")
+                    stream.blocks.append((skip(n_rows * count * size_el), (n_rows, count, size_el)))
+            streams.append(stream)
+    if at != size:
         raise ValueError("state longer than its cells")
-    return b"".join(parts), changed
+    return streams
 
 
-def _rows(r: _Reader, count: int, order: np.ndarray | None) -> bytes:
-    head = r.block(12)
-    (_type, row) = struct.unpack("<iQ", head)
-    body = r.block(count * row)
-    if order is None:
-        return head + body
-    moved: bytes = np.frombuffer(body, dtype=np.uint8).reshape(count, row)[order].tobytes()
-    return head + moved
-
-
-def _elements(r: _Reader, count: int, order: np.ndarray | None) -> bytes:
-    head = r.block(12)
-    (_type, size_el, n_rows) = struct.unpack("<iII", head)
-    body = r.block(n_rows * count * size_el)
-    if order is None:
-        return head + body
-    moved: bytes = np.frombuffer(body, dtype=np.uint8).reshape(n_rows, count, size_el)[:, order].tobytes()
-    return head + moved
+def by_position(data: Any) -> bool | None:
+    """Reorder each stream's cells of ``data`` (a writable buffer: the ctypes array llama.cpp wrote) by position,
+    their K and V rows with them, in place (one layer's rows at a time beside it). True: reordered; False:
+    already in order; None: it does not parse as the format above, to its exact length (left untouched)."""
+    view = memoryview(data).cast("B")
+    try:
+        streams = _layout(view)
+    except (ValueError, struct.error):
+        return None
+    changed = False
+    for stream in streams:
+        order = np.argsort(np.asarray(stream.positions, dtype=np.int64), kind="stable")
+        if not (order != np.arange(len(order))).any():
+            continue
+        changed = True
+        raw = bytes(view[stream.meta:stream.meta_end])
+        entries, at = [], 0
+        while at < len(raw):
+            (n_seq,) = struct.unpack_from("<I", raw, at + 4)
+            entries.append(raw[at:at + 8 + 4 * n_seq])
+            at += 8 + 4 * n_seq
+        view[stream.meta:stream.meta_end] = b"".join(entries[i] for i in order)
+        for offset, shape in stream.blocks:
+            block = np.frombuffer(view, dtype=np.uint8, count=int(np.prod(shape)), offset=offset).reshape(shape)
+            if len(shape) == 2:
+                block[:] = block[order]
+            else:
+                block[:] = block[:, order]
+    return changed

@@ -173,7 +173,7 @@ class PrefixKeeper:
             log.warning("checkpoint of sequence %d: llama.cpp wrote %d of %d bytes", seq, got, size)
             return False
         if self.n_swa:
-            data = self._in_position_order(data)
+            self._in_position_order(data)
         mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data, turn)]
         if self.n_swa:
             self._relay(seq, data)
@@ -183,18 +183,11 @@ class PrefixKeeper:
             mine.pop(typed[0] if typed else 0)  # the oldest type-ahead state, else the oldest turn
         return True
 
-    def _in_position_order(self, data: ctypes.Array[ctypes.c_uint8]) -> ctypes.Array[ctypes.c_uint8]:
-        raw = bytes(data)
-        ordered = cellorder.by_position(raw)
-        if ordered is None:
-            if not self._unordered_logged:
-                self._unordered_logged = True
-                log.warning("window checkpoints keep llama.cpp's slot order: this build's state format is not the "
-                            "one hisho.engine.cellorder reads (restores from disk may round differently)")
-            return data
-        if ordered is raw:
-            return data
-        return (ctypes.c_uint8 * len(ordered)).from_buffer_copy(ordered)
+    def _in_position_order(self, data: ctypes.Array[ctypes.c_uint8]) -> None:
+        if cellorder.by_position(data) is None and not self._unordered_logged:
+            self._unordered_logged = True
+            log.warning("window checkpoints keep llama.cpp's slot order: this build's state format is not the one "
+                        "hisho.engine.cellorder reads (a resume from disk may round differently)")
 
     def _relay(self, seq: int, data: ctypes.Array[ctypes.c_uint8]) -> None:
         """Load the checkpoint just taken back into ``seq``: its window cells move to the slots a later restore

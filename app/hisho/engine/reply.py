@@ -38,12 +38,20 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
     # decodes it alone, so the first reply must have done the same (a token decoded inside a longer slice can
     # round differently: docs/kv-format.md "Numerics"). There a checkpoint is taken where a sliding window or
     # a recurrent state cannot be cut back (hisho.engine.prefix; a no-op for dense models).
-    if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled, on_progress=on_progress):
+    report = on_progress
+    n_rest = len(rest)
+
+    def progress(before: int) -> Callable[[int, int], None] | None:
+        # Both pieces report against the whole prompt still to read.
+        return None if report is None else (lambda done, _total: report(before + done, n_rest))
+
+    if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled, on_progress=progress(0)):
         stats.stop_reason = "cancelled"
         yield stats
         return
     rt.keeper.checkpoint(seq, prompt=True)
     rest = rest[-1:]
+    on_progress = progress(n_rest - 1)
     drafts = speculate.wanted(rt, seq, sampling, prompt[-1])  # measured before the logits it must not touch
     if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress):
         stats.stop_reason = "cancelled"

@@ -234,11 +234,12 @@ class ServingBatch:
         slot.job, slot.cached = job, keep
         slot.item = Item(job.req_id, job.prompt, job.sampling.max_tokens)
         slot.fed = slot.pos = keep
-        # The prompt's last token goes in a step of its own, as a chat turn's does (reply.generate): a client's
-        # regenerate keeps all but that token. Sliding-window and recurrent models cannot cut back later, so
-        # the prefill also stops at the message boundaries, and takes checkpoints there and before that token.
-        marks = (len(job.prompt) - 1,) if rt.keeper.dense else (*job.marks, len(job.prompt) - 1)
-        slot.marks = sorted({m for m in marks if keep < m < len(job.prompt)})
+        # Sliding-window and recurrent models cannot cut back later: checkpoints at the message boundaries and
+        # before the prompt's last token (a regenerate, an edit of the last message), as the chat's turns take.
+        # A dense slot reads its prompt in one go: its cells share the unified cache with the other slots'
+        # anyway, so its pieces are not one request's own (docs/kv-format.md "Numerics").
+        slot.marks = [] if rt.keeper.dense else sorted({m for m in (*job.marks, len(job.prompt) - 1)
+                                                        if keep < m < len(job.prompt)})
         slot.pause_at = slot.marks[0] if slot.marks else -1
         slot.last, slot.out, slot.text, slot.logits_at = -1, [], [], -1
         slot.sampler = build_sampler(rt, job.sampling)
