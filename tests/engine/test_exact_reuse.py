@@ -183,6 +183,23 @@ def test_regenerate_after_a_long_reply(rt: Runtime, shape: str) -> None:
     assert reply(rt, prompt, len(first)) == first  # the whole reply again
 
 
+def test_regenerate_of_a_turn_read_as_the_app_reads_it(rt: Runtime, shape: str) -> None:
+    """The window's way: the earlier turns are held, the new message is read with the prompt's end in one
+    call (a dense model: one slice, its last token inside it), the turn boundary is appended after the reply.
+    A regenerate reads that slice again as it was, not its last token alone."""
+    rt.clear()
+    history = toks(13, 300) + HEADER
+    type_in(rt, history)
+    prompt = history + toks(14, 60) + HEADER
+    first = reply(rt, prompt)
+    type_in(rt, prompt + first + HEADER)
+    events = list(generate(rt, 0, prompt, replace(GREEDY, max_tokens=COMPARE), lambda: False))
+    stats = events[-1]
+    assert list(stats.tokens) == first  # type: ignore[union-attr]
+    if SHAPES[shape].memory == "dense":
+        assert stats.cached_tokens == len(history)  # type: ignore[union-attr]  # the message's slice, read again
+
+
 # ----- (c) edit-and-resend of an earlier message -----------------------------------------------------------
 
 

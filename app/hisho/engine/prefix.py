@@ -71,6 +71,7 @@ class PrefixKeeper:
         # file holds the window of its own end): positions below the floor are not trusted for a cut.
         self.floor: dict[int, int] = {}
         self._after_reply: dict[int, bool] = {}
+        self.slices: dict[int, list[tuple[int, int]]] = {}  # note_slice: dense sequences' multi-token slices
         self._empty_state: ctypes.Array[ctypes.c_uint8] | None = None  # drop_state's: the state of no cells
         self._unordered_logged = False
 
@@ -78,6 +79,7 @@ class PrefixKeeper:
         self.checkpoints.clear()
         self.floor.clear()
         self._after_reply.clear()
+        self.slices.clear()
 
     @property
     def kind(self) -> str:
@@ -120,6 +122,7 @@ class PrefixKeeper:
             # not track, and a "nothing held, nothing to cut" shortcut left their cells in place.
             self.clear(seq)
             return 0
+        p = self._slice_start(seq, p, held)
         why = self.why_not(seq, p)
         if why is None:
             if p == len(held) or self._cut(seq, p):
@@ -132,6 +135,23 @@ class PrefixKeeper:
                  f"restored the checkpoint at {kept}" if kept else "prefilling from the start")
         return kept
 
+    def note_slice(self, seq: int, start: int, end: int) -> None:
+        """``seq``'s positions ``start..end`` were just decoded in one llama_decode (a slice of a prompt)."""
+        if self.dense and end - start > 1:
+            self.slices.setdefault(seq, []).append((start, end))
+
+    def _slice_start(self, seq: int, p: int, held: list[int]) -> int:
+        """A dense prefix is kept whole or back to the start of the multi-token slice it ends in: the
+        slice is then decoded again in one piece, as it was, so its cells round as they did (a regenerate keeps
+        all but the prompt's last token: the user's message is read again, not its last token alone;
+        docs/kv-format.md "Numerics"). Non-dense models split every prompt before its last token instead."""
+        for start, end in reversed(self.slices.get(seq, [])):
+            if start < p < end <= len(held):
+                return start
+            if end <= p:
+                break
+        return p
+
     def _cut(self, seq: int, p: int) -> bool:
         return bool(llama_cpp.llama_memory_seq_rm(self.rt.memory, seq, p, -1))
 
@@ -140,8 +160,11 @@ class PrefixKeeper:
         self.rt.seqs[seq] = []
         self.checkpoints.pop(seq, None)
         self.floor.pop(seq, None)
+        self.slices.pop(seq, None)
 
     def _drop_above(self, seq: int, p: int) -> None:
+        if seq in self.slices:  # slices no longer all in the cells
+            self.slices[seq] = [(a, b) for a, b in self.slices[seq] if b <= p]
         if p <= 0:
             self.checkpoints.pop(seq, None)
             self.floor.pop(seq, None)

@@ -34,24 +34,26 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
     start = time.perf_counter()
     stats.cached_tokens = rt.reuse_prefix(seq, prompt)
     rest = prompt[stats.cached_tokens:]
-    # The prompt's last token is decoded on its own, after the rest: a regenerate keeps all but that token and
-    # decodes it alone, so the first reply must have done the same (a token decoded inside a longer slice can
-    # round differently: docs/kv-format.md "Numerics"). There a checkpoint is taken where a sliding window or
-    # a recurrent state cannot be cut back (hisho.engine.prefix; a no-op for dense models).
-    report = on_progress
-    n_rest = len(rest)
+    if not rt.keeper.dense:
+        # A checkpoint one token short of the prompt: a regenerate (or an edit of the next message) restores
+        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.prefix), and decodes
+        # the last token alone, as here. (A dense regenerate reads the prompt's last slice again instead:
+        # PrefixKeeper._slice_start.)
+        report = on_progress
+        n_rest = len(rest)
 
-    def progress(before: int) -> Callable[[int, int], None] | None:
-        # Both pieces report against the whole prompt still to read.
-        return None if report is None else (lambda done, _total: report(before + done, n_rest))
+        def progress(before: int) -> Callable[[int, int], None] | None:
+            # Both pieces report against the whole prompt still to read.
+            return None if report is None else (lambda done, _total: report(before + done, n_rest))
 
-    if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled, on_progress=progress(0)):
-        stats.stop_reason = "cancelled"
-        yield stats
-        return
-    rt.keeper.checkpoint(seq, prompt=True)
-    rest = rest[-1:]
-    on_progress = progress(n_rest - 1)
+        if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled,
+                                on_progress=progress(0)):
+            stats.stop_reason = "cancelled"
+            yield stats
+            return
+        rt.keeper.checkpoint(seq, prompt=True)
+        rest = rest[-1:]
+        on_progress = progress(n_rest - 1)
     drafts = speculate.wanted(rt, seq, sampling, prompt[-1])  # measured before the logits it must not touch
     if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress):
         stats.stop_reason = "cancelled"
