@@ -136,7 +136,9 @@ class PrefixKeeper:
         return kept
 
     def note_slice(self, seq: int, start: int, end: int) -> None:
-        """``seq``'s positions ``start..end`` were just decoded in one llama_decode (a slice of a prompt)."""
+        """``seq``'s positions ``start..end`` were just decoded in one llama_decode (a slice of a reply's prompt;
+        type-ahead's pieces are not noted: a Send after them decodes only the last token, and a regenerate of
+        that Send does the same)."""
         if self.dense and end - start > 1:
             self.slices.setdefault(seq, []).append((start, end))
 

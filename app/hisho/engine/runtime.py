@@ -314,7 +314,6 @@ class Runtime:
                 self.batch.add(tok, base + i, seq, want_logits and last_slice and i == len(part) - 1)
             self.decode_batch()
             held.extend(part)
-            self.keeper.note_slice(seq, base, len(held))
             if on_progress is not None and not last_slice:
                 on_progress(start + len(part), len(tokens))
         return True
