@@ -31,9 +31,8 @@ import numpy as np
 
 @dataclass
 class _Stream:
-    meta: int                       # offset of the first cell's entry
-    meta_end: int
     positions: list[int]
+    entries: list[tuple[int, int]]  # each cell's entry (position, sequence ids): its offsets
     blocks: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)  # (offset, shape: cells on axis -2)
 
 
@@ -64,12 +63,13 @@ def _layout(view: memoryview) -> list[_Stream]:
             (count,) = take("<I")
             if count == 0:
                 continue
-            meta, positions = at, []
+            stream = _Stream([], [])
             for _c in range(count):
+                start = at
                 pos, n_seq = take("<iI")
                 skip(4 * n_seq)
-                positions.append(pos)
-            stream = _Stream(meta, at, positions)
+                stream.positions.append(pos)
+                stream.entries.append((start, at))
             v_trans, n_layer = take("<II")
             for _layer in range(n_layer):  # K rows
                 _t, row = take("<iQ")
@@ -102,13 +102,9 @@ def by_position(data: Any) -> bool | None:
         if not (order != np.arange(len(order))).any():
             continue
         changed = True
-        raw = bytes(view[stream.meta:stream.meta_end])
-        entries, at = [], 0
-        while at < len(raw):
-            (n_seq,) = struct.unpack_from("<I", raw, at + 4)
-            entries.append(raw[at:at + 8 + 4 * n_seq])
-            at += 8 + 4 * n_seq
-        view[stream.meta:stream.meta_end] = b"".join(entries[i] for i in order)
+        first, last = stream.entries[0][0], stream.entries[-1][1]
+        entries = [bytes(view[a:b]) for a, b in stream.entries]
+        view[first:last] = b"".join(entries[i] for i in order)
         for offset, shape in stream.blocks:
             block = np.frombuffer(view, dtype=np.uint8, count=int(np.prod(shape)), offset=offset).reshape(shape)
             if len(shape) == 2:

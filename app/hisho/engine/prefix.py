@@ -199,9 +199,8 @@ class PrefixKeeper:
             return False
         if self.n_swa:
             self._in_position_order(data)
-        mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data, turn)]
-        if self.n_swa:
             self._relay(seq, data)
+        mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data, turn)]
         while len(mine) > 1 and (len(mine) > CHECKPOINTS_PER_SEQ
                                  or sum(len(c.data) for c in mine) > CHECKPOINT_BYTES_PER_SEQ):
             typed = [i for i, c in enumerate(mine[:-1]) if not c.turn]

@@ -55,13 +55,11 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         rest = rest[-1:]
         on_progress = progress(n_rest - 1)
     drafts = speculate.wanted(rt, seq, sampling, prompt[-1])  # measured before the logits it must not touch
-    base = len(rt.seqs.get(seq, []))
-    if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress):
+    # The slices are noted: a dense regenerate reads the last one again (PrefixKeeper._slice_start).
+    if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress, note_slices=True):
         stats.stop_reason = "cancelled"
         yield stats
         return
-    for start in range(0, len(rest), rt.n_batch):  # decode_tokens' slices: a regenerate reads the last again
-        rt.keeper.note_slice(seq, base + start, base + min(start + rt.n_batch, len(rest)))
     sampler = build_sampler(rt, sampling)
     spec = speculate.Speculator(rt, seq, sampler, prompt, sampling) if drafts else None
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")

@@ -295,10 +295,11 @@ class Runtime:
 
     def decode_tokens(self, seq: int, tokens: list[int], *, want_logits: bool = True,
                       should_stop: Callable[[], bool] | None = None,
-                      on_progress: Callable[[int, int], None] | None = None) -> bool:
+                      on_progress: Callable[[int, int], None] | None = None, note_slices: bool = False) -> bool:
         """Append ``tokens`` to ``seq`` in n_batch slices. Logits only for the very last token.
         Returns False if ``should_stop`` said stop between slices (the cache then holds what was done).
-        ``on_progress(done, total)`` runs after every slice but the last (a long prompt's reading progress)."""
+        ``on_progress(done, total)`` runs after every slice but the last (a long prompt's reading progress).
+        ``note_slices``: tell the keeper each slice (a reply's prompt: ``PrefixKeeper.note_slice``)."""
         held = self.seqs.setdefault(seq, [])
         if len(held) + len(tokens) > self.n_ctx:
             raise RequestError(ErrorKind.CONTEXT_FULL,
@@ -314,6 +315,8 @@ class Runtime:
                 self.batch.add(tok, base + i, seq, want_logits and last_slice and i == len(part) - 1)
             self.decode_batch()
             held.extend(part)
+            if note_slices:
+                self.keeper.note_slice(seq, base, len(held))
             if on_progress is not None and not last_slice:
                 on_progress(start + len(part), len(tokens))
         return True
