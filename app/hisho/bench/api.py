@@ -20,6 +20,12 @@ In a throw-away HISHO_HOME, one model loaded for 4 sequences of ``PER_SEQ`` toke
   ``one_stream_tokens_per_s`` and ``concurrent_tokens_per_s`` count from the request, prompt prefill included,
   which the raw figures do not (on the bundled model a 200-token reply's ~35-token prompt and first step are a
   sizeable share of its wall time).
+- ``concurrent_vs_llama_server`` and ``one_stream_vs_llama_server``: the same 4 concurrent streams (and the one
+  alone) sent to upstream ``llama-server`` on the same file with ``--parallel 4`` and a context of 4 × ``PER_SEQ``,
+  its defaults otherwise (threads, batch sizes, flash attention ``auto``, its prompt cache off per request so
+  each repetition prefills as Hisho's does), started beside Hisho's server and asked in turn with it, each
+  repetition: decode rates counted as above (``llama_server_*``). ``concurrent_whole_vs_llama_server``: the
+  rates counted from the requests. Skipped (``llama_server`` says why) where llama-server is not built.
 - ``prefix_restart_speedup``: first-token time of a chat with a ~4096-token system prompt on an empty store over
   the same request after the server (and engine) were stopped and started again (the disk prompt cache).
 """
@@ -34,12 +40,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from hisho.api.launch import build_api
+from hisho.bench.servers import NOT_BUILT, Peer, free_port, llama_server_binary
 from hisho.core.engine.protocol import GenerationResult, Sampling
 
 KEY = "bench"
@@ -64,12 +72,12 @@ def _home() -> Iterator[str]:
 
 
 def _stream(client: httpx.Client, url: str, model: str, messages: list[dict[str, str]],
-            max_tokens: int) -> dict[str, Any]:
+            max_tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One streamed chat request: first content chunk, last chunk, tokens (from usage), cached tokens. ``client``
     is kept across requests, as API clients (openai's included) keep theirs: a new ``httpx.Client`` per request
     builds a TLS context first (40-75 ms on the loaded 2-core box), which is the bench's cost, not the API's."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, **(extra or {})}
     start = time.perf_counter()
     first = last = 0.0
     times: list[float] = []   # each content chunk's arrival (one per token event)
@@ -89,7 +97,7 @@ def _stream(client: httpx.Client, url: str, model: str, messages: list[dict[str,
                 last = time.perf_counter()
                 first = first or last
                 times.append(last)
-    n = int(usage.get("completion_tokens", 0))
+    n = int(usage.get("completion_tokens", 0)) or len(times)  # a server that reports no usage: its chunks
     return {"ttft_s": first - start, "tokens": n, "wall_s": last - start, "first_at": first, "last_at": last, "times": times,
             "tokens_per_s": (n - 1) / (last - first) if n > 1 and last > first else 0.0,
             "cached": int(usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)),
@@ -134,10 +142,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     repeat = max(1, args.repeat)
     ask = [{"role": "user", "content": PROMPT}]
     out: dict[str, Any] = {"tokens": n_tokens, "repeat": repeat, "parallel": PARALLEL, "n_ctx_per_seq": PER_SEQ}
-    with _home():
+    with _home() as home, ExitStack() as stack:
         app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
         client = httpx.Client()
         try:
+            peer = _llama_server(app.model_path, Path(home), out)
+            if peer is not None:
+                stack.callback(peer.stop)
             server.start()
             model, url, engine = server.backend.model_id, server.url, app.engine
             out["model"] = model
@@ -158,13 +169,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out.update(api_tokens_per_s=statistics.median(api_tps), engine_tokens_per_s=statistics.median(eng_tps),
                        api_vs_engine=statistics.median(ratios), ttfb_overhead_ms=statistics.median(overheads),
                        ttfb_outside_engine_ms=statistics.median(outside), ttfb_pairs=len(overheads))
-            out.update(_concurrent(client, engine, url, model, n_tokens, repeat))
+            out.update(_concurrent(client, engine, url, model, n_tokens, repeat,
+                                   peer.url + "/v1" if peer is not None else ""))
             out.update(_raw_ceiling(engine, n_tokens))
             out["concurrent_vs_raw_gain"] = out["concurrent_gain"] / out["raw_batched_gain"]
             # Like with like: the API's decode rate over raw llama-cpp-python's on the same context.
             out["one_stream_vs_raw"] = out["one_stream_decode_tokens_per_s"] / max(out["raw_one_tokens_per_s"], 1e-9)
             out["concurrent_vs_raw"] = (out["concurrent_decode_tokens_per_s"]
                                         / max(out["raw_batched_tokens_per_s"], 1e-9))
+            if peer is not None:
+                for ours, theirs, name in (
+                        ("concurrent_decode_tokens_per_s", "llama_server_concurrent_decode_tokens_per_s",
+                         "concurrent_vs_llama_server"),
+                        ("one_stream_decode_tokens_per_s", "llama_server_one_stream_decode_tokens_per_s",
+                         "one_stream_vs_llama_server"),
+                        ("concurrent_tokens_per_s", "llama_server_concurrent_tokens_per_s",
+                         "concurrent_whole_vs_llama_server")):
+                    out[name] = out[ours] / max(out[theirs], 1e-9)
+                peer.stop()
             fresh = _stream(client, url, model, _long_prefix(), 8)
         finally:
             client.close()
@@ -186,34 +208,56 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _concurrent(client: httpx.Client, engine: Any, url: str, model: str, n_tokens: int,
-                repeat: int) -> dict[str, float]:
+                repeat: int, peer_url: str = "") -> dict[str, float]:
+    """One stream alone, then the 4 together, through Hisho's API and (``peer_url``) llama-server's, in turn
+    each repetition."""
     prompts = [[{"role": "user", "content": f"{PROMPT} Chapter {i + 1}."}] for i in range(PARALLEL)]
-    one, many = [], []
-    one_decode: list[float] = []
-    many_decode: list[float] = []
+    got: dict[str, list[float]] = {}
+    contestants: list[tuple[str, str, str, dict[str, Any] | None]] = [("", url, model, None)]
+    if peer_url:
+        # Its prompt cache off: each repetition prefills its prompts again, as Hisho's (sequences cleared) does.
+        contestants.append(("llama_server_", peer_url, "model", {"cache_prompt": False}))
+        _stream(client, peer_url, "model", prompts[0], 8, contestants[1][3])  # its first graphs, page faults
     for _ in range(repeat):
-        _clear(engine)
-        alone = _stream(client, url, model, prompts[0], n_tokens)
-        one.append(alone["tokens"] / alone["wall_s"])
-        _clear(engine)
-        results: list[dict[str, float]] = []
-        start = time.perf_counter()
-        threads = [threading.Thread(target=lambda p=p, out=results: out.append(_stream(client, url, model, p, n_tokens)))
-                   for p in prompts]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        many.append(sum(r["tokens"] for r in results) / (time.perf_counter() - start))
-        # Decode only, as the raw ceiling counts it (its steps after the prompts): from the first streamed token
-        # to the last, tokens after each stream's first. The figures above include the prompts' prefill.
-        one_decode.append(alone["tokens_per_s"])
-        many_decode.append(_all_decoding_rate(results))
-    one_tps, many_tps = statistics.median(one), statistics.median(many)
-    return {"one_stream_tokens_per_s": one_tps, "concurrent_tokens_per_s": many_tps,
-            "concurrent_gain": many_tps / max(one_tps, 1e-9),
-            "one_stream_decode_tokens_per_s": statistics.median(one_decode),
-            "concurrent_decode_tokens_per_s": statistics.median(many_decode)}
+        for prefix, where, name, extra in contestants:
+            if not prefix:
+                _clear(engine)
+            alone = _stream(client, where, name, prompts[0], n_tokens, extra)
+            if not prefix:
+                _clear(engine)
+            results: list[dict[str, Any]] = []
+            start = time.perf_counter()
+            threads = [threading.Thread(target=lambda p=p, out=results, at=where, m=name, x=extra: out.append(
+                _stream(client, at, m, p, n_tokens, x))) for p in prompts]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            whole = sum(r["tokens"] for r in results) / (time.perf_counter() - start)
+            # Decode only, as the raw ceiling counts it (its steps after the prompts): from the first streamed
+            # token to the last, tokens after each stream's first. The whole figures include the prompts' prefill.
+            for key, value in (("one_stream_tokens_per_s", alone["tokens"] / alone["wall_s"]),
+                               ("concurrent_tokens_per_s", whole),
+                               ("one_stream_decode_tokens_per_s", alone["tokens_per_s"]),
+                               ("concurrent_decode_tokens_per_s", _all_decoding_rate(results))):
+                got.setdefault(prefix + key, []).append(value)
+    out = {key: statistics.median(values) for key, values in got.items()}
+    out["concurrent_gain"] = out["concurrent_tokens_per_s"] / max(out["one_stream_tokens_per_s"], 1e-9)
+    return out
+
+
+def _llama_server(model_path: Path | str | None, home: Path, out: dict[str, Any]) -> Peer | None:
+    """Upstream llama-server on the same file, ``--parallel 4`` over 4 × ``PER_SEQ`` cells, its defaults
+    otherwise; None (and ``out["llama_server"]`` says why) where it is not built."""
+    binary = llama_server_binary()
+    if binary is None or model_path is None:
+        out["llama_server"] = NOT_BUILT if binary is None else "no model file"
+        return None
+    port = free_port()
+    argv = [str(binary), "--model", str(model_path), "--host", "127.0.0.1", "--port", str(port),
+            "--parallel", str(PARALLEL), "--ctx-size", str(PER_SEQ * PARALLEL)]
+    out["llama_server"] = " ".join(argv[1:])
+    return Peer(argv, port, "/health", home / "llama-server.log").start()
 
 
 def _all_decoding_rate(results: list[dict[str, Any]]) -> float:

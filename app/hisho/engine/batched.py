@@ -27,7 +27,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
-from hisho.engine.llama_setup import build_sampler, hit_stop
+from hisho.engine.llama_setup import Sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
@@ -49,7 +49,7 @@ class _Slot:
     last: int = -1                    # last sampled token, fed in the next step
     out: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
-    sampler: Any = None
+    sampler: Sampler | None = None
     logits_at: int = -1               # index of this slot's logits in the current batch
     pause_at: int = -1                # a step feeds the prompt no further than this (a checkpoint is taken there)
     started: float = 0.0
@@ -124,14 +124,14 @@ def _assign(rt: Runtime, slot: _Slot, pending: deque[Item], sampling: Sampling) 
     if not pending:
         return
     slot.item = pending.popleft()
-    slot.sampler = build_sampler(rt, sampling)
+    slot.sampler = Sampler(rt, sampling)
     slot.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
     slot.started = time.perf_counter()
 
 
 def _release(rt: Runtime, slot: _Slot) -> None:
     if slot.sampler is not None:
-        llama_cpp.llama_sampler_free(slot.sampler)
+        slot.sampler.free()
     if slot.item is not None or slot.pos:
         rt.seq_rm(slot.seq, 0)
     slot.item, slot.sampler, slot.fed, slot.pos, slot.last = None, None, 0, 0, -1
@@ -187,8 +187,8 @@ def _step(rt: Runtime, slots: list[_Slot], stats: BatchStats) -> None:
 def _sample(rt: Runtime, slot: _Slot, stats: BatchStats, on_done: Done, pending: deque[Item],
             sampling: Sampling) -> None:
     item = slot.item
-    assert item is not None
-    token = int(llama_cpp.llama_sampler_sample(slot.sampler, rt.ctx, slot.logits_at))
+    assert item is not None and slot.sampler is not None
+    token = slot.sampler.sample(rt.ctx, slot.logits_at)
     reason = ""
     if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(rt.vocab, token):
         reason = "eos"

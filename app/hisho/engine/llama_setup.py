@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp
+import numpy as np
 
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.engine import backends
@@ -134,7 +135,34 @@ def hit_stop(pieces: list[str], stops: list[str]) -> bool:
     return any(s and s in recent for s in stops)
 
 
-def build_sampler(rt: Any, s: Sampling) -> Any:
+class Sampler:
+    """A reply's token sampler. Plain greedy decoding (temperature 0, no repeat penalty, end-of-generation
+    allowed) reads the argmax of the logits where llama.cpp left them: ``llama_sampler_sample`` first copies
+    every logit into a candidate array (~60 us a token on a 49K vocabulary, measured), which a serving step of
+    4 sequences pays 4 times. The first maximum wins, as in llama.cpp's greedy sampler, so the token is the same.
+    Anything else runs llama.cpp's chain (``chain``): top-k, penalties, top-p, min-p, temperature, dist."""
+
+    def __init__(self, rt: Any, s: Sampling) -> None:
+        self.n_vocab = int(rt.n_vocab)
+        self.greedy = s.temperature <= 0 and s.repeat_penalty == 1.0 and not s.ignore_eos
+        self.chain: Any = None if self.greedy else _chain(rt, s)
+
+    def sample(self, ctx: Any, i: int = -1) -> int:
+        """The token for the logits of batch position ``i`` (-1: the last that has logits)."""
+        if self.chain is not None:
+            return int(llama_cpp.llama_sampler_sample(self.chain, ctx, i))
+        logits = llama_cpp.llama_get_logits_ith(ctx, i)
+        if not logits:
+            raise RuntimeError(f"no logits at batch position {i}")
+        return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
+
+    def free(self) -> None:
+        if self.chain is not None:
+            llama_cpp.llama_sampler_free(self.chain)
+            self.chain = None
+
+
+def _chain(rt: Any, s: Sampling) -> Any:
     """A sampler chain: (logit bias), top-k, penalties, top-p, min-p, temperature, dist; greedy if temp <= 0."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = llama_cpp.llama_sampler_chain_add

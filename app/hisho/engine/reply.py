@@ -12,7 +12,7 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
 from hisho.engine import speculate
-from hisho.engine.llama_setup import GenStats, build_sampler, hit_stop
+from hisho.engine.llama_setup import GenStats, Sampler, hit_stop
 from hisho.engine.runtime import RequestError, Runtime
 
 
@@ -60,7 +60,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         stats.stop_reason = "cancelled"
         yield stats
         return
-    sampler = build_sampler(rt, sampling)
+    sampler = Sampler(rt, sampling)
     spec = speculate.Speculator(rt, seq, sampler, prompt, sampling) if drafts else None
     utf8 = codecs.getincrementaldecoder("utf-8")("replace")
     held = rt.seqs[seq]
@@ -77,7 +77,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
             if len(held) >= rt.n_ctx:
                 stats.stop_reason = "context_full"
                 break
-            token = spec.next_token() if spec else int(llama_cpp.llama_sampler_sample(sampler, rt.ctx, -1))
+            token = spec.next_token() if spec else sampler.sample(rt.ctx)
             if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(rt.vocab, token):
                 stats.stop_reason = "eos"
                 break
@@ -109,7 +109,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         if spec:
             spec.finish()
             stats.speculation = spec.stats()
-        llama_cpp.llama_sampler_free(sampler)
+        sampler.free()
     if stats.completion_tokens:
         stats.decode_s = time.perf_counter() - first_at
     tail = utf8.decode(b"", final=True)

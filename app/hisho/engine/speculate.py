@@ -30,6 +30,7 @@ import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import Sampling
+from hisho.engine.llama_setup import Sampler
 from hisho.engine.runtime import Runtime
 
 log = logging.getLogger("hisho.engine")
@@ -136,7 +137,7 @@ class NgramIndex:
 class Speculator:
     """The reply loop's source of sampled tokens and its decode step (``hisho.engine.reply.generate``)."""
 
-    def __init__(self, rt: Runtime, seq: int, sampler: Any, history: list[int], sampling: Sampling) -> None:
+    def __init__(self, rt: Runtime, seq: int, sampler: Sampler, history: list[int], sampling: Sampling) -> None:
         self.rt, self.seq, self.sampler, self.sampling = rt, seq, sampler, sampling
         self.emitted: list[int] = []       # the reply so far: the chain's penalty history
         self.ties = 0
@@ -153,7 +154,7 @@ class Speculator:
     def next_token(self) -> int:
         if self.ready:
             return self.ready.popleft()
-        return int(llama_cpp.llama_sampler_sample(self.sampler, self.rt.ctx, -1))
+        return self.sampler.sample(self.rt.ctx)
 
     def advance(self, token: int) -> None:
         """``token`` was emitted: make the cache hold it, drafting what might follow it."""
@@ -185,10 +186,10 @@ class Speculator:
                 rt.batch.clear()
                 rt.batch.add(token if i == 0 else draft[i - 1], base + i, self.seq, True)
                 rt.decode_batch()
-                self.ready.append(int(llama_cpp.llama_sampler_sample(self.sampler, rt.ctx, -1)))
+                self.ready.append(self.sampler.sample(rt.ctx))
                 self.ties += 1
                 break
-            got = int(llama_cpp.llama_sampler_sample(self.sampler, rt.ctx, i))
+            got = self.sampler.sample(rt.ctx, i)
             self.ready.append(got)
             if i == len(draft) or got != draft[i]:
                 llama_cpp.llama_memory_seq_rm(rt.memory, self.seq, base + i + 1, -1)
