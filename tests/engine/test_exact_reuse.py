@@ -32,7 +32,8 @@ from hisho.core.db import Database
 from hisho.core.engine.protocol import LoadParams, Sampling, common_prefix
 from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
-from hisho.engine.kvstate import ChunkWriter, KVState, prefill
+from hisho.engine.chunkwriter import ChunkWriter
+from hisho.engine.kvstate import KVState, prefill
 from hisho.engine.prefix import PARTIAL
 from hisho.engine.reply import generate
 from hisho.engine.runtime import Runtime

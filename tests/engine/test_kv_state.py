@@ -364,10 +364,10 @@ def test_q8_0_kv_round_trip_takes_about_half_the_disk(default_model_path: Path, 
 def test_writer_keeps_turn_sized_arenas_and_drops_huge_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first save of a long conversation needs an arena as large as its KV; kept, it would stay resident
     for the engine's life. Arenas up to WARM_ARENA_MAX are reused, larger ones are let go after the write."""
-    from hisho.engine import kvstate
+    from hisho.engine import chunkwriter
 
-    monkeypatch.setattr(kvstate, "WARM_ARENA_MAX", 8 << 20)
-    writer = kvstate.ChunkWriter()
+    monkeypatch.setattr(chunkwriter, "WARM_ARENA_MAX", 8 << 20)
+    writer = chunkwriter.ChunkWriter()
     small = writer.take_arena(1 << 20)
     writer.give_arena(small)
     assert writer.take_arena(1 << 20) is small
@@ -384,18 +384,18 @@ def test_writer_lets_a_huge_arena_go_once_its_write_is_done(monkeypatch: pytest.
     writer thread's loop variable used to hold the finished job, and so its arena, until the next save)."""
     import weakref
 
-    from hisho.engine import kvstate
+    from hisho.engine import chunkwriter
 
-    monkeypatch.setattr(kvstate, "WARM_ARENA_MAX", 4 << 20)
-    writer = kvstate.ChunkWriter()
-    small, huge = kvstate.Arena(), kvstate.Arena()
+    monkeypatch.setattr(chunkwriter, "WARM_ARENA_MAX", 4 << 20)
+    writer = chunkwriter.ChunkWriter()
+    small, huge = chunkwriter.Arena(), chunkwriter.Arena()
     small.ensure(1)
     huge.ensure(8 << 20)
     gone, kept = weakref.ref(huge), weakref.ref(small)
     reports: list[list[dict[str, object]]] = []
     for i, arena in enumerate((small, huge)):  # the huge one last: nothing comes after it
         record: dict[str, object] = {"path": str(tmp_path / f"{i}.bin")}
-        writer.submit(kvstate._Job(arena, [(record, b"h", 0, 16)], reports.append))
+        writer.submit(chunkwriter.Job(arena, [(record, b"h", 0, 16)], reports.append))
     del huge, small, arena
     assert writer.wait_idle(60)
     assert [r[0]["written"] for r in reports] == [True, True]

@@ -57,12 +57,12 @@ def test_resume_estimate_uses_the_saved_state() -> None:
 
 def test_the_planner_mirrors_the_engines_limits() -> None:
     from hisho.core.planner import state
-    from hisho.engine import kvstate, prefix
+    from hisho.engine import chunkwriter, prefix
 
     assert state.CHECKPOINTS_PER_SEQ == prefix.CHECKPOINTS_PER_SEQ
     assert state.CHECKPOINT_BYTES_PER_SEQ == prefix.CHECKPOINT_BYTES_PER_SEQ
-    assert state.WARM_ARENA_MAX == kvstate.WARM_ARENA_MAX
-    assert state.ARENA_ROUND == kvstate._ROUND
+    assert state.WARM_ARENA_MAX == chunkwriter.WARM_ARENA_MAX
+    assert state.ARENA_ROUND == chunkwriter._ROUND
 
 
 @pytest.mark.timeout(1800)
@@ -71,7 +71,8 @@ def test_chunked_save_and_checkpoint_match_the_engine(shape: str, tmp_path: Path
     """What a save through the scratch sequence really copies (every chunk with its own window cells; on a
     recurrent model the last one with the whole state) and what a checkpoint holds, against StateSize.chunked /
     checkpoint."""
-    from hisho.engine.kvstate import ChunkWriter, KVState
+    from hisho.engine.chunkwriter import ChunkWriter
+    from hisho.engine.kvstate import KVState
 
     path = true_model(shape, "Q8_0")
     size = state_size(read_facts(path))

@@ -1,8 +1,9 @@
 """Per-sequence KV state to and from chunk files (format: hisho.core.kv.format; decisions: docs/kv-format.md).
 
 Rules of use:
-- ``KVState`` belongs to one ``Runtime`` and runs on the engine thread only. ``ChunkWriter`` is the one other
-  thread: it gets bytes already copied out of llama.cpp, so writing to disk never touches the context.
+- ``KVState`` belongs to one ``Runtime`` and runs on the engine thread only. ``ChunkWriter``
+  (``hisho.engine.chunkwriter``) is the one other thread: it gets bytes already copied out of llama.cpp, so
+  writing to disk never touches the context.
 - Bytes go through buffers allocated once and reused (``Arena``): first-touch page faults on a fresh buffer
   cost more than reading the file (DESIGN.md "KV persistence"). ``prepare(n)`` touches them ahead of time.
 - A chunk ``[start, end)`` of a sequence is copied out through a scratch sequence (the last one, when
@@ -19,11 +20,8 @@ import ctypes
 import logging
 import mmap
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,140 +29,12 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, common_prefix
 from hisho.core.kv import format as kvf
+from hisho.engine.chunkwriter import Arena, ChunkWriter, Job
 from hisho.engine.kvfacts import state_facts
 from hisho.engine.prefix import PrefixKeeper
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.kv")
-
-_ROUND = 4 << 20
-WARM_ARENA_MAX = 512 << 20   # arenas up to this size are kept for the next save (ChunkWriter.give_arena)
-
-
-class Arena:
-    """A byte buffer allocated once, grown in 4 MiB steps, every page touched at allocation."""
-
-    def __init__(self) -> None:
-        self.buf: ctypes.Array[ctypes.c_uint8] = (ctypes.c_uint8 * 1)()
-        self.capacity = 0
-
-    def ensure(self, n: int) -> None:
-        if n <= self.capacity:
-            return
-        cap = -(-n // _ROUND) * _ROUND
-        buf = (ctypes.c_uint8 * cap)()
-        ctypes.memset(buf, 1, cap)  # touch every page now, not on the restore path
-        self.buf, self.capacity = buf, cap
-
-    def ptr(self, offset: int = 0) -> Any:
-        return ctypes.cast(ctypes.byref(self.buf, offset), ctypes.POINTER(ctypes.c_uint8))
-
-    def view(self, offset: int, n: int) -> memoryview:
-        return memoryview(self.buf).cast("B")[offset:offset + n]
-
-
-@dataclass
-class _Job:
-    arena: Arena
-    parts: list[tuple[dict[str, Any], bytes, int, int]]  # (record, header, offset, size)
-    done: Callable[[list[dict[str, Any]]], None]
-    test_delay_s: float = 0.0
-    test_fail_after: int = -1
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-
-class ChunkWriter:
-    """One background thread writing chunk files atomically; hands arenas back for reuse when done."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._free: list[Arena] = []
-        self._lock = threading.Lock()
-        self._idle = threading.Event()
-        self._idle.set()
-        self._pending = 0
-        self._thread = threading.Thread(target=self._loop, name="hisho-kv-writer", daemon=True)
-        self._thread.start()
-
-    def take_arena(self, n: int) -> Arena:
-        with self._lock:
-            arena = max(self._free, key=lambda a: a.capacity) if self._free else Arena()
-            if arena in self._free:
-                self._free.remove(arena)
-        arena.ensure(n)
-        return arena
-
-    def give_arena(self, arena: Arena) -> None:
-        # Keep two arenas warm, and only turn-sized ones: the first save of a long conversation (16K tokens of
-        # a 3B model's f16 KV is ~1.9 GB) needs an arena as large as its KV, which kept would stay resident
-        # beside the cache for as long as the engine runs; later turns save a few chunks each.
-        with self._lock:
-            if len(self._free) < 2 and arena.capacity <= WARM_ARENA_MAX:
-                self._free.append(arena)
-
-    def submit(self, job: _Job) -> None:
-        with self._lock:
-            self._pending += 1
-            self._idle.clear()
-        self._jobs.put(job)
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        return self._idle.wait(timeout)
-
-    def _loop(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            records: list[dict[str, Any]] = []
-            for record, header, offset, size in job.parts:
-                if records and "error" in records[-1]:
-                    # A chain is only usable up to its first hole (KVIndex.record_save): after a failed chunk
-                    # (a full disk, mostly) the later ones would be written only to be deleted again.
-                    record["error"] = "not written: an earlier chunk of this save failed"
-                    records.append(record)
-                    continue
-                records.append(self._write_one(job, record, header, offset, size))
-            self.give_arena(job.arena)
-            try:
-                job.done(records)
-            except Exception:
-                log.exception("reporting a finished KV save failed")
-            del job  # its arena too, unless kept (give_arena): the loop variable held it until the next save
-            with self._lock:
-                self._pending -= 1
-                if self._pending == 0:
-                    self._idle.set()
-
-    def _write_one(self, job: _Job, record: dict[str, Any], header: bytes, offset: int,
-                   size: int) -> dict[str, Any]:
-        path = Path(record["path"])
-        writer = _test_writer(job) if job.test_delay_s or job.test_fail_after >= 0 else None
-        try:
-            if writer is None:
-                record["bytes"] = kvf.write_atomic(path, header, job.arena.view(offset, size))
-            else:
-                record["bytes"] = kvf.write_atomic(path, header, job.arena.view(offset, size), writer=writer)
-            record["written"] = True
-        except OSError as exc:
-            record["error"] = f"{type(exc).__name__}: {exc}"
-            log.warning("KV chunk %s not saved: %s", path.name, exc)
-        return record
-
-
-def _test_writer(job: _Job) -> kvf.Writer:
-    """Test hooks: a writer that stalls halfway (for 'killed during a write') or fails like a full disk."""
-    def write(fh: Any, data: memoryview) -> None:
-        half = len(data) // 2
-        if 0 <= job.test_fail_after < len(data):
-            fh.write(data[:job.test_fail_after])
-            raise OSError(28, "No space left on device (test hook)")
-        fh.write(data[:half])
-        fh.flush()
-        time.sleep(job.test_delay_s)
-        fh.write(data[half:])
-    return write
-
 
 class KVState:
     """Save and restore sequences of one runtime. Engine thread only."""
@@ -231,7 +101,7 @@ class KVState:
             finish([])
             return summary
         hooks = hooks or {}
-        self.writer.submit(_Job(arena, parts, finish, float(hooks.get("delay_s", 0.0)),
+        self.writer.submit(Job(arena, parts, finish, float(hooks.get("delay_s", 0.0)),
                                 int(hooks.get("fail_after", -1))))
         return summary
 

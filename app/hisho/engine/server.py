@@ -352,7 +352,8 @@ class Server:
     # ----- KV persistence (hisho.engine.kvstate; docs/kv-format.md) ----------------------------------------
 
     def kvstate(self) -> Any:
-        from hisho.engine.kvstate import ChunkWriter, KVState
+        from hisho.engine.chunkwriter import ChunkWriter
+        from hisho.engine.kvstate import KVState
 
         rt = self.need_runtime()
         if self._kv is None or self._kv.rt is not rt:

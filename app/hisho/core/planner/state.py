@@ -139,7 +139,7 @@ class Kept:
     @property
     def warm_arena(self) -> int:
         """The arena still held after its write: the writer keeps arenas up to ``WARM_ARENA_MAX`` each for the
-        next save and lets larger ones go once written (engine/kvstate.py ``ChunkWriter``)."""
+        next save and lets larger ones go once written (engine/chunkwriter.py ``ChunkWriter``)."""
         return self.arena if self.arena <= WARM_ARENA_MAX * max(1, self.arenas) else 0
 
     @property
