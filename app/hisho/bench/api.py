@@ -47,7 +47,7 @@ from typing import Any
 import httpx
 
 from hisho.api.launch import build_api
-from hisho.bench.servers import NOT_BUILT, Peer, free_port, llama_server_binary
+from hisho.bench.servers import NOT_BUILT, Peer, llama_server_binary, llama_server_peer
 from hisho.core.engine.protocol import GenerationResult, Sampling
 
 KEY = "bench"
@@ -253,11 +253,10 @@ def _llama_server(model_path: Path | str | None, home: Path, out: dict[str, Any]
     if binary is None or model_path is None:
         out["llama_server"] = NOT_BUILT if binary is None else "no model file"
         return None
-    port = free_port()
-    argv = [str(binary), "--model", str(model_path), "--host", "127.0.0.1", "--port", str(port),
-            "--parallel", str(PARALLEL), "--ctx-size", str(PER_SEQ * PARALLEL)]
-    out["llama_server"] = " ".join(argv[1:])
-    return Peer(argv, port, "/health", home / "llama-server.log").start()
+    peer = llama_server_peer(binary, model_path, home / "llama-server.log", parallel=PARALLEL,
+                             ctx_size=PER_SEQ * PARALLEL)
+    out["llama_server"] = " ".join(peer.argv[1:])
+    return peer.start()
 
 
 def _all_decoding_rate(results: list[dict[str, Any]]) -> float:

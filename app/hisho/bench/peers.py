@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hisho.bench.servers import Peer, free_port, llama_server_binary
+from hisho.bench.servers import Peer, llama_server_binary, llama_server_peer
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import LoadParams, Sampling
@@ -154,12 +154,11 @@ def _ratios(figures: dict[str, Any]) -> dict[str, float | None]:
 
 
 def _server(binary: Path, params: LoadParams, threads: int, tmp: Path, name: str) -> Peer:
-    port = free_port()
-    argv = [str(binary), "--model", params.model_path, "--host", "127.0.0.1", "--port", str(port),
-            "--parallel", "1", "--ctx-size", str(params.n_ctx), "--cache-ram", "0", "--no-warmup"]
+    extra = ["--cache-ram", "0", "--no-warmup"]
     if threads:
-        argv += ["--threads", str(threads), "--threads-batch", str(threads)]
-    return Peer(argv, port, "/health", tmp / f"llama-server-{name}.log")
+        extra += ["--threads", str(threads), "--threads-batch", str(threads)]
+    return llama_server_peer(binary, params.model_path, tmp / f"llama-server-{name}.log", parallel=1,
+                             ctx_size=params.n_ctx, extra=extra)
 
 
 class _Engine:

@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from hisho.core import spawn
@@ -78,6 +79,16 @@ class Peer:
         self.start()
 
 
+def llama_server_peer(binary: Path, model: Path | str, log: Path, *, parallel: int, ctx_size: int,
+                      extra: Sequence[str] = ()) -> Peer:
+    """llama-server on loopback (a free port) serving ``model`` in ``parallel`` slots over ``ctx_size`` cells,
+    its defaults but for ``extra``. The argv starts with the binary, ``--model`` and the file."""
+    port = free_port()
+    argv = [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "--parallel", str(parallel), "--ctx-size", str(ctx_size), *extra]
+    return Peer(argv, port, "/health", log)
+
+
 def llama_server(tmp: Path, *, n_ctx_per_slot: int = 4096, parallel: int = 2, threads: int = 2) -> Peer:
     binary = llama_server_binary()
     model = bundled_model_path()
@@ -85,11 +96,10 @@ def llama_server(tmp: Path, *, n_ctx_per_slot: int = 4096, parallel: int = 2, th
         raise FileNotFoundError(NOT_BUILT if binary is None else "the bundled default model is not installed")
     slots = tmp / "slots"
     slots.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    argv = [str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--parallel", str(parallel), "--ctx-size", str(n_ctx_per_slot * parallel),
-            "--slot-save-path", str(slots) + os.sep, "--threads", str(threads), "--cache-ram", "0"]
-    return Peer(argv, port, "/health", tmp / "llama-server.log")
+    return llama_server_peer(binary, model, tmp / "llama-server.log", parallel=parallel,
+                             ctx_size=n_ctx_per_slot * parallel,
+                             extra=["--slot-save-path", str(slots) + os.sep, "--threads", str(threads),
+                                    "--cache-ram", "0"])
 
 
 def llama_cpp_python_server(tmp: Path, *, n_ctx: int = 4096) -> Peer:

@@ -135,6 +135,15 @@ def hit_stop(pieces: list[str], stops: list[str]) -> bool:
     return any(s and s in recent for s in stops)
 
 
+def logits_at(ctx: Any, i: int, n_vocab: int) -> Any:
+    """The logits of batch position ``i`` (-1: the last with logits), a numpy view of llama.cpp's own buffer:
+    valid until the next decode, never written."""
+    ptr = llama_cpp.llama_get_logits_ith(ctx, i)
+    if not ptr:
+        raise RuntimeError(f"no logits at batch position {i}")
+    return np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+
+
 class Sampler:
     """A reply's token sampler. Plain greedy decoding (temperature 0, no repeat penalty, end-of-generation
     allowed) reads the argmax of the logits where llama.cpp left them: ``llama_sampler_sample`` first copies
@@ -151,10 +160,7 @@ class Sampler:
         """The token for the logits of batch position ``i`` (-1: the last that has logits)."""
         if self.chain is not None:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, i))
-        logits = llama_cpp.llama_get_logits_ith(ctx, i)
-        if not logits:
-            raise RuntimeError(f"no logits at batch position {i}")
-        return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
+        return int(logits_at(ctx, i, self.n_vocab).argmax())
 
     def free(self) -> None:
         if self.chain is not None:

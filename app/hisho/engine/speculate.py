@@ -30,7 +30,7 @@ import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import Sampling
-from hisho.engine.llama_setup import Sampler
+from hisho.engine.llama_setup import Sampler, logits_at
 from hisho.engine.runtime import Runtime
 
 log = logging.getLogger("hisho.engine")
@@ -203,8 +203,7 @@ class Speculator:
         """Whether the best token at batch index ``i`` leads the next by more than batch-vs-single noise, after
         what the chain does to the logits first (the reply's repeat penalty, the banned end tokens)."""
         rt = self.rt
-        ptr = llama_cpp.llama_get_logits_ith(rt.ctx, i)
-        logits = np.ctypeslib.as_array(ptr, shape=(rt.n_vocab,)).copy()
+        logits = logits_at(rt.ctx, i, rt.n_vocab).copy()
         s = self.sampling
         if s.ignore_eos:
             for t in (int(llama_cpp.llama_vocab_eos(rt.vocab)), int(llama_cpp.llama_vocab_eot(rt.vocab))):
