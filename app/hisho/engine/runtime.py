@@ -22,7 +22,7 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
 from hisho.core.units import padded_cells
-from hisho.engine import backends
+from hisho.engine import backends, hugepages
 from hisho.engine.chat import BASE_MODEL_NOTICE, ChatTemplate
 from hisho.engine.llama_setup import (
     Batch,
@@ -130,11 +130,16 @@ class Runtime:
         start = time.perf_counter()
         stopped = [False]
 
+        advised = [False]
+
         def report(fraction: float) -> bool:
+            if not advised[0]:  # the weight buffers exist, nothing is read into them yet
+                advised[0] = True
+                hugepages.advise_untouched()
             stopped[0] = on_progress is not None and not on_progress(fraction)
             return not stopped[0]
 
-        mparams = model_params(params, mapped, report if on_progress is not None else None)
+        mparams = model_params(params, mapped, report)
         model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"), mparams)
         if not model and stopped[0]:
             raise RequestError(ErrorKind.MODEL_LOAD, f"the load of {params.model_path} was cancelled")
