@@ -91,9 +91,18 @@ class FirstInstance(QObject):
     def _accept(self) -> None:
         while (sock := self.server.nextPendingConnection()) is not None:
             sock.readyRead.connect(partial(self._read, sock))
-            sock.disconnected.connect(sock.deleteLater)
+            sock.disconnected.connect(partial(self._gone, sock))
             if sock.bytesAvailable():
                 self._read(sock)
+
+    def _gone(self, sock: QLocalSocket) -> None:
+        """A client left: our slots are disconnected first, then the socket goes at the next turn of the loop.
+        With ``deleteLater`` connected straight to ``disconnected`` the partials (the only Python references to
+        the socket's wrapper) were let go inside ``~QLocalSocket``, which crashed in ``~QObject`` in most runs of
+        tests/gui/test_single_instance.py."""
+        sock.readyRead.disconnect()
+        sock.disconnected.disconnect()
+        sock.deleteLater()
 
     def _read(self, sock: QLocalSocket) -> None:
         if not sock.canReadLine():
