@@ -412,6 +412,11 @@ class Sending:
         if item is None or item.stopped:
             return
         item.stopped = True
+        # Type-ahead queued behind the reading (the draft with the template's end-of-turn, held back for the
+        # typing pause) is dropped now: once the send gives up, the engine would read the whole message again.
+        kv = getattr(self.c.ctx, "kv", None)
+        if kv is not None:
+            kv.hold_draft(item.conversation_id, item.text)
         self.reading.start()  # cancels the reading at its next report (``_show_reading``)
         self.show_queue()
         self.screen.set_sending(self.generating_here())
