@@ -414,19 +414,23 @@ class Sending:
         item.stopped = True
         # Type-ahead queued behind the reading (the draft with the template's end-of-turn, held back for the
         # typing pause) is dropped now: once the send gives up, the engine would read the whole message again.
-        kv = getattr(self.c.ctx, "kv", None)
-        if kv is not None:
-            kv.hold_draft(item.conversation_id, item.text)
+        self._hold_draft(item.conversation_id, item.text)
         self.reading.start()  # cancels the reading at its next report (``_show_reading``)
         self.show_queue()
         self.screen.set_sending(self.generating_here())
 
-    def _hold_draft(self, cid: int) -> None:
-        """After a Stop, the text given back is not read again by type-ahead until the user changes it."""
+    def _hold_draft(self, cid: int, text: str | None = None) -> None:
+        """After a Stop, ``text`` (default: the draft given back to the chat on screen) is not read again by
+        type-ahead until the user changes it, and type-ahead jobs not started yet are dropped."""
         kv = getattr(self.c.ctx, "kv", None)
-        cur = self.c.current
-        if kv is not None and cur is not None and cur.id == cid:
-            kv.hold_draft(cid, self.screen.draft())
+        if kv is None:
+            return
+        if text is None:
+            cur = self.c.current
+            if cur is None or cur.id != cid:
+                return
+            text = self.screen.draft()
+        kv.hold_draft(cid, text)
 
     def _reading_shown(self) -> bool:
         """Is a wait on the engine's reading on screen (a message starting, or a reply without a token)?"""
