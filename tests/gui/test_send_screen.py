@@ -190,3 +190,16 @@ def test_stop_before_the_reply_began_gives_the_text_back_and_holds_it(qtbot: QtB
     assert screen.box == "Long question" and screen.queued == []
     assert host.held == [(7, "Long question")]               # type-ahead does not read it again
     assert sending.starting is None and not screen.sending
+
+
+def test_text_typed_while_a_stopped_message_lets_go_is_held_with_it(qtbot: QtBot) -> None:
+    sending, screen, host = make(qtbot)
+    sending.send("Long question")
+    sending.stop_here()
+    assert host.held == [(7, "Long question")]               # held at the Stop: its type-ahead is dropped
+    screen.box = "and one more thing"                         # typed before the engine lets go
+    job, done = host.jobs.pop()
+    assert done is not None
+    done(job())
+    assert screen.box == "Long question\n\nand one more thing"
+    assert host.held == [(7, "Long question"), (7, "Long question\n\nand one more thing")]

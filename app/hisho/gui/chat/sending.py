@@ -221,7 +221,8 @@ class Sending:
         self.starting = None
         self.reading_text = ""
         self._give_back(item)
-        if item.stopped:
+        if item.stopped and self.screen.draft() != item.text:
+            # Held at the Stop; held again only where the box now holds more (text typed since, below it).
             self._hold_draft(item.conversation_id)
         self.screen.set_sending(self.generating_here())
         if exc is not None:
