@@ -129,6 +129,20 @@ def test_q8_kv_when_f16_cannot_reach_min_ctx(llama8b: ModelFacts) -> None:
     assert "f16 KV would not reach" in p.reason
 
 
+def test_a_quantized_cache_on_the_cpu_says_what_it_costs_a_long_prompt(llama8b: ModelFacts) -> None:
+    """A q8_0 cache keeps flash attention on (llama.cpp needs it for a quantized V), and ggml-cpu reads it row
+    by row: the plan says so where it runs on the CPU, and not where the layers are on a GPU."""
+    from hisho.core.planner.search import attention_choice
+
+    q8 = Config(n_ctx=8192, type_k="q8_0", type_v="q8_0")
+    cpu = attention_choice(price(llama8b, q8, budget(100)), None)
+    assert cpu.config == q8 and "reads long prompts several times slower" in cpu.reason
+    gpu = attention_choice(price(llama8b, dataclasses.replace(q8, n_gpu_layers=33), budget(100)), None)
+    assert "slower" not in gpu.reason
+    f16 = attention_choice(price(llama8b, Config(n_ctx=8192), budget(100)), None)
+    assert not f16.config.flash_attn and "slower" not in f16.reason
+
+
 def test_context_grows_to_target_then_stops() -> None:
     facts, calib = smollm()
     p = plan([facts], budget(4), min_ctx=1024, target_ctx=6000, calibration=lambda f: calib)
