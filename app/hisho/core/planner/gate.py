@@ -80,7 +80,7 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
     on = price(facts, cfg, budget, calib, cpu=m.cpu or None)
     plan = attention_choice(on, calib, cpu=m.cpu or None)
-    if plan is not on:
+    if on.config.flash_attn and not plan.config.flash_attn:
         log.info("flash attention off, %d-token ubatches: prompts and replies at long context run faster "
                  "without it on this CPU (%.0f MiB more)", plan.config.n_ubatch,
                  (plan.breakdown.resident - on.breakdown.resident) / MIB)

@@ -269,10 +269,11 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
         return p
     ub = attention_off_ubatch(p.facts, p.config)
     cfg = p.config
-    if not ub and cfg.flash_attn and cfg.n_gpu_layers == 0 and "f16" not in (cfg.type_k, cfg.type_v):
-        # ggml-cpu's flash attention has its tiled path for f16/f32 caches only: a quantized one is read row by
-        # row, and each 512 tokens of a prompt cost more the deeper they sit (docs/flash-attention.md).
-        return replace(p, reason=f"{p.reason}; a {cfg.type_k} KV cache keeps flash attention on, and on this CPU "
+    if cfg.flash_attn and cfg.n_gpu_layers == 0 and (cfg.type_k, cfg.type_v) != ("f16", "f16"):
+        # ggml-cpu's flash attention has its tiled path for f16/f32 caches of one type only: any other is read
+        # row by row, and each 512 tokens of a prompt cost more the deeper they sit (docs/flash-attention.md).
+        kv = cfg.type_k if cfg.type_k == cfg.type_v else f"{cfg.type_k}/{cfg.type_v}"
+        return replace(p, reason=f"{p.reason}; a {kv} KV cache keeps flash attention on, and on this CPU "
                                  "it reads long prompts several times slower than an f16 cache")
     if not ub:
         return p
