@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from hisho.engine.threads import PROBE_MAX_S, PROBE_MIN_S, Governor
+from hisho.engine.threads import PROBE_COST_MAX_S, PROBE_MAX_S, PROBE_MIN_S, PROBE_SHARE, Governor
 
 QUIET = {1: 0.012, 2: 0.007}
 BUSY = {1: 0.014, 2: 0.5}
@@ -21,6 +21,7 @@ class Machine:
         self.idle = 0.0   # idle CPU seconds since boot, as psutil reports them
         self.busy = False
         self.hog = False  # a low-priority program that takes every idle cycle but yields to us at once
+        self.busy_costs = BUSY  # what a step costs beside the busy programs, per thread count
 
     def clock(self) -> float:
         return self.now
@@ -31,7 +32,7 @@ class Machine:
     def step(self, gov: Governor, cores: int = 2) -> int:
         """One decode step: the governor chooses, the step takes its simulated time, the governor observes."""
         n = gov.choose()
-        seconds = (BUSY if self.busy else QUIET)[n]
+        seconds = (self.busy_costs if self.busy else QUIET)[n]
         self.now += seconds
         if not self.busy and not self.hog:
             self.idle += (cores - n) * seconds  # the cores we leave unused are idle on a quiet machine
@@ -41,6 +42,26 @@ class Machine:
 
 def governor(m: Machine, fixed: int = 0) -> Governor:
     return Governor("decode", 2, fixed=fixed, clock=m.clock, idle_seconds=m.idle_seconds)
+
+
+def dropped(m: Machine) -> Governor:
+    """A governor that ran quiet steps, then dropped a thread when the busy programs came."""
+    gov = governor(m)
+    for _ in range(10):
+        m.step(gov)
+    m.busy = True
+    while gov.current == 2:
+        m.step(gov)
+    return gov
+
+
+def probe_times(m: Machine, gov: Governor, until: float) -> list[float]:
+    """Step until ``until`` seconds; when each step at 2 threads (a probe, after a drop) ended."""
+    probes: list[float] = []
+    while m.now < until:
+        if m.step(gov) == 2:
+            probes.append(m.now)
+    return probes
 
 
 def test_quiet_machine_keeps_every_core() -> None:
@@ -142,22 +163,50 @@ def test_load_calibration_and_peers() -> None:
 
 def test_failed_probes_back_off() -> None:
     m = Machine()
-    gov = governor(m)
-    for _ in range(10):
-        m.step(gov)
-    m.busy = True
-    while gov.current == 2:
-        m.step(gov)
-    probes: list[float] = []
-    while m.now < 400:
-        if m.step(gov) == 2:
-            probes.append(m.now)
+    gov = dropped(m)
+    probes = probe_times(m, gov, 400)
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps and gaps[0] >= PROBE_MIN_S
     assert all(b >= a - 0.1 for a, b in zip(gaps, gaps[1:]))  # each failed probe waits longer (up to the cap)
     assert max(gaps) <= PROBE_MAX_S + 1.0
     # Time lost to probes stays small: each costs one collapsed step.
     assert len(probes) * BUSY[2] < 0.1 * m.now
+
+
+def test_a_probe_that_costs_seconds_waits_in_proportion() -> None:
+    """Beside two busy programs a 2-thread decode step can take seconds (3.1 s against 28 ms at one thread,
+    seen on a 2-core machine with a 135M model): every probe is a stall in the reply. After such a probe the
+    next waits until what the probes lose stays under PROBE_SHARE of the time, and the idle-core early probe
+    still brings the threads back as soon as the other programs stop."""
+    m = Machine()
+    costly = m.busy_costs = {1: 0.028, 2: 3.1}
+    gov = dropped(m)
+    probes = probe_times(m, gov, 1200)
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    floor = min(PROBE_COST_MAX_S, (costly[2] - costly[1]) / PROBE_SHARE)
+    assert gaps and all(g >= floor for g in gaps)
+    assert "next probe in 154 s" in str(gov.explain()["why"])
+    lost = len(probes[1:]) * (costly[2] - costly[1])  # the first probe comes after the drop's short back-off
+    assert lost <= PROBE_SHARE * 1.05 * m.now
+    m.busy = False
+    stopped = m.now
+    while gov.current == 1:
+        m.step(gov)
+    assert m.now - stopped < 1.5
+
+
+def test_a_failed_probe_of_a_few_milliseconds_keeps_the_short_back_off() -> None:
+    m = Machine()
+    gov = dropped(m)
+    start = m.now
+    while m.step(gov) == 1:
+        pass
+    assert m.now - start < PROBE_MIN_S + 1.0  # the first probe: the drop's back-off, nothing more
+    first = m.now
+    while m.step(gov) == 1:
+        pass
+    # BUSY[2] = 0.5 s lost asks for ~24 s at PROBE_SHARE: under PROBE_MAX_S, so the back-off doubles as before.
+    assert m.now - first <= max(2 * PROBE_MIN_S, (BUSY[2] - BUSY[1]) / PROBE_SHARE) + 1.0
 
 
 def test_recovers_when_the_other_program_stops() -> None:

@@ -29,7 +29,10 @@ Policy, per kind of step (decode, small batch, prefill), engine thread only:
   cost is lower than what ``n`` gives now; a collapsed probe step ends it at once. Probes come after a back-off that doubles with every failed probe (``PROBE_MIN_S`` up to
   ``PROBE_MAX_S``, and never sooner than ``PROBE_SPACING`` steps' time), or early when the CPU shows idle time for the threads we gave up (psutil's system-wide
   idle time; a free core is the signal that the other program stopped). A probe that comes due while the CPU
-  shows no idle time at all is put off (the wait doubles) until the longest wait.
+  shows no idle time at all is put off (the wait doubles) until the longest wait. A failed probe also waits long
+  enough that what it cost stays under ``PROBE_SHARE`` of the time: beside busy programs one collapsed 2-thread
+  step can take seconds (3.1 s against 28 ms at one thread, seen on a 2-core machine), and every such probe is a
+  stall the user sees in the reply; the early probe on idle cores still comes as soon as the other program stops.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ REFERENCE_STEPS = 3   # like steps whose median may stand as a count's best cost
 PROBE_GIVE_UP = COLLAPSE  # a probe step this much slower than the current count ends the probe at once
 PROBE_MAX_S = 60.0    # longest wait between probes while probes keep failing
 PROBE_SPACING = 10    # and at least this many steps' time between probes (prefill steps take seconds)
+PROBE_SHARE = 0.02    # a failed probe's lost time (beyond the current count's cost) is at most this share of the wait
+PROBE_COST_MAX_S = 300.0  # the longest wait that share asks for (a collapsed prefill probe can cost a minute)
 IDLE_CHECK_S = 0.5    # how often the system's idle CPU time is read while below the maximum
 IDLE_FREE = 0.6       # idle cores (per thread given up) that trigger an early probe
 IDLE_NONE = 0.1       # fewer idle cores than this (per thread given up): a due probe waits longer instead
@@ -139,9 +144,11 @@ class Governor:
         self._recent: deque[float] = deque(maxlen=max(3, self.decide_steps))  # steps of like shapes
         self._recent_shape: Shape | None = None
         self._probe: list[float] | None = None  # costs at current + 1 while a probe runs
+        self._probe_costs: list[float] = []  # the last probe's step costs
         self._probe_shape = Shape()
         self._check: _Check | None = None
         self._backoff = PROBE_MIN_S
+        self._probe_floor = 0.0  # the wait a costly failed probe asks for (PROBE_SHARE), until a change
         self._next_probe = 0.0
         self._idle_mark: tuple[float, float] | None = None  # (clock, idle seconds) at the last idle check
         self._free: float | None = None  # idle cores over the last idle check's window
@@ -259,6 +266,7 @@ class Governor:
     def _drop(self, target: int, why: str) -> None:
         self._set(target, why)
         self._backoff = PROBE_MIN_S
+        self._probe_floor = 0.0
         self._schedule_probe()
         for peer in self.peers:
             peer.adopt(target, why)
@@ -292,24 +300,30 @@ class Governor:
         here = self._here(tried)
         up = self.current + 1
         self._measured(up, Cost(tried, self._probe_shape))
-        self._probe = None
+        self._probe_costs, self._probe = self._probe, None
         if tried < here:
             why = f"a probe ran faster ({_ms(tried)} per token at {up} threads, {_ms(here)} at {up - 1})"
             self._set(up, why)
             self._backoff = PROBE_MIN_S
+            self._probe_floor = 0.0
             self._schedule_probe()
             for peer in self.peers:
                 peer.adopt(up, f"a {self.kind} probe: {why}")
         else:
             self._backoff = min(PROBE_MAX_S, self._backoff * 2)
-            self._schedule_probe()
+            lost = max(0.0, sum(self._probe_costs) - here * len(self._probe_costs)) * max(1, self._tokens)
+            self._probe_floor = min(PROBE_COST_MAX_S, lost / PROBE_SHARE)
+            wait = self._schedule_probe()
             self.why = (f"other programs are using the CPU (a probe at {up} threads cost {_ms(tried)} per "
-                        f"token, {_ms(here)} at {self.current}); next probe in {self._backoff:.0f} s")
+                        f"token, {_ms(here)} at {self.current}); next probe in {wait:.0f} s")
         self._idle_mark = None
 
-    def _schedule_probe(self) -> None:
+    def _schedule_probe(self) -> float:
+        """Set when the next probe may come; returns the wait in seconds."""
         step = self._here(0.0) * max(1, self._tokens)
-        self._next_probe = self._clock() + max(self._backoff, PROBE_SPACING * step)
+        wait = max(self._backoff, self._probe_floor, PROBE_SPACING * step)
+        self._next_probe = self._clock() + wait
+        return wait
 
     def adopt(self, threads: int, why: str) -> None:
         """Another kind of step found the machine busy (or free again): start from its count, probe as usual."""
@@ -318,6 +332,7 @@ class Governor:
         self._probe = None
         self._set(min(threads, self.max), why)
         self._backoff = PROBE_MIN_S
+        self._probe_floor = 0.0
         self._schedule_probe()
 
     def calibrated(self, costs: dict[int, float], cells: int = 1) -> None:
@@ -334,6 +349,7 @@ class Governor:
             self._set(best, "other programs are using the CPU (at load a step cost "
                       + ", ".join(f"{_ms(costs[n])} at {n}" for n in sorted(costs)) + ")")
             self._backoff = PROBE_MIN_S
+            self._probe_floor = 0.0
             self._schedule_probe()
             for peer in self.peers:
                 peer.adopt(best, self.why)
