@@ -144,7 +144,6 @@ class Governor:
         self._recent: deque[float] = deque(maxlen=max(3, self.decide_steps))  # steps of like shapes
         self._recent_shape: Shape | None = None
         self._probe: list[float] | None = None  # costs at current + 1 while a probe runs
-        self._probe_costs: list[float] = []  # the last probe's step costs
         self._probe_shape = Shape()
         self._check: _Check | None = None
         self._backoff = PROBE_MIN_S
@@ -265,9 +264,7 @@ class Governor:
 
     def _drop(self, target: int, why: str) -> None:
         self._set(target, why)
-        self._backoff = PROBE_MIN_S
-        self._probe_floor = 0.0
-        self._schedule_probe()
+        self._restart_probes()
         for peer in self.peers:
             peer.adopt(target, why)
 
@@ -300,23 +297,28 @@ class Governor:
         here = self._here(tried)
         up = self.current + 1
         self._measured(up, Cost(tried, self._probe_shape))
-        self._probe_costs, self._probe = self._probe, None
+        costs, self._probe = self._probe, None
         if tried < here:
             why = f"a probe ran faster ({_ms(tried)} per token at {up} threads, {_ms(here)} at {up - 1})"
             self._set(up, why)
-            self._backoff = PROBE_MIN_S
-            self._probe_floor = 0.0
-            self._schedule_probe()
+            self._restart_probes()
             for peer in self.peers:
                 peer.adopt(up, f"a {self.kind} probe: {why}")
         else:
             self._backoff = min(PROBE_MAX_S, self._backoff * 2)
-            lost = max(0.0, sum(self._probe_costs) - here * len(self._probe_costs)) * max(1, self._tokens)
+            lost = max(0.0, sum(costs) - here * len(costs)) * max(1, self._tokens)
             self._probe_floor = min(PROBE_COST_MAX_S, lost / PROBE_SHARE)
             wait = self._schedule_probe()
             self.why = (f"other programs are using the CPU (a probe at {up} threads cost {_ms(tried)} per "
                         f"token, {_ms(here)} at {self.current}); next probe in {wait:.0f} s")
         self._idle_mark = None
+
+    def _restart_probes(self) -> None:
+        """After a change of count: the next probe after the shortest back-off, with no failed probe's cost to wait
+        out."""
+        self._backoff = PROBE_MIN_S
+        self._probe_floor = 0.0
+        self._schedule_probe()
 
     def _schedule_probe(self) -> float:
         """Set when the next probe may come; returns the wait in seconds."""
@@ -331,9 +333,7 @@ class Governor:
             return
         self._probe = None
         self._set(min(threads, self.max), why)
-        self._backoff = PROBE_MIN_S
-        self._probe_floor = 0.0
-        self._schedule_probe()
+        self._restart_probes()
 
     def calibrated(self, costs: dict[int, float], cells: int = 1) -> None:
         """Step costs measured at load (``Runtime`` decodes one token at a few counts): start from the fastest.
@@ -348,9 +348,7 @@ class Governor:
         if best < self.current and costs[best] * DROP < costs.get(self.current, float("inf")):
             self._set(best, "other programs are using the CPU (at load a step cost "
                       + ", ".join(f"{_ms(costs[n])} at {n}" for n in sorted(costs)) + ")")
-            self._backoff = PROBE_MIN_S
-            self._probe_floor = 0.0
-            self._schedule_probe()
+            self._restart_probes()
             for peer in self.peers:
                 peer.adopt(best, self.why)
 
