@@ -109,3 +109,37 @@ def test_a_read_models_weights_are_on_huge_pages() -> None:
         assert client.tokenize("hello")
         assert client.pid is not None
         assert _kib("AnonHugePages", str(client.pid)) >= 400 * 1024
+
+
+KV_LINE = "llama_kv_cache:        CPU KV buffer size =    64.00 MiB\n"   # as llama-kv-cache.cpp logs it
+
+
+@needs_thp
+def test_the_kv_buffer_llama_cpp_announces_is_advised_and_nothing_smaller() -> None:
+    """llama.cpp logs the KV cache's size between allocating and clearing it: a fresh mapping that large is
+    advised, a smaller fresh one is left alone, and another log line advises nothing."""
+    kv = Block(64 * MIB)
+    small = Block(24 * MIB)
+    assert hugepages.advise_kv_buffer("llama_context:        CPU compute buffer size =   300.00 MiB\n") == 0
+    assert hugepages.advise_kv_buffer(KV_LINE) >= 64 * MIB - 2 * hugepages.HUGE
+    huge = _kib("AnonHugePages")
+    small.write(0, small.size)
+    assert _kib("AnonHugePages") - huge < 4096          # not advised: small pages (or at most a stray extent)
+    kv.write(0, kv.size)                                 # llama.cpp's clear
+    assert _kib("AnonHugePages") - huge >= (64 * MIB - 2 * hugepages.HUGE) // 1024
+
+
+@needs_thp
+@pytest.mark.timeout(900)
+def test_the_engines_kv_cache_is_on_huge_pages() -> None:
+    """A larger context's KV cache adds its size in huge pages (1B shape: 32 KiB of f16 KV per cell, so 7,168
+    more cells are 224 MiB): the cache is cleared on 2 MiB pages, where a decode step reads a V row per page
+    of the transposed cache without flash attention."""
+    model = str(true_model("llama-3.2-1b", "Q4_0"))
+    huge = {}
+    for n_ctx in (1024, 8192):
+        with EngineClient() as client:
+            client.load(LoadParams(model_path=model, n_ctx=n_ctx, type_k="f16", type_v="f16"))
+            assert client.pid is not None
+            huge[n_ctx] = _kib("AnonHugePages", str(client.pid))
+    assert huge[8192] - huge[1024] >= 200 * 1024, huge

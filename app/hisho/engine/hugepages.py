@@ -14,7 +14,8 @@ holds. Not chosen:
   decode touches only in part then faults in 2 MiB at a time, and the resident size moved by 1-5 MiB from run
   to run (over the planner's allowance on small models).
 - ``MADV_COLLAPSE`` after the load: the same pages, but 17.5 s to move 2.9 GB of a 3B load.
-The KV cache is created (and cleared) inside one llama.cpp call, so it keeps small pages.
+The KV cache is created and cleared inside one llama.cpp call; between the two llama.cpp logs its size, and
+the engine's log callback advises it then (``advise_kv_buffer``).
 
 Where THP is ``never`` or the call is refused, nothing happens (one debug line). ``HISHO_HUGE_PAGES=0`` turns
 it off.
@@ -39,8 +40,8 @@ MIN_REGION = 8 * HUGE        # smaller mappings are not worth a scan
 _MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) rw-p [0-9a-f]+ 00:00 0\s*(\S*)\s*$")
 
 
-def anonymous_regions() -> list[tuple[int, int]]:
-    """(start, end) of this process's private, writable, anonymous mappings of at least ``MIN_REGION``."""
+def anonymous_regions(min_bytes: int = MIN_REGION) -> list[tuple[int, int]]:
+    """(start, end) of this process's private, writable, anonymous mappings of at least ``min_bytes``."""
     out = []
     with open("/proc/self/maps") as f:
         for line in f:
@@ -48,7 +49,7 @@ def anonymous_regions() -> list[tuple[int, int]]:
             if m is None or m.group(3) not in ("", "[heap]"):
                 continue
             start, end = int(m.group(1), 16), int(m.group(2), 16)
-            if end - start >= MIN_REGION:
+            if end - start >= max(min_bytes, MIN_REGION):
                 out.append((start, end))
     return out
 
@@ -78,10 +79,11 @@ def extent_runs(start: int, end: int, pagemap: int, *, resident: bool) -> list[t
     return runs
 
 
-def advise_untouched() -> int:
-    """``MADV_HUGEPAGE`` on every 2 MiB extent of the large anonymous mappings that no page of has been touched
-    yet; the bytes advised. Called once the model's buffers exist and before llama.cpp writes the weights into
-    them (its first load-progress report): those pages then arrive as 2 MiB pages as the load fills them."""
+def advise_untouched(min_bytes: int = MIN_REGION, what: str = "new buffers") -> int:
+    """``MADV_HUGEPAGE`` on every 2 MiB extent of the anonymous mappings of at least ``min_bytes`` that no page
+    of has been touched yet; the bytes advised. Called once the model's buffers exist and before llama.cpp
+    writes the weights into them (its first load-progress report): those pages then arrive as 2 MiB pages as
+    the load fills them. Again for the KV cache (``advise_kv_buffer``)."""
     if not sys.platform.startswith("linux") or os.environ.get("HISHO_HUGE_PAGES") == "0":
         return 0
     libc = ctypes.CDLL(None, use_errno=True)
@@ -94,7 +96,7 @@ def advise_untouched() -> int:
         log.debug("huge pages: no pagemap (%s)", e)
         return 0
     try:
-        for start, end in anonymous_regions():
+        for start, end in anonymous_regions(min_bytes):
             for addr, length in extent_runs(start, end, pagemap, resident=False):
                 if libc.madvise(addr, length, MADV_HUGEPAGE) != 0:
                     log.debug("huge pages: madvise refused: %s", os.strerror(ctypes.get_errno()))
@@ -105,5 +107,23 @@ def advise_untouched() -> int:
     finally:
         os.close(pagemap)
     if advised:
-        log.info("huge pages: %.0f MiB of new buffers advised onto 2 MiB pages", advised / (1 << 20))
+        log.info("huge pages: %.0f MiB of %s advised onto 2 MiB pages", advised / (1 << 20), what)
     return advised
+
+
+_KV_BUFFER = re.compile(r"KV buffer size\s*=\s*([0-9.]+) MiB")
+
+
+def advise_kv_buffer(log_line: str) -> int:
+    """The KV cache onto 2 MiB pages, from llama.cpp's log line that announces it: ``llama_kv_cache`` logs
+    "<name> KV buffer size = N MiB" after allocating the buffer and before clearing it (llama-kv-cache.cpp), so
+    the clear faults it in 2 MiB at a time and a step at depth reads the cache through fewer page walks. Only a
+    mapping at least that large is advised (the buffer malloc just made); the clear writes every byte, so the
+    resident size is what it was. Any other line: nothing (0)."""
+    m = _KV_BUFFER.search(log_line)
+    if m is None:
+        return 0
+    size = int(float(m.group(1)) * (1 << 20))
+    if size < MIN_REGION:
+        return 0
+    return advise_untouched(size, "the KV cache")

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Any
 
+from hisho.engine import hugepages
+
 log = logging.getLogger("hisho.engine")
 
 _GGML_DEBUG, _GGML_WARN, _GGML_CONT = 1, 3, 5  # ggml.h's ggml_log_level
@@ -20,7 +22,10 @@ def keep_llama_log_at_info() -> None:
 
     llama-cpp-python installs a callback whose level table predates ggml renumbering its levels (it reads
     DEBUG=1 as INFO), so it printed a DEBUG line per input tensor of every decode step: 2.7 MB of engine.log
-    in half an hour of chatting. A continuation line follows the decision for the line it continues."""
+    in half an hour of chatting. A continuation line follows the decision for the line it continues.
+
+    The callback also sees the one moment the KV cache can be put on huge pages: llama.cpp logs its size
+    between allocating and clearing it (hugepages.advise_kv_buffer)."""
     import ctypes
 
     import llama_cpp
@@ -31,8 +36,14 @@ def keep_llama_log_at_info() -> None:
     def _callback(level: int, text: bytes, _user_data: Any) -> None:
         if level != _GGML_CONT:
             keep[0] = level != _GGML_DEBUG
+        line = text.decode("utf-8", "replace")
+        if b"KV buffer size" in text:
+            try:
+                hugepages.advise_kv_buffer(line)
+            except Exception:  # an exception must not cross into llama.cpp; the cache keeps small pages
+                log.debug("huge pages for the KV cache", exc_info=True)
         if keep[0]:
-            sys.stderr.write(text.decode("utf-8", "replace"))
+            sys.stderr.write(line)
             if level >= _GGML_WARN and level != _GGML_CONT:
                 sys.stderr.flush()
 
