@@ -9,6 +9,9 @@ Figures, per contestant, medians over ``--repeat``:
   short chat prompt and after a prompt of ``deep`` tokens (about 4K; the first tokens of the long prompt, which
   each contestant has just prefilled and keeps: only the decode is paid for).
 - ``ttft_chat_s``: a short chat turn on an empty cache, send to first token.
+The two short figures are each the median of several tries within a repetition (``CHAT_TURNS`` turns,
+``SHORT_REPLIES`` replies): one short turn takes 0.4-1.2 s and a single one moved by ±10 % between repetitions,
+more than the differences the bench is for.
 Each repetition uses a different first word in the long prompts, so nothing is reused from a previous one, and
 the contestants' order turns every repetition (a machine whose speed drifts does not favour one of them).
 
@@ -40,6 +43,8 @@ from hisho.core.units import padded_cells
 CHAT = "Hello! Could you tell me in one sentence what a lighthouse keeper does?"
 FULL: dict[str, Any] = {"prefill": (1536, 8192), "deep": 4096, "decode": 64}
 QUICK: dict[str, Any] = {"prefill": (48, 160), "deep": 96, "decode": 6}
+CHAT_TURNS = 5
+SHORT_REPLIES = 3
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -118,9 +123,10 @@ def _config(client: EngineClient, params: LoadParams, binary: Path, threads: int
 
 
 def _figures(c: Any, prompts: dict[str, Any], rep: int, n_decode: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"ttft_chat_s": c.first_token(prompts["chat"])}
-    short = c.decode(prompts["chat"], n_decode)
-    out["decode_short_tps"], out["tokens"] = short["tokens_per_s"], short["tokens"]
+    out: dict[str, Any] = {"ttft_chat_s": statistics.median(c.first_token(prompts["chat"]) for _ in range(CHAT_TURNS))}
+    replies = [c.decode(prompts["chat"], n_decode) for _ in range(SHORT_REPLIES)]
+    out["decode_short_tps"] = statistics.median(r["tokens_per_s"] for r in replies)
+    out["tokens"] = replies[-1]["tokens"]
     long = prompts["long"][rep]
     for n in sorted(long):
         out[f"first_token_{n}_s"] = c.first_token(long[n])
