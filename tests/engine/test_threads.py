@@ -209,6 +209,35 @@ def test_a_failed_probe_of_a_few_milliseconds_keeps_the_short_back_off() -> None
     assert m.now - first <= max(2 * PROBE_MIN_S, (BUSY[2] - BUSY[1]) / PROBE_SHARE) + 1.0
 
 
+def test_a_passing_prefill_probe_does_not_undo_a_failed_decode_probe() -> None:
+    """Beside two busy programs a 48-token prefill step ran a little faster at 2 threads than at 1 (7.2 against
+    7.8 ms per token) while a 2-thread decode step collapsed (3.1 s against 28 ms): the prefill governor's
+    passing probe (its ``adopt`` to its peers) must not move decode back to 2 threads while decode's own failed
+    probe is still waiting. After that wait, or once the other programs stop, decode comes back."""
+    m = Machine()
+    m.busy_costs = {1: 0.028, 2: 3.1}
+    decode = dropped(m)
+    while m.step(decode) == 1:                        # decode's own probe at 2 threads: collapsed, failed
+        pass
+    assert decode.current == 1
+    decode.adopt(2, "a prefill probe: a probe ran faster (7.2 ms per token at 2 threads, 7.8 ms at 1)")
+    assert decode.current == 1
+    assert [m.step(decode) for _ in range(20)] == [1] * 20
+    m.busy = False                                    # a free core still brings it back at once
+    stopped = m.now
+    while decode.current == 1:
+        m.step(decode)
+    assert m.now - stopped < 1.5
+    later = Machine()
+    later.busy_costs = m.busy_costs
+    waited = dropped(later)
+    while later.step(waited) == 1:
+        pass
+    later.now += 160                                  # its own wait (154 s) is over: the peer's count is taken
+    waited.adopt(2, "a prefill probe: a probe ran faster")
+    assert waited.current == 2
+
+
 def test_recovers_when_the_other_program_stops() -> None:
     m = Machine()
     gov = governor(m)

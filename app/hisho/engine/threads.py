@@ -148,6 +148,7 @@ class Governor:
         self._check: _Check | None = None
         self._backoff = PROBE_MIN_S
         self._probe_floor = 0.0  # the wait a costly failed probe asks for (PROBE_SHARE), until a change
+        self._probe_failed = False  # this kind's last probe at one more thread failed (until a change of count)
         self._next_probe = 0.0
         self._idle_mark: tuple[float, float] | None = None  # (clock, idle seconds) at the last idle check
         self._free: float | None = None  # idle cores over the last idle check's window
@@ -305,6 +306,7 @@ class Governor:
             for peer in self.peers:
                 peer.adopt(up, f"a {self.kind} probe: {why}")
         else:
+            self._probe_failed = True
             self._backoff = min(PROBE_MAX_S, self._backoff * 2)
             lost = max(0.0, sum(costs) - here * len(costs)) * max(1, self._tokens)
             self._probe_floor = min(PROBE_COST_MAX_S, lost / PROBE_SHARE)
@@ -318,6 +320,7 @@ class Governor:
         out."""
         self._backoff = PROBE_MIN_S
         self._probe_floor = 0.0
+        self._probe_failed = False
         self._schedule_probe()
 
     def _schedule_probe(self) -> float:
@@ -328,8 +331,17 @@ class Governor:
         return wait
 
     def adopt(self, threads: int, why: str) -> None:
-        """Another kind of step found the machine busy (or free again): start from its count, probe as usual."""
+        """Another kind of step found the machine busy (or free again): start from its count, probe as usual.
+        More threads are not taken while this kind's own probe at more threads has failed and its wait is not
+        over: kinds do not suffer alike beside busy programs (a 48-token prefill step ran a little faster at 2
+        threads than at 1 beside two busy loops, where a 2-thread decode step collapsed from 28 ms to 3.1 s), so
+        the other kind's passing probe says nothing about this one's. A free core still brings this one back at
+        once (its own early probe)."""
         if self.fixed or threads == self.current:
+            return
+        if threads > self.current and self._probe_failed and self._clock() < self._next_probe:
+            log.info("%s threads stay %d: %s, but a %s probe at %d failed (next in %.0f s)", self.kind,
+                     self.current, why, self.kind, self.current + 1, self._next_probe - self._clock())
             return
         self._probe = None
         self._set(min(threads, self.max), why)
