@@ -36,14 +36,13 @@ def keep_llama_log_at_info() -> None:
     def _callback(level: int, text: bytes, _user_data: Any) -> None:
         if level != _GGML_CONT:
             keep[0] = level != _GGML_DEBUG
-        line = text.decode("utf-8", "replace")
         if b"KV buffer size" in text:
             try:
-                hugepages.advise_kv_buffer(line)
+                hugepages.advise_kv_buffer(text.decode("utf-8", "replace"))
             except Exception:  # an exception must not cross into llama.cpp; the cache keeps small pages
                 log.debug("huge pages for the KV cache", exc_info=True)
         if keep[0]:
-            sys.stderr.write(line)
+            sys.stderr.write(text.decode("utf-8", "replace"))
             if level >= _GGML_WARN and level != _GGML_CONT:
                 sys.stderr.flush()
 
