@@ -12,8 +12,13 @@ Figures, per contestant, medians over ``--repeat``:
 The two short figures are each the median of several tries within a repetition (``CHAT_TURNS`` turns,
 ``SHORT_REPLIES`` replies): one short turn takes 0.4-1.2 s and a single one moved by ±10 % between repetitions,
 more than the differences the bench is for.
-Each repetition uses a different first word in the long prompts, so nothing is reused from a previous one, and
-the contestants' order turns every repetition (a machine whose speed drifts does not favour one of them).
+Each repetition uses a different first word in the long prompts, so nothing is reused from a previous one.
+The contestants take turns figure by figure and try by try (all three are loaded at once, each with its own
+cache): the first chat turn of each, then the second of each, ..., then each one's 1.5K prompt, and so on, the
+order turning every try and every repetition. On a machine whose speed drifts by several per cent within
+minutes, a contestant's figures are then never taken minutes apart from the others' (one contestant's whole
+set of a repetition takes about six minutes on the 3B shape); each contestant still does the same things in
+the same order on its own cache (its longest prompt is what its deep decode reuses).
 
 Two configurations, one after the other: ``defaults`` (each as it starts with no options: the engine with the
 settings' defaults, llama-server with its own thread and batch defaults, llama-cpp-python with the engine's
@@ -105,10 +110,9 @@ def _config(client: EngineClient, params: LoadParams, binary: Path, threads: int
         for c in contestants.values():    # one short reply each: first-graph allocations are load time
             c.first_token(prompts["chat"])
         runs: dict[str, list[dict[str, Any]]] = {k: [] for k in contestants}
-        order = list(contestants)
         for rep in range(repeat):
-            for key in order[rep % 3:] + order[:rep % 3]:
-                runs[key].append(_figures(contestants[key], prompts, rep, sizes["decode"]))
+            for key, got in _repetition(contestants, prompts, rep, sizes["decode"]).items():
+                runs[key].append(got)
         info = {"hisho_threads": engine.threads, "llama_server_argv": server.argv[3:]}
     finally:
         raw.close()
@@ -122,16 +126,43 @@ def _config(client: EngineClient, params: LoadParams, binary: Path, threads: int
     return figures
 
 
-def _figures(c: Any, prompts: dict[str, Any], rep: int, n_decode: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"ttft_chat_s": statistics.median(c.first_token(prompts["chat"]) for _ in range(CHAT_TURNS))}
-    replies = [c.decode(prompts["chat"], n_decode) for _ in range(SHORT_REPLIES)]
-    out["decode_short_tps"] = statistics.median(r["tokens_per_s"] for r in replies)
-    out["tokens"] = replies[-1]["tokens"]
+def _turns(order: list[str], i: int) -> list[str]:
+    """The contestants' order for the ``i``-th try: turned by one each time, so each goes first as often as the
+    others and, with three, none goes twice in a row."""
+    k = i % len(order)
+    return order[k:] + order[:k]
+
+
+def _repetition(contestants: dict[str, Any], prompts: dict[str, Any], rep: int, n_decode: int
+                ) -> dict[str, dict[str, Any]]:
+    """One repetition's figures for every contestant, taken in turns try by try (module docstring)."""
+    order = _turns(list(contestants), rep)
+    tries = 0
+
+    def each(call: Any) -> dict[str, Any]:
+        nonlocal tries
+        got = {key: call(contestants[key]) for key in _turns(order, tries)}
+        tries += 1
+        return got
+
+    chats = [each(lambda c: c.first_token(prompts["chat"])) for _ in range(CHAT_TURNS)]
+    replies = [each(lambda c: c.decode(prompts["chat"], n_decode)) for _ in range(SHORT_REPLIES)]
+    out: dict[str, dict[str, Any]] = {}
+    for key in contestants:
+        out[key] = {
+            "ttft_chat_s": statistics.median(t[key] for t in chats),
+            "decode_short_tps": statistics.median(r[key]["tokens_per_s"] for r in replies),
+            "tokens": replies[-1][key]["tokens"],
+        }
     long = prompts["long"][rep]
     for n in sorted(long):
-        out[f"first_token_{n}_s"] = c.first_token(long[n])
-    # The longest prompt was just prefilled: its first ``deep`` tokens are a cached prefix for every contestant.
-    out["decode_deep_tps"] = c.decode(long[max(long)][:prompts["deep"]], n_decode)["tokens_per_s"]
+        for key, seconds in each(lambda c, n=n: c.first_token(long[n])).items():
+            out[key][f"first_token_{n}_s"] = seconds
+    # Each contestant just read the longest prompt into its own cache: its first ``deep`` tokens are a cached
+    # prefix for every one of them.
+    deep = long[max(long)][:prompts["deep"]]
+    for key, reply in each(lambda c: c.decode(deep, n_decode)).items():
+        out[key]["decode_deep_tps"] = reply["tokens_per_s"]
     return out
 
 
