@@ -39,18 +39,29 @@ def _kib(field: str, pid: str = "self") -> int:
 needs_thp = pytest.mark.skipif(_thp_mode() not in ("madvise", "always"), reason="transparent huge pages are off")
 
 
+GUARD = 2 * MIB                 # keeps the block where the kernel aligns a large mapping: on a 2 MiB boundary
+PROT_NONE = 0
+
+
 class Block:
     """A private anonymous mapping, as malloc makes for a large buffer (not numpy's: numpy advises huge pages
-    for its own large arrays)."""
+    for its own large arrays). Fenced by an inaccessible extent on each side: the kernel merges adjacent
+    mappings of the same kind into one, and two blocks made one after the other would otherwise be a single
+    region in /proc/self/maps (one test's large and small block advised as one)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        self.mm = mmap.mmap(-1, size + 2 * GUARD, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        for fence in (base, base + GUARD + size):
+            assert libc.mprotect(fence, GUARD, PROT_NONE) == 0, os.strerror(ctypes.get_errno())
+        self.addr = base + GUARD
 
     def write(self, start: int, end: int) -> None:
         for off in range(start, end, 4096):
-            self.mm[off] = 1
+            self.mm[GUARD + off] = 1
 
     def runs(self, *, resident: bool) -> list[tuple[int, int]]:
         fd = os.open("/proc/self/pagemap", os.O_RDONLY)
