@@ -32,3 +32,17 @@ def default_model_path() -> Path:
 
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+# The run must end by itself: after the last test, if the process is still alive a bounded time later (a worker
+# thread waiting on an engine that is gone, a non-daemon thread that never returns), dump every thread's stack
+# to stderr and exit non-zero, so CI fails loudly instead of hanging until its time limit.
+EXIT_GUARD_S = float(os.environ.get("HISHO_TEST_EXIT_GUARD_S", "120"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import faulthandler
+    import sys
+
+    if EXIT_GUARD_S > 0:
+        faulthandler.dump_traceback_later(EXIT_GUARD_S, exit=True, file=sys.__stderr__)

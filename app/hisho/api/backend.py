@@ -51,6 +51,8 @@ def api_error(exc: BaseException, prompt_param: str = "messages") -> ApiError:
             return ApiError(400, str(exc))
         if exc.kind is ErrorKind.NOT_LOADED:
             return ApiError(503, str(exc), type_="server_error", code="model_not_loaded")
+        if exc.kind is ErrorKind.CLOSED:
+            return ApiError(503, "the server is shutting down", type_="server_error", code="engine_closed")
         return ApiError(500, str(exc), type_="server_error")
     log.error("API request failed: %s: %s", type(exc).__name__, exc)
     return ApiError(500, f"internal error ({type(exc).__name__}); details in the log", type_="server_error")

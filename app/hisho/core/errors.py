@@ -36,3 +36,11 @@ class EngineCrashed(EngineError):
     def __init__(self, message: str, exit_code: int | None = None) -> None:
         super().__init__(ErrorKind.CRASHED, message)
         self.exit_code = exit_code
+
+
+class EngineClosed(EngineError):
+    """The engine was closed (quit, a model switch's restart, a test's teardown) while the request was in
+    flight. Not a crash: nothing restarts the engine for it."""
+
+    def __init__(self, message: str = "the engine was closed while this request ran") -> None:
+        super().__init__(ErrorKind.CLOSED, message)

@@ -419,6 +419,8 @@ def title_from(text: str, limit: int = 48) -> str:
 def _engine_message(exc: EngineError) -> str:
     if exc.kind is ErrorKind.CRASHED:
         return "the engine stopped in the middle of this reply; the text so far is kept — retry to continue"
+    if exc.kind is ErrorKind.CLOSED:
+        return "the engine was closed in the middle of this reply; the text so far is kept — retry to continue"
     if exc.kind is ErrorKind.CONTEXT_FULL:
         return f"the conversation no longer fits the context ({exc})"
     return str(exc)

@@ -7,7 +7,8 @@ this class adds the typed ops, the ``PROTOCOL_VERSION`` check at ``hello`` and r
 thread-safe: any thread may issue a request. The engine itself runs one request at a time, in order.
 
 A native abort inside llama.cpp kills only the child. Every request in flight then ends with ``EngineCrashed``;
-the next request starts a fresh child and re-loads the last ``LoadParams`` before running.
+the next request starts a fresh child and re-loads the last ``LoadParams`` before running. ``close()`` ends every
+request in flight with ``EngineClosed`` at once: no wait on the engine outlives it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from hisho.core.engine.protocol import (
     check_protocol,
 )
 from hisho.core.engine.seam import Capability
-from hisho.core.errors import EngineCrashed, EngineError, LoadStopped
+from hisho.core.errors import EngineClosed, EngineCrashed, EngineError, LoadStopped
 
 log = logging.getLogger("hisho.engine")
 
@@ -108,6 +109,8 @@ def _as_error(ev: dict[str, Any]) -> EngineError:
     kind = ErrorKind.of(ev.get("kind", ErrorKind.INTERNAL))
     if kind is ErrorKind.CRASHED:
         return EngineCrashed(str(ev.get("message", "engine crashed")), ev.get("exit_code"))
+    if kind is ErrorKind.CLOSED:
+        return EngineClosed(str(ev.get("message", "the engine was closed")))
     return EngineError(kind, str(ev.get("message", "engine error")))
 
 

@@ -3,7 +3,9 @@
 ``EngineProcess`` starts the child (``hisho.core.spawn``, role ``engine``; its stderr goes to the engine log),
 writes requests to its stdin and routes every event it writes to the queue of the request that asked (by
 ``id``). When the child dies, every request still in flight gets one ``crashed`` error event that names the
-exit code and the engine log's telling line. It knows no op beyond ``shutdown`` and ``cancel``: typed requests,
+exit code and the engine log's telling line; when it is closed, one ``closed`` error event. Each request is
+failed by exactly one of the two (the reader thread and ``close`` take the pending set under one lock), so no
+request waits on a child that is gone. It knows no op beyond ``shutdown`` and ``cancel``: typed requests,
 the version check at ``hello`` and re-loading the model after a crash are ``EngineClient``'s.
 
 Rules of use: thread-safe. ``generation`` counts the children started, so a caller can tell whether what it
@@ -90,9 +92,13 @@ class EngineProcess:
             def ask() -> None:
                 self.send({"id": next(self._ids), "op": Shutdown.op})
 
-            if not spawn.stop_process(proc, timeout, ask=ask):
-                log.warning("engine did not exit in %.1fs; killed it", timeout)
-            self._proc = None
+            try:
+                if not spawn.stop_process(proc, timeout, ask=ask):
+                    log.warning("engine did not exit in %.1fs; killed it", timeout)
+            finally:
+                self._proc = None
+                self._fail_pending({"ev": "error", "kind": ErrorKind.CLOSED.value,
+                                    "message": "the engine was closed while this request ran"})
 
     def kill(self) -> None:
         """Kill the child at once."""
@@ -155,14 +161,20 @@ class EngineProcess:
                 target.put(ev)
         code = proc.wait()
         with self._state_lock:
-            pending = list(self._pending.values()) if self._proc is proc else []
-            if self._proc is proc:
-                self._pending.clear()
-        if pending:
-            message = self._death_message(code)
-            log.error("%s", message)
-            for events in pending:
-                events.put({"ev": "error", "kind": ErrorKind.CRASHED.value, "message": message, "exit_code": code})
+            if self._proc is not proc:
+                return  # closed: ``close`` failed what was pending (or a newer child owns the pending set)
+            if self._pending:
+                message = self._death_message(code)
+                log.error("%s", message)
+                self._fail_pending({"ev": "error", "kind": ErrorKind.CRASHED.value, "message": message,
+                                    "exit_code": code})
+
+    def _fail_pending(self, event: dict[str, Any]) -> None:
+        """End every request in flight with ``event`` (a copy each). Call with ``_state_lock`` held."""
+        pending = list(self._pending.items())
+        self._pending.clear()
+        for req_id, events in pending:
+            events.put({**event, "id": req_id})
 
     def _death_message(self, code: int | None = None) -> str:
         if code is None and self._proc is not None:

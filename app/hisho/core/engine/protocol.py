@@ -30,6 +30,7 @@ class ErrorKind(str, Enum):
     CONTEXT_FULL = "context_full"  # prompt (+ reply) does not fit n_ctx
     STATE = "state"                # a KV state could not be saved or restored
     CRASHED = "crashed"            # the engine process died (set by the client, never sent by the engine)
+    CLOSED = "closed"              # the engine was closed with the request in flight (client side, like CRASHED)
     REMOTE = "remote"              # a remote engine (OpenAI-compatible server) failed; the message says how
     INTERNAL = "internal"          # anything else (a bug); the message says what
 
