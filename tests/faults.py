@@ -8,6 +8,7 @@ all but ``leave`` bytes of it, ``drain`` gives them back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -99,7 +100,8 @@ class EngineFreeze:
     def thaw(self) -> None:
         self._thread.join(self._timeout_s)
         if self._pid is not None:
-            os.kill(self._pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):  # the held process was killed meanwhile (a close)
+                os.kill(self._pid, signal.SIGCONT)
             self._pid = None
 
 
