@@ -83,7 +83,8 @@ class Screen:
         if self.status.startswith(prefix):
             self.status = ""
 
-    def show_reply_figures(self, speed: float | None, ttft: float | None, live: bool = False) -> None:
+    def show_reply_figures(self, speed: float | None, ttft: float | None, live: bool = False,
+                           answer: float | None = None) -> None:
         pass
 
     def summary_running(self) -> str | None:

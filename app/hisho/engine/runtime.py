@@ -21,6 +21,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
+from hisho.core.formats import reasoning
 from hisho.core.units import padded_cells
 from hisho.engine import backends, hugepages
 from hisho.engine.chat import BASE_MODEL_NOTICE, ChatTemplate
@@ -65,6 +66,7 @@ class Runtime:
         self.metadata = read_metadata(model)
         self._control_cache: tuple[dict[str, int], re.Pattern[str] | None] | None = None
         self.template = ChatTemplate.from_model(self.metadata, self.token_text, self.is_special_token)
+        self.reasoning = self._reasoning_format()
 
     def _bind(self, ctx: Any) -> None:
         """Point everything that depends on the context at ``ctx``; no sequence holds anything yet."""
@@ -183,11 +185,31 @@ class Runtime:
             "base_model": self.template.completion,  # plain completion: no chat template, no ChatML tokens
             "notice": BASE_MODEL_NOTICE if self.template.completion else "",
             "chat_template": self.template.text,
+            "reasoning": self.reasoning.to_dict(),
             "load_s": self.load_s,
             "mmap": self.mmap,
             "architecture": self.metadata.get("general.architecture", ""),
             "name": self.metadata.get("general.name", ""),
         }
+
+    def _reasoning_format(self) -> reasoning.ReasoningFormat:
+        """How this model reasons (hisho.core.formats.reasoning): from its template, the text the template
+        writes to open the assistant's turn, and whether the think tags are tokens of its vocabulary."""
+        if self.template.completion:
+            return reasoning.NONE
+        try:
+            probe = [{"role": "user", "content": "\ue000"}]
+            opened = self.template.render(probe, add_generation_prompt=True)
+            generation_prompt = opened[len(self.template.render(probe, add_generation_prompt=False)):]
+        except Exception as exc:  # noqa: BLE001 - a template that cannot render a bare turn reasons as it says
+            log.info("reasoning probe: the template does not render a single user turn (%s)", exc)
+            generation_prompt = ""
+        tokens = frozenset(t for t in (reasoning.THINK_OPEN, reasoning.THINK_CLOSE)
+                           if len(self.tokenize(t, parse_special=True)) == 1)
+        fmt = reasoning.detect(self.template.text, generation_prompt, tokens)
+        if fmt.reasons:
+            log.info("reasoning format: %s", fmt.to_dict())
+        return fmt
 
     # ----- tokens -------------------------------------------------------------------------------------
 

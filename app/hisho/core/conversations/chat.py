@@ -95,12 +95,14 @@ class Turn:
     drop_oldest: bool = False
     id: int = field(default_factory=lambda: next(_turn_ids))
     text: str = ""
+    reasoning: str = ""                # a reasoning model's thinking so far (never part of ``text``)
     reply_id: int | None = None
     store_error: DatabaseUnavailable | None = None   # the store failed while this reply streamed (disk full)
     # Time to first token counts from ``sent_at`` (time.monotonic: when the user sent it; the window sets when
     # its message left the send queue), so everything the send waited for, the prompt's reading included, is in.
     sent_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
+    answer_at: float | None = None     # the answer's first token (after any thinking)
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _stream: TokenStream | None = field(default=None, repr=False)
 
@@ -135,8 +137,15 @@ class TurnResult:
     engine: GenerationResult | None = None   # the engine's own figures (its ttft_s is its prefill + first token)
 
 
-def sampling_for(settings: Any, n_ctx: int | None = None) -> Sampling:
-    max_tokens = int(settings.max_tokens)
+# Tokens a reasoning model may think for before its answer's own budget (``max_tokens``) begins: thinking does
+# not eat the answer's budget. A reply still thinking when it runs out says so (``THOUGHT_TOO_LONG``).
+THINKING_BUDGET = 4096
+THOUGHT_TOO_LONG = ("the model was still thinking when its token budget ran out, so no answer came; raise "
+                    "Reply tokens in Chat settings or regenerate")
+
+
+def sampling_for(settings: Any, n_ctx: int | None = None, *, reasons: bool = False) -> Sampling:
+    max_tokens = int(settings.max_tokens) + (THINKING_BUDGET if reasons else 0)
     return Sampling(temperature=float(settings.temperature), top_p=float(settings.top_p), top_k=int(settings.top_k),
                     repeat_penalty=float(settings.repeat_penalty), seed=int(settings.seed),
                     max_tokens=min(max_tokens, n_ctx) if n_ctx else max_tokens)
@@ -174,8 +183,14 @@ class ChatService:
         """The chat messages the model sees for a branch (system prompt first), plus an unsent draft."""
         conv = self.store.get(conversation_id)
         out = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
-        out += [{"role": m.role, "content": m.content} for m in self.store.branch(conversation_id, leaf_id)
-                if m.content or m.role == "user"]
+        for m in self.store.branch(conversation_id, leaf_id):
+            if m.content or m.role == "user":
+                msg = {"role": m.role, "content": m.content}
+                if m.reasoning and self._takes_tokens():
+                    # The model's own template decides whether earlier reasoning is shown again (Qwen3's and
+                    # GPT-OSS's drop it): Hisho passes it and drops what the template drops.
+                    msg["reasoning_content"] = m.reasoning
+                out.append(msg)
         for add in self.prompt_context:
             add(conversation_id, out)
         if extra_user is not None:
@@ -223,7 +238,7 @@ class ChatService:
         if not text.strip():
             raise UserError("nothing to send: the message is empty")
         conv = self.store.get(conversation_id)
-        shaping = Turn(conversation_id, conv.leaf_id or 0, sampling_for(conv.settings, self.n_ctx or None))
+        shaping = Turn(conversation_id, conv.leaf_id or 0, self._sampling(conv))
         prompt = self._prepared(shaping, self.prompt_messages(conversation_id, extra_user=text))
         if not prompt.fit.fits:
             return prompt.fit
@@ -289,7 +304,16 @@ class ChatService:
 
     def _turn(self, conversation_id: int, parent_id: int, drop_oldest: bool) -> Turn:
         conv = self.store.get(conversation_id)
-        return Turn(conversation_id, parent_id, sampling_for(conv.settings, self.n_ctx or None), drop_oldest)
+        return Turn(conversation_id, parent_id, self._sampling(conv), drop_oldest)
+
+    @property
+    def reasons(self) -> bool:
+        """The model answering reasons before it answers (think tags, GPT-OSS channels)."""
+        info = self.engine.load_info.get("reasoning")
+        return isinstance(info, dict) and info.get("kind", "none") != "none"
+
+    def _sampling(self, conv: Conversation) -> Sampling:
+        return sampling_for(conv.settings, self.n_ctx or None, reasons=self.reasons)
 
     # ----- running a turn ------------------------------------------------------------------------------
 
@@ -307,7 +331,8 @@ class ChatService:
             return len(self.unsaved)
 
     def run(self, turn: Turn, on_text: Callable[[str], None] | None = None,
-            prompt: PreparedPrompt | None = None) -> TurnResult:
+            prompt: PreparedPrompt | None = None,
+            on_reasoning: Callable[[str], None] | None = None) -> TurnResult:
         """Stream the reply (worker thread). ``prompt``: the turn's prepared prompt (``send_if_fits``), else it is
         prepared here. Always returns once the reply row exists; errors end up in the saved message, or, when
         the store itself fails, in ``unsaved`` and the result's ``error``."""
@@ -328,10 +353,12 @@ class ChatService:
             turn._stream = stream
             if turn.cancelled:
                 stream.cancel()
-            self._pump(turn, stream, on_text)
+            self._pump(turn, stream, on_text, on_reasoning)
             result = stream.result
             if result is not None and result.stop_reason == "cancelled":
                 status = STOPPED
+            if result is not None and result.reasoning_unfinished and result.stop_reason == "length":
+                status, error = STOPPED, THOUGHT_TOO_LONG
         except EngineError as exc:
             status, error = FAILED, _engine_message(exc)
             log.warning("turn %s in conversation %s failed: %s", turn.id, turn.conversation_id, error)
@@ -341,6 +368,10 @@ class ChatService:
             meta = {"tokens": result.completion_tokens, "prompt_tokens": result.prompt_tokens,
                     "ttft_s": first - turn.sent_at if first is not None else (result.ttft_s or None),
                     "tokens_per_s": result.tokens_per_s}
+            if turn.reasoning:
+                answer_at = turn.answer_at or time.monotonic()
+                meta |= {"reasoning": turn.reasoning,
+                         "reasoning_s": answer_at - first if first is not None else None}
         if turn.store_error is not None:
             status, error = FAILED, "the disk filled up during this reply; it was stopped here"
         fields = {"content": turn.text, "status": status, "error": error, **meta}
@@ -361,21 +392,31 @@ class ChatService:
             after(out)
         return out
 
-    def _pump(self, turn: Turn, stream: TokenStream, on_text: Callable[[str], None] | None) -> None:
+    def _pump(self, turn: Turn, stream: TokenStream, on_text: Callable[[str], None] | None,
+              on_reasoning: Callable[[str], None] | None = None) -> None:
         saved_at = time.monotonic()
         assert turn.reply_id is not None
         for ev in stream:
             if turn.first_token_at is None:
                 turn.first_token_at = time.monotonic()
+            thought = str(ev.get("reasoning") or "")
+            if thought:
+                turn.reasoning += thought
+                if on_reasoning is not None:
+                    on_reasoning(thought)
             piece = str(ev.get("text", ""))
-            turn.text += piece
-            if on_text is not None:
-                on_text(piece)
+            if piece:
+                if turn.answer_at is None:
+                    turn.answer_at = time.monotonic()
+                turn.text += piece
+                if on_text is not None:
+                    on_text(piece)
             now = time.monotonic()
             if turn.store_error is None and now - saved_at >= SAVE_EVERY_S:
                 # A crash of this process loses at most a second of text.
                 try:
-                    self.write(functools.partial(self.store.update_message, turn.reply_id, content=turn.text))
+                    self.write(functools.partial(self.store.update_message, turn.reply_id, content=turn.text,
+                                                 reasoning=turn.reasoning))
                 except DatabaseUnavailable as exc:
                     # Generating on would only grow what cannot be saved and keep the engine from the next
                     # request: stop it, keep the text (the tokens still in flight arrive before "done").

@@ -86,6 +86,8 @@ class Message:
     model: str = ""
     error: str = ""
     engine: str = ""            # "local" or the remote engine's name (Settings → Engines)
+    reasoning: str = ""         # a reasoning model's thinking, apart from the answer in ``content``
+    reasoning_s: float | None = None  # how long it thought: first token to the answer's first token
 
     @property
     def partial(self) -> bool:
@@ -155,7 +157,13 @@ def _v4_message_engine(db: sqlite_utils.Database) -> None:
     db.table("messages").add_column("engine", str, not_null_default="")
 
 
-STEPS = (_v1_tables, _v2_fts, _v3_drafts_and_trash, _v4_message_engine)
+def _v5_message_reasoning(db: sqlite_utils.Database) -> None:
+    # A reasoning model's thinking, kept apart from the answer (not searched: the answer is what was said).
+    db.table("messages").add_column("reasoning", str, not_null_default="")
+    db.table("messages").add_column("reasoning_s", float)
+
+
+STEPS = (_v1_tables, _v2_fts, _v3_drafts_and_trash, _v4_message_engine, _v5_message_reasoning)
 
 
 def _fts_query(text: str) -> str:
@@ -168,7 +176,7 @@ def _fts_query(text: str) -> str:
     return " ".join(quoted)
 
 
-META = ("tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "engine")
+META = ("tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "engine", "reasoning", "reasoning_s")
 
 
 def meta_fields(values: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from hisho.core.engine.protocol import (
 )
 from hisho.core.engine.seam import Capability
 from hisho.core.errors import EngineClosed, EngineCrashed, EngineError, LoadStopped
+from hisho.core.formats.reasoning import Channel, ReasoningFormat, ReplySplitter, split_text
 
 log = logging.getLogger("hisho.engine")
 
@@ -61,9 +62,15 @@ class Stream:
     After iteration ends, ``result`` holds the ``GenerationResult``. ``cancel()`` may be called from any thread;
     the engine stops before its next prompt batch or sampled token. "progress" events are not yielded: the
     latest is ``progress`` (and ``EngineClient.progress()``).
+
+    A reasoning model's reply is split here (``reasoning``): each token event's ``text`` holds only answer text
+    and ``reasoning`` the reasoning text (either may be empty: a marker, or text held back until the next token
+    says what it is); ``tool`` lists a harmony tool call's pieces. ``result.text`` is the answer alone and
+    ``result.reasoning`` the reasoning, so no caller shows or stores thinking as the answer by accident.
     """
 
-    def __init__(self, client: EngineClient, req_id: int, events: queue.Queue[Any], op: str = "") -> None:
+    def __init__(self, client: EngineClient, req_id: int, events: queue.Queue[Any], op: str = "",
+                 reasoning: ReasoningFormat | None = None, thinking: bool = True) -> None:
         self._client = client
         self.id = req_id
         self.op = op
@@ -71,6 +78,11 @@ class Stream:
         self.result: GenerationResult | None = None
         self.first_token_at: float | None = None
         self.progress: Progress | None = None
+        self.first_answer_at: float | None = None   # the first token of the answer (after any reasoning)
+        self._fmt = reasoning if reasoning is not None and reasoning.reasons else None
+        self._splitter = ReplySplitter(self._fmt, thinking=thinking) \
+            if self._fmt is not None and op in ("generate", "serve") else None
+        self._thinking = thinking
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
@@ -83,9 +95,16 @@ class Stream:
                 elif kind == "token":
                     if self.first_token_at is None:
                         self.first_token_at = time.perf_counter()
-                    yield ev
+                    yield self._split(ev)
                 elif kind == "done":
-                    self.result = GenerationResult.from_event(ev)
+                    result = GenerationResult.from_event(ev)
+                    if self._splitter is not None:
+                        tail, split = self._splitter.finish()
+                        if tail:
+                            yield self._token_event({"ev": "token", "token": None}, tail)
+                        result.text, result.reasoning = split.content, split.reasoning
+                        result.reasoning_unfinished = split.unfinished_reasoning
+                    self.result = result
                     if isinstance(ev.get("threads"), dict):
                         self._client.threads = ev["threads"]
                     return
@@ -93,6 +112,23 @@ class Stream:
                     raise _as_error(ev)
         finally:
             self._client._forget(self.id)
+
+    def _split(self, ev: dict[str, Any]) -> dict[str, Any]:
+        if self._splitter is not None:
+            return self._token_event(ev, self._splitter.feed(str(ev.get("piece") or ev.get("text", ""))))
+        if self._fmt is not None and self.op == "batch_generate" and isinstance(ev.get("text"), str):
+            split = split_text(self._fmt, ev["text"], thinking=self._thinking)  # a whole item at once
+            return {**ev, "text": split.content, "reasoning": split.reasoning,
+                    "reasoning_unfinished": split.unfinished_reasoning}
+        return ev
+
+    def _token_event(self, ev: dict[str, Any], pieces: list[Any]) -> dict[str, Any]:
+        text = "".join(p.text for p in pieces if p.channel is Channel.CONTENT)
+        if text and self.first_answer_at is None:
+            self.first_answer_at = time.perf_counter()
+        return {**ev, "text": text,
+                "reasoning": "".join(p.text for p in pieces if p.channel is Channel.REASONING),
+                "tool": [{"recipient": p.recipient, "text": p.text} for p in pieces if p.channel is Channel.TOOL]}
 
     def cancel(self) -> None:
         self._client.cancel(self.id)
@@ -158,6 +194,11 @@ class EngineClient:
     @property
     def load_params(self) -> LoadParams | None:
         return self._load_params
+
+    @property
+    def reasoning(self) -> ReasoningFormat:
+        """How the loaded model reasons (reported by the engine at load; none before a load)."""
+        return ReasoningFormat.from_dict(self._load_info.get("reasoning"))
 
     def start(self) -> None:
         if not self._process.start():
@@ -294,7 +335,7 @@ class EngineClient:
         self._ensure_ready()
         self.requests += 1
         req_id, events = self._process.submit(req)
-        return Stream(self, req_id, events, req.op)
+        return Stream(self, req_id, events, req.op, self.reasoning, _thinking_on(req))
 
     # ----- internals -------------------------------------------------------------------------------
 
@@ -362,6 +403,12 @@ class EngineClient:
     def _forget(self, req_id: int) -> None:
         self._progress.pop(req_id, None)
         self._process.forget(req_id)
+
+
+def _thinking_on(req: Request) -> bool:
+    """False when the request turns a reasoning model's thinking off (its template's ``enable_thinking``)."""
+    kwargs = req.to_wire().get("template_kwargs") or {}
+    return not (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False)
 
 
 def _typed(request: Request | str, params: dict[str, Any] | None) -> Request:

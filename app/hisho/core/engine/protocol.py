@@ -119,6 +119,10 @@ class GenerationResult:
     tokens_per_s: float
     stop_reason: str
     extra: dict[str, Any] = field(default_factory=dict)
+    # A reasoning model's reasoning, apart from ``text`` (the answer only; hisho.core.formats.reasoning), and
+    # whether the reply ended while still reasoning (its token budget ran out before an answer began).
+    reasoning: str = ""
+    reasoning_unfinished: bool = False
 
     @classmethod
     def from_event(cls, ev: dict[str, Any]) -> GenerationResult:

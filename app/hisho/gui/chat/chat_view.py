@@ -244,6 +244,7 @@ class ChatView(QScrollArea):
         # after it (the larger part: ~2.5 ms of 3 ms for a growing reply), plus anything else on this thread.
         cpu = time.thread_time()
         spent_ms = (cpu - self._cpu_mark) * 1000
+        self._flush_thinking(source, widget)
         text = source.text
         if len(text) > len(widget.text):
             self.append(self.stream_turn, text[len(widget.text):])
@@ -253,6 +254,17 @@ class ChatView(QScrollArea):
         # allows ~10 Hz, a 1 ms one the full 30 Hz.
         interval = min(MAX_FLUSH_MS, max(MIN_FLUSH_MS, int(spent_ms / RENDER_BUDGET)))
         self._timer.start(interval)
+
+    @staticmethod
+    def _flush_thinking(source: StreamSource, widget: MessageWidget) -> None:
+        """A reasoning model's thinking so far, folded above the answer (a chat turn has ``reasoning``)."""
+        thought = str(getattr(source, "reasoning", "") or "")
+        if not thought:
+            return
+        began = getattr(source, "first_token_at", None)
+        answered = getattr(source, "answer_at", None)
+        end = answered if answered is not None else time.monotonic()
+        widget.show_thinking(thought, end - began if began is not None else None, thinking=answered is None)
 
     def detach_stream(self) -> None:
         """Stop drawing the current stream (its remaining text goes nowhere)."""

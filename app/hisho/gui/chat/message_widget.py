@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePol
 
 from hisho.core.conversations.store import FAILED, INTERRUPTED, STOPPED, Message
 from hisho.gui.chat import markdown
+from hisho.gui.chat.thinking import ThinkingBlock
 from hisho.gui.shell import theme
 
 _USER_SHOWN = 20_000  # a 1 MB paste is stored whole; drawing all of it in a label would stall the window
@@ -144,10 +145,14 @@ class MessageWidget(QWidget):
         column.setSpacing(4)
         self.column = column
         self.extras: dict[str, QWidget] = {}         # "attachments" (in the bubble), "sources" (under the reply)
+        self.thinking: ThinkingBlock | None = None   # a reasoning model's thinking, folded above the answer
         if self.role != "user":
             who = _label("Assistant", "RoleLabel", rich=False)
             column.addWidget(who)
         column.addWidget(self.card)
+        if message is not None and message.reasoning:
+            self.show_thinking(message.reasoning, message.reasoning_s, thinking=False,
+                               unfinished=not message.content)
         self.footer = QHBoxLayout()
         self.footer.setSpacing(2)
         column.addLayout(self.footer)
@@ -227,6 +232,15 @@ class MessageWidget(QWidget):
             self.body.insertWidget(0, widget)
         else:
             self.column.insertWidget(self.column.indexOf(self.card) + 1, widget)
+
+    def show_thinking(self, text: str, seconds: float | None, *, thinking: bool, unfinished: bool = False) -> None:
+        """The reply's reasoning in a fold above the answer (made on first use)."""
+        if self.thinking is None:
+            if not text:
+                return
+            self.thinking = ThinkingBlock()
+            self.column.insertWidget(self.column.indexOf(self.card), self.thinking)
+        self.thinking.show_thinking(text, seconds, thinking=thinking, unfinished=unfinished)
 
     def append(self, piece: str) -> float:
         return self.set_text(self.text + piece)

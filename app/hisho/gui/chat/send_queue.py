@@ -33,15 +33,30 @@ class LiveFigures:
         self.first: float | None = None
         self.last = self.started
         self.tokens = 0
+        self.answer: float | None = None   # the answer's first word (a reasoning model thinks first)
         self._lock = threading.Lock()
 
     def on_text(self, _piece: str) -> None:
+        self._token(answer=True)
+
+    def on_reasoning(self, _piece: str) -> None:
+        self._token(answer=False)
+
+    def _token(self, *, answer: bool) -> None:
         now = time.monotonic()
         with self._lock:
             if self.first is None:
                 self.first = now
+            if answer and self.answer is None:
+                self.answer = now
             self.last = now
             self.tokens += 1
+
+    def answer_after(self) -> float | None:
+        """Seconds from the send to the answer's first word, when thinking came before it; else None."""
+        with self._lock:
+            first, answer = self.first, self.answer
+        return answer - self.started if answer is not None and first is not None and answer > first else None
 
     def figures(self) -> tuple[int, float | None, float | None]:
         """(tokens so far, tokens/s after the first, seconds to the first token) — None where not known yet."""

@@ -62,7 +62,8 @@ class SendScreen(Protocol):
     # the status bar, and what else keeps the engine busy
     def show_status(self, text: str) -> None: ...
     def clear_status(self, prefix: str = "") -> None: ...
-    def show_reply_figures(self, speed: float | None, ttft: float | None, live: bool = False) -> None: ...
+    def show_reply_figures(self, speed: float | None, ttft: float | None, live: bool = False,
+                           answer: float | None = None) -> None: ...
     def summary_running(self) -> str | None: ...
 
 
@@ -205,8 +206,9 @@ class ChatScreen:
         if self.status.currentMessage().startswith(prefix):
             self.status.clearMessage()
 
-    def show_reply_figures(self, speed: float | None, ttft: float | None, live: bool = False) -> None:
-        self.status.set_reply_figures(speed, ttft, live=live)
+    def show_reply_figures(self, speed: float | None, ttft: float | None, live: bool = False,
+                           answer: float | None = None) -> None:
+        self.status.set_reply_figures(speed, ttft, live=live, answer_s=answer)
 
     def summary_running(self) -> str | None:
         """The name of what is being summarized (None when nothing is). The window's documents part is made

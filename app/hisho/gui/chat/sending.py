@@ -295,7 +295,7 @@ class Sending:
             fit = prompt.fit if prompt is not None else None
             self.c.ctx.executor.post(lambda: self._began(turn, live, branch, siblings, fit))
             try:
-                return self.service.run(turn, live.on_text, prompt)
+                return self.service.run(turn, live.on_text, prompt, on_reasoning=live.on_reasoning)
             finally:
                 self.running = None
 
@@ -344,7 +344,7 @@ class Sending:
         tokens, speed, ttft = live.figures()
         if tokens and self.remote_wait:
             self.waiting_on_remote("")       # the first words came: nothing is waited for any more
-        self.screen.show_reply_figures(speed, ttft, live=True)
+        self.screen.show_reply_figures(speed, ttft, live=True, answer=live.answer_after())
         if self.c.current is not None:
             self.fit.show_live(self.c.current.id)
 
@@ -362,7 +362,8 @@ class Sending:
         m = result.message
         self._tick.stop()
         self.waiting_on_remote("")
-        self.screen.show_reply_figures(m.tokens_per_s, m.ttft_s)
+        answer = m.ttft_s + m.reasoning_s if m.ttft_s is not None and m.reasoning_s else None
+        self.screen.show_reply_figures(m.tokens_per_s, m.ttft_s, answer=answer)
         cur = self.c.current
         if cur is not None and cur.id == turn.conversation_id:
             self.screen.end_stream(turn.id, m)

@@ -133,8 +133,10 @@ class StatusBar(QStatusBar):
         self.device.setText("GPU offload" if offload and gpu_layers else "CPU")
         self.device.setToolTip(str(engine_info.get("system_info", "")))
 
-    def set_reply_figures(self, tokens_per_s: float | None, ttft_s: float | None, live: bool = False) -> None:
-        """The reply's speed and first-token time; ``live``: it is still streaming (figures so far).
+    def set_reply_figures(self, tokens_per_s: float | None, ttft_s: float | None, live: bool = False,
+                          answer_s: float | None = None) -> None:
+        """The reply's speed and first-token time; ``live``: it is still streaming (figures so far);
+        ``answer_s``: a reasoning model's time to its answer's first word (its thinking came first).
 
         The engine's thread policy (docs/threads.md): when it ran on fewer cores because other programs held
         them, say so next to the speed, and why in the tooltip."""
@@ -149,7 +151,8 @@ class StatusBar(QStatusBar):
         self.speed.setToolTip(f"{decode.get('threads')} of {decode.get('max')} CPU threads: {decode.get('why')}"
                               if decode else "")
         if ttft_s:
-            self.ttft.setText(f"TTFT {ttft_s * 1000:,.0f} ms")
+            answer = f" · answer {answer_s:,.1f} s" if answer_s else ""
+            self.ttft.setText(f"TTFT {ttft_s * 1000:,.0f} ms{answer}")
         else:
             self.ttft.setText("TTFT …" if live else "TTFT —")
 

@@ -138,6 +138,11 @@ QLineEdit:focus, #ComposerFrame[focused="true"] {{ border: 1px solid {t.accent};
 #Meta, #Hint, #TokenCount {{ color: {t.muted}; font-size: 8.5pt; }}
 #Marker {{ color: {t.warn}; font-size: 8.5pt; font-weight: 600; }}
 #ErrorMarker {{ color: {t.error}; font-size: 8.5pt; font-weight: 600; }}
+#ThinkingBlock {{ border-left: 3px solid {t.border}; }}
+QPushButton#ThinkingHeader {{ background: transparent; border: none; color: {t.muted}; padding: 2px 0;
+    font-weight: 600; text-align: left; }}
+QPushButton#ThinkingHeader:hover {{ color: {t.text}; }}
+#ThinkingText {{ color: {t.muted}; }}
 #EditBanner {{ background: {t.selected}; border-radius: 8px; }}
 #CodeBlock {{ background: {t.code_bg}; border: 1px solid {t.border}; border-radius: 8px; }}
 #CodeHeader {{ color: {t.muted}; font-size: 8.5pt; border-bottom: 1px solid {t.border}; }}
