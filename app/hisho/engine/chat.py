@@ -96,28 +96,69 @@ class ChatTemplate:
         wants_bos = metadata.get("tokenizer.ggml.add_bos_token", "true").lower() != "false"
         return cls(COMPLETION, bos if wants_bos else "", eos, "none")
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        clean = [{"role": str(m.get("role", "user")), "content": str(m.get("content", ""))} for m in messages]
-        return self._compiled.render(
-            messages=clean, add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token, eos_token=self.eos_token,
-        )
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None) -> str:
+        """The prompt for ``messages``. ``tools`` (OpenAI function schemas) go to the template as ``tools``
+        (absent when None: templates test ``tools is defined``); ``extra`` holds further template variables
+        (``enable_thinking``, ``reasoning_effort``), never overriding the ones set here."""
+        variables: dict[str, Any] = {**(extra or {})}
+        if tools is not None:
+            variables["tools"] = tools
+        variables.update(messages=[_clean(m) for m in messages], add_generation_prompt=add_generation_prompt,
+                         bos_token=self.bos_token, eos_token=self.eos_token)
+        return self._compiled.render(**variables)
 
     def render_parts(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                     tools: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None,
                      ) -> list[tuple[str, bool]]:
         """The rendered prompt as ``(text, is_markup)`` pieces: markup is what the template wrote, the rest is
         message content (never to be parsed for control tokens). Joined, the texts equal ``render`` whenever
-        the template shows each content as is or stripped."""
-        contents = [str(m.get("content", "")) for m in messages]
-        real = self.render(messages, add_generation_prompt)
-        marks = [_PLACEHOLDER.format(i) for i in range(len(messages))]
-        masked = self.render([{**m, "content": marks[i]} for i, m in enumerate(messages)], add_generation_prompt)
+        the template shows each content as is or stripped. An empty content (an assistant turn that only
+        calls tools) is not masked: a placeholder there would change what the template writes."""
+        contents = [_text(m.get("content")) for m in messages]
+        real = self.render(messages, add_generation_prompt, tools, extra)
+        marks = [_PLACEHOLDER.format(i) if contents[i] else "" for i in range(len(messages))]
+        masked = self.render([{**m, "content": marks[i]} if marks[i] else m for i, m in enumerate(messages)],
+                             add_generation_prompt, tools, extra)
         pieces = _split_marks(masked, marks)
         parts = _line_up(real, pieces, contents)
         if parts is None:
             log.info("chat template changes message contents; contents placed as given")
             parts = [(contents[p] if isinstance(p, int) else p, not isinstance(p, int)) for p in pieces]
         return [(text, markup) for text, markup in parts if text]
+
+
+# What a message may carry to the template besides role and content (OpenAI's fields; reasoning for templates
+# that show earlier reasoning). Anything else a client sends stays out of the prompt.
+_MESSAGE_KEYS = ("name", "tool_call_id", "reasoning_content")
+
+
+def _text(content: Any) -> str:
+    return "" if content is None else str(content)
+
+
+def _clean(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as templates expect it: role and text content, the tool fields where given, and tool-call
+    arguments as objects (most templates write them with ``tojson``; a JSON string would come out quoted)."""
+    out: dict[str, Any] = {"role": str(message.get("role", "user")), "content": _text(message.get("content"))}
+    for key in _MESSAGE_KEYS:
+        if message.get(key) is not None:
+            out[key] = message[key]
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [_call(c) for c in calls if isinstance(c, dict)]
+    return out
+
+
+def _call(call: dict[str, Any]) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            function["arguments"] = json.loads(arguments)
+        except ValueError:
+            pass  # not JSON: the template gets the text as it came
+    return {**call, "type": call.get("type", "function"), "function": function}
 
 
 # A private-use character pair no tokenizer or template treats specially, around the message's index.

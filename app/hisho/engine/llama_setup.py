@@ -135,6 +135,17 @@ def hit_stop(pieces: list[str], stops: list[str]) -> bool:
     return any(s and s in recent for s in stops)
 
 
+def token_event(rt: Any, req_id: int, token: int, text: str) -> dict[str, Any]:
+    """A "token" event (one reply, the serving batch): ``text`` is what a reader shows; "piece", only where
+    it differs, is the token with its special text shown (a control token such as harmony's ``<|channel|>``
+    has no ``text``). ``rt`` is the ``Runtime``."""
+    event: dict[str, Any] = {"id": req_id, "ev": "token", "token": token, "text": text}
+    shown = rt.shown_piece(token, rt.piece(token))
+    if shown is not None:
+        event["piece"] = shown
+    return event
+
+
 def logits_at(ctx: Any, i: int, n_vocab: int) -> Any:
     """The logits of batch position ``i`` (-1: the last with logits), a numpy view of llama.cpp's own buffer:
     valid until the next decode, never written."""
@@ -149,20 +160,29 @@ class Sampler:
     allowed) reads the argmax of the logits where llama.cpp left them: ``llama_sampler_sample`` first copies
     every logit into a candidate array (~60 us a token on a 49K vocabulary, measured), which a serving step of
     4 sequences pays 4 times. The first maximum wins, as in llama.cpp's greedy sampler, so the token is the same.
-    Anything else runs llama.cpp's chain (``chain``): top-k, penalties, top-p, min-p, temperature, dist."""
+    Anything else runs llama.cpp's chain (``chain``): top-k, penalties, top-p, min-p, temperature, dist.
+    A grammar (``Sampling.grammar``) is kept beside the chain: ``hisho.engine.grammar.Gate``."""
 
     def __init__(self, rt: Any, s: Sampling) -> None:
+        from hisho.engine.grammar import Gate
+
         self.n_vocab = int(rt.n_vocab)
         self.greedy = s.temperature <= 0 and s.repeat_penalty == 1.0 and not s.ignore_eos
         self.chain: Any = None if self.greedy else _chain(rt, s)
+        self.gate = Gate(rt, s, self.chain) if s.grammar or s.grammar_schemas else None
 
     def sample(self, ctx: Any, i: int = -1) -> int:
         """The token for the logits of batch position ``i`` (-1: the last that has logits)."""
+        if self.gate is not None:
+            return self.gate.sample(logits_at(ctx, i, self.n_vocab))
         if self.chain is not None:
             return int(llama_cpp.llama_sampler_sample(self.chain, ctx, i))
         return int(logits_at(ctx, i, self.n_vocab).argmax())
 
     def free(self) -> None:
+        if self.gate is not None:
+            self.gate.free()
+            self.gate = None
         if self.chain is not None:
             llama_cpp.llama_sampler_free(self.chain)
             self.chain = None
@@ -231,13 +251,14 @@ class GenStats:
     text: str = ""
     tokens: list[int] = field(default_factory=list)
     speculation: dict[str, Any] | None = None   # hisho.engine.speculate: its batches and accepted drafts
+    raw_text: str = ""                          # the reply with its special tokens shown (Runtime.raw_text)
 
     def as_dict(self) -> dict[str, Any]:
         tps = (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 and self.completion_tokens > 1 else 0.0
         return {
             "text": self.text, "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens, "ttft_s": self.ttft_s, "decode_s": self.decode_s,
-            "tokens_per_s": tps, "stop_reason": self.stop_reason,
+            "tokens_per_s": tps, "stop_reason": self.stop_reason, "raw_text": self.raw_text,
             **({"speculation": self.speculation} if self.speculation is not None else {}),
         }
 

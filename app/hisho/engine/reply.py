@@ -17,12 +17,15 @@ from hisho.engine.runtime import RequestError, Runtime
 
 
 def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cancelled: Callable[[], bool],
-             on_progress: Callable[[int, int], None] | None = None) -> Iterator[tuple[int, str] | GenStats]:
+             on_progress: Callable[[int, int], None] | None = None,
+             forced: list[int] | None = None) -> Iterator[tuple[int, str] | GenStats]:
     """Prefill ``prompt`` into ``seq`` (reusing its cached prefix) and sample a reply.
 
     Yields ``(token, text)`` per token, then the final ``GenStats``. ``cancelled`` is checked between prefill
     slices and before every token, so a cancel takes effect within one slice or one token. ``on_progress(done,
-    total)`` reports the prefill between slices (``Runtime.decode_tokens``).
+    total)`` reports the prefill between slices (``Runtime.decode_tokens``). ``forced`` (the test hook
+    ``force_text``): these tokens are the reply instead of sampled ones, each decoded into the cells as a
+    sampled one would be; after the last the reply ends as at an end-of-generation token.
     """
     rt.check_seq(seq)
     if not prompt:
@@ -54,7 +57,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         rt.keeper.checkpoint(seq, prompt=True)
         rest = rest[-1:]
         on_progress = progress(n_rest - 1)
-    drafts = speculate.wanted(rt, seq, sampling, prompt[-1])  # measured before the logits it must not touch
+    drafts = forced is None and speculate.wanted(rt, seq, sampling, prompt[-1])  # measured before the logits it must not touch
     # The slices are noted: a dense regenerate reads the last one again (PrefixKeeper._slice_start).
     if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress, note_slices=True):
         stats.stop_reason = "cancelled"
@@ -77,7 +80,13 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
             if len(held) >= rt.n_ctx:
                 stats.stop_reason = "context_full"
                 break
-            token = spec.next_token() if spec else sampler.sample(rt.ctx)
+            if forced is not None:
+                if stats.completion_tokens >= len(forced):
+                    stats.stop_reason = "eos"
+                    break
+                token = forced[stats.completion_tokens]
+            else:
+                token = spec.next_token() if spec else sampler.sample(rt.ctx)
             if not sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(rt.vocab, token):
                 stats.stop_reason = "eos"
                 break
@@ -116,4 +125,5 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
     if tail:
         text_parts.append(tail)
     stats.text = "".join(text_parts)
+    stats.raw_text = rt.raw_text(stats.tokens)
     yield stats

@@ -237,14 +237,32 @@ class Runtime:
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", "replace")
 
+    def raw_text(self, tokens: list[int]) -> str:
+        """``tokens`` as text with their special tokens shown (a reply's "raw_text": the markers a reply's
+        parser reads, harmony's ``<|channel|>`` and the like, which ``detokenize`` drops)."""
+        return b"".join(self.piece(t, special=True) for t in tokens).decode("utf-8", "replace")
+
+    def shown_piece(self, token: int, plain: bytes) -> str | None:
+        """A token event's "piece": the token's text with special tokens shown, where it differs from
+        ``plain`` (its ordinary piece); None for ordinary tokens (the event carries no "piece" then)."""
+        shown = self.piece(token, special=True)
+        return None if shown == plain else shown.decode("utf-8", "replace")
+
+    def forced_tokens(self, hooks: dict[str, Any] | None) -> list[int] | None:
+        """The test hook ``force_text`` of a request's ``test_hooks`` (only honoured with the engine's test
+        hooks on; the caller checks): its text tokenized with special tokens parsed, the reply to decode."""
+        text = (hooks or {}).get("force_text")
+        return None if text is None else self.tokenize(str(text), add_special=False, parse_special=True)
+
     def prompt_tokens(self, request: dict[str, Any]) -> list[int]:
         """Tokens for a request holding ``messages`` (chat template), ``prompt`` (raw text) or ``tokens``."""
         if "tokens" in request:
             return [int(t) for t in request["tokens"]]
         if "messages" in request:
             # The template writes BOS itself where the model wants it.
-            return self.template_tokens(self.template.render_parts(request["messages"],
-                                                                   request.get("add_generation_prompt", True)))
+            return self.template_tokens(self.template.render_parts(
+                request["messages"], request.get("add_generation_prompt", True), request.get("tools"),
+                request.get("template_kwargs")))
         if "prompt" in request:  # raw text whose caller wrote the model's markup itself (benchmarks, tests)
             return self.tokenize(str(request["prompt"]), add_special=True, parse_special=True)
         if "text" in request:

@@ -38,7 +38,7 @@ from hisho.core.engine.ops import (
     parse_request,
 )
 from hisho.core.engine.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
-from hisho.engine.llama_setup import GenStats
+from hisho.engine.llama_setup import GenStats, token_event
 from hisho.engine.process import keep_llama_log_at_info, watch_parent
 from hisho.engine.reply import generate
 from hisho.engine.runtime import RequestError, Runtime
@@ -271,19 +271,22 @@ class Server:
         prompt = rt.prompt_tokens(req.spec())
         seq = req.seq
         emit = self.emit
-        hold = int((req.test_hooks or {}).get("hold_after_tokens", 0)) if self.test_hooks else 0
+        hooks = req.test_hooks if self.test_hooks else None
+        hold = int((hooks or {}).get("hold_after_tokens", 0))
+        forced = rt.forced_tokens(hooks)
         self._released.clear()  # a release sent from here on (after any token of this reply) counts
         sent = 0
         try:
             cancelled, progress = (lambda: self.is_cancelled(req_id)), self.progress(req_id)
-            for item in generate(rt, seq, prompt, sampling, cancelled, progress):
+            for item in generate(rt, seq, prompt, sampling, cancelled, progress, forced):
                 if isinstance(item, GenStats):
                     emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
                     continue
+                event = token_event(rt, req_id, *item)
                 if sent == 0:  # the first token is never held back (time to first token)
-                    emit({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
+                    emit(event)
                 else:
-                    self.emit_soon({"id": req_id, "ev": "token", "token": item[0], "text": item[1]})
+                    self.emit_soon(event)
                 sent += 1
                 if sent == hold:
                     self.hold(req_id)

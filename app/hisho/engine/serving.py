@@ -34,7 +34,7 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.batched import BatchStats, Item, _Slot, _step
-from hisho.engine.llama_setup import Sampler, hit_stop
+from hisho.engine.llama_setup import Sampler, hit_stop, token_event
 from hisho.engine.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
@@ -62,6 +62,7 @@ class Job:
     arrived: float = field(default_factory=time.perf_counter)
     max_prompt: int = 0    # the API's prompt limit in tokens (0: the sequence's context)
     marks: tuple[int, ...] = ()  # message boundaries in ``prompt`` (message_marks): checkpoints on non-dense models
+    forced: list[int] | None = None  # test hook force_text: the reply's tokens, decoded instead of sampled
     # A save in flight holds the "done" event back until its files are written, so the client can index them.
     lock: threading.Lock = field(default_factory=threading.Lock)
     saving: bool = False
@@ -275,7 +276,13 @@ class ServingBatch:
     def _sample(self, slot: _ServeSlot) -> None:
         rt, job, item = self.rt, slot.job, slot.item
         assert job is not None and item is not None and slot.sampler is not None
-        token = slot.sampler.sample(rt.ctx, slot.logits_at)
+        if job.forced is not None:  # test hook: the given tokens, then the end as at an end-of-generation token
+            if len(slot.out) >= len(job.forced):
+                self._finish(slot, "eos")
+                return
+            token = job.forced[len(slot.out)]
+        else:
+            token = slot.sampler.sample(rt.ctx, slot.logits_at)
         if not job.sampling.ignore_eos and llama_cpp.llama_vocab_is_eog(rt.vocab, token):
             self._finish(slot, "eos")
             return
@@ -288,7 +295,7 @@ class ServingBatch:
         slot.text.append(piece)
         slot.last = token
         self.stats.decode_tokens += 1
-        event = {"id": job.req_id, "ev": "token", "token": token, "text": piece}
+        event = token_event(rt, job.req_id, token, piece)
         (job.emit_now if first else job.emit)(event)
         if hit_stop(slot.text, slot.stops):
             self._finish(slot, "stop")
@@ -317,7 +324,7 @@ class ServingBatch:
         event = {"id": job.req_id, "ev": "done", "text": text, "prompt_tokens": len(job.prompt),
                  "cached_tokens": cached, "completion_tokens": n, "ttft_s": ttft, "decode_s": decode_s,
                  "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason,
-                 "threads": self.rt.threads_info()}
+                 "raw_text": self.rt.raw_text(tokens), "threads": self.rt.threads_info()}
         with job.lock:
             if job.saving:
                 job.held_done = event  # sent by the save's callback
@@ -392,8 +399,9 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         restore = server.restorer(req) if req.chunks else None
         save = server.saver(req) if req.save_dir else None
         emit = functools.partial(server.emit_soon, hold=SERVE_COALESCE_S)
+        forced = batch.rt.forced_tokens(req.test_hooks) if server.test_hooks else None
         batch.add(Job(req_id, prompt, req.sampling, emit, server.emit, restore, save,
-                      max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt)))
+                      max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt), forced=forced))
     except Exception as exc:
         kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
         server.error(req_id, kind, str(exc) or type(exc).__name__)
@@ -408,6 +416,7 @@ def message_marks(rt: Runtime, spec: dict[str, Any], prompt: list[int]) -> tuple
         return ()
     marks = set()
     for k in {1, len(messages) - 1}:
-        head = rt.prompt_tokens({"messages": messages[:k], "add_generation_prompt": False})
+        head = rt.prompt_tokens({"messages": messages[:k], "add_generation_prompt": False,
+                                 "tools": spec.get("tools"), "template_kwargs": spec.get("template_kwargs")})
         marks.add(common_prefix(head, prompt))
     return tuple(sorted(m for m in marks if 0 < m < len(prompt) - 1))

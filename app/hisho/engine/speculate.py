@@ -48,10 +48,13 @@ _FORCED: list[bool | None] = [None]   # tests and benches: on or off regardless 
 
 
 def wanted(rt: Runtime, seq: int, sampling: Sampling, probe: int) -> bool:
-    """Whether this reply drafts: greedy, dense memory, and measured to pay for this model. Called before the
+    """Whether this reply drafts: greedy without a grammar (drafts are never masked by one), dense memory, and
+    measured to pay for this model. Called before the
     prompt's last token is decoded: a first measurement (a few steps of token ``probe`` at the sequence's end,
     cut away again) must not overwrite the logits the reply samples first."""
-    if sampling.temperature > 0 or not rt.keeper.dense or not rt.unified_kv:
+    if sampling.temperature > 0 or sampling.grammar or sampling.grammar_schemas:
+        return False
+    if not rt.keeper.dense or not rt.unified_kv:
         return False
     if _FORCED[0] is not None:
         return _FORCED[0]

@@ -263,10 +263,13 @@ class EngineClient:
         """An API request: joins the engine's serving batch at its next step (Capability.SERVE)."""
         return self.stream(request)
 
-    def tokenize(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None,
-                 add_generation_prompt: bool = True, special: bool = False) -> list[int]:
+    def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
+                 add_generation_prompt: bool = True, special: bool = False,
+                 tools: list[dict[str, Any]] | None = None, template_kwargs: dict[str, Any] | None = None,
+                 ) -> list[int]:
         req = Tokenize(messages=messages, text=None if messages is not None else (text or ""),
-                       add_generation_prompt=add_generation_prompt, special=special)
+                       add_generation_prompt=add_generation_prompt, special=special, tools=tools,
+                       template_kwargs=template_kwargs)
         return list(self.call(req)["tokens"])
 
     def count_tokens(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None) -> int:

@@ -84,15 +84,19 @@ def _fits(value: Any, hint: Any) -> bool:
 @dataclass(frozen=True)
 class Prompt(Request):
     """What to run: exactly one of ``messages`` (the model's chat template), ``prompt`` (raw text, BOS added),
-    ``tokens`` or ``text`` (tokenize only). Also one item of a batch (with its own ``max_tokens``)."""
+    ``tokens`` or ``text`` (tokenize only). Also one item of a batch (with its own ``max_tokens``). With
+    ``messages``: ``tools`` (OpenAI function schemas) and ``template_kwargs`` (``enable_thinking``, …) go to
+    the chat template too; a message may carry ``tool_calls``, ``tool_call_id``, ``name``, ``reasoning_content``."""
 
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     tokens: list[int] | None = None
     text: str | None = None
     add_generation_prompt: bool = True
     special: bool = True
     max_tokens: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    template_kwargs: dict[str, Any] | None = None
 
     def spec(self) -> dict[str, Any]:
         """The prompt fields only (what the engine's ``prompt_tokens`` reads)."""
@@ -132,7 +136,10 @@ class Unload(Request):
 class Generate(Prompt):
     """``test_hooks`` (read only by an engine started with ``HISHO_ENGINE_TEST_HOOKS=1``):
     ``{"hold_after_tokens": N}`` holds the reply after its N-th token until it is cancelled or released
-    (``release``), so a test can act while a reply is surely mid-way, whatever the machine's speed."""
+    (``release``), so a test can act while a reply is surely mid-way, whatever the machine's speed.
+    ``{"force_text": TEXT}``: the reply is TEXT's tokens (special tokens parsed) instead of sampled ones, each
+    decoded into the cells as a sampled one is, then it ends with stop_reason "eos" (tests of reply formats:
+    random or small weights never write a tool call)."""
 
     op = "generate"
     streaming = True
@@ -148,7 +155,7 @@ class Serve(Prompt):
     ``keep``: a KV restore (as in ``StateLoad``) of the prompt's longest saved prefix, done when it gets a
     sequence (the disk prompt cache); ``save_dir`` / ``save_tokens``: save the prompt's first ``save_tokens``
     tokens' KV there once prefilled (its own "saved" event). ``max_prompt``: refuse (context_full) a prompt of
-    more tokens (0: what a sequence holds)."""
+    more tokens (0: what a sequence holds). ``test_hooks``: as ``Generate``'s (``force_text`` only)."""
 
     op = "serve"
     streaming = True
@@ -159,6 +166,7 @@ class Serve(Prompt):
     save_dir: str | None = None
     save_tokens: int = 0
     chunk_tokens: int = 0
+    test_hooks: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

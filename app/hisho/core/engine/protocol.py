@@ -95,6 +95,17 @@ class Sampling:
     max_tokens: int = 512
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False         # benchmarks only: always produce max_tokens
+    # A GBNF grammar the reply must follow (structured output, tool-call arguments; docs/api.md "Tool calls").
+    # ``grammar_schemas``: rule name -> JSON schema, turned into rules of that name by the engine (llama.cpp's own
+    # converter) and added to ``grammar`` (alone, a schema named "root" is the whole grammar).
+    # Lazy: free text until a trigger, constrained from there on. A trigger word that is one control token of
+    # the vocabulary triggers on that token; other words, anywhere in the reply. Patterns are llama.cpp's lazy
+    # patterns: matched against the whole reply so far, the constrained text starts at their first group.
+    grammar: str = ""
+    grammar_schemas: dict[str, Any] = field(default_factory=dict)
+    grammar_lazy: bool = False
+    grammar_triggers: list[str] = field(default_factory=list)
+    grammar_patterns: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +130,7 @@ class GenerationResult:
     tokens_per_s: float
     stop_reason: str
     extra: dict[str, Any] = field(default_factory=dict)
+    raw_text: str = ""  # the reply with its special tokens shown (text drops control tokens: harmony's channels)
     # A reasoning model's reasoning, apart from ``text`` (the answer only; hisho.core.formats.reasoning), and
     # whether the reply ended while still reasoning (its token budget ran out before an answer began).
     reasoning: str = ""
@@ -127,7 +139,7 @@ class GenerationResult:
     @classmethod
     def from_event(cls, ev: dict[str, Any]) -> GenerationResult:
         known = {"text", "prompt_tokens", "completion_tokens", "cached_tokens", "ttft_s", "decode_s",
-                 "tokens_per_s", "stop_reason"}
+                 "tokens_per_s", "stop_reason", "raw_text"}
         return cls(
             text=ev.get("text", ""),
             prompt_tokens=int(ev.get("prompt_tokens", 0)),
@@ -138,6 +150,7 @@ class GenerationResult:
             tokens_per_s=float(ev.get("tokens_per_s", 0.0)),
             stop_reason=str(ev.get("stop_reason", "")),
             extra={k: v for k, v in ev.items() if k not in known and k not in ("id", "ev")},
+            raw_text=str(ev.get("raw_text", "")),
         )
 
 

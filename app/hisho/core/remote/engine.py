@@ -163,9 +163,13 @@ class RemoteEngine:
 
     # ----- tokens --------------------------------------------------------------------------------------
 
-    def tokenize(self, text: str | None = None, *, messages: list[dict[str, str]] | None = None,
-                 add_generation_prompt: bool = True, special: bool = True) -> list[int]:
+    def tokenize(self, text: str | None = None, *, messages: list[dict[str, Any]] | None = None,
+                 add_generation_prompt: bool = True, special: bool = True,
+                 tools: list[dict[str, Any]] | None = None,
+                 template_kwargs: dict[str, Any] | None = None) -> list[int]:
         kind = self.info.kind
+        if tools is not None or template_kwargs:
+            raise RemoteError(f"{self.name}: tokenizing with tools or template settings is not supported")
         if kind == "llama.cpp":
             if messages is not None:
                 text = str(call(self.endpoint, "POST", "/apply-template", {"messages": messages}).get("prompt", ""))
