@@ -37,20 +37,34 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
     start = time.perf_counter()
     stats.cached_tokens = rt.reuse_prefix(seq, prompt)
     rest = prompt[stats.cached_tokens:]
+    report = on_progress
+    n_rest = len(rest)
+
+    def progress(before: int) -> Callable[[int, int], None] | None:
+        # Every piece reports against the whole prompt still to read.
+        return None if report is None else (lambda done, _total: report(before + done, n_rest))
+
+    cut = rt.reasoning_cut(prompt) - stats.cached_tokens
+    if 0 < cut < len(rest) - 1:
+        # The template opened the reasoning in the generation prompt (R1 distills' "<think>\n"), and the next
+        # turn renders this reply without it: the next prompt parts from these cells right here. Read up to
+        # here as a slice of its own (dense) and keep a checkpoint here (window, recurrent), so that turn reuses
+        # everything before and reads only what is new (docs/reasoning.md "History and reuse").
+        if not rt.decode_tokens(seq, rest[:cut], want_logits=False, should_stop=cancelled,
+                                on_progress=progress(0), note_slices=True):
+            stats.stop_reason = "cancelled"
+            yield stats
+            return
+        rt.keeper.checkpoint(seq, prompt=True)
+        rest = rest[cut:]
+        on_progress = progress(cut)
     if not rt.keeper.dense:
         # A checkpoint one token short of the prompt: a regenerate (or an edit of the next message) restores
         # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.prefix), and decodes
         # the last token alone, as here. (A dense regenerate reads the prompt's last slice again instead:
         # PrefixKeeper._slice_start.)
-        report = on_progress
-        n_rest = len(rest)
-
-        def progress(before: int) -> Callable[[int, int], None] | None:
-            # Both pieces report against the whole prompt still to read.
-            return None if report is None else (lambda done, _total: report(before + done, n_rest))
-
         if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled,
-                                on_progress=progress(0)):
+                                on_progress=progress(n_rest - len(rest))):
             stats.stop_reason = "cancelled"
             yield stats
             return

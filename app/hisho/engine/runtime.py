@@ -211,6 +211,23 @@ class Runtime:
             log.info("reasoning format: %s", fmt.to_dict())
         return fmt
 
+    def reasoning_cut(self, prompt: list[int]) -> int:
+        """Where the reasoning the template opened in its generation prompt begins in ``prompt`` (the R1
+        distills' "<think>\n"): the index of the token that holds the tag's first character (a tokenizer may
+        merge it with the character before, as "><"), or ``len(prompt)`` when the template opens none there."""
+        if not self.reasoning.starts_inside:
+            return len(prompt)
+        tail = prompt[-12:]
+        pieces = [self.piece(t, special=True) for t in tail]
+        at = b"".join(pieces).rfind(reasoning.THINK_OPEN.encode("utf-8"))
+        if at < 0:
+            return len(prompt)
+        for i, piece in enumerate(pieces):
+            if at < len(piece):
+                return len(prompt) - len(tail) + i
+            at -= len(piece)
+        return len(prompt)
+
     # ----- tokens -------------------------------------------------------------------------------------
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = False) -> list[int]:

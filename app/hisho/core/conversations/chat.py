@@ -370,6 +370,7 @@ class ChatService:
                     "tokens_per_s": result.tokens_per_s}
             if turn.reasoning:
                 answer_at = turn.answer_at or time.monotonic()
+                turn.reasoning = result.reasoning or turn.reasoning.strip()
                 meta |= {"reasoning": turn.reasoning,
                          "reasoning_s": answer_at - first if first is not None else None}
         if turn.store_error is not None:
