@@ -147,6 +147,8 @@ def _clean(message: dict[str, Any]) -> dict[str, Any]:
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
         out["tool_calls"] = [_call(c) for c in calls if isinstance(c, dict)]
+    if out.get("reasoning_content") is not None and "thinking" not in out:
+        out["thinking"] = out["reasoning_content"]  # GPT-OSS's template reads an earlier reply's analysis here
     return out
 
 
