@@ -116,3 +116,40 @@ def test_a_reasoning_reply_folds_its_thinking_and_shows_only_the_answer(
     wait_for(qtbot, lambda: again.id in w.view.widgets)
     block = w.view.widgets[again.id].thinking
     assert block is not None and not block.is_open
+
+
+def test_chat_settings_offer_thinking_where_the_template_lets_it_be_chosen(qtbot: QtBot) -> None:
+    from hisho.core.conversations.store import Conversation
+    from hisho.core.formats.reasoning import ReasoningFormat, ReasoningKind
+    from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
+
+    conv = Conversation(1, "A chat", settings=ChatSettings())
+    qwen = ConversationSettingsDialog(conv, [("m", "m")], reasoning=ReasoningFormat(
+        ReasoningKind.THINK, toggle="enable_thinking"))
+    qtbot.addWidget(qwen)
+    assert qwen.thinking is not None and qwen.thinking.currentText().startswith("On")
+    qwen.thinking.setCurrentIndex(1)
+    assert qwen.values()[2].thinking is False
+    oss = ConversationSettingsDialog(conv, [("m", "m")], reasoning=ReasoningFormat(
+        ReasoningKind.HARMONY, efforts=("low", "medium", "high")))
+    qtbot.addWidget(oss)
+    assert oss.thinking is not None and oss.thinking.currentText() == "Medium effort"
+    oss.thinking.setCurrentIndex(2)
+    assert oss.values()[2].reasoning_effort == "high"
+    r1 = ConversationSettingsDialog(conv, [("m", "m")], reasoning=ReasoningFormat(ReasoningKind.THINK,
+                                                                                  starts_inside=True))
+    qtbot.addWidget(r1)
+    assert r1.thinking is None and r1.values()[2].thinking is True
+
+
+def test_thinking_off_renders_the_template_s_closed_block_and_the_reply_is_all_answer(
+        reasoning_window: MainWindow) -> None:
+    engine = reasoning_window.ctx.engine
+    assert isinstance(engine, EngineClient)
+    service = reasoning_window.controller.service
+    off = service.template_kwargs(ChatSettings(thinking=False))
+    assert off == {"enable_thinking": False}
+    prompt = engine.tokenize(messages=[{"role": "user", "content": "Hi"}], template_kwargs=off)
+    assert engine.detokenize(prompt).endswith("<think>\n\n</think>\n\n")
+    result = engine.generate(tokens=prompt, template_kwargs=off, test_hooks={"force_text": ANSWER}).collect()
+    assert result.text == ANSWER and result.reasoning == ""

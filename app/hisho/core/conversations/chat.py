@@ -47,6 +47,7 @@ from hisho.core.db import DatabaseUnavailable
 from hisho.core.engine.protocol import ErrorKind, GenerationResult, Sampling
 from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineError, UserError
+from hisho.core.formats.reasoning import ReasoningFormat
 
 log = logging.getLogger("hisho.chat")
 
@@ -96,6 +97,7 @@ class Turn:
     id: int = field(default_factory=lambda: next(_turn_ids))
     text: str = ""
     reasoning: str = ""                # a reasoning model's thinking so far (never part of ``text``)
+    template_kwargs: dict[str, Any] | None = None  # the template's variables for this turn (thinking on/off)
     reply_id: int | None = None
     store_error: DatabaseUnavailable | None = None   # the store failed while this reply streamed (disk full)
     # Time to first token counts from ``sent_at`` (time.monotonic: when the user sent it; the window sets when
@@ -218,7 +220,8 @@ class ChatService:
     def _prepared(self, turn: Turn, messages: list[dict[str, str]]) -> PreparedPrompt:
         for hook in self.before_prompt:
             hook(turn, messages)
-        tokens = self.engine.tokenize(messages=messages) if self._takes_tokens() and messages else None
+        tokens = self.engine.tokenize(messages=messages, template_kwargs=turn.template_kwargs) \
+            if self._takes_tokens() and messages else None
         count = len(tokens) if tokens is not None else self.count(messages)
         return PreparedPrompt(messages, tokens, FitReport(count, self.reply_room(turn.conversation_id), self.n_ctx))
 
@@ -238,7 +241,8 @@ class ChatService:
         if not text.strip():
             raise UserError("nothing to send: the message is empty")
         conv = self.store.get(conversation_id)
-        shaping = Turn(conversation_id, conv.leaf_id or 0, self._sampling(conv))
+        shaping = Turn(conversation_id, conv.leaf_id or 0, self._sampling(conv),
+                       template_kwargs=self.template_kwargs(conv.settings))
         prompt = self._prepared(shaping, self.prompt_messages(conversation_id, extra_user=text))
         if not prompt.fit.fits:
             return prompt.fit
@@ -304,16 +308,30 @@ class ChatService:
 
     def _turn(self, conversation_id: int, parent_id: int, drop_oldest: bool) -> Turn:
         conv = self.store.get(conversation_id)
-        return Turn(conversation_id, parent_id, self._sampling(conv), drop_oldest)
+        return Turn(conversation_id, parent_id, self._sampling(conv), drop_oldest,
+                    template_kwargs=self.template_kwargs(conv.settings))
 
     @property
-    def reasons(self) -> bool:
-        """The model answering reasons before it answers (think tags, GPT-OSS channels)."""
+    def reasoning(self) -> ReasoningFormat:
+        """How the model answering reasons before it answers (think tags, GPT-OSS channels), if it does."""
         info = self.engine.load_info.get("reasoning")
-        return isinstance(info, dict) and info.get("kind", "none") != "none"
+        return ReasoningFormat.from_dict(info if isinstance(info, dict) else None)
+
+    def template_kwargs(self, settings: Any) -> dict[str, Any] | None:
+        """The chat's thinking choices as the model's template takes them (None: it takes none)."""
+        fmt = self.reasoning
+        out: dict[str, Any] = {}
+        if fmt.toggle:
+            out[fmt.toggle] = bool(settings.thinking)
+        if fmt.efforts:
+            effort = str(settings.reasoning_effort)
+            out["reasoning_effort"] = effort if effort in fmt.efforts else "medium"
+        return out or None
 
     def _sampling(self, conv: Conversation) -> Sampling:
-        return sampling_for(conv.settings, self.n_ctx or None, reasons=self.reasons)
+        fmt = self.reasoning
+        thinks = fmt.reasons and (conv.settings.thinking or not fmt.toggle)
+        return sampling_for(conv.settings, self.n_ctx or None, reasons=thinks)
 
     # ----- running a turn ------------------------------------------------------------------------------
 
@@ -348,8 +366,10 @@ class ChatService:
         turn.reply_id = reply.id
         status, error, result = DONE, "", None
         try:
-            stream = self.engine.generate(tokens=prompt.tokens, sampling=turn.sampling) \
-                if prompt.tokens is not None else self.engine.generate(messages=messages, sampling=turn.sampling)
+            kwargs = turn.template_kwargs
+            stream = self.engine.generate(tokens=prompt.tokens, sampling=turn.sampling, template_kwargs=kwargs) \
+                if prompt.tokens is not None else self.engine.generate(messages=messages, sampling=turn.sampling,
+                                                                       template_kwargs=kwargs)
             turn._stream = stream
             if turn.cancelled:
                 stream.cancel()

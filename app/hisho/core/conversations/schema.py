@@ -38,6 +38,10 @@ class ChatSettings:
     repeat_penalty: float = 1.1
     max_tokens: int = 1024
     seed: int = -1
+    # A reasoning model's thinking, where its template lets it be chosen: on/off (Qwen3's ``enable_thinking``)
+    # and the effort (GPT-OSS: low, medium, high). Ignored by models that cannot change it.
+    thinking: bool = True
+    reasoning_effort: str = "medium"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

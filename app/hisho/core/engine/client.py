@@ -249,11 +249,15 @@ class EngineClient:
         sampling: Sampling | None = None,
         seq: int = 0,
         test_hooks: dict[str, Any] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> Stream:
         """Start a reply. Exactly one of messages (chat-templated), prompt (raw text) or tokens. ``test_hooks``
-        (tests, with ``EngineClient(test_hooks=True)``): ``{"hold_after_tokens": N}``, see ``release_hold``."""
+        (tests, with ``EngineClient(test_hooks=True)``): ``{"hold_after_tokens": N}``, see ``release_hold``.
+        ``template_kwargs``: the template's variables (``enable_thinking``): they render ``messages`` and tell
+        how the reply begins (thinking off), also for ``tokens`` rendered with them."""
         return self.stream(Generate(messages=messages, prompt=prompt, tokens=tokens, seq=seq,
-                                    sampling=sampling or Sampling(), test_hooks=test_hooks))
+                                    sampling=sampling or Sampling(), test_hooks=test_hooks,
+                                    template_kwargs=template_kwargs))
 
     def batch(self, request: BatchGenerate) -> Stream:
         """Several prompts as parallel sequences; one "token" event per finished item."""

@@ -133,10 +133,12 @@ class RemoteEngine:
 
     def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
                  tokens: list[int] | None = None, sampling: Sampling | None = None,
-                 seq: int = 0) -> RemoteStream:
+                 seq: int = 0, template_kwargs: dict[str, Any] | None = None) -> RemoteStream:
         if not self.model:
             raise RemoteError(f"{self.name}: no model chosen yet")
         body: dict[str, Any] = {"model": self.model, "stream": True, **self._sampling(sampling or Sampling())}
+        if template_kwargs:
+            body["chat_template_kwargs"] = template_kwargs  # llama-server's and vLLM's name for them
         if self.info.kind != "llama-cpp-python":
             body["stream_options"] = {"include_usage": True}
         if messages is not None:

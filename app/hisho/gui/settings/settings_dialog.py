@@ -26,14 +26,17 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.conversations.store import ChatSettings, Conversation
+from hisho.core.formats.reasoning import ReasoningFormat
 from hisho.core.settings import PRESET_NAME_MAX
 from hisho.gui.shell.text_dialog import ask_text
 
 
 class ConversationSettingsDialog(QDialog):
     def __init__(self, conv: Conversation, models: list[tuple[str, str]], parent: QWidget | None = None,
-                 presets: list[dict[str, str]] | None = None) -> None:
-        """``models``: (store name, label) pairs; the first is the default. ``presets``: {"name", "prompt"}."""
+                 presets: list[dict[str, str]] | None = None, reasoning: ReasoningFormat | None = None) -> None:
+        """``models``: (store name, label) pairs; the first is the default. ``presets``: {"name", "prompt"}.
+        ``reasoning``: how the model answering now reasons (a Thinking row where its template lets it be
+        chosen)."""
         super().__init__(parent)
         self.presets = list(presets or [])
         self.new_preset: dict[str, str] | None = None
@@ -71,6 +74,8 @@ class ConversationSettingsDialog(QDialog):
         self.max_tokens = self._int(s.max_tokens, 1, 1 << 20, "Longest reply, in tokens")
         self.seed = self._int(s.seed, -1, 2**31 - 1, "-1 = random; any other value repeats replies")
         self.seed.setSpecialValueText("random")
+        self.conv_settings = s
+        self.thinking = self._thinking_choice(s, reasoning or ReasoningFormat())
         form = QFormLayout()
         form.setSpacing(10)
         form.addRow("Model", self.model)
@@ -81,6 +86,8 @@ class ConversationSettingsDialog(QDialog):
         form.addRow("Top-k", self.top_k)
         form.addRow("Repeat penalty", self.repeat)
         form.addRow("Max reply tokens", self.max_tokens)
+        if self.thinking is not None:
+            form.addRow("Thinking", self.thinking)
         form.addRow("Seed", self.seed)
         note = QLabel("These settings belong to this chat. New chats start from the defaults.")
         note.setObjectName("Meta")
@@ -164,9 +171,32 @@ class ConversationSettingsDialog(QDialog):
         w.setToolTip(tip)
         return w
 
+    @staticmethod
+    def _thinking_choice(s: ChatSettings, fmt: ReasoningFormat) -> QComboBox | None:
+        """On/off (a template with a thinking switch) or the effort (GPT-OSS); None for a model whose thinking
+        cannot be chosen (it thinks, or not, as it was trained)."""
+        if not fmt.toggle and not fmt.efforts:
+            return None
+        box = QComboBox()
+        box.setObjectName("ThinkingChoice")
+        if fmt.efforts:
+            for effort in fmt.efforts:
+                box.addItem(f"{effort.capitalize()} effort", (True, effort))
+            box.setCurrentIndex(max(0, box.findText(f"{s.reasoning_effort.capitalize()} effort")))
+            box.setToolTip("How long the model reasons before it answers (its own low/medium/high setting)")
+        else:
+            box.addItem("On: think before answering", (True, s.reasoning_effort))
+            box.addItem("Off: answer at once", (False, s.reasoning_effort))
+            box.setCurrentIndex(0 if s.thinking else 1)
+            box.setToolTip("Thinking takes longer and often answers better; its text is folded above the answer")
+        return box
+
     def values(self) -> tuple[str, str, ChatSettings]:
         """(model store name, system prompt, sampling settings)."""
+        thinking, effort = (self.thinking.currentData() if self.thinking is not None
+                            else (self.conv_settings.thinking, self.conv_settings.reasoning_effort))
         settings = ChatSettings(temperature=self.temperature.value(), top_p=self.top_p.value(),
                                 top_k=self.top_k.value(), repeat_penalty=self.repeat.value(),
-                                max_tokens=self.max_tokens.value(), seed=self.seed.value())
+                                max_tokens=self.max_tokens.value(), seed=self.seed.value(),
+                                thinking=bool(thinking), reasoning_effort=str(effort))
         return str(self.model.currentData() or ""), self.system.toPlainText().strip(), settings

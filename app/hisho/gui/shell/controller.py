@@ -291,7 +291,8 @@ class ChatController(QObject):
             return
         models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
         dialog = ConversationSettingsDialog(self.current, models, self.w.window(),
-                                            presets=list(self.ctx.settings["system_prompt_presets"]))
+                                            presets=list(self.ctx.settings["system_prompt_presets"]),
+                                            reasoning=self.service.reasoning)
         accepted = dialog.exec()
         if dialog.new_preset is not None:
             self.add_preset(dialog.new_preset)
