@@ -19,8 +19,6 @@ import openai
 import pytest
 
 from tests.api.conftest import Served, start_serve, stop_serve
-from tests.fixtures.gguf_shapes import true_model
-from tests.fixtures.tool_models import rewrite
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -30,7 +28,7 @@ WEATHER = {"type": "function", "function": {
         "city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["celsius", "fahrenheit"]}},
         "required": ["city", "unit"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "description": "The local time in a city.",
-                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
                                                         "required": ["city"]}}}
 TOOLS = [WEATHER, TIME]
 ARGS = {"city": "Paris", "unit": "celsius"}
@@ -49,16 +47,6 @@ CALL_TEXT = {
 CALL_CONTENT = {"hermes": "Let me look."}
 ANSWER_TEXT = {"harmony": "<|channel|>analysis<|message|>The tool said 21.<|end|><|start|>assistant<|channel|>final"
                           "<|message|>" + ANSWER + "<|return|>"}
-
-
-@pytest.fixture(scope="session")
-def family_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from hisho.core.models.store import bundled_model_path
-
-    source = bundled_model_path()
-    assert source is not None
-    root = tmp_path_factory.mktemp("tool_models")
-    return {f: rewrite(source, root / f"{f}-test.gguf", f) for f in ("hermes", "llama3", "mistral", "harmony")}
 
 
 def serve_with_hooks(home: Path, model: Path) -> Served:
