@@ -52,3 +52,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     s = start_serve(tmp_path_factory.mktemp("serve_home"))
     yield s
     stop_serve(s)
+
+
+@pytest.fixture(scope="session")
+def family_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The bundled model's weights with each tool-call family's template and tokens (tests/fixtures/tool_models.py)."""
+    from hisho.core.models.store import bundled_model_path
+    from tests.fixtures.tool_models import rewrite
+
+    source = bundled_model_path()
+    assert source is not None
+    root = tmp_path_factory.mktemp("tool_models")
+    return {f: rewrite(source, root / f"{f}-test.gguf", f) for f in ("hermes", "llama3", "mistral", "harmony")}

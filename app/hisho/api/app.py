@@ -25,8 +25,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from hisho.api import tooling
 from hisho.api.backend import Backend, Reply
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
+from hisho.core.formats.tools import CallStream, ToolCall
+from hisho.core.formats.tools import parse as parse_calls
 
 log = logging.getLogger("hisho.api")
 
@@ -172,34 +175,52 @@ async def _whole(reply: Reply, job: Job, ids: Ids) -> Response:
     result = reply.result
     assert result is not None
     stops = StopFilter(job.stops)
-    text = stops.feed("".join(parts)) + stops.flush()
-    finish = "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
-    return JSONResponse(ids.whole(text, finish, usage(result.prompt_tokens, result.completion_tokens,
-                                                      result.cached_tokens)))
+    calls: list[ToolCall] = []
+    if job.extras.family is not None:  # a request with tools: its calls read from the raw text
+        parsed = parse_calls(job.extras.family, result.raw_text or "".join(parts))
+        text, calls = stops.feed(parsed.content) + stops.flush(), parsed.calls
+    else:
+        text = stops.feed("".join(parts)) + stops.flush()
+    finish = "tool_calls" if calls else "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
+    body = ids.whole(text, finish, usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens))
+    if calls:
+        message = body["choices"][0]["message"]
+        message["content"] = text or None
+        message["tool_calls"] = tooling.call_parts(calls)
+    return JSONResponse(body)
 
 
 async def _events(reply: Reply, job: Job, ids: Ids) -> AsyncIterator[bytes]:
     """The SSE stream. When the client goes away Starlette cancels this generator: ``finally`` cancels the
     engine's sequence at once."""
     stops = StopFilter(job.stops)
+    family = job.extras.family
+    calls_in = CallStream(family) if family is not None else None  # content streams, calls come whole at the end
+    calls: list[ToolCall] = []
     try:
         if job.kind == "chat":
             yield _sse(ids.delta(None, role=True))
         async for text in reply.texts():
-            out = stops.feed(text)
+            out = stops.feed(calls_in.feed(text) if calls_in is not None else text)
             if out:
                 yield _sse(ids.delta(out))
             if stops.stopped:
                 reply.close()  # the engine may still be a token or two behind the stop string
+        if calls_in is not None:
+            rest, calls = calls_in.finish()
+            stops.feed(rest)
         tail = stops.flush()
         if tail:
             yield _sse(ids.delta(tail))
+        if calls and reply.error is None:
+            yield _sse(ids.envelope([{"index": 0, "delta": {"tool_calls": tooling.call_deltas(calls)},
+                                      "finish_reason": None}], chunk=True))
         if reply.error is not None:
             yield _sse(reply.error.body())
         else:
             result = reply.result
             assert result is not None
-            finish = "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
+            finish = "tool_calls" if calls else "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
             yield _sse(ids.delta(None, finish))
             if job.include_usage:
                 yield _sse({**ids.envelope([], chunk=True),

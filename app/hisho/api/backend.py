@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from hisho.api import tooling
 from hisho.api.cache import PromptCache
 from hisho.api.limits import Admission, Limits
 from hisho.api.shapes import ApiError, Job
@@ -90,8 +91,9 @@ class Reply:
     it ends, or ``error``."""
 
     def __init__(self, stream: TokenStream, loop: asyncio.AbstractEventLoop, on_end: Callable[[Reply], None],
-                 model_id: str = "", prompt_param: str = "messages") -> None:
+                 model_id: str = "", prompt_param: str = "messages", raw: bool = False) -> None:
         self.stream = stream
+        self.raw = raw  # items are the tokens' raw pieces (special tokens shown), for a call parser
         self.model_id = model_id          # the model that answers (what the response names)
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.result: GenerationResult | None = None
@@ -125,8 +127,9 @@ class Reply:
 
     def _read(self) -> None:
         try:
+            key = "piece" if self.raw else "text"
             for ev in self.stream:
-                self._put(str(ev.get("text", "")))
+                self._put(str(ev.get(key, ev.get("text", ""))))
             self.result = self.stream.result
         except Exception as exc:  # every engine failure becomes an OpenAI-shaped error
             self.error = api_error(exc, self._prompt_param)
@@ -195,11 +198,18 @@ class Backend:
 
     def _start(self, engine: Engine, job: Job, n_ctx_seq: int) -> TokenStream:
         fields: dict[str, Any] = {"messages": job.messages} if job.kind == "chat" else {"prompt": job.prompt}
+        template: dict[str, Any] = {"tools": job.extras.tools, "template_kwargs": job.extras.template_kwargs}
         serve = getattr(engine, "serve", None)
         if Capability.SERVE.value in engine.capabilities and serve is not None:
-            extra: dict[str, Any] = {"max_prompt": self.limits.prompt_tokens(n_ctx_seq)}
-            if self.cache is not None and job.kind == "chat" and self.cache.worth_it(job.messages or []):
-                tokens = engine.tokenize(messages=job.messages)
+            extra: dict[str, Any] = {"max_prompt": self.limits.prompt_tokens(n_ctx_seq),
+                                     "test_hooks": job.extras.test_hooks}
+            if job.kind == "chat":
+                fields.update(template)
+            # Tools count as prompt: an agent resends the same system prompt and tools with every request.
+            if self.cache is not None and job.kind == "chat" and self.cache.worth_it(job.messages or [],
+                                                                                      job.extras.tools):
+                tokens = engine.tokenize(messages=job.messages, tools=job.extras.tools,
+                                         template_kwargs=job.extras.template_kwargs)
                 plan = self.cache.plan(tokens)
                 fields = {"tokens": tokens}
                 extra.update(chunks=plan.chunks or None, keep=plan.keep, save_dir=plan.save_dir)
@@ -229,6 +239,13 @@ class Backend:
                            param="model", code="model_not_found")
         n_ctx_seq = context_of(engine)
         self.limits.check(job, n_ctx_seq)
+        if job.kind == "chat":
+            extras = job.extras
+            if (extras.tools or extras.json_output or extras.template_kwargs) and \
+                    Capability.SERVE.value not in engine.capabilities:
+                raise ApiError(400, "tools, response_format and chat_template_kwargs need the local engine; the "
+                                    "connected server does not take them through this API", code="not_supported")
+            job.sampling = tooling.apply(extras, job.sampling, engine.load_info)
         since = self.admission.enter(key, slots_of(engine))
         loop = asyncio.get_running_loop()
         limit = self.limits.request_timeout_s  # counted from here: sending it (a tokenize on a busy engine) too
@@ -247,7 +264,8 @@ class Backend:
                 raise timeout_error() from None
             raise api_error(exc, job.prompt_param) from None
         self._count(1)
-        reply = Reply(stream, loop, lambda r: self._ended(r, key, since), model, job.prompt_param)
+        reply = Reply(stream, loop, lambda r: self._ended(r, key, since), model, job.prompt_param,
+                      raw=job.extras.family is not None)
         reply.limit(max(0.0, limit - (time.monotonic() - since)))
         try:
             await reply.started()

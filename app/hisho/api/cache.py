@@ -15,6 +15,7 @@ Rules of use:
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,12 +43,13 @@ class PromptCache:
         self.session = session
         self.min_new_tokens = min_new_tokens
 
-    def worth_it(self, messages: list[dict[str, str]]) -> bool:
+    def worth_it(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> bool:
         """Whether a request is long enough to bother the disk tier: a prompt of fewer characters than
         ``min_new_tokens`` tokens usually take (~2 per token at the least) is neither saved nor worth a restore,
         and asking costs a tokenize round trip and an index query before its first token (measured: ~150 ms on
         a busy 2-core box)."""
-        return sum(len(m.get("content", "")) for m in messages) >= 2 * self.min_new_tokens
+        chars = sum(len(m.get("content") or "") for m in messages) + (len(json.dumps(tools)) if tools else 0)
+        return chars >= 2 * self.min_new_tokens
 
     def plan(self, tokens: list[int]) -> CachePlan:
         """What to restore for ``tokens`` and whether to save them (a worker thread; reads on the store lane)."""

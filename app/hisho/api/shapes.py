@@ -7,30 +7,22 @@ status) for anything a client got wrong; nothing here raises anything else for b
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from hisho.api.errors import ApiError
+from hisho.api.tooling import Extras, parse_extras, parse_message
 from hisho.core.engine.protocol import Sampling
 
+__all__ = ["ApiError", "Job", "parse_chat", "parse_completion"]
+
 MAX_STOPS = 4  # OpenAI's limit
-# The roles a chat template knows; "developer" is OpenAI's newer name for the system message. Tool and function
-# messages are refused: this server has no tool calling, and a template would render them as something else.
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-
-
-class ApiError(Exception):
-    """An error a client sees as OpenAI's ``{"error": {message, type, param, code}}`` with ``status``."""
-
-    def __init__(self, status: int, message: str, *, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+# The roles a chat template knows; "developer" is OpenAI's newer name for the system message. The old "function"
+# role is refused: no template renders it (tool results come as "tool" messages).
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 @dataclass
@@ -42,11 +34,12 @@ class Job:
     stream: bool
     include_usage: bool
     sampling: Sampling
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     stops: tuple[str, ...] = ()
     max_tokens_param: str = "max_tokens"       # the field the client gave it in (errors name it)
     max_tokens_given: bool = False
+    extras: Extras = field(default_factory=Extras)  # tools, response_format, template settings (api.tooling)
 
     @property
     def prompt_param(self) -> str:
@@ -55,7 +48,7 @@ class Job:
 
     def prompt_chars(self) -> int:
         if self.messages is not None:
-            return sum(len(m["content"]) for m in self.messages)
+            return sum(len(m["content"]) for m in self.messages) + len(json.dumps(self.extras.tools or []))
         return len(self.prompt or "")
 
 
@@ -145,11 +138,13 @@ def parse_chat(body: Any, defaults: dict[str, Any], max_default: int) -> Job:
         role = ROLES.get(m["role"])
         if role is None:
             known = ", ".join(f"'{r}'" for r in ROLES)
-            why = " (this server has no tool calling)" if m["role"] in ("tool", "function") else ""
-            raise ApiError(400, f"messages[{i}].role: {_short(m['role'])} is not supported{why}; use {known}",
+            raise ApiError(400, f"messages[{i}].role: {_short(m['role'])} is not supported; use {known}",
                            param=f"messages[{i}].role", code="invalid_value")
-        out.append({"role": role, "content": _content(m.get("content"), i)})
+        # An assistant turn that only calls tools has no content (OpenAI sends null there).
+        calls_only = role == "assistant" and m.get("content") is None and bool(m.get("tool_calls"))
+        out.append(parse_message(m, i, role, "" if calls_only else _content(m.get("content"), i)))
     job.messages = out
+    job.extras = parse_extras(body)
     return job
 
 

@@ -50,7 +50,17 @@ def full_grammar(s: Sampling) -> str:
             converter.visit(converter.resolve_refs(schema, name), "" if name == "root" else name)
     except Exception as exc:  # the converter raises plain exceptions for schemas it cannot express
         raise GrammarError(f"the JSON schema cannot be turned into a grammar: {exc}") from None
-    return s.grammar + "\n" + str(converter.format_grammar())
+    return s.grammar + "\n" + _strict_strings(str(converter.format_grammar()))
+
+
+# The converter of llama-cpp-python 0.3.36 lets a JSON string hold raw control characters (a newline), which JSON
+# forbids and strict parsers refuse; llama.cpp's own converter has since excluded them (json-schema-to-grammar).
+_LOOSE_CHAR = 'char ::= [^"\\\\] '
+_STRICT_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] '
+
+
+def _strict_strings(grammar: str) -> str:
+    return grammar.replace(_LOOSE_CHAR, _STRICT_CHAR)
 
 
 def grammar_sampler(rt: Any, s: Sampling) -> Any:

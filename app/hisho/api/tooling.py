@@ -1,0 +1,186 @@
+"""Tool calls and structured output in the chat API: the request fields (``tools``, ``tool_choice``,
+``parallel_tool_calls``, ``response_format``, ``chat_template_kwargs``, tool messages and assistant tool calls
+in the history), the grammar a request's sampling gets, and the tool-call parts of responses. No I/O.
+
+Rules of use: ``parse_message`` / ``parse_extras`` run inside ``shapes.parse_chat`` and raise ``ApiError``
+for anything a client got wrong. ``apply(extras, sampling, load_info)`` runs once the model is known (its chat template
+decides the family): it refuses tools the template cannot carry (400, never a silent ignore) and puts the
+grammar into the job's sampling. The reply's raw text is read with ``hisho.core.formats.tools``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from hisho.api.errors import ApiError
+from hisho.core.engine.protocol import Sampling
+from hisho.core.formats import tools as formats
+
+NO_TOOLS = ("the model's chat template has no tool-call format this server reads (Hermes/Qwen <tool_call>, "
+            "Llama 3.x JSON calls, Mistral [TOOL_CALLS], GPT-OSS harmony); send the request without 'tools'")
+
+
+@dataclass
+class Extras:
+    """What a chat request asks beyond text (defaults: nothing)."""
+
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str = "auto"           # "auto", "none", "required" or "function" (then ``forced``)
+    forced: str | None = None           # the function a named tool_choice calls
+    parallel: bool = True
+    schema: dict[str, Any] | None = None  # response_format: the JSON schema (json_object: any object)
+    json_output: bool = False           # response_format json_object or json_schema
+    template_kwargs: dict[str, Any] | None = None
+    test_hooks: dict[str, Any] | None = None  # only with the engine's test hooks on (HISHO_ENGINE_TEST_HOOKS=1)
+    family: str | None = None           # set by ``apply``: the family whose calls the reply is read for
+
+
+def _bad(message: str, param: str, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def parse_extras(body: dict[str, Any]) -> Extras:
+    extras = Extras()
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _bad("'tools' must be a list of functions", "tools")
+        extras.tools = [_tool(t, i) for i, t in enumerate(tools)] or None
+    _tool_choice(body.get("tool_choice"), extras)
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise _bad("'parallel_tool_calls' must be true or false", "parallel_tool_calls")
+    extras.parallel = parallel
+    _response_format(body.get("response_format"), extras)
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    extras.template_kwargs = kwargs or None
+    hooks = body.get("hisho_test_hooks")
+    if isinstance(hooks, dict) and os.environ.get("HISHO_ENGINE_TEST_HOOKS") == "1":
+        extras.test_hooks = hooks
+    if extras.tools and extras.json_output:
+        raise _bad("'response_format' cannot be combined with 'tools' here: send one or the other",
+                   "response_format")
+    return extras
+
+
+def _tool(tool: Any, i: int) -> dict[str, Any]:
+    param = f"tools[{i}]"
+    if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
+        raise _bad(f"{param} must be {{'type': 'function', 'function': {{...}}}}", param)
+    function = tool["function"]
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad(f"{param}.function.name is required", param)
+    params = function.get("parameters")
+    if params is not None and not isinstance(params, dict):
+        raise _bad(f"{param}.function.parameters must be a JSON schema object", param)
+    return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
+
+
+def _tool_choice(choice: Any, extras: Extras) -> None:
+    if choice is None:
+        return
+    if isinstance(choice, str) and choice in ("auto", "none", "required"):
+        extras.tool_choice = choice
+    elif isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str):
+        extras.tool_choice, extras.forced = "function", choice["function"]["name"]
+    else:
+        raise _bad("'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': "
+                   "{'name': …}}", "tool_choice", "invalid_value")
+    if extras.tool_choice != "auto" and extras.tool_choice != "none" and not extras.tools:
+        raise _bad("'tool_choice' needs 'tools'", "tool_choice")
+    names = [t["function"]["name"] for t in extras.tools or []]
+    if extras.forced is not None and extras.forced not in names:
+        raise _bad(f"'tool_choice' names {extras.forced!r}, which is not in 'tools'", "tool_choice",
+                   "invalid_value")
+
+
+def _response_format(fmt: Any, extras: Extras) -> None:
+    if fmt is None:
+        return
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return
+    if kind == "json_object":
+        extras.json_output = True
+        return
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise _bad("'response_format.json_schema.schema' must be a JSON schema object", "response_format")
+        extras.json_output, extras.schema = True, schema
+        return
+    raise _bad("'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format",
+               "invalid_value")
+
+
+def parse_message(m: dict[str, Any], i: int, role: str, content: str) -> dict[str, Any]:
+    """A history message as the template gets it: assistant tool calls (arguments as JSON text), a tool
+    message's ``tool_call_id``, a ``name``."""
+    out: dict[str, Any] = {"role": role, "content": content}
+    if role == "tool":
+        call = m.get("tool_call_id")
+        if not isinstance(call, str) or not call:
+            raise _bad(f"messages[{i}].tool_call_id is required in a tool message", f"messages[{i}].tool_call_id")
+        out["tool_call_id"] = call
+    if isinstance(m.get("name"), str):
+        out["name"] = m["name"]
+    calls = m.get("tool_calls")
+    if role == "assistant" and calls:
+        if not isinstance(calls, list):
+            raise _bad(f"messages[{i}].tool_calls must be a list", f"messages[{i}].tool_calls")
+        out["tool_calls"] = [_history_call(c, i, k) for k, c in enumerate(calls)]
+    return out
+
+
+def _history_call(call: Any, i: int, k: int) -> dict[str, Any]:
+    param = f"messages[{i}].tool_calls[{k}]"
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise _bad(f"{param} needs a function with a name", param)
+    arguments = function.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": str(call.get("id") or ""), "type": "function",
+            "function": {"name": function["name"], "arguments": arguments}}
+
+
+def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Sampling:
+    """Check a chat request against the loaded model's template (``load_info``: what the load reported);
+    the request's sampling with the grammar it needs (sets ``extras.family`` where calls are to be read)."""
+    if extras.tools:
+        template = str(load_info.get("chat_template") or "")
+        family = formats.detect(template) if load_info.get("chat_template_source") == "gguf" else None
+        if family is None:
+            raise ApiError(400, NO_TOOLS, param="tools", code="tools_not_supported")
+        if extras.tool_choice == "none":
+            return sampling
+        extras.family = family
+        chosen = [t for t in extras.tools if extras.forced in (None, t["function"]["name"])]
+        required = extras.tool_choice in ("required", "function")
+        request = formats.grammar_for(family, chosen, required, extras.parallel)
+    elif extras.json_output:
+        request = formats.schema_grammar(extras.schema)
+    else:
+        return sampling
+    return dataclasses.replace(
+        sampling, grammar=request.grammar, grammar_schemas=request.schemas, grammar_lazy=request.lazy,
+        grammar_triggers=list(request.triggers), grammar_patterns=list(request.patterns))
+
+
+def call_parts(calls: list[formats.ToolCall]) -> list[dict[str, Any]]:
+    """``message.tool_calls`` of a response."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls]
+
+
+def call_deltas(calls: list[formats.ToolCall]) -> list[dict[str, Any]]:
+    """``delta.tool_calls`` of a streamed response: each call whole, with its ``index``."""
+    return [{"index": n, **part} for n, part in enumerate(call_parts(calls))]
