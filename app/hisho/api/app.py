@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from hisho.api import tooling
-from hisho.api.backend import Backend, Reply
+from hisho.api.backend import Backend, Reply, Thought
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
 from hisho.core.formats.tools import CallStream, ToolCall
 from hisho.core.formats.tools import parse as parse_calls
@@ -170,14 +170,15 @@ async def _whole(reply: Reply, job: Job, ids: Ids) -> Response:
         parts = [text async for text in reply.texts()]
     finally:
         reply.close()
+    result = reply.result
     if reply.error is not None:
         return error_response(reply.error)
-    result = reply.result
     assert result is not None
     stops = StopFilter(job.stops)
     calls: list[ToolCall] = []
     if job.extras.family is not None:  # a request with tools: its calls read from the raw text
-        parsed = parse_calls(job.extras.family, result.raw_text or "".join(parts))
+        raw = "".join(parts) if reply.raw_answer else (result.raw_text or "".join(parts))
+        parsed = parse_calls(job.extras.family, raw)
         text, calls = stops.feed(parsed.content) + stops.flush(), parsed.calls
     else:
         text = stops.feed("".join(parts)) + stops.flush()
@@ -187,6 +188,8 @@ async def _whole(reply: Reply, job: Job, ids: Ids) -> Response:
         message = body["choices"][0]["message"]
         message["content"] = text or None
         message["tool_calls"] = tooling.call_parts(calls)
+    if job.kind == "chat" and result.reasoning:  # as llama-server and DeepSeek's API give it
+        body["choices"][0]["message"]["reasoning_content"] = result.reasoning
     return JSONResponse(body)
 
 
@@ -200,7 +203,11 @@ async def _events(reply: Reply, job: Job, ids: Ids) -> AsyncIterator[bytes]:
     try:
         if job.kind == "chat":
             yield _sse(ids.delta(None, role=True))
-        async for text in reply.texts():
+        async for text in reply.items():
+            if isinstance(text, Thought):
+                if job.kind == "chat":
+                    yield _sse(ids.reasoning_delta(text))
+                continue
             out = stops.feed(calls_in.feed(text) if calls_in is not None else text)
             if out:
                 yield _sse(ids.delta(out))

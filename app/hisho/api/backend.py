@@ -86,6 +86,10 @@ def _cancel_started(started: asyncio.Future[TokenStream]) -> None:
         started.result().cancel()
 
 
+class Thought(str):
+    """A piece of a reasoning model's thinking in a reply's items (``reasoning_content``, never ``content``)."""
+
+
 class Reply:
     """One request's engine stream, read on a worker thread. Iterate (async) for token texts; ``result`` when
     it ends, or ``error``."""
@@ -126,9 +130,17 @@ class Reply:
         self.queue.put_nowait(item)
 
     def _read(self) -> None:
+        # A reasoning model's stream is split by the engine client: ``text`` is the answer and ``reasoning``
+        # the thinking (sent apart, as ``reasoning_content``). A call parser reads the answer's raw text, or
+        # for harmony the whole raw reply (its calls and channels are markers the parser reads itself).
+        whole_raw = getattr(self.stream, "reasoning_kind", "") == "harmony"
         try:
-            key = "piece" if self.raw else "text"
             for ev in self.stream:
+                thought = ev.get("reasoning")
+                if thought:
+                    self._put(Thought(str(thought)))
+                split = "reasoning" in ev
+                key = "piece" if self.raw and (whole_raw or not split) else "text"
                 self._put(str(ev.get(key, ev.get("text", ""))))
             self.result = self.stream.result
         except Exception as exc:  # every engine failure becomes an OpenAI-shaped error
@@ -145,11 +157,24 @@ class Reply:
         await self._first
 
     async def texts(self) -> AsyncIterator[str]:
+        """The answer's texts (a reasoning model's thinking is left out: ``items`` has it)."""
+        async for item in self.items():
+            if not isinstance(item, Thought):
+                yield item
+
+    async def items(self) -> AsyncIterator[str]:
+        """Answer texts (``str``) and reasoning texts (``Thought``), in the order the model wrote them."""
         while True:
             item = await self.queue.get()
             if item is _END:
                 return
-            yield item
+            if item:
+                yield item
+
+    @property
+    def raw_answer(self) -> bool:
+        """Whether the texts are split from a reasoning reply (the call parser reads them, not ``raw_text``)."""
+        return getattr(self.stream, "reasoning_kind", "") not in ("", "none", "harmony")
 
     def close(self) -> None:
         """Cancel the engine's sequence (harmless after the end)."""

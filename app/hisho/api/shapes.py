@@ -215,6 +215,12 @@ class Ids:
             return self.envelope([{"index": 0, "delta": delta, "finish_reason": finish}], chunk=True)
         return self.envelope([{"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}])
 
+    def reasoning_delta(self, text: str) -> dict[str, Any]:
+        """A chunk of a reasoning model's thinking: ``delta.reasoning_content`` (llama-server's and DeepSeek's
+        field; clients that do not know it show only ``content``)."""
+        return self.envelope([{"index": 0, "delta": {"reasoning_content": text}, "finish_reason": None}],
+                             chunk=True)
+
     def whole(self, text: str, finish: str, use: dict[str, Any]) -> dict[str, Any]:
         if self.kind == "chat":
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},

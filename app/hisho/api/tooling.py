@@ -35,6 +35,7 @@ class Extras:
     schema: dict[str, Any] | None = None  # response_format: the JSON schema (json_object: any object)
     json_output: bool = False           # response_format json_object or json_schema
     template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None   # OpenAI's reasoning_effort: the template's, where it takes one
     test_hooks: dict[str, Any] | None = None  # only with the engine's test hooks on (HISHO_ENGINE_TEST_HOOKS=1)
     family: str | None = None           # set by ``apply``: the family whose calls the reply is read for
 
@@ -60,6 +61,11 @@ def parse_extras(body: dict[str, Any]) -> Extras:
     if kwargs is not None and not isinstance(kwargs, dict):
         raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
     extras.template_kwargs = kwargs or None
+    effort = body.get("reasoning_effort")
+    if effort is not None and not isinstance(effort, str):
+        raise _bad("'reasoning_effort' must be a string such as \"low\", \"medium\" or \"high\"",
+                   "reasoning_effort")
+    extras.reasoning_effort = effort
     hooks = body.get("hisho_test_hooks")
     if isinstance(hooks, dict) and os.environ.get("HISHO_ENGINE_TEST_HOOKS") == "1":
         extras.test_hooks = hooks
@@ -154,7 +160,11 @@ def _history_call(call: Any, i: int, k: int) -> dict[str, Any]:
 
 def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Sampling:
     """Check a chat request against the loaded model's template (``load_info``: what the load reported);
-    the request's sampling with the grammar it needs (sets ``extras.family`` where calls are to be read)."""
+    the request's sampling with the grammar it needs (sets ``extras.family`` where calls are to be read).
+    ``reasoning_effort`` goes to a template that takes one (GPT-OSS's); other models reason as they do."""
+    efforts = (load_info.get("reasoning") or {}).get("efforts") or []
+    if extras.reasoning_effort is not None and extras.reasoning_effort in efforts:
+        extras.template_kwargs = {"reasoning_effort": extras.reasoning_effort, **(extras.template_kwargs or {})}
     if extras.tools:
         template = str(load_info.get("chat_template") or "")
         family = formats.detect(template) if load_info.get("chat_template_source") == "gguf" else None

@@ -70,7 +70,7 @@ class Stream:
     """
 
     def __init__(self, client: EngineClient, req_id: int, events: queue.Queue[Any], op: str = "",
-                 reasoning: ReasoningFormat | None = None, thinking: bool = True) -> None:
+                 reasoning: ReasoningFormat | None = None, thinking: bool = True, chat: bool = True) -> None:
         self._client = client
         self.id = req_id
         self.op = op
@@ -80,8 +80,9 @@ class Stream:
         self.progress: Progress | None = None
         self.first_answer_at: float | None = None   # the first token of the answer (after any reasoning)
         self._fmt = reasoning if reasoning is not None and reasoning.reasons else None
+        # A chat reply is split; a raw completion (a prompt given as text) continues the text as it is.
         self._splitter = ReplySplitter(self._fmt, thinking=thinking) \
-            if self._fmt is not None and op in ("generate", "serve") else None
+            if self._fmt is not None and chat and op in ("generate", "serve") else None
         self._thinking = thinking
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -113,9 +114,15 @@ class Stream:
         finally:
             self._client._forget(self.id)
 
+    @property
+    def reasoning_kind(self) -> str:
+        """The reasoning format this stream's reply is split by ("" when it is not split)."""
+        return self._fmt.kind.value if self._splitter is not None and self._fmt is not None else ""
+
     def _split(self, ev: dict[str, Any]) -> dict[str, Any]:
         if self._splitter is not None:
-            return self._token_event(ev, self._splitter.feed(str(ev.get("piece") or ev.get("text", ""))))
+            raw = str(ev.get("piece") or ev.get("text", ""))
+            return {**self._token_event(ev, self._splitter.feed(raw)), "piece": raw}
         if self._fmt is not None and self.op == "batch_generate" and isinstance(ev.get("text"), str):
             split = split_text(self._fmt, ev["text"], thinking=self._thinking)  # a whole item at once
             return {**ev, "text": split.content, "reasoning": split.reasoning,
@@ -342,7 +349,9 @@ class EngineClient:
         self._ensure_ready()
         self.requests += 1
         req_id, events = self._process.submit(req)
-        return Stream(self, req_id, events, req.op, self.reasoning, _thinking_on(req))
+        wire = req.to_wire()
+        return Stream(self, req_id, events, req.op, self.reasoning, _thinking_on(wire),
+                      chat=wire.get("prompt") is None)
 
     # ----- internals -------------------------------------------------------------------------------
 
@@ -412,9 +421,9 @@ class EngineClient:
         self._process.forget(req_id)
 
 
-def _thinking_on(req: Request) -> bool:
+def _thinking_on(wire: dict[str, Any]) -> bool:
     """False when the request turns a reasoning model's thinking off (its template's ``enable_thinking``)."""
-    kwargs = req.to_wire().get("template_kwargs") or {}
+    kwargs = wire.get("template_kwargs") or {}
     return not (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False)
 
 
