@@ -306,3 +306,20 @@ def control_tokens(vocab: Any, n_vocab: int, token_text: Callable[[int], str]) -
                 ids.setdefault(text, token)
     alts = sorted(ids, key=len, reverse=True)
     return ids, (re.compile("|".join(map(re.escape, alts))) if alts else None)
+
+
+# A user-defined token that is the model's own markup, not text: snake_case markers (Gemma's "<start_of_image>",
+# "<image_soft_token>"), "<|…|>" markers and "[UPPER_CASE]" markers. HTML tags that are user-defined tokens of
+# some vocabularies ("<table>", "<tr>") are text, and stay.
+_MARKUP = re.compile(r"<[a-z0-9]+(?:_[a-z0-9]+)+>|<\|[^|]*\|>|\[[A-Z][A-Z0-9_]*\]")
+_USER_DEFINED = 1 << 4  # LLAMA_TOKEN_ATTR_USER_DEFINED
+
+
+def markup_tokens(vocab: Any, n_vocab: int, token_text: Callable[[int], str]) -> frozenset[int]:
+    """User-defined tokens whose text is the model's markup (``_MARKUP``): a reply's text leaves them out,
+    as it leaves out control tokens, so a base model that samples "<start_of_image>" does not show it."""
+    out = set()
+    for token in range(n_vocab):
+        if int(llama_cpp.llama_vocab_get_attr(vocab, token)) & _USER_DEFINED and _MARKUP.fullmatch(token_text(token)):
+            out.add(token)
+    return frozenset(out)

@@ -31,6 +31,7 @@ from hisho.engine.llama_setup import (
     control_tokens,
     make_governors,
     maps_file,
+    markup_tokens,
     model_params,
     read_metadata,
     step_kind,
@@ -65,6 +66,7 @@ class Runtime:
         self._piece_buf = ctypes.create_string_buffer(256)
         self.metadata = read_metadata(model)
         self._control_cache: tuple[dict[str, int], re.Pattern[str] | None] | None = None
+        self._markup_cache: frozenset[int] | None = None
         self.template = ChatTemplate.from_model(self.metadata, self.token_text, self.is_special_token)
         self.reasoning = self._reasoning_format()
 
@@ -242,6 +244,10 @@ class Runtime:
         return list(buf[:n])
 
     def piece(self, token: int, special: bool = False) -> bytes:
+        """``token``'s bytes; without ``special`` control tokens and the model's markup tokens are empty (a
+        reply's text), with it they are shown (the raw reply a format parser reads)."""
+        if not special and token in self._markup():
+            return b""
         n = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
         if n < 0:
             self._piece_buf = ctypes.create_string_buffer(-n)
@@ -322,6 +328,11 @@ class Runtime:
         """Whether ``text`` is exactly one special (control) token of this vocabulary."""
         ids, _pattern = self._controls()
         return text in ids and self.tokenize(text, parse_special=True) == [ids[text]]
+
+    def _markup(self) -> frozenset[int]:
+        if self._markup_cache is None:  # made once per model, at its first reply
+            self._markup_cache = markup_tokens(self.vocab, self.n_vocab, self.token_text)
+        return self._markup_cache
 
     def _controls(self) -> tuple[dict[str, int], re.Pattern[str] | None]:
         if self._control_cache is None:  # made once per model

@@ -16,7 +16,7 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QBoxLayout, QMenu, QSizePolicy, QToolButton
 
 from hisho.core.models.names import entry_name
-from hisho.core.models.store import ModelEntry, ModelStore
+from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import GIB, format_bytes
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import RemoteWindow
@@ -53,9 +53,15 @@ NAME_MAX = 240   # px: a long file name is elided on the button, whole in its to
 MIN_NAME = 60
 
 
-def _label(e: ModelEntry) -> str:
-    bits = " · ".join(b for b in (e.arch, e.quant, format_bytes(e.size)) if b)
+def _label(e: ModelEntry, base: bool = False) -> str:
+    bits = " · ".join(b for b in (e.arch, e.quant, format_bytes(e.size), "base model" if base else "") if b)
     return f"{entry_name(e).display}    {bits}"
+
+
+def _listing() -> tuple[list[ModelEntry], set[str]]:
+    """The installed models and which are base models (their headers say; read on the store lane)."""
+    entries = ModelStore().list()
+    return entries, {str(e.path) for e in entries if is_base_model(e.path)}
 
 
 class ModelPicker(QToolButton):
@@ -69,6 +75,7 @@ class ModelPicker(QToolButton):
         self.menu_ = QMenu(self)
         self.setMenu(self.menu_)
         self.entries: list[ModelEntry] = []
+        self.base: set[str] = set()     # paths of the entries that are base models
         self.remote: list[Any] = []     # (Endpoint, ServerInfo) of the remote engines that answered
         self.full_name = ""
         self.room = NAME_MAX
@@ -112,7 +119,7 @@ class ModelPicker(QToolButton):
         self._elide()
 
     def refresh(self) -> None:
-        self.window_.ctx.executor.submit("store", lambda: ModelStore().list(), done=self._listed)
+        self.window_.ctx.executor.submit("store", _listing, done=self._listed)
         from hisho.gui.shell.remote_switch import reachable
 
         self.window_.ctx.executor.submit("remote", reachable, done=self._reached, key="picker")
@@ -121,8 +128,8 @@ class ModelPicker(QToolButton):
         self.remote = found
         self._fill()
 
-    def _listed(self, entries: list[ModelEntry]) -> None:
-        self.entries = entries
+    def _listed(self, listing: tuple[list[ModelEntry], set[str]]) -> None:
+        self.entries, self.base = listing
         self._fill()
 
     def _fill(self) -> None:
@@ -134,7 +141,7 @@ class ModelPicker(QToolButton):
         if self.remote:
             m.addSection("This computer")
         for e in self.entries:
-            act = m.addAction(_label(e))
+            act = m.addAction(_label(e, str(e.path) in self.base))
             act.setCheckable(True)
             act.setChecked(bool(current) and same_file(e.path, current) and not remote_on)
             act.triggered.connect(lambda _=False, entry=e: self.choose(entry))

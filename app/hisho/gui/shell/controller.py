@@ -76,7 +76,7 @@ class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
     def show_load_stop(self, shown: bool) -> None: ...
     def disable_load_stop(self) -> None: ...
     def show_local_model(self, name: str, n_ctx: int, engine_info: dict[str, object], gpu_layers: int,
-                         pid: int | None) -> None: ...
+                         pid: int | None, base: bool = False) -> None: ...
 
 
 class ChatController(QObject):
@@ -247,7 +247,8 @@ class ChatController(QObject):
         params = self.ctx.engine.load_params
         name = self.ctx.model_name.display
         self.w.show_local_model(name, int(info.get("n_ctx", 0)), self.ctx.engine.engine_info,
-                                params.n_gpu_layers if params else 0, self.ctx.engine.pid)
+                                params.n_gpu_layers if params else 0, self.ctx.engine.pid,
+                                base=bool(info.get("base_model")))
         self.fit.known.clear()  # another model counts differently
         self.fit.show_for(self.current.id if self.current else None)
         self.fit.update()

@@ -297,14 +297,17 @@ class MainWindow(QMainWindow):
         self.status.stop_load.setEnabled(False)
 
     def show_local_model(self, name: str, n_ctx: int, engine_info: dict[str, object], gpu_layers: int,
-                         pid: int | None) -> None:
-        """A model loaded on this computer answers: its name in the header, status bar and empty chat."""
+                         pid: int | None, base: bool = False) -> None:
+        """A model loaded on this computer answers: its name in the header, status bar and empty chat.
+        ``base``: a base model (no chat template): marked as such, since it continues text, not answers it."""
         self.sidebar.set_engine_note("")  # this computer answers: its saved KV is used again
         self.status.set_model(name, n_ctx)
         self.status.set_device(engine_info, gpu_layers)
         self.status.engine_pid = pid
-        self.model_label.setText(name)
-        self.empty_subtitle.setText(f"Chatting with {name}, on this computer. Nothing leaves it.")
+        self.model_label.setText(f"{name} · base model" if base else name)
+        self.empty_subtitle.setText(
+            f"{name} is a base model, not a chat model: it continues the text you send rather than answering it."
+            if base else f"Chatting with {name}, on this computer. Nothing leaves it.")
 
     def add_status_widget(self, widget: QWidget) -> None:
         self.status.addPermanentWidget(widget)
