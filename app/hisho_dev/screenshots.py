@@ -233,6 +233,9 @@ def main(argv: list[str]) -> int:
     from hisho_dev.docs_shots import docs_shots
 
     docs_shots(app, window, out)
+    from hisho_dev.reasoning_shots import reasoning_shots
+
+    reasoning_shots(app, window, out)
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
     for line in problems:

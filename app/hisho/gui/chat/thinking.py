@@ -28,6 +28,7 @@ class ThinkingBlock(QFrame):
     def __init__(self) -> None:
         super().__init__()
         self.setObjectName("ThinkingBlock")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)  # the stylesheet's left rule
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 4, 10, 6)
         lay.setSpacing(4)

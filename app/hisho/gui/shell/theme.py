@@ -138,7 +138,7 @@ QLineEdit:focus, #ComposerFrame[focused="true"] {{ border: 1px solid {t.accent};
 #Meta, #Hint, #TokenCount {{ color: {t.muted}; font-size: 8.5pt; }}
 #Marker {{ color: {t.warn}; font-size: 8.5pt; font-weight: 600; }}
 #ErrorMarker {{ color: {t.error}; font-size: 8.5pt; font-weight: 600; }}
-#ThinkingBlock {{ border-left: 3px solid {t.border}; }}
+QFrame#ThinkingBlock {{ border: none; border-left: 3px solid {t.selected}; }}
 QPushButton#ThinkingHeader {{ background: transparent; border: none; color: {t.muted}; padding: 2px 0;
     font-weight: 600; text-align: left; }}
 QPushButton#ThinkingHeader:hover {{ color: {t.text}; }}
