@@ -4,6 +4,7 @@ family writes them (whole and while streaming), and the grammar request each fam
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,15 @@ def test_grammar_requests(family: str) -> None:
 def test_schema_grammar() -> None:
     assert T.schema_grammar(None).schemas == {"root": {"type": "object"}}
     assert not T.schema_grammar({"type": "array"}).lazy
+
+
+def test_no_calls_from_a_thought() -> None:
+    call = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert T.parse("hermes", "<think>Maybe " + call).calls == []  # still thinking
+    assert T.parse("hermes", "<think>Maybe " + call + "</think>No.").calls == []
+    assert [c.name for c in T.parse("hermes", "<think>Yes.</think>" + call).calls] == ["f"]
+    pattern = re.compile(T.grammar_for("hermes", [TOOL], required=False).patterns[0])
+    assert pattern.fullmatch("<think>I could use <tool_call>") is None
+    assert pattern.fullmatch("<think>ok</think>\n<tool_call>") is not None
+    assert pattern.fullmatch("Sure. <tool_call>") is not None
+
