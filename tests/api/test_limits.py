@@ -170,7 +170,8 @@ def test_too_many_requests_for_one_key_get_429_with_retry_after(tight: Served) -
 
 @pytest.mark.parametrize(("path", "change", "param"), [
     ("/chat/completions", {"messages": [{"role": "bogus", "content": "x"}]}, "messages[0].role"),
-    ("/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ("/chat/completions", {"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
+    ("/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id"),
     ("/chat/completions", {"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": None}]},
      "messages[1].content"),
     ("/chat/completions", {"n": 2}, "n"),

@@ -119,6 +119,11 @@ def test_tools_without_template_support_are_refused(tmp_path: Path) -> None:
         r = client(served).chat.completions.create(model=served.model, max_tokens=4,
                                                    messages=[{"role": "user", "content": QUESTION}])
         assert r.choices[0].finish_reason in ("stop", "length")
+        # What the template itself refuses (raise_exception: Gemma 2 takes no system message) is a 400 saying why.
+        with pytest.raises(openai.BadRequestError) as refused:
+            client(served).chat.completions.create(model=served.model, max_tokens=4, messages=[
+                {"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}])
+        assert "System role not supported" in refused.value.message
     finally:
         stop_serve(served)
 

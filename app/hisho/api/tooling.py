@@ -129,15 +129,16 @@ def _response_format(fmt: Any, extras: Extras) -> None:
 
 def parse_message(m: dict[str, Any], i: int, role: str, content: str) -> dict[str, Any]:
     """A history message as the template gets it: assistant tool calls (arguments as JSON text), a tool
-    message's ``tool_call_id``, a ``name``."""
+    message's ``tool_call_id``, a ``name``, an assistant turn's ``reasoning_content``."""
     out: dict[str, Any] = {"role": role, "content": content}
     if role == "tool":
         call = m.get("tool_call_id")
         if not isinstance(call, str) or not call:
             raise _bad(f"messages[{i}].tool_call_id is required in a tool message", f"messages[{i}].tool_call_id")
         out["tool_call_id"] = call
-    if isinstance(m.get("name"), str):
-        out["name"] = m["name"]
+    for key in ("name", "reasoning_content"):  # templates that show earlier reasoning read the latter
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
     calls = m.get("tool_calls")
     if role == "assistant" and calls:
         if not isinstance(calls, list):

@@ -27,6 +27,8 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from hisho.core.engine.protocol import ErrorKind
+
 log = logging.getLogger("hisho.engine")
 
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
@@ -43,6 +45,13 @@ COMPLETION = (
     "{% endfor %}"
 )
 BASE_MODEL_NOTICE = "this file is a base model, not a chat model (no chat template): replies continue the text"
+
+
+class TemplateRefused(ValueError):
+    """The template raised (``raise_exception``: roles out of order, a tool-call id it does not take): a bad
+    request, whose message says why."""
+
+    kind = ErrorKind.BAD_REQUEST
 
 
 def _raise(message: str) -> None:
@@ -106,7 +115,10 @@ class ChatTemplate:
             variables["tools"] = tools
         variables.update(messages=[_clean(m) for m in messages], add_generation_prompt=add_generation_prompt,
                          bos_token=self.bos_token, eos_token=self.eos_token)
-        return self._compiled.render(**variables)
+        try:
+            return self._compiled.render(**variables)
+        except jinja2.TemplateError as exc:  # raise_exception() in the template: the caller's messages
+            raise TemplateRefused(f"the model's chat template refused these messages: {exc}") from None
 
     def render_parts(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                      tools: list[dict[str, Any]] | None = None, extra: dict[str, Any] | None = None,

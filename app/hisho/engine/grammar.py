@@ -1,22 +1,33 @@
 """llama.cpp's grammar sampler for one reply (``Sampling.grammar``: structured output, tool calls), and the gate
-that keeps it cheap. Engine thread only, like every sampler.
+around it. Engine thread only, like every sampler.
 
 Why a gate: applying a grammar checks every candidate token against it, ~70 ms a token on a 49K vocabulary
 (measured on the bundled model, where a step costs ~10 ms). Most tokens a model draws are allowed anyway, so the
 gate does what llama.cpp's ``common_sampler`` does (common/sampling.cpp): draw from the chain as if there were no
 grammar, ask the grammar about that one token, and only if it refuses apply the grammar to every candidate and
 draw again. Then the grammar (and the chain) accept the token.
+
+Lazy grammars are triggered here, not by llama.cpp's lazy sampler: when its trigger matches, that sampler feeds
+the text from the trigger on to the grammar, and text the grammar cannot take (the rest of the token that
+completed the trigger) raises a C++ exception, which through ctypes ends the engine process. The gate finds the
+trigger itself (the same patterns and trigger tokens), then feeds that text token by token, each only after the
+grammar has said it takes it; a reply that already left the grammar goes on unconstrained (logged). The
+grammar sampler is never given a token it refuses. See docs/api.md "Tool calls".
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
+import re
 from typing import Any
 
 import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
+
+log = logging.getLogger("hisho.engine")
 
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
 
@@ -25,14 +36,6 @@ class GrammarError(ValueError):
     """A grammar llama.cpp could not parse (a bad request: the caller's grammar or schema)."""
 
     kind = ErrorKind.BAD_REQUEST
-
-
-def regex_escape(text: str) -> str:
-    """``text`` as a literal in llama.cpp's regexes (std::regex, ECMAScript): only the syntax characters."""
-    return "".join("\\" + c if c in _REGEX_SYNTAX else c for c in text)
-
-
-_REGEX_SYNTAX = frozenset("\\^$.|?*+()[]{}")
 
 
 def full_grammar(s: Sampling) -> str:
@@ -64,37 +67,55 @@ def _strict_strings(grammar: str) -> str:
 
 
 def grammar_sampler(rt: Any, s: Sampling) -> Any:
-    """llama.cpp's grammar sampler for ``s.grammar`` (root rule ``root``). Lazy: a trigger word that is one
-    control token of the vocabulary (``[TOOL_CALLS]``, ``<|python_tag|>``) triggers on that token, as llama.cpp's
-    server does; any other word becomes a pattern that finds it anywhere in the reply, its own text the start
-    of the constrained part (common/sampling.cpp builds its patterns the same way)."""
-    grammar = full_grammar(s).encode("utf-8")
-    if not s.grammar_lazy:
-        smpl = llama_cpp.llama_sampler_init_grammar(rt.vocab, grammar, b"root")
-    else:
-        tokens: list[int] = []
+    """llama.cpp's grammar sampler for ``s.grammar`` (root rule ``root``), constraining from its first token."""
+    smpl = llama_cpp.llama_sampler_init_grammar(rt.vocab, full_grammar(s).encode("utf-8"), b"root")
+    if not smpl:
+        raise GrammarError("the grammar could not be parsed (llama.cpp's log says where)")
+    return smpl
+
+
+class Trigger:
+    """Where a lazy grammar starts: a trigger word that is one control token of the vocabulary (``[TOOL_CALLS]``,
+    ``<|python_tag|>``) triggers on that token, as llama.cpp's server does; any other word anywhere in the
+    reply; a pattern (``Sampling.grammar_patterns``) when it matches the whole reply so far, the constrained
+    text starting at its first group (llama.cpp's lazy patterns, common/sampling.cpp)."""
+
+    def __init__(self, rt: Any, s: Sampling) -> None:
+        self.tokens: set[int] = set()
         patterns = list(s.grammar_patterns)
         for word in s.grammar_triggers:
             ids = rt.tokenize(word, parse_special=True)
             if len(ids) == 1 and rt.is_special_token(word):
-                tokens.append(int(ids[0]))
+                self.tokens.add(int(ids[0]))
             else:
-                patterns.append("^[\\s\\S]*?(" + regex_escape(word) + ")[\\s\\S]*$")
-        raw = [p.encode("utf-8") for p in patterns]
-        c_patterns = (ctypes.c_char_p * max(1, len(raw)))(*raw)
-        c_tokens = (llama_cpp.llama_token * max(1, len(tokens)))(*tokens)
-        smpl = llama_cpp.llama_sampler_init_grammar_lazy_patterns(rt.vocab, grammar, b"root", c_patterns, len(raw),
-                                                                  c_tokens, len(tokens))
-    if not smpl:
-        raise GrammarError("the grammar could not be parsed (llama.cpp's log says where)")
-    return smpl
+                patterns.append("^[\\s\\S]*?(" + re.escape(word) + ")[\\s\\S]*$")
+        try:
+            self.patterns = [re.compile(p) for p in patterns]
+        except re.error as exc:
+            raise GrammarError(f"a trigger pattern does not compile: {exc}") from None
+        self.text = ""
+
+    def start(self, token: int, piece: str) -> str | None:
+        """After ``token`` (its text ``piece``, special tokens shown): the text to constrain from, None while
+        the trigger has not come."""
+        if token in self.tokens:
+            return piece
+        self.text += piece
+        for pattern in self.patterns:
+            m = pattern.fullmatch(self.text)
+            if m is not None:
+                at = next((m.start(i) for i in range(1, (m.re.groups or 0) + 1) if m.group(i)), m.start())
+                return self.text[at:]
+        return None
 
 
 class Gate:
     """A reply's grammar beside its sampler chain (None: greedy). See the module docstring."""
 
     def __init__(self, rt: Any, s: Sampling, chain: Any) -> None:
-        self.grammar = grammar_sampler(rt, s)
+        self.rt = rt
+        self.grammar: Any = grammar_sampler(rt, s)
+        self.trigger = Trigger(rt, s) if s.grammar_lazy else None
         self.chain = chain
         n = int(rt.n_vocab)
         self._data = (llama_cpp.llama_token_data * n)()
@@ -105,13 +126,42 @@ class Gate:
         self._one = llama_cpp.llama_token_data_array(ctypes.pointer(self._one_data), 1, -1, False)
 
     def sample(self, logits: Any) -> int:
+        if self.grammar is None or self.trigger is not None:  # unconstrained (yet)
+            token = self._draw(logits, grammar=False)
+            self._accept_chain(token)
+            if self.trigger is not None:
+                self._watch(token)
+            return token
         token = self._draw(logits, grammar=False)
         if not self._allowed(token):
             token = self._draw(logits, grammar=True)
-        llama_cpp.llama_sampler_accept(self.grammar, token)
+        if self._allowed(token):
+            llama_cpp.llama_sampler_accept(self.grammar, token)
+        else:  # the grammar allows no token at all (a bug in it): go on without it rather than fail the engine
+            self._drop("it allows no token")
+        self._accept_chain(token)
+        return token
+
+    def _accept_chain(self, token: int) -> None:
         if self.chain is not None:
             llama_cpp.llama_sampler_accept(self.chain, token)
-        return token
+
+    def _watch(self, token: int) -> None:
+        """A lazy grammar: has its trigger come with ``token``? Then feed it the text from the trigger on."""
+        assert self.trigger is not None
+        start = self.trigger.start(token, self.rt.token_text(token))
+        if start is None:
+            return
+        self.trigger = None
+        for part in self.rt.tokenize(start, parse_special=True):
+            if not self._allowed(part):
+                self._drop(f"the reply left it at {start!r}")
+                return
+            llama_cpp.llama_sampler_accept(self.grammar, part)
+
+    def _drop(self, why: str) -> None:
+        log.warning("grammar dropped for the rest of this reply: %s", why)
+        self.free()
 
     def _draw(self, logits: Any, grammar: bool) -> int:
         if not grammar and self.chain is None:
@@ -129,6 +179,7 @@ class Gate:
         return int(view["id"][arr.selected])
 
     def _allowed(self, token: int) -> bool:
+        """Whether the grammar takes ``token`` now (applying it to one candidate never changes its state)."""
         one = self._one_data
         one.id, one.logit, one.p = token, 0.0, 0.0  # type: ignore[assignment]  # ctypes converts
         self._one.size, self._one.selected, self._one.sorted = 1, -1, False

@@ -163,6 +163,7 @@ class Sampler:
     Anything else runs llama.cpp's chain (``chain``): top-k, penalties, top-p, min-p, temperature, dist.
     A grammar (``Sampling.grammar``) is kept beside the chain: ``hisho.engine.grammar.Gate``."""
 
+
     def __init__(self, rt: Any, s: Sampling) -> None:
         from hisho.engine.grammar import Gate
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
 import logging
 import re
 import time
@@ -282,6 +283,7 @@ class Runtime:
         if "tokens" in request:
             return [int(t) for t in request["tokens"]]
         if "messages" in request:
+            self._no_control_text(request)
             # The template writes BOS itself where the model wants it.
             return self.template_tokens(self.template.render_parts(
                 request["messages"], request.get("add_generation_prompt", True), request.get("tools"),
@@ -294,6 +296,19 @@ class Runtime:
         raise RequestError(ErrorKind.BAD_REQUEST, "request needs messages, prompt, tokens or text")
 
     # ----- control tokens only from the template ------------------------------------------------
+
+    def _no_control_text(self, request: dict[str, Any]) -> None:
+        """Tool schemas and tool-call arguments are written by the template as its own markup (``render_parts``
+        keeps only message contents apart), so a control token's text in them would become that token:
+        refused instead."""
+        _ids, pattern = self._controls()
+        calls = [m.get("tool_calls") for m in request["messages"] if isinstance(m, dict) and m.get("tool_calls")]
+        if pattern is None or (not request.get("tools") and not calls):
+            return
+        found = pattern.search(json.dumps([request.get("tools"), calls], ensure_ascii=False))
+        if found is not None:
+            raise RequestError(ErrorKind.BAD_REQUEST, f"a tool schema or tool call holds {found.group()!r}, "
+                                                      "a control token of this model; remove it")
 
     def template_tokens(self, parts: list[tuple[str, bool]]) -> list[int]:
         """Tokens of a rendered chat prompt: control tokens only where the template's markup spells them; message

@@ -79,13 +79,21 @@ def parse(family: str, raw: str, final: bool = True) -> Parsed:
     if family == "llama3":
         return _parse_llama3(raw, final)
     marker = MARKERS[family][0]
-    at = raw.find(marker)
+    at = raw.find(marker, _after_thinking(raw))
     if at < 0:
         return Parsed(raw if final else _hold(raw, MARKERS[family]))
     if not final:
         return Parsed(raw[:at])
     calls = _hermes_calls(raw, at) if family == "hermes" else _mistral_calls(raw, at + len(marker))
     return Parsed(raw[:at].rstrip(), calls) if calls else Parsed(raw)
+
+
+def _after_thinking(raw: str) -> int:
+    """Where calls may start: after a closed ``<think>…</think>`` (Qwen3, QwQ); nowhere while one is open, since
+    a model thinking about a call is not making one."""
+    if "</think>" in raw:
+        return raw.rindex("</think>")
+    return len(raw) if "<think>" in raw else 0
 
 
 def _hold(text: str, markers: tuple[str, ...]) -> str:
@@ -264,7 +272,9 @@ def grammar_for(family: str, tools: list[dict[str, Any]], required: bool, parall
         more = " (tc-nl tc-one)*" if parallel else ""
         frame = f"root ::= tc-one{more}\ntc-one ::= {one}\ntc-nl ::= \"\\n\"?\n"
         schemas = {"tc-call": _one_of([_call_schema(t, "arguments") for t in tools])}
-        return GrammarRequest(frame, schemas, lazy, triggers=("<tool_call>",))
+        # The marker, but not inside an open <think> (llama.cpp's trigger skips a thought the same way).
+        outside_thought = "^(?:[\\s\\S]*?</think>)?(?:(?!<think>)[\\s\\S])*?(<tool_call>)[\\s\\S]*$"
+        return GrammarRequest(frame, schemas, lazy, patterns=(outside_thought,))
     if family == "mistral":
         items = _one_of([_call_schema(t, "arguments", with_id=True) for t in tools])
         array: dict[str, Any] = {"type": "array", "items": items, "minItems": 1}
