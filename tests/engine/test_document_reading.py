@@ -108,3 +108,59 @@ def test_a_stopped_reading_keeps_what_was_read(tmp_path: Path, default_model_pat
         assert again.tokens_read <= prompt - first.tokens_read + 8
     finally:
         app.close()
+
+
+def test_a_model_trained_on_8k_loaded_at_16k_gets_no_chunk_over_8k(tmp_path: Path) -> None:
+    """The loaded context may be larger than the trained one (a planner's "Use this context"): documents are
+    cut within the trained one, and the result says so."""
+    from hisho.core.db import Database
+    from hisho.core.documents.cache import SummaryCache
+    from hisho.core.documents.job import SummaryJob
+    from hisho.core.engine.client import EngineClient
+    from hisho.core.engine.protocol import LoadParams
+    from tests.fixtures.gguf_shapes import true_model
+
+    text = tmp_path / "long.txt"
+    text.write_text("\n".join(f"Line {i}: the harbour ferry of district {i % 97} leaves at {i % 12 + 1} o'clock."
+                              for i in range(1400)))
+    with EngineClient() as client:
+        client.load(LoadParams(model_path=str(true_model("llama-tiny", "Q8_0")), n_ctx=16384, n_seq_max=2))
+        assert client.load_info["n_ctx_train"] == 8192
+        assert client.count_tokens(text.read_text()) > 12000   # one chunk of 12K would fit the loaded context
+        job = SummaryJob(client, [text], cache=SummaryCache(Database(tmp_path / "h.sqlite3")),
+                         chunk_target=12000, summary_tokens=8, final_tokens=8)
+        result = job.run()
+        sizes = [client.count_tokens(t) for _, t in result.parts]
+    assert not result.cancelled and result.n_ctx == 8192 and "8,192" in result.context_note
+    assert len(sizes) >= 2 and max(sizes) <= 8192 and max(sizes) > 6000
+
+
+def test_the_reading_progress_moves_every_few_seconds_and_ends_with_the_reading(tmp_path: Path,
+                                                                                  default_model_path: Path) -> None:
+    """Small prompt slices (n_batch 64) make a long reading of many steps: the value moves at least every 5 s
+    and the reading phase never says 100 % (it ends when the summary starts being written)."""
+    import time
+
+    from hisho.core.db import Database
+    from hisho.core.documents.cache import SummaryCache
+    from hisho.core.documents.job import SummaryJob
+    from hisho.core.engine.client import EngineClient
+    from hisho.core.engine.protocol import LoadParams
+
+    pdf = make_pdf(tmp_path / "report.pdf", pages())
+    seen: list[tuple[float, JobProgress]] = []
+    with EngineClient() as client:
+        client.load(LoadParams(model_path=str(default_model_path), n_ctx=8192, n_batch=64, n_seq_max=2))
+        job = SummaryJob(client, [pdf], cache=SummaryCache(Database(tmp_path / "h.sqlite3")), final_tokens=16,
+                         on_progress=lambda p: seen.append((time.monotonic(), p)))
+        result = job.run()
+    assert not result.cancelled and result.documents[0].mode == "whole"
+    reading = [(t, p) for t, p in seen if p.stage == "reading"]
+    assert len({p.done for _, p in reading}) > 10
+    assert all(p.done < p.total for _, p in reading)
+    changes = [t for i, (t, p) in enumerate(reading) if i == 0 or p.done != reading[i - 1][1].done]
+    writing = next(t for t, p in seen if p.stage == "writing")
+    gaps = [b - a for a, b in zip([*changes, writing], [*changes, writing][1:])]
+    assert max(gaps) <= 5.0, gaps
+    assert any(p.eta_s > 0 for _, p in reading[1:])
+    assert [p.message for _, p in reading][-1].startswith("Reading page ")
