@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,10 @@ from hisho.core.documents.progress import JobProgress as JobProgress
 from hisho.core.documents.progress import MapMeter, WholeMeter
 from hisho.core.documents.quality import advice, judge
 from hisho.core.documents.reading import PrefixReading, Ticker, summary_turn
+from hisho.core.documents.result import DocResult as DocResult
+from hisho.core.documents.result import JobResult as JobResult
+from hisho.core.documents.result import duration as duration
+from hisho.core.documents.speeds import probe_speeds
 from hisho.core.engine.ops import BatchGenerate, Prompt
 from hisho.core.engine.protocol import Sampling
 from hisho.core.engine.seam import Engine
@@ -52,69 +56,12 @@ CONFIRM_CHUNKS = 200      # ~200K tokens, a 400-page book: about an hour on a 2-
 CHARS_PER_TOKEN = 4       # a rough estimate, made before any token is counted
 
 
-@dataclass
-class DocResult:
-    file: str
-    summary: str
-    mode: str
-    chunks: int
-    chunks_cached: int
-    input_tokens: int
-    n_parallel: int
-    notes: list[str]
-    quality: dict[str, Any] = field(default_factory=dict)  # core.documents.quality: copied / repeated / verdict
-
-
-@dataclass
-class JobResult:
-    summary: str
-    documents: list[DocResult] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    eta_s: float = 0.0
-    cancelled: bool = False
-    truncated: bool = False   # only a cut the user asked for (``pages``) sets this
-    # For "ask about it" (not in the JSON): the extracted documents and their chunks as (refs, text).
-    extracted: list[Document] = field(default_factory=list)
-    parts: list[tuple[str, str]] = field(default_factory=list)
-    # Set when a summary is mostly copied text or repetition: the model is too small (``quality.warning``).
-    quality_warning: str = ""
-    suggested_model: dict[str, Any] | None = None
-    # A single document that fits was summarized on the prefix its conversation keeps (the summary turn's
-    # messages; ``hisho.core.documents.reading``): opening it reads nothing of the document again.
-    chat_prompt: list[dict[str, str]] = field(default_factory=list)
-    tokens_read: int = 0          # prompt tokens the engine read for this job (its own figures)
-    n_ctx: int = 0                # the context the job planned for: the loaded one, within the trained one
-    context_note: str = ""        # set when the model was trained on less context than is loaded
-
-    def as_dict(self) -> dict[str, Any]:
-        chunks = sum(d.chunks for d in self.documents)
-        cached = sum(d.chunks_cached for d in self.documents)
-        return {
-            "summary": self.summary, "chunks": chunks, "chunks_cached": cached, "chunks_generated": chunks - cached,
-            "input_tokens": sum(d.input_tokens for d in self.documents), "seconds": round(self.seconds, 3),
-            "eta_s": round(self.eta_s, 1), "truncated": self.truncated, "cancelled": self.cancelled,
-            "skipped": self.skipped, "quality_warning": self.quality_warning,
-            "suggested_model": self.suggested_model, "tokens_read": self.tokens_read, "n_ctx": self.n_ctx,
-            "context_note": self.context_note, "read_whole": bool(self.chat_prompt),
-            "documents": [d.__dict__ for d in self.documents],
-        }
-
-
 class Cancelled(Exception):
     pass
 
 
 class TooLarge(DocumentError):
     """A document whose summary would take longer than anyone expects without being asked."""
-
-
-def duration(seconds: float) -> str:
-    if seconds >= 5400:
-        return f"{seconds / 3600:.0f} hours"
-    if seconds >= 90:
-        return f"{seconds / 60:.0f} minutes"
-    return f"{seconds:.0f} seconds"
 
 
 class SummaryJob:
@@ -478,24 +425,7 @@ class SummaryJob:
                                   self.summary_tokens)
 
     def _probe_speeds(self) -> tuple[float, float, float]:
-        """Measure prefill and decode speed once per model (a 256-token prompt, 16 tokens), then remember it."""
-        prompt = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 26}
-        sampling = Sampling(temperature=0.0, max_tokens=16, ignore_eos=True, repeat_penalty=1.0)
-        stream = self.client.batch(BatchGenerate(items=[Prompt(messages=[prompt]).to_wire()], sampling=sampling,
-                                                 n_parallel=1, n_ctx_per_seq=512))
-        events = list(stream)
-        extra = stream.result.extra if stream.result is not None else {}
-        wall = float(extra.get("wall_s", 0.0))
-        decode_s = float(extra.get("pure_decode_s", 0.0))
-        prefill_tokens = int(extra.get("prefill_tokens", 0))
-        ttft = float(events[0].get("ttft_s", 0.0)) if events else 0.0
-        prefill = prefill_tokens / (ttft or max(1e-3, wall - decode_s))
-        decode = float(extra.get("decode_tokens_per_s", 0.0))
-        # Aggregate decode over 8 sequences is about 1.9x one on a 2-core CPU (DESIGN.md); a later bench run
-        # can store the real figure.
-        speeds = (prefill, decode, 1.9)
-        self.write(functools.partial(self.cache.put_speeds, self.model_fp, *speeds))
-        return speeds
+        return probe_speeds(self.client, self.cache, self.model_fp, self.write)
 
 
 def _first_lines(text: str, limit: int = 400) -> str:
