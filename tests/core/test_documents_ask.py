@@ -18,6 +18,7 @@ from hisho.core.documents.ask import (
 )
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.model import Document, Section
+from hisho.core.documents.reading import summary_request
 
 
 def words(text: str) -> int:
@@ -60,7 +61,7 @@ def test_summary_opens_as_conversation_and_hook_adds_parts(tmp_path: Path) -> No
     conv = store.get(cid)
     assert conv.title == "Summary: town.pdf" and conv.system_prompt == att.system_prompt
     assert [(m.role, m.content) for m in store.branch(cid)] == [
-        ("user", "Summarize town.pdf."), ("assistant", "Town summary [pp. 1–40].")]
+        ("user", summary_request("town.pdf")), ("assistant", "Town summary [pp. 1–40].")]
     assert load_attachment(cache.db, cid) is not None
     hook = DocumentContext(cache.db, words, lambda: 2048)
     messages = [{"role": "system", "content": conv.system_prompt},

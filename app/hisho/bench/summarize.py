@@ -12,6 +12,8 @@ same size, so both do the same attention work per token.
 - ``followup_speedup``: time to first token of a fresh prefill of document + question ÷ the same question
   appended to a sequence that already holds the document's KV (what "ask about it" does).
 Repetitions are interleaved (sequential, batched, sequential, …); medians are reported.
+``--only reading`` measures instead how often a document is read from drop to the first follow-up answer
+(``hisho.bench.reading``; ``--quick``: smaller documents and replies, for big or slow models).
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ def synthetic_document(n_words: int, seed: int = 7) -> Document:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if getattr(args, "only", None) == "reading":  # how often a document is read (hisho.bench.reading)
+        from hisho.bench.reading import run_reading
+
+        quick = bool(getattr(args, "quick", False))
+        model = str(open_model(args.model))
+        figures = run_reading(model, 2048 if quick else 4096, 8 if quick else 20, 24 if quick else 60,
+                              64 if quick else P.FINAL_TOKENS, 32 if quick else P.SUMMARY_TOKENS, 16 if quick else 64)
+        return {"model": model, **figures}
     n_tokens = max(32, args.tokens or 128)
     doc_tokens = max(2048, getattr(args, "doc_tokens", None) or 8192)
     repeat = max(1, args.repeat)

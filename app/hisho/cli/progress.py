@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from hisho.core.documents.job import JobProgress, duration
 
+READING = ("reading", "writing", "saving")   # phases of a document read once (core/documents/progress.py)
 HEARTBEAT_S = 15.0   # a plain-lines log says at least this often that the job still runs
 REDRAW_S = 1.0       # the bar's elapsed time ticks this often
 BAR = 24
@@ -34,6 +35,7 @@ class StderrProgress:
         self._state = ""       # what the job does now, for the bar and the heartbeat
         self._fraction: float | None = None
         self._eta = ""
+        self._detail = ""
         self._bar_shown = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,22 +78,25 @@ class StderrProgress:
         text = p.message or p.stage
         if p.stage in ("summarizing", "combining"):  # "chunk 3 of 8" says which step, not of what
             text = f"{p.stage} {p.file}: {text}" if p.file else f"{p.stage}: {text}"
+        elif p.stage in READING and p.file:           # "Reading page 3 of 9" names the phase itself
+            text = f"{p.file}: {text}"
         fraction = p.done / p.total if p.total > 0 and p.stage not in ("done", "cancelled") else None
         eta = ""
-        if fraction is not None and p.eta_s > 0 and p.stage in ("summarizing", "combining"):
+        if fraction is not None and p.eta_s > 0 and p.stage in ("summarizing", "combining", *READING):
             eta = f" · ETA {duration(p.eta_s)}"
         if p.stage == "done":
             text = f"done in {duration(time.monotonic() - self._started)}"
         elif p.stage == "cancelled":
-            text = "cancelled; finished chunks are kept, run it again to resume"
-        self._set(text, fraction, eta)
+            text = "cancelled; what was read is kept, run it again to resume"
+        self._set(text, fraction, eta, p.detail)
 
     # ----- output ----------------------------------------------------------------------------------------
 
-    def _set(self, text: str, fraction: float | None, eta: str = "") -> None:
+    def _set(self, text: str, fraction: float | None, eta: str = "", detail: str = "") -> None:
+        """A new line (plain output) only when ``text`` changes; ``detail`` (tokens read) only on the bar."""
         with self._lock:
             changed = text != self._state
-            self._state, self._fraction, self._eta = text, fraction, eta
+            self._state, self._fraction, self._eta, self._detail = text, fraction, eta, detail
             if self._held:
                 return
             if self.tty:
@@ -112,7 +117,8 @@ class StderrProgress:
             head = f"[{'#' * filled}{'-' * (BAR - filled)}] {int(self._fraction * 100):3d} % "
         else:
             head = ""
-        self.out.write(f"\r{head}{self._state}{self._eta}{elapsed}\033[K")
+        detail = f" · {self._detail}" if self._detail else ""
+        self.out.write(f"\r{head}{self._state}{detail}{self._eta}{elapsed}\033[K")
         self.out.flush()
         self._bar_shown = True
 

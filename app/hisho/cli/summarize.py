@@ -101,6 +101,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         sys.stderr.write(f"hisho: error: {line}\n")
     if result.quality_warning:
         sys.stderr.write(f"hisho: note: {result.quality_warning}\n")
+    if result.context_note:
+        sys.stderr.write(f"hisho: note: {result.context_note}\n")
     if args.pages is not None:
         whole = [Path(f).name for f in args.files if Path(f).suffix.lower() != ".pdf"]
         if whole:

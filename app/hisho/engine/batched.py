@@ -83,11 +83,14 @@ Done = Callable[[dict[str, Any]], None]
 
 
 def run_batched(rt: Runtime, items: list[Item], sampling: Sampling, n_parallel: int,
-                cancelled: Callable[[], bool], on_done: Done) -> BatchStats:
+                cancelled: Callable[[], bool], on_done: Done,
+                on_progress: Callable[[int, int], None] | None = None) -> BatchStats:
     """Generate a reply for every item; ``on_done`` gets each finished item's result as soon as it ends.
 
     Items may finish out of order. ``cancelled`` is checked before every decode step; on cancel the unfinished
-    items are dropped (their KV is wiped) and the stats say ``cancelled``.
+    items are dropped (their KV is wiped) and the stats say ``cancelled``. ``on_progress(done, total)`` after
+    every step that read prompt tokens: prompt tokens read so far of all the items' prompt tokens (a long
+    document's map phase reports its reading, not only its finished chunks).
     """
     n_par = max(1, min(n_parallel, rt.n_seq_max, len(items) or 1))
     for item in items:
@@ -97,6 +100,7 @@ def run_batched(rt: Runtime, items: list[Item], sampling: Sampling, n_parallel: 
             raise RequestError(ErrorKind.CONTEXT_FULL, f"item {item.index}: {len(item.prompt)} prompt tokens + "
                                                f"{item.max_tokens} to generate do not fit the {rt.n_ctx_seq} cells of a sequence")
     stats = BatchStats(items=len(items), n_parallel=n_par)
+    total = sum(len(item.prompt) for item in items)
     pending = deque(items)
     slots = [_Slot(seq=s) for s in range(n_par)]
     start = time.perf_counter()
@@ -108,7 +112,10 @@ def run_batched(rt: Runtime, items: list[Item], sampling: Sampling, n_parallel: 
             if cancelled():
                 stats.cancelled = True
                 break
+            read = stats.prefill_tokens
             _step(rt, slots, stats)
+            if on_progress is not None and stats.prefill_tokens > read:
+                on_progress(stats.prefill_tokens, total)
             for slot in slots:
                 if slot.logits_at >= 0:
                     _sample(rt, slot, stats, on_done, pending, sampling)

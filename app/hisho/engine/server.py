@@ -317,7 +317,7 @@ class Server:
 
         def run(target: Runtime) -> BatchStats:
             return run_batched(target, items, sampling, n_parallel, lambda: self.is_cancelled(req_id),
-                               lambda done: self.emit({"id": req_id, "ev": "token", **done}))
+                               lambda done: self.emit({"id": req_id, "ev": "token", **done}), self.progress(req_id))
 
         if per_seq > 0:  # a job context: one KV stream per sequence (Runtime.job_context says why)
             n_parallel = max(1, min(n_parallel, len(items)))

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisho.core.documents.model import Document
+from hisho.core.documents.reading import ASK_WHOLE as ASK_WHOLE
+from hisho.core.documents.reading import PrefixReading, summary_request, whole_system
 
 log = logging.getLogger("hisho.documents")
 
-ASK_WHOLE = ("You answer questions about the documents below. Cite page or section references in brackets "
-             "where you can. If the documents do not say, say so.")
 ASK_CHUNKS = ("You answer questions about a long document. Each question comes with the parts of the document "
               "most relevant to it, with their references; answer from those parts and cite them in brackets. "
               "If they do not say, say so. Summary of the whole document:")
@@ -47,14 +47,19 @@ def attach(docs: Sequence[Document], summary: str, count: Count, n_ctx: int,
            parts: list[tuple[str, str]] | None = None) -> Attachment:
     """Decide how questions about ``docs`` are answered. ``parts`` are the job's chunks (refs, text); without
     them each section is a part."""
-    whole = ASK_WHOLE + "".join(f"\n\n# {d.name}\n\n{d.text}" for d in docs)
+    whole = whole_system(docs)
     if count(whole) + count(summary) + QUESTION_ROOM <= n_ctx:
-        return Attachment("whole", whole, "Whole document in context; its KV is computed once and reused, so a "
-                                          "question costs only its own tokens.")
+        return whole_attachment(docs)
     chunks = parts or [(s.ref, s.text) for d in docs for s in d.sections]
     return Attachment("chunks", f"{ASK_CHUNKS}\n\n{summary}",
                       f"The document is longer than the context ({n_ctx} tokens): each question is answered from "
                       "its most relevant parts, which the answer cites.", chunks)
+
+
+def whole_attachment(docs: Sequence[Document]) -> Attachment:
+    """The ``whole`` approach (the summary was written on this very prefix: ``hisho.core.documents.reading``)."""
+    return Attachment("whole", whole_system(docs), "Whole document in context, read once: its KV is computed once "
+                                                  "and reused, so a question costs only its own tokens.")
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -151,7 +156,7 @@ def save_conversation(store: Any, db: Any, docs: Sequence[Document], summary: st
     """The store side of ``open_conversation`` (no engine call: it may run on the store lane)."""
     names = ", ".join(d.name for d in docs)
     conv = store.create(f"Summary: {names}"[:120], system_prompt=att.system_prompt)
-    ask = store.add_message(conv.id, "user", f"Summarize {names}.")
+    ask = store.add_message(conv.id, "user", summary_request(names))
     store.add_message(conv.id, "assistant", summary, parent_id=ask.id)
     save_attachment(db, conv.id, att, [d.sha256 for d in docs])
     log.info("conversation %s opened for %s (%s)", conv.id, names, att.approach)
@@ -160,17 +165,9 @@ def save_conversation(store: Any, db: Any, docs: Sequence[Document], summary: st
 
 def precompute_kv(client: Any, messages: list[dict[str, str]], kv: Any = None, owner: str = "",
                   seq: int = 0) -> int:
-    """Prefill the conversation prefix (documents + summary turn) into ``seq`` once; with a KV session, save it
-    under ``owner`` so it survives a restart. Returns the prefix length in tokens."""
-    tokens = client.tokenize(messages=messages, add_generation_prompt=False)
-    try:
-        client.prefill(tokens, seq)
-    except Exception as exc:  # an engine without the KV persistence ops: a one-token generate prefills too
-        log.info("prefill op unavailable (%s); prefilling with generate", exc)
-        from hisho.core.engine.protocol import Sampling
-
-        client.seq_rm(seq)
-        client.generate(tokens=tokens, seq=seq, sampling=Sampling(temperature=0.0, max_tokens=1)).collect()
-    if kv is not None and owner:
-        kv.save(owner)
-    return len(tokens)
+    """Make the chat sequence hold the conversation prefix (documents + summary turn): restored from the KV
+    store where ``owner``'s prefix is saved, the rest read; with a KV session it is saved under ``owner`` so it
+    survives a restart. Returns the prefix length in tokens."""
+    if seq != 0:
+        raise ValueError("documents are kept on the chat sequence (0)")
+    return PrefixReading(client, kv if owner else None, owner).keep(messages).prompt_tokens

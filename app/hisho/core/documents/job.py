@@ -23,19 +23,28 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hisho.core.documents import plan as P
+from hisho.core.documents.ask import QUESTION_ROOM
 from hisho.core.documents.attached import read_document
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.model import Document, DocumentError, PageSpan
+from hisho.core.documents.progress import JobProgress as JobProgress
+from hisho.core.documents.progress import MapMeter, WholeMeter
 from hisho.core.documents.quality import advice, judge
+from hisho.core.documents.reading import PrefixReading, Ticker, summary_turn
+from hisho.core.documents.result import DocResult as DocResult
+from hisho.core.documents.result import JobResult as JobResult
+from hisho.core.documents.result import duration as duration
+from hisho.core.documents.speeds import probe_speeds
 from hisho.core.engine.ops import BatchGenerate, Prompt
 from hisho.core.engine.protocol import Sampling
 from hisho.core.engine.seam import Engine
 from hisho.core.errors import UserError
+from hisho.core.kv.session import document_owner
 from hisho.core.machine import Budget, detect
 
 log = logging.getLogger("hisho.documents")
@@ -47,72 +56,12 @@ CONFIRM_CHUNKS = 200      # ~200K tokens, a 400-page book: about an hour on a 2-
 CHARS_PER_TOKEN = 4       # a rough estimate, made before any token is counted
 
 
-@dataclass
-class JobProgress:
-    stage: str            # extracting, planning, summarizing, combining, done, cancelled
-    done: int
-    total: int
-    eta_s: float
-    file: str = ""
-    message: str = ""
-
-
-@dataclass
-class DocResult:
-    file: str
-    summary: str
-    mode: str
-    chunks: int
-    chunks_cached: int
-    input_tokens: int
-    n_parallel: int
-    notes: list[str]
-    quality: dict[str, Any] = field(default_factory=dict)  # core.documents.quality: copied / repeated / verdict
-
-
-@dataclass
-class JobResult:
-    summary: str
-    documents: list[DocResult] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    eta_s: float = 0.0
-    cancelled: bool = False
-    truncated: bool = False   # only a cut the user asked for (``pages``) sets this
-    # For "ask about it" (not in the JSON): the extracted documents and their chunks as (refs, text).
-    extracted: list[Document] = field(default_factory=list)
-    parts: list[tuple[str, str]] = field(default_factory=list)
-    # Set when a summary is mostly copied text or repetition: the model is too small (``quality.warning``).
-    quality_warning: str = ""
-    suggested_model: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        chunks = sum(d.chunks for d in self.documents)
-        cached = sum(d.chunks_cached for d in self.documents)
-        return {
-            "summary": self.summary, "chunks": chunks, "chunks_cached": cached, "chunks_generated": chunks - cached,
-            "input_tokens": sum(d.input_tokens for d in self.documents), "seconds": round(self.seconds, 3),
-            "eta_s": round(self.eta_s, 1), "truncated": self.truncated, "cancelled": self.cancelled,
-            "skipped": self.skipped, "quality_warning": self.quality_warning,
-            "suggested_model": self.suggested_model,
-            "documents": [d.__dict__ for d in self.documents],
-        }
-
-
 class Cancelled(Exception):
     pass
 
 
 class TooLarge(DocumentError):
     """A document whose summary would take longer than anyone expects without being asked."""
-
-
-def duration(seconds: float) -> str:
-    if seconds >= 5400:
-        return f"{seconds / 3600:.0f} hours"
-    if seconds >= 90:
-        return f"{seconds / 60:.0f} minutes"
-    return f"{seconds:.0f} seconds"
 
 
 class SummaryJob:
@@ -122,7 +71,8 @@ class SummaryJob:
                  chunk_target: int = P.CHUNK_TARGET,
                  on_progress: Callable[[JobProgress], None] | None = None, pages: PageSpan | None = None,
                  ask_password: AskPassword | None = None, confirm: Confirm | None = None,
-                 write: Callable[[Callable[[], Any]], Any] | None = None, budget: Budget | None = None) -> None:
+                 write: Callable[[Callable[[], Any]], Any] | None = None, budget: Budget | None = None,
+                 kv: Any = None, read_whole: bool = True) -> None:
         self.client = client
         self.files = [Path(f) for f in files]
         self.cache = cache or SummaryCache()
@@ -137,7 +87,20 @@ class SummaryJob:
         self.confirm = confirm
         self.budget = budget                 # the machine a better model is suggested for (None: detected)
         info = client.load_info
-        self.n_ctx = int(info.get("n_ctx", 0))
+        # Chunks and prompts never go past the context the model was trained on, whatever context is loaded
+        # (a planner may load 32K for a model trained on 8K): beyond it, attention is untrained.
+        self.n_ctx_loaded = int(info.get("n_ctx", 0))
+        trained = int(info.get("n_ctx_train", 0) or 0)
+        self.n_ctx = min(self.n_ctx_loaded, trained) if trained > 0 else self.n_ctx_loaded
+        self.context_note = "" if self.n_ctx == self.n_ctx_loaded else (
+            f"The model was trained on {trained:,} tokens of context: documents are read in parts of at most "
+            f"that, though {self.n_ctx_loaded:,} are loaded.")
+        # A single document that fits is read once on the chat's sequence (``reading``), its KV kept by ``kv``
+        # (a KVSession; None keeps nothing). ``read_whole`` False: the map prompts always (the bench).
+        self.kv = kv
+        self.read_whole = read_whole
+        self._reading: PrefixReading | None = None
+        self.tokens_read = 0
         self.max_parallel = max(1, max_parallel)
         if client.load_params is None:
             raise UserError("no model is loaded to summarize with")
@@ -162,6 +125,8 @@ class SummaryJob:
         with self._lock:
             if self._stream is not None:
                 self._stream.cancel()
+            if self._reading is not None:
+                self._reading.stop()
 
     def _report(self, stage: str, done: int, total: int, file: str = "", message: str = "",
                 eta: float | None = None) -> None:
@@ -193,9 +158,17 @@ class SummaryJob:
                     result.skipped.append(str(exc))
                     continue
                 result.extracted.append(doc)
-                result.documents.append(self._summarize(doc, result.parts))
+                whole = self._whole_prompt(doc) if len(docs) == 1 else None
+                if whole is not None:
+                    result.chat_prompt = whole
+                    result.documents.append(self._summarize_whole(doc, whole))
+                else:
+                    result.documents.append(self._summarize(doc, result.parts))
         except Cancelled:
             result.cancelled = True
+        result.tokens_read, result.n_ctx, result.context_note = self.tokens_read, self.n_ctx, self.context_note
+        if self.context_note:
+            log.warning("%s", self.context_note)
         result.seconds = time.perf_counter() - self._started
         result.eta_s = self.eta_s
         self._judge(result)
@@ -254,6 +227,67 @@ class SummaryJob:
         if notes:
             parts.append("Not included:\n" + "\n".join(f"- {n}" for n in notes))
         return "\n\n".join(p for p in parts if p)
+
+    # ----- a document read once, on the prefix its conversation keeps --------------------------------------
+
+    def _whole_prompt(self, doc: Document) -> list[dict[str, str]] | None:
+        """The summary turn of ``doc`` when the document, its summary and room for questions fit the context
+        (then it is read once, in the sequence the conversation keeps); None for the map-reduce path."""
+        if not self.read_whole or doc.chars // CHARS_PER_TOKEN > self.n_ctx:  # surely too long: not tokenized
+            return None
+        self._report("planning", 0, 1, doc.name, f"counting tokens of {doc.name}")
+        messages = summary_turn([doc])
+        if self.client.count_tokens(messages=messages) + self.final_tokens + QUESTION_ROOM > self.n_ctx:
+            return None
+        return messages
+
+    def _summarize_whole(self, doc: Document, messages: list[dict[str, str]]) -> DocResult:
+        res = DocResult(doc.name, "", "whole", 1, 0, self._count(doc.text), 1, list(doc.notes))
+        key = self._key(doc, 0, P.text_key("whole", *(m["content"] for m in messages)))
+        hit = self.cache.get(key)
+        if hit is not None:  # the summary is stored: opening it restores the document's KV from disk
+            res.chunks_cached, res.summary = 1, hit
+        else:
+            res.summary = self._read_whole(doc, messages, key)
+        res.quality = judge(res.summary, doc.text).to_dict()
+        return res
+
+    def _read_whole(self, doc: Document, messages: list[dict[str, str]], key: Key) -> str:
+        """Read ``doc`` once on the chat sequence and write its summary there; the KV is saved for the
+        questions that follow (a stop saves what was read, so the next run reads only the rest)."""
+        reading = PrefixReading(self.client, self.kv, document_owner(doc.sha256))
+        with self._lock:
+            self._reading = reading
+            if self._cancel.is_set():
+                reading.stop()
+        speeds = self.cache.speeds(self.model_fp) or self._probe_speeds()
+        prompt_tokens = self.client.count_tokens(messages=messages)
+        meter = WholeMeter(self._forward, doc, prompt_tokens, self.final_tokens, speeds[:2])
+        self.eta_s = meter.eta(0, 0.0)
+        meter.tick(None, 0.0)
+        sampling = Sampling(temperature=0.0, repeat_penalty=1.1, max_tokens=self.final_tokens)
+        try:
+            read = reading.generate(messages, sampling, meter.tick, meter.token, meter.saving)
+        finally:
+            with self._lock:
+                self._reading = None
+        self.tokens_read += read.read
+        log.info("%s read once on the chat prefix: %d prompt tokens, %d read, %d restored", doc.name,
+                 read.prompt_tokens, read.read, read.restored)
+        if read.cancelled or self._cancel.is_set():
+            raise Cancelled()
+        text = read.text.strip()
+        self.write(functools.partial(self.cache.put, key, 0, P.merge_refs([s.ref for s in doc.sections]), text,
+                                     meter.written))
+        return text
+
+    def _forward(self, p: JobProgress) -> None:
+        if p.eta_s > 0:
+            self.eta_s = p.eta_s
+        if self.on_progress is not None:
+            self.on_progress(p)
+
+    # ----- map-reduce -------------------------------------------------------------------------------------
 
     def _summarize(self, doc: Document, parts_out: list[tuple[str, str]]) -> DocResult:
         self._report("planning", 0, 1, doc.name, f"counting tokens of {doc.name}")
@@ -355,24 +389,27 @@ class SummaryJob:
                                 sampling=sampling, n_parallel=n_parallel, n_ctx_per_seq=P.seq_cells(cells))
         started = time.perf_counter()
         with self._lock:
-            self._stream = self.client.batch(request)
+            stream = self._stream = self.client.batch(request)
             if self._cancel.is_set():  # a cancel that came while the batch was being sent had no stream to stop
-                self._stream.cancel()
+                stream.cancel()
         finished = len(items) - len(todo)
+        meter = MapMeter(self._forward, stage, doc.name, label, finished, len(items), max_tokens, self.eta_s)
         try:
-            for ev in self._stream:
-                pos = todo[int(ev["item"])]
-                key, index, refs, _ = items[pos]
-                texts[pos] = str(ev["text"])
-                self.write(functools.partial(self.cache.put, self._key(doc, level, key), index, refs,
-                                             texts[pos] or "", int(ev.get("completion_tokens", 0))))
-                finished += 1
-                rate = (time.perf_counter() - started) / (finished - (len(items) - len(todo)))
-                eta = rate * (len(items) - finished)
-                self._report(stage, finished, len(items), doc.name, f"{label} {finished} of {len(items)}", eta)
+            with Ticker(stream, meter.tick):
+                for ev in stream:
+                    pos = todo[int(ev["item"])]
+                    key, index, refs, _ = items[pos]
+                    texts[pos] = str(ev["text"])
+                    self.write(functools.partial(self.cache.put, self._key(doc, level, key), index, refs,
+                                                 texts[pos] or "", int(ev.get("completion_tokens", 0))))
+                    finished += 1
+                    rate = (time.perf_counter() - started) / (finished - (len(items) - len(todo)))
+                    meter.item_done(finished, rate * (len(items) - finished))
         finally:
             with self._lock:
                 self._stream = None
+            if stream.result is not None:
+                self.tokens_read += int(stream.result.extra.get("prefill_tokens", 0))
         if self._cancel.is_set() or any(t is None for t in texts):
             raise Cancelled()
 
@@ -388,24 +425,7 @@ class SummaryJob:
                                   self.summary_tokens)
 
     def _probe_speeds(self) -> tuple[float, float, float]:
-        """Measure prefill and decode speed once per model (a 256-token prompt, 16 tokens), then remember it."""
-        prompt = {"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 26}
-        sampling = Sampling(temperature=0.0, max_tokens=16, ignore_eos=True, repeat_penalty=1.0)
-        stream = self.client.batch(BatchGenerate(items=[Prompt(messages=[prompt]).to_wire()], sampling=sampling,
-                                                 n_parallel=1, n_ctx_per_seq=512))
-        events = list(stream)
-        extra = stream.result.extra if stream.result is not None else {}
-        wall = float(extra.get("wall_s", 0.0))
-        decode_s = float(extra.get("pure_decode_s", 0.0))
-        prefill_tokens = int(extra.get("prefill_tokens", 0))
-        ttft = float(events[0].get("ttft_s", 0.0)) if events else 0.0
-        prefill = prefill_tokens / (ttft or max(1e-3, wall - decode_s))
-        decode = float(extra.get("decode_tokens_per_s", 0.0))
-        # Aggregate decode over 8 sequences is about 1.9x one on a 2-core CPU (DESIGN.md); a later bench run
-        # can store the real figure.
-        speeds = (prefill, decode, 1.9)
-        self.write(functools.partial(self.cache.put_speeds, self.model_fp, *speeds))
-        return speeds
+        return probe_speeds(self.client, self.cache, self.model_fp, self.write)
 
 
 def _first_lines(text: str, limit: int = 400) -> str:

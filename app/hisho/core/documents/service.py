@@ -19,11 +19,18 @@ from typing import Any
 
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import DatabaseUnavailable
-from hisho.core.documents.ask import DocumentContext, attach, precompute_kv, save_conversation
+from hisho.core.documents.ask import (
+    DocumentContext,
+    attach,
+    precompute_kv,
+    save_conversation,
+    whole_attachment,
+)
 from hisho.core.documents.attached import AskPassword, ChatDocument, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.job import JobResult, SummaryJob
 from hisho.core.documents.model import ReadingStopped
+from hisho.core.documents.reading import PrefixReading
 from hisho.core.engine.seam import Capability, Engine
 from hisho.core.errors import UserError
 from hisho.core.kv.session import KVSession, conversation_owner, document_owner
@@ -107,26 +114,40 @@ class Documents:
         return Capability.PREFILL.value in self.engine.capabilities
 
     def n_ctx(self) -> int:
-        return int(self.engine.load_info.get("n_ctx", 0))
+        """The context documents may use: the loaded one, within the one the model was trained on."""
+        info = self.engine.load_info
+        loaded, trained = int(info.get("n_ctx", 0)), int(info.get("n_ctx_train", 0) or 0)
+        return min(loaded, trained) if trained > 0 else loaded
 
     def job(self, files: Sequence[Path | str], **options: Any) -> SummaryJob:
-        """A summary job on the app's engine and cache (the model must be loaded). ``options``: SummaryJob's."""
+        """A summary job on the app's engine and cache (the model must be loaded). ``options``: SummaryJob's.
+        A single document that fits is read once on the chat sequence, its KV kept with this KV session."""
+        options.setdefault("kv", self.kv if self._keeps_kv() else None)
+        options.setdefault("read_whole", self._keeps_kv())
         return SummaryJob(self.engine, files, cache=self.cache(), write=self.write, **options)
 
     def open_result(self, result: JobResult) -> tuple[int | None, str]:
-        """Open a finished job as a conversation with its documents attached; for a document short enough to
-        be read whole, prefill its prefix and save the KV under the document (the first question then restores
-        it, even after a restart). Returns (conversation id, a note on how questions are answered)."""
+        """Open a finished job as a conversation with its documents attached. A document read whole keeps
+        its KV under the document (``document_owner``): the chat sequence already holds it after the job, or
+        it is restored from disk (a summary stored earlier); only what is missing is read. The first
+        question then reads only itself, even after a restart. Returns (conversation id, a note on how
+        questions are answered); ``result.tokens_read`` grows by what opening read."""
         if result.cancelled or not result.documents:
             return None, ""
-        att = attach(result.extracted, result.summary, self.engine.count_tokens, self.n_ctx(), result.parts)
+        if result.chat_prompt:
+            att = whole_attachment(result.extracted)
+        else:
+            att = attach(result.extracted, result.summary, self.engine.count_tokens, self.n_ctx(), result.parts)
         db = self.cache().db
         cid = self.write(lambda: save_conversation(self.store, db, result.extracted, result.summary, att))
         if att.approach == "whole" and self._keeps_kv():
             conv = self.store.get(cid)
             prefix = [{"role": "system", "content": conv.system_prompt}]
             prefix += [{"role": m.role, "content": m.content} for m in self.store.branch(cid)]
-            precompute_kv(self.engine, prefix, self.kv, document_owner(result.extracted[0].sha256))
+            kept = PrefixReading(self.engine, self.kv, document_owner(result.extracted[0].sha256)).keep(prefix)
+            result.tokens_read += kept.read
+            log.info("conversation %s opened: %d prefix tokens, %d restored from disk, %d read", cid,
+                     kept.prompt_tokens, kept.restored, kept.read)
         return cid, att.note
 
     def before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:

@@ -94,10 +94,14 @@ class ProgressPanel(QWidget):
         self.hide()
 
     def show_progress(self, p: JobProgress) -> None:
-        label = {"extracting": "Extracting", "planning": "Planning", "summarizing": "Summarizing",
-                 "combining": "Combining", "done": "Opening the summary as a chat",
-                 "cancelled": "Cancelled"}.get(p.stage, p.stage.capitalize())
-        self.stage.setText(f"{label}: {p.message}" if p.message else label)
+        if p.stage in ("reading", "writing", "saving"):   # the message names the phase ("Reading page 3 of 9")
+            text = p.message or p.stage.capitalize()
+        else:
+            label = {"extracting": "Extracting", "planning": "Planning", "summarizing": "Summarizing",
+                     "combining": "Combining", "done": "Opening the summary as a chat",
+                     "cancelled": "Cancelled"}.get(p.stage, p.stage.capitalize())
+            text = f"{label}: {p.message}" if p.message else label
+        self.stage.setText(f"{text} · {p.detail}" if p.detail else text)
         self.stage.setToolTip(self.stage.text())
         self.bar.setRange(0, max(1, p.total))
         self.bar.setValue(min(p.done, p.total))
@@ -272,7 +276,7 @@ class DocumentsController(QObject):
     def cancel(self) -> None:
         if self.job is not None:
             self.job.cancel()
-            self.panel.stage.setText("Cancelling… finished chunks are kept")
+            self.panel.stage.setText("Stopping… what was read is kept")
 
     def _done(self, out: tuple[JobResult, int | None, str]) -> None:
         result, cid, note = out
@@ -282,7 +286,7 @@ class DocumentsController(QObject):
         self.action.setEnabled(True)
         self.ended.emit()  # messages that waited for the summary go now
         if result.cancelled:
-            self.notice.emit("Summary cancelled. Finished chunks are kept: summarize the same file again to "
+            self.notice.emit("Summary cancelled. What was read is kept: summarize the same file again to "
                              "resume.", TOAST_MS)
             return
         self.last_conversation = cid
@@ -294,6 +298,7 @@ class DocumentsController(QObject):
         skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
         # A copied or looping summary is the model's limit, not the document's: say so where the user looks.
         warn = f" {result.quality_warning}" if result.quality_warning else ""
+        warn += f" {result.context_note}" if result.context_note else ""
         self.notice.emit(f"Summary ready ({_duration(result.seconds)}).{warn} {note}{skipped}",
                          30_000 if skipped or warn else TOAST_MS)
 

@@ -1,0 +1,128 @@
+"""``hisho bench summarize --only reading``: how often a document is read, from drop to the first follow-up
+answer, the way the window does it (``services.build`` with the window's KV persistence, a summary job,
+``open_result``, a chat turn), in a folder of its own.
+
+Figures (all token counts are the engine's: a reply's ``prompt_tokens - cached_tokens``, a batch's
+``prefill_tokens``, a prefill's ``decoded``):
+- ``document_tokens``: the document's tokens; ``document_tokens_read``: every prompt token the engine read
+  from the drop to the first follow-up answer (prompts and their wrapping included, so it is an upper bound
+  on the document's own tokens read); ``read_ratio`` the quotient (goal 1.0 for a document that fits, ≤ 1.1
+  for a longer one);
+- ``drop_to_answer_s``: wall time from the job's start to the end of the first follow-up answer;
+- ``after_restart``: a new engine process re-summarizes the same file (summary cached) and asks again; then
+  another reopens the conversation and asks: tokens read, and what was restored from disk.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WORDS = ("harbour ferry council budget bridge library school market station clinic rainfall festival museum "
+         "archive tram").split()
+QUESTION = "What does page 7 say about the harbour ferry?"
+
+
+def write_document(path: Path, pages: int) -> Path:
+    """A Markdown document of ``pages`` sections ("# Page N"), each with a known sentence."""
+    out = []
+    for n in range(1, pages + 1):
+        body = " ".join(f"The {WORDS[(n + i) % len(WORDS)]} of district {n} reported {n * 37 + i} visitors "
+                        f"in week {i + 1}." for i in range(5))
+        out.append(f"# Page {n}\n\nOn page {n} the harbour ferry leaves at {n % 12 + 1} o'clock. {body}\n")
+    path.write_text("\n".join(out), encoding="utf-8")
+    return path
+
+
+def run_reading(model: str | None, n_ctx: int, pages: int, long_pages: int, final_tokens: int,
+                summary_tokens: int, answer_tokens: int) -> dict[str, Any]:
+    """The reading figures for a document that fits (``pages``) and one longer than the context."""
+    previous = os.environ.get("HISHO_HOME")
+    with tempfile.TemporaryDirectory(prefix="hisho-bench-reading-") as home:
+        os.environ["HISHO_HOME"] = home
+        try:
+            budget = {"final_tokens": final_tokens, "summary_tokens": summary_tokens}
+            fits = write_document(Path(home) / "fits.md", pages)
+            out: dict[str, Any] = {"n_ctx": n_ctx, "fits": _drop_to_answer(model, n_ctx, fits, budget, answer_tokens)}
+            out["fits"]["after_restart"] = _after_restart(model, n_ctx, fits, budget, answer_tokens,
+                                                          int(out["fits"]["conversation"]))
+            longer = write_document(Path(home) / "longer.md", long_pages)
+            out["longer"] = _drop_to_answer(model, n_ctx, longer, budget, answer_tokens)
+            return out
+        finally:
+            if previous is None:
+                os.environ.pop("HISHO_HOME", None)
+            else:
+                os.environ["HISHO_HOME"] = previous
+
+
+def _app(model: str | None, n_ctx: int) -> Any:
+    from hisho.core import services
+
+    app = services.build(model, "chat", n_ctx=n_ctx)
+    app.load()
+    return app
+
+
+def _ask(app: Any, cid: int, answer_tokens: int) -> tuple[int, int, float]:
+    """One follow-up question: (tokens the engine read for it, tokens it restored from disk, seconds)."""
+    from hisho.core.conversations.schema import ChatSettings
+
+    app.store.update(cid, settings=ChatSettings(temperature=0.0, max_tokens=answer_tokens))
+    start = time.perf_counter()
+    turn = app.chat.send(cid, QUESTION)
+    res = app.chat.run(turn)
+    seconds = time.perf_counter() - start
+    figures = res.engine
+    read = int(figures.prompt_tokens) - int(figures.cached_tokens) if figures is not None else 0
+    report = app.kv.last_restore if app.kv is not None else None
+    restored = int(report.restored) if report is not None and report.from_disk else 0
+    return read, restored, seconds
+
+
+def _drop_to_answer(model: str | None, n_ctx: int, path: Path, budget: dict[str, int],
+                    answer_tokens: int) -> dict[str, Any]:
+    app = _app(model, n_ctx)
+    try:
+        start = time.perf_counter()
+        result = app.documents.job([path], **budget).run()
+        summarized = time.perf_counter() - start
+        cid, _note = app.documents.open_result(result)
+        assert cid is not None, result.skipped
+        opened = time.perf_counter() - start
+        read, _restored, _s = _ask(app, cid, answer_tokens)
+        total = time.perf_counter() - start
+        doc_tokens = sum(d.input_tokens for d in result.documents)
+        all_read = result.tokens_read + read
+        return {"document_tokens": doc_tokens, "document_tokens_read": all_read,
+                "read_ratio": round(all_read / max(doc_tokens, 1), 3), "mode": result.documents[0].mode,
+                "job_tokens_read": result.tokens_read, "question_tokens_read": read,
+                "summary_s": round(summarized, 2), "open_s": round(opened - summarized, 2),
+                "drop_to_answer_s": round(total, 2), "conversation": cid}
+    finally:
+        app.close()
+
+
+def _after_restart(model: str | None, n_ctx: int, path: Path, budget: dict[str, int], answer_tokens: int,
+                   cid: int) -> dict[str, Any]:
+    """A new process summarizes the same file again (summary stored) and asks; another reopens and asks."""
+    app = _app(model, n_ctx)
+    try:
+        start = time.perf_counter()
+        result = app.documents.job([path], **budget).run()
+        again, _note = app.documents.open_result(result)
+        assert again is not None
+        read, _restored, _s = _ask(app, again, answer_tokens)
+        resummarized = {"tokens_read": result.tokens_read + read, "seconds": round(time.perf_counter() - start, 2)}
+    finally:
+        app.close()
+    app = _app(model, n_ctx)
+    try:
+        read, restored, seconds = _ask(app, cid, answer_tokens)
+        reopened = {"tokens_read": read, "restored_from_disk": restored, "seconds": round(seconds, 2)}
+    finally:
+        app.close()
+    return {"resummarized": resummarized, "reopened": reopened}
