@@ -100,9 +100,10 @@ def _budget(ram_gib: float | None) -> tuple[Any, dict[str, Any]]:
     from hisho.core.planner import check_budget
 
     s = settings_mod.load()
-    budget = check_budget(machine_mod.detect(), ram_gib, None, None)
+    machine = machine_mod.detect()
+    budget = check_budget(machine, ram_gib, None, None)
     return budget, {"min_ctx": int(s["min_ctx"]), "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
-                    "n_batch": int(s["n_batch"])}
+                    "n_batch": int(s["n_batch"]), "machine": machine}
 
 
 def _files(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@ before anything is downloaded.
 
 For each ``QuantFile`` the header of every part is read (1 MiB first, more only if the header is longer: see
 ``gguf_facts.facts_from_ranges``; a split model's tensor table is spread over its parts), the facts are merged
-and ``planner.plan`` prices it for this machine's budget. The verdict:
+and ``planner.plan_facts`` prices it for this machine's budget with the rules and the dry run the downloaded
+file will get (docs/planner.md "One plan"). The verdict:
 
 - **Fits**: the plan fits with the wanted context (settings ``n_ctx``, capped at the trained context) and f16
   KV, using at most 85 % of the budget;
@@ -25,7 +26,7 @@ from typing import Any
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.errors import GatedRepo, HubError, endpoint, gated, hub_call
 from hisho.core.hub.token import get_token
-from hisho.core.machine import Budget
+from hisho.core.machine import Budget, Machine
 from hisho.core.models.gguf_facts import ModelFacts, read_hub_facts
 from hisho.core.units import GIB
 
@@ -103,6 +104,8 @@ def file_facts(f: QuantFile) -> tuple[ModelFacts, int]:
                     tensors[k] = tensors.get(k, 0) + v
                 merged = dataclasses.replace(merged, tensor_bytes=tensors, n_params=merged.n_params + facts.n_params)
     assert merged is not None
+    if len(f.parts) > 1:  # a dry run needs every part on disk: a split file plans from formulas until downloaded
+        merged = dataclasses.replace(merged, header_sha="")
     return dataclasses.replace(merged, file_size=f.size), reader.bytes_read
 
 
@@ -128,12 +131,15 @@ def verdict(p: Any, budget: Budget, wanted_ctx: int) -> tuple[str, str]:
 
 
 def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, target_ctx: int = 4096,
-              n_batch: int = 512, on_fit: Callable[[Fit], None] | None = None) -> list[Fit]:
-    """A Fit per file (``on_fit`` is called as each is known) and the recommended one marked."""
-    from hisho.core import planner
-
+              n_batch: int = 512, on_fit: Callable[[Fit], None] | None = None, machine: Machine | None = None,
+              calibrate: bool = False, profile: str = "window") -> list[Fit]:
+    """A Fit per file (``on_fit`` is called as each is known) and the recommended one marked. Each is planned by
+    ``planner.plan_facts`` as the file would be once downloaded: for ``machine`` (its CPU features: weight
+    repacking), for front end ``profile``, with the dry run its header has had (``calibrate``: made now where
+    missing, seconds per file), so the badge says what the planner page and the load will say."""
     fits: list[Fit] = []
     facts_of: dict[str, ModelFacts] = {}
+    opts = _options(budget, machine, min_ctx=min_ctx, n_batch=n_batch, profile=profile, calibrate=calibrate)
     for f in files:
         try:
             facts, nbytes = file_facts(f)
@@ -143,30 +149,39 @@ def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, ta
             fit = Fit(f, "unknown", str(exc))
         else:
             facts_of[f.name] = facts
-            wanted = min(target_ctx, facts.context_length or target_ctx)
-            p = planner.plan([facts], budget, min_ctx=min(min_ctx, wanted), target_ctx=target_ctx,
-                             n_batch=n_batch, n_ubatch=n_batch)
-            v, why = verdict(p, budget, wanted)
+            p = _plan([facts], target_ctx, opts)
+            v, why = verdict(p, budget, min(target_ctx, facts.context_length or target_ctx))
             fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes, params=facts.n_params)
         fits.append(fit)
         if on_fit is not None:
             on_fit(fit)
-    recommend(fits, facts_of, budget, min_ctx=min_ctx, target_ctx=target_ctx, n_batch=n_batch)
+    recommend(fits, facts_of, budget, target_ctx=target_ctx, opts=opts)
     return fits
 
 
-def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, *, min_ctx: int,
-              target_ctx: int, n_batch: int) -> Fit | None:
-    """Mark the planner's choice among all files; its ``why`` becomes the one-line reason."""
+def _options(budget: Budget, machine: Machine | None, **kw: Any) -> dict[str, Any]:
+    from hisho.core.machine import Machine as MachineType
+
+    m = machine or MachineType(platform="linux", ram_total=budget.ram, ram_available=budget.ram, cpu_threads=1)
+    return {"budget": budget, "machine": m, **kw}
+
+
+def _plan(facts: list[ModelFacts], target_ctx: int, opts: dict[str, Any]) -> Any:
     from hisho.core import planner
 
+    ctx = min(target_ctx, max(f.context_length or target_ctx for f in facts))
+    return planner.plan_facts(facts, opts["machine"], opts["budget"], min_ctx=min(opts["min_ctx"], ctx),
+                              target_ctx=target_ctx, calibrate_missing=opts["calibrate"], n_batch=opts["n_batch"],
+                              n_ubatch=opts["n_batch"], profile=opts["profile"])
+
+
+def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, *, target_ctx: int,
+              opts: dict[str, Any]) -> Fit | None:
+    """Mark the planner's choice among all files; its ``why`` becomes the one-line reason."""
     known = [f for f in fits if f.file.name in facts_of]
     if not known:
         return None
-    cands = [facts_of[f.file.name] for f in known]
-    ctx = min(target_ctx, max(c.context_length or target_ctx for c in cands))
-    p = planner.plan(cands, budget, min_ctx=min(min_ctx, ctx), target_ctx=target_ctx, n_batch=n_batch,
-                     n_ubatch=n_batch)
+    p = _plan([facts_of[f.file.name] for f in known], target_ctx, opts)
     chosen = next((f for f in known if p.facts is not None and facts_of[f.file.name] is p.facts), None)
     if chosen is None or not p.fits:
         smallest = min(known, key=lambda f: f.file.size)

@@ -67,9 +67,9 @@ def planner_budget() -> tuple[Any, dict[str, Any]]:
     from hisho.core import settings as settings_mod
 
     s = settings_mod.load()
-    return machine_mod.detect().budget(), {"min_ctx": int(s["min_ctx"]),
-                                           "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
-                                           "n_batch": int(s["n_batch"])}
+    m = machine_mod.detect()
+    return m.budget(), {"min_ctx": int(s["min_ctx"]), "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
+                        "n_batch": int(s["n_batch"]), "machine": m}
 
 
 class ModelsPage(QWidget):
@@ -175,17 +175,16 @@ class ModelsPage(QWidget):
 
     def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
         """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
-        from hisho.core import machine as machine_mod
         from hisho.core.hub.fit import LABELS, verdict
         from hisho.core.planner import make_plan
 
         budget, opts = planner_budget()
-        m = machine_mod.detect()
         out = {}
         for name in names:
             try:
-                p = make_plan([name], m, budget, min_ctx=opts["min_ctx"], target_ctx=opts["target_ctx"],
-                              calibrate_missing=False)
+                p = make_plan([name], opts["machine"], budget, min_ctx=opts["min_ctx"],
+                              target_ctx=opts["target_ctx"], calibrate_missing=False, n_batch=opts["n_batch"],
+                              n_ubatch=opts["n_batch"])
                 wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
                 v, why = verdict(p, budget, wanted or opts["target_ctx"])
                 out[name] = (v, LABELS[v], why, p.facts.n_params if p.facts else 0)
