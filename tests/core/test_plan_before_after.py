@@ -23,7 +23,7 @@ from hisho.core.hub.fit import file_facts
 from hisho.core.machine import Machine, own_children_memory
 from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner import as_loaded, calibration_for, explain, make_plan, plan_facts
-from hisho.core.planner.calibrate import calibrate
+from hisho.core.planner.calibrate import cached, calibrate
 from hisho.core.planner.profiles import SHAPES, requested
 from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import environ_for_child, hub  # noqa: F401  (the fixture)
@@ -104,6 +104,23 @@ def test_hisho_plan_hf_and_hisho_plan_file_agree(served: tuple[Path, str], hub: 
         assert hub_plan["n_ctx"] == file_plan["n_ctx"] and hub_plan["flash_attn"] == file_plan["flash_attn"]
         assert abs(hub_plan["resident"] - file_plan["resident"]) <= 0.01 * file_plan["resident"]
         assert hub_plan["profile"] == "window" and hub_plan["parts"] == file_plan["parts"]
+
+
+def test_a_repositorys_other_quants_plan_from_the_same_dry_run(served: tuple[Path, str]) -> None:
+    """One dry run per model shape: the Hub tab's badges of a repository's other quants use it (their compute
+    buffers are the same; their repack buffers come from their own tensor tables) and agree with each file's
+    own dry run within 1 %."""
+    path, _name = served
+    calibration_for(read_facts(path))
+    sibling = read_facts(model_file("gemma-3-tiny", "Q8_0"))
+    borrowed = cached(sibling)
+    assert borrowed is not None and borrowed.repacked == -1
+    own = calibrate(sibling, force=True)
+    for n_ctx in (4096, 32768):
+        ask = requested(SHAPES["window"], n_ctx=n_ctx, kv_type="f16")
+        a = as_loaded(sibling, ask, MACHINE.budget(), borrowed, cpu=MACHINE.cpu)
+        b = as_loaded(sibling, ask, MACHINE.budget(), own, cpu=MACHINE.cpu)
+        assert abs(a.need - b.need) <= 0.01 * b.need
 
 
 def test_breakdown_rows_name_what_each_part_is_for(served: tuple[Path, str]) -> None:

@@ -193,7 +193,7 @@ class FirstStartCard(QFrame):
                 files = [f for f in repo_files(cand.repo) if f.name == cand.file]
                 if not files:
                     continue
-                fit = fit_files(files, budget, **opts)[0]
+                fit = fit_files(files, budget, calibrate=True, **opts)[0]
                 post(functools.partial(self.rung, cand, fit.verdict, f"the planner, from its header: {fit.why}",
                                        True))
                 if fit.verdict == "fits":
