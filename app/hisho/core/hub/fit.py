@@ -11,8 +11,10 @@ file will get (docs/planner.md "One plan"). The verdict:
 - **Tight**: it fits, but only with a shorter context, a quantized KV cache, or with less than 15 % to spare;
 - **Won't fit**: no configuration fits, even at the smallest acceptable context.
 
-The recommended file is the planner's own choice over all the repository's files (best quality that fits), with
-its reason in one line.
+Where this machine's speed is known (``planner.speed``: measured by ``hisho bench speed``, or what a file
+measured once loaded), each fit also says how fast it would answer ("~12 tok/s · reads 1,000 tokens in ~9 s").
+The recommended file is the planner's own choice over all the repository's files: the best quality that fits and
+decodes at ``SPEED_FLOOR`` tok/s or faster (any that fits when none is that fast), with its reason in one line.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from hisho.core.hub.errors import GatedRepo, HubError, endpoint, gated, hub_call
 from hisho.core.hub.token import get_token
 from hisho.core.machine import Budget, Machine
 from hisho.core.models.gguf_facts import ModelFacts, read_hub_facts
+from hisho.core.planner import speed
+from hisho.core.planner.speed import SPEED_FLOOR
 from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.hub")
@@ -45,6 +49,7 @@ class Fit:
     recommended: bool = False
     header_bytes: int = 0              # bytes read from the hub to decide
     params: int = 0                    # the model's parameter count, from its header
+    speed: dict[str, Any] | None = None  # planner.speed.Speed.to_dict() on this machine, where it is known
 
     @property
     def label(self) -> str:
@@ -53,7 +58,12 @@ class Fit:
     def to_dict(self) -> dict[str, Any]:
         return {**self.file.to_dict(), "fit": self.verdict, "fit_label": self.label, "why": self.why,
                 "recommended": self.recommended, "plan": self.plan, "header_bytes": self.header_bytes,
-                "params": self.params}
+                "params": self.params, "speed": self.speed}
+
+    @property
+    def fast_enough(self) -> bool:
+        """Decodes at the speed floor or faster here (True where the speed is not known: nothing to judge)."""
+        return self.speed is None or float(self.speed["decode_short"]) >= SPEED_FLOOR
 
 
 class RangeReader:
@@ -132,14 +142,16 @@ def verdict(p: Any, budget: Budget, wanted_ctx: int) -> tuple[str, str]:
 
 def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, target_ctx: int = 4096,
               n_batch: int = 512, on_fit: Callable[[Fit], None] | None = None, machine: Machine | None = None,
-              calibrate: bool = False, profile: str = "window") -> list[Fit]:
+              calibrate: bool = False, profile: str = "window",
+              speed_profile: speed.SpeedProfile | None = None) -> list[Fit]:
     """A Fit per file (``on_fit`` is called as each is known) and the recommended one marked. Each is planned by
     ``planner.plan_facts`` as the file would be once downloaded: for ``machine`` (its CPU features: weight
     repacking), for front end ``profile``, with the dry run its header has had (``calibrate``: made now where
     missing, seconds per file), so the badge says what the planner page and the load will say."""
     fits: list[Fit] = []
     facts_of: dict[str, ModelFacts] = {}
-    opts = _options(budget, machine, min_ctx=min_ctx, n_batch=n_batch, profile=profile, calibrate=calibrate)
+    opts = _options(budget, machine, min_ctx=min_ctx, n_batch=n_batch, profile=profile, calibrate=calibrate,
+                    speed=speed.load_profile() if speed_profile is None else speed_profile)
     for f in files:
         try:
             facts, nbytes = file_facts(f)
@@ -151,7 +163,11 @@ def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, ta
             facts_of[f.name] = facts
             p = _plan([facts], target_ctx, opts)
             v, why = verdict(p, budget, min(target_ctx, facts.context_length or target_ctx))
-            fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes, params=facts.n_params)
+            fast = speed.for_model(facts, opts["speed"])
+            if fast is not None and v != "wont_fit":
+                why = f"{fast.label()}; {why}"
+            fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes, params=facts.n_params,
+                      speed=fast.to_dict() if fast is not None else None)
         fits.append(fit)
         if on_fit is not None:
             on_fit(fit)
@@ -181,6 +197,10 @@ def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, 
     known = [f for f in fits if f.file.name in facts_of]
     if not known:
         return None
+    quick = [f for f in known if f.fast_enough and f.verdict != "wont_fit"]
+    slow = [f for f in known if not f.fast_enough and f.verdict != "wont_fit"]
+    if quick and slow:  # the best quality among the files that answer fast enough here
+        known = quick
     p = _plan([facts_of[f.file.name] for f in known], target_ctx, opts)
     chosen = next((f for f in known if p.facts is not None and facts_of[f.file.name] is p.facts), None)
     if chosen is None or not p.fits:
@@ -190,4 +210,9 @@ def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, 
         return smallest
     chosen.recommended = True
     chosen.why = f"best quality that fits this machine ({chosen.why})"
+    if quick and slow:
+        chosen.why = (f"best quality that fits this machine and answers at {SPEED_FLOOR:.0f} tok/s or faster "
+                      f"({chosen.why}); {len(slow)} larger file(s) fit but would be slower")
+    elif slow and not quick:
+        chosen.why += f"; slower here than {SPEED_FLOOR:.0f} tok/s"
     return chosen
