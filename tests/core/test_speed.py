@@ -96,3 +96,15 @@ def test_bench_speed_fits_its_profile_from_the_models_it_measured(tmp_path: Path
     assert abs(got.bandwidth - truth.bandwidth) / truth.bandwidth < 1e-6
     assert abs(got.step_s - truth.step_s) < 1e-9
     assert got.prompt_rate[speed.main_type(big)] == 50.0 * speed.matmul_elements(big)
+
+
+def test_a_real_replys_figures_are_kept_by_depth(tmp_path: Path) -> None:
+    facts = read_facts(write_shape(tmp_path / "m.gguf", TINY_LLAMA))
+    speed.observe(facts, prompt_tokens=600, cached_tokens=0, completion_tokens=64, ttft_s=2.0, tokens_per_s=40.0)
+    speed.observe(facts, prompt_tokens=4100, cached_tokens=4000, completion_tokens=64, ttft_s=0.5,
+                  tokens_per_s=25.0)  # 100 tokens read: too few to say the prompt speed
+    speed.observe(facts, prompt_tokens=2000, cached_tokens=0, completion_tokens=8, ttft_s=1.0,
+                  tokens_per_s=99.0)  # 8 tokens: too short a reply to time; 2,000 read: a prompt figure
+    got = speed.for_model(facts, None)
+    assert got is not None and got.how == "measured"
+    assert (got.decode_short, got.decode_4k, got.prompt) == (40.0, 25.0, 2000.0)

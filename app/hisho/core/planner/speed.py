@@ -186,6 +186,21 @@ def record(facts: ModelFacts, figure: str, tok_s: float) -> None:
     write_text_atomic(_measured_path(), json.dumps(data, indent=1))
 
 
+def observe(facts: ModelFacts, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int, ttft_s: float,
+            tokens_per_s: float) -> None:
+    """Keep what a real reply of a loaded model measured: its decode speed as ``decode_short`` (under 1,024
+    tokens deep) or ``decode_4k`` (3K to 6K deep), its prompt speed where it read 256 tokens or more (the time
+    to its first token, of the tokens not restored from cache)."""
+    if completion_tokens >= 16 and tokens_per_s > 0:
+        if prompt_tokens < 1024:
+            record(facts, "decode_short", tokens_per_s)
+        elif 3072 <= prompt_tokens <= 6144:
+            record(facts, "decode_4k", tokens_per_s)
+    read = prompt_tokens - cached_tokens
+    if read >= 256 and ttft_s > 0:
+        record(facts, "prompt", read / ttft_s)
+
+
 def for_model(facts: ModelFacts, profile: SpeedProfile | None) -> Speed | None:
     """Measured speeds of this file where it has run here (each figure it measured), the prediction for the
     rest; None with neither."""
