@@ -47,6 +47,7 @@ from hisho.core.models.removal import Removal, plan_removal, remove_model
 from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import format_bytes
 from hisho.gui.models.downloads_tab import DownloadsTab
+from hisho.gui.models.hub_best import show_best
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasController
@@ -91,6 +92,7 @@ class ModelsPage(QWidget):
         self.tabs = QTabWidget()
         self.installed = self._build_installed()
         self.hub = HubTab(workers, planner_budget)
+        show_best(self.hub)  # the Hub tab opens on the models best for this computer
         self.hub.download_requested.connect(self.download)
         self.hub.token_requested.connect(self.ask_token)
         self.hub.load_requested.connect(self.load_named)
