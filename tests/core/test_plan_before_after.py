@@ -129,7 +129,7 @@ def test_breakdown_rows_name_what_each_part_is_for(served: tuple[Path, str]) -> 
     ask = requested(SHAPES["window"], n_ctx=32768, kv_type="f16")
     p = as_loaded(facts, ask, MACHINE.budget(), calibration_for(facts), cpu=MACHINE.cpu)
     labels = {r.key: r.label for r in explain.rows(p)}
-    assert labels["kv"].startswith("KV cache for 32K tokens, f16, 2 sequences")
+    assert labels["kv"].startswith("KV cache for 32K tokens, f16, shared by 2 sequences")
     attention = "without flash attention" if not p.config.flash_attn else "with flash attention"
     assert labels["compute"].startswith(f"compute buffers for 32K context {attention}")
     assert "saving a chat's KV" in labels["kept"]  # the window saves chats: its save buffer is named

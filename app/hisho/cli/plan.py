@@ -34,7 +34,8 @@ def register(sub: Any) -> None:
     p.add_argument("--no-calibrate", action="store_true", help="formulas only, no llama.cpp dry run")
     p.add_argument("--profile", choices=PLAN_PROFILES, default="window",
                    help="the front end the plan is for: its sequences and whether it saves KV (default: window)")
-    p.add_argument("--parallel", type=int, default=None, help="with --profile serve: the server's --parallel")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="with --profile serve: the server's --parallel (--ctx is then all sequences' context together)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 

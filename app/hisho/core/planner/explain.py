@@ -68,7 +68,10 @@ def _weights_label(plan: Any) -> str:
 def _kv_label(plan: Any) -> str:
     c = plan.config
     kv = c.type_k if c.type_k == c.type_v else f"{c.type_k}/{c.type_v}"
-    seqs = f", {c.n_seq_max} sequences" if c.n_seq_max > 1 else ""
+    seqs = ""
+    if c.n_seq_max > 1:
+        seqs = (f", shared by {c.n_seq_max} sequences" if c.kv_unified else
+                f", {c.n_seq_max} streams of {tokens(max(1, c.n_ctx // c.n_seq_max))} (one per sequence)")
     memory = plan.facts.memory if plan.facts is not None else "dense"
     window = " (sliding-window layers hold only their window)" if memory in ("swa", "hybrid") else ""
     return f"KV cache for {tokens(c.n_ctx)} tokens, {kv}{seqs}{window}"
