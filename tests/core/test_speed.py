@@ -91,11 +91,14 @@ def test_bench_speed_fits_its_profile_from_the_models_it_measured(tmp_path: Path
     small = read_facts(write_shape(tmp_path / "small.gguf", TINY_LLAMA))
     big = read_facts(write_shape(tmp_path / "big.gguf", LLAMA_31_8B))
     truth = slow()
-    runs = [(f, {"decode_short": speed.predict(f, truth).decode_short, "prompt": 50.0}) for f in (small, big)]
+    truth = speed.SpeedProfile(bandwidth=truth.bandwidth, step_s=truth.step_s, prompt_rate={"all": 6e10},
+                               prompt_step_s=0.002)
+    runs = [(f, {"decode_short": speed.predict(f, truth).decode_short, "prompt": speed.predict(f, truth).prompt})
+            for f in (small, big)]
     got = profile_from(runs)
     assert abs(got.bandwidth - truth.bandwidth) / truth.bandwidth < 1e-6
     assert abs(got.step_s - truth.step_s) < 1e-9
-    assert got.prompt_rate[speed.main_type(big)] == 50.0 * speed.matmul_elements(big)
+    assert abs(got.prompt_rate["all"] - 6e10) / 6e10 < 1e-6 and abs(got.prompt_step_s - 0.002) < 1e-9
 
 
 def test_a_real_replys_figures_are_kept_by_depth(tmp_path: Path) -> None:

@@ -59,16 +59,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def profile_from(runs: list[tuple[ModelFacts, dict[str, float]]]) -> speed.SpeedProfile:
-    """The machine's profile from models measured here: decode's bandwidth and step cost from their sizes, the
-    prompt rate of each weight type from their prompt speeds (the fastest file of a type where several)."""
+    """The machine's profile from models of two sizes measured here: decode's bandwidth and step cost, the
+    prompt's multiply-add rate and per-token cost (one rate for every weight type: a small model's prompt is
+    mostly fixed cost, so a rate per type from it alone would read several times too slow)."""
     bandwidth, step_s = speed.fit_decode([(speed.weights_read_per_token(f), seen["decode_short"])
                                           for f, seen in runs])
-    rates: dict[str, float] = {}
-    for facts, seen in runs:
-        kind = speed.main_type(facts)
-        rates[kind] = max(rates.get(kind, 0.0), seen["prompt"] * speed.matmul_elements(facts))
-    return speed.SpeedProfile(bandwidth=bandwidth, step_s=step_s, prompt_rate=rates,
-                              threads=os.cpu_count() or 1, source="measured")
+    rate, prompt_step_s = speed.fit_decode([(speed.matmul_elements(f), seen["prompt"]) for f, seen in runs])
+    return speed.SpeedProfile(bandwidth=bandwidth, step_s=step_s, prompt_rate={"all": rate},
+                              threads=os.cpu_count() or 1, source="measured", prompt_step_s=prompt_step_s)
 
 
 def measure(spec: str, *, repeat: int = 3) -> tuple[ModelFacts, dict[str, float]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from hisho.core.hub.fit import TIGHT_SHARE
 from hisho.core.machine import Budget
-from hisho.core.planner.speed import SPEED_FLOOR, Speed, SpeedProfile
+from hisho.core.planner.speed import SPEED_FLOOR, Speed, SpeedProfile, prompt_speed
 from hisho.core.units import GIB, MIB
 
 DEMO_PARAMS = 135_000_000
@@ -64,11 +64,10 @@ def estimate(c: Candidate, budget: Budget) -> str:
 def speed_of(c: Candidate, profile: SpeedProfile) -> Speed:
     """``c``'s predicted speed here from its published size and parameters (the header, once read, refines
     it): a decode step reads about the whole file; a prompt token costs a multiply-add per parameter at the
-    profile's K-quant rate (its slowest measured where it has none)."""
-    rate = profile.prompt_rate.get("Q4_K") or min(profile.prompt_rate.values(), default=0.0)
+    profile's K-quant rate (``speed.prompt_speed``)."""
     step = profile.step_s + c.size / profile.bandwidth
     return Speed(decode_short=1 / step, decode_4k=1 / (step + c.kv_4k / profile.bandwidth),
-                 prompt=rate / (c.params_b * 1e9) if rate else 0.0, how="predicted")
+                 prompt=prompt_speed(profile, "Q4_K", int(c.params_b * 1e9)), how="predicted")
 
 
 def suggest(budget: Budget, profile: SpeedProfile | None = None, installed: frozenset[str] = frozenset(),

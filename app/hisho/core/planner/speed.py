@@ -7,9 +7,9 @@ The model (docs/planner.md "Speed"):
   KV cache of d tokens: a step takes ``step_s + (weights + d * kv_per_token) / bandwidth``. ``bandwidth`` is
   memory bandwidth as decode sees it (threads, caches and kernels included), ``step_s`` the fixed cost of a
   step (graph, sampling, thread wake-up): both fitted from two models of different sizes (``fit_decode``).
-- **Prompt** is compute bound: a prompt token costs one multiply-add per matrix weight, at a rate that depends
-  on the weight type's kernels (``prompt_rate``: multiply-adds per second per type, measured on files of
-  that type; an unmeasured type takes the slowest measured rate, so a prediction errs towards slow).
+- **Prompt** is compute bound: a prompt token costs ``prompt_step_s`` plus one multiply-add per matrix weight
+  at ``prompt_rate`` (multiply-adds per second: for a weight type where one was measured for it, else the
+  machine's ``"all"`` rate, fitted like decode from two model sizes; lacking both, the slowest known).
 - **Measured beats predicted.** ``record`` keeps what a loaded model measured (by the file's header digest);
   ``for_model`` answers with it, saying "measured", before any prediction.
 
@@ -45,8 +45,9 @@ class SpeedProfile:
 
     bandwidth: float                  # bytes/s
     step_s: float                     # seconds per decode step beyond reading bytes
-    prompt_rate: dict[str, float] = field(default_factory=dict)  # weight type -> multiply-adds per second
+    prompt_rate: dict[str, float] = field(default_factory=dict)  # weight type or "all" -> multiply-adds per second
     threads: int = 0
+    prompt_step_s: float = 0.0        # seconds per prompt token beyond its multiply-adds
     source: str = "measured"          # measured (hisho bench speed) | a fixture's name
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,7 +57,8 @@ class SpeedProfile:
     def from_dict(cls, data: dict[str, Any]) -> SpeedProfile:
         return cls(bandwidth=float(data["bandwidth"]), step_s=float(data["step_s"]),
                    prompt_rate={str(k): float(v) for k, v in dict(data.get("prompt_rate", {})).items()},
-                   threads=int(data.get("threads", 0)), source=str(data.get("source", "measured")))
+                   threads=int(data.get("threads", 0)), source=str(data.get("source", "measured")),
+                   prompt_step_s=float(data.get("prompt_step_s", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -122,18 +124,25 @@ def predict(facts: ModelFacts, profile: SpeedProfile, *, type_kv: str = "f16") -
     def decode(kv: int) -> float:
         return 1.0 / (profile.step_s + (weights + kv) / profile.bandwidth)
 
-    rate = profile.prompt_rate.get(main_type(facts))
+    return Speed(decode_short=decode(0), decode_4k=decode(kv_4k), prompt=prompt_speed(profile, main_type(facts),
+                                                                                      matmul_elements(facts)),
+                 how="predicted")
+
+
+def prompt_speed(profile: SpeedProfile, weight_type: str, elements: int) -> float:
+    """Prompt tok/s of a model with ``elements`` multiply-adds per token, mostly of ``weight_type``."""
+    rate = profile.prompt_rate.get(weight_type) or profile.prompt_rate.get("all")
     if rate is None:
         rate = min(profile.prompt_rate.values(), default=0.0)
-    prompt = rate / matmul_elements(facts) if rate > 0 else 0.0
-    return Speed(decode_short=decode(0), decode_4k=decode(kv_4k), prompt=prompt, how="predicted")
+    return 1.0 / (profile.prompt_step_s + elements / rate) if rate > 0 else 0.0
 
 
 def fit_decode(points: list[tuple[int, float]]) -> tuple[float, float]:
     """(bandwidth, step_s) from decode measurements [(bytes read per step, tok/s)] of at least two sizes: the
-    least-squares line of step time over bytes (its slope is 1 / bandwidth, its intercept the fixed cost)."""
+    least-squares line of step time over bytes (its slope is 1 / bandwidth, its intercept the fixed cost).
+    The same fit gives the prompt's (rate, prompt_step_s) from [(multiply-adds per token, tok/s)]."""
     if len({b for b, _ in points}) < 2:
-        raise ValueError("a decode fit needs models of two sizes")
+        raise ValueError("a speed fit needs models of two sizes")
     xs = [float(b) for b, _ in points]
     ys = [1.0 / tps for _, tps in points]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
