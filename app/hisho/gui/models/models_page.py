@@ -178,9 +178,10 @@ class ModelsPage(QWidget):
     def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
         """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
         from hisho.core.hub.fit import LABELS, verdict
-        from hisho.core.planner import make_plan
+        from hisho.core.planner import make_plan, speed
 
         budget, opts = planner_budget()
+        profile = speed.load_profile()
         out = {}
         for name in names:
             try:
@@ -189,6 +190,8 @@ class ModelsPage(QWidget):
                               n_ubatch=opts["n_batch"])
                 wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
                 v, why = verdict(p, budget, wanted or opts["target_ctx"])
+                fast = speed.for_model(p.facts, profile) if p.facts is not None else None
+                why = f"{fast.label()}; {why}" if fast is not None else why
                 out[name] = (v, LABELS[v], why, p.facts.n_params if p.facts else 0)
             except Exception as exc:  # a damaged or missing file: say so in the row
                 out[name] = ("unknown", "Unknown", str(exc), 0)

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 from hisho.core.hub import QuantFile
 from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.planner import Calibration, Plan
+from hisho.core.planner.speed import Speed
 from hisho.gui.models.planner_panel import PlannerPanel
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasController
@@ -90,7 +91,7 @@ class PlannerPage(PlannerPanel):
         params = engine.load_params or self.w.ctx.load_params
         loaded_ctx = params.n_ctx if params is not None else None
 
-        def work() -> tuple[Plan, Calibration | None]:
+        def work() -> Planned:
             from hisho.core.planner import facts_for
 
             return _plan_for(facts_for(spec)[0], loaded_ctx)
@@ -106,17 +107,21 @@ class PlannerPage(PlannerPanel):
                              "not downloaded")
         self.choice.setText("Reading its header from the hub…")
 
-        def work() -> tuple[Plan, Calibration | None]:
+        def work() -> Planned:
             from hisho.core.hub.fit import file_facts
 
             return _plan_for(file_facts(f)[0])
 
         self.w.ctx.executor.submit("hub", work, done=lambda r: self._planned(key, r), failed=self._failed)
 
-    def _planned(self, key: str, result: tuple[Plan, Calibration | None]) -> None:
+    def _planned(self, key: str, result: Planned) -> None:
         if key != self.planned_for:
             return  # another model was asked for since
-        self.show_plan(*result)
+        plan, calib, fast = result
+        self.show_plan(plan, calib)
+        if fast is not None:  # how fast it answers here, said beside what it needs
+            self.reason.setText(f"Speed here ({fast.how}): {fast.label()}, ~{fast.decode_4k:.0f} tok/s 4K tokens "
+                                f"into a chat\n{self.reason.text()}")
         self.apply.setText("Download this file" if self.hub_file is not None else "Use this context and KV type")
         self.plans += 1
 
@@ -145,12 +150,15 @@ class PlannerPage(PlannerPanel):
                 lambda: c.switch_model(model), label="Reload now", ms=15_000)
 
 
-def _plan_for(facts: ModelFacts, n_ctx: int | None = None) -> tuple[Plan, Calibration | None]:
+Planned = tuple[Plan, Calibration | None, Speed | None]  # the plan, its calibration, its speed here
+
+
+def _plan_for(facts: ModelFacts, n_ctx: int | None = None) -> Planned:
     """The plan of one model for the window's profile at ``n_ctx`` (the loaded context; None: the settings'),
     whether ``facts`` come from a hub header or a file (the same search, dry run and rules:
     ``planner.plan_facts``), and the calibration the panel re-prices with. Runs on a worker lane (a first dry
     run takes seconds)."""
-    from hisho.core.planner import calibration_for, plan_facts
+    from hisho.core.planner import calibration_for, plan_facts, speed
     from hisho.gui.models.models_page import planner_budget
 
     budget, opts = planner_budget()
@@ -158,7 +166,8 @@ def _plan_for(facts: ModelFacts, n_ctx: int | None = None) -> tuple[Plan, Calibr
     wanted = min(target, facts.context_length or target)
     plan = plan_facts([facts], opts["machine"], budget, min_ctx=min(opts["min_ctx"], wanted),
                       target_ctx=target, n_batch=opts["n_batch"], n_ubatch=opts["n_batch"])
-    return plan, calibration_for(facts, run=False, n_ubatch=opts["n_batch"])
+    return (plan, calibration_for(facts, run=False, n_ubatch=opts["n_batch"]),
+            speed.for_model(facts, speed.load_profile()))
 
 
 def open_planner(window: ShowsPages) -> PlannerPage:
