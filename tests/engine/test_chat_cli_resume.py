@@ -3,6 +3,7 @@ resumes from its saved KV (the same restore the window does), and the hooks run 
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import sys
@@ -47,7 +48,9 @@ def test_hooks_are_declared_in_one_order(default_model_path: Path) -> None:
         assert app.kv is not None
         assert app.chat.before_prompt == [app.documents.before_prompt]
         assert app.chat.restore_prompt == [app.kv.restore]
-        assert app.chat.after_turn == [app.kv.after_turn]
+        assert app.chat.after_turn[0] == app.kv.after_turn and len(app.chat.after_turn) == 2
+        speed = app.chat.after_turn[1]  # then the reply's speeds are kept for the local model
+        assert isinstance(speed, functools.partial) and speed.func is services.record_speed
     finally:
         app.close()
 

@@ -124,3 +124,31 @@ def test_online_the_checked_candidate_gets_the_planners_badge(
         wait_for(qtbot, lambda: page.downloads.state_text(0) == VERIFIED, 120_000)
     finally:
         w.close()
+
+
+def test_on_a_slow_machine_the_card_offers_a_smaller_model_and_says_why(
+        qtbot: QtBot, monkeypatch: pytest.MonkeyPatch, default_model_path: Path) -> None:
+    """A recorded speed profile of a 2-core laptop where the 7B answers at ~4 tok/s, on a machine whose memory
+    fits the 7B: the card offers the best model that answers at 8 tok/s or faster, says its speed, and names the
+    7B as too slow here."""
+    from hisho.core.machine import Machine
+    from hisho.core.planner import speed
+    from tests.core.test_speed import FIXTURE
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    profile = speed.load_profile(FIXTURE)
+    assert profile is not None
+    speed.save_profile(profile)
+    roomy = Machine(platform="linux", ram_total=32 << 30, ram_available=32 << 30, cpu_threads=2)
+    monkeypatch.setattr("hisho.core.machine.detect", lambda **_kw: roomy)
+    w = make_window(qtbot)
+    try:
+        card = card_of(w)
+        wait_for(qtbot, lambda: card.candidate is not None and not card.isHidden(), 60_000)
+        seven = CANDIDATES[-1]
+        assert card.candidate is not seven
+        text = card.offer.text()
+        assert card.candidate.title in text and "tok/s" in text and "reads 1,000 tokens" in text
+        assert f"{seven.title} fits too, but would answer at about" in text
+    finally:
+        w.close()

@@ -238,3 +238,35 @@ def test_gated_repo_asks_for_a_token_then_lists_with_badges(qtbot: QtBot, page: 
     path = token_mod.token_file()
     assert path.read_text(encoding="utf-8") == hub.token and (path.stat().st_mode & 0o777) == 0o600
     assert hub.token not in caplog.text and "hf_wrong" not in caplog.text
+
+
+def test_hub_tab_opens_on_the_models_best_for_this_computer(qtbot: QtBot, hub: FakeHub) -> None:
+    """Before any search: the well-known models, the best that fits and answers fast enough here first (a
+    recorded profile of a slow laptop: the 7B fits a 16 GiB machine but would answer at ~4 tok/s)."""
+    from hisho.core.machine import Machine
+    from hisho.core.models.suggest import CANDIDATES
+    from hisho.core.planner import speed
+    from hisho.gui.models import hub_best
+    from tests.core.test_speed import FIXTURE
+
+    profile = speed.load_profile(FIXTURE)
+    assert profile is not None
+    speed.save_profile(profile)
+    machine = Machine(platform="linux", ram_total=16 << 30, ram_available=16 << 30, cpu_threads=2)
+    bridge = Bridge()
+    workers = Executor(bridge.post)
+    try:
+        p = ModelsPage(workers)
+        qtbot.addWidget(p)
+        p.hub.budget = lambda: (machine.budget(), {})  # type: ignore[method-assign]
+        hub_best.show_best(p.hub)
+        qtbot.waitUntil(lambda: p.hub.results.count() == len(CANDIDATES), timeout=60_000)
+        first = p.hub.results.item(0)
+        assert first is not None and first.text().startswith("★ ") and "tok/s" in first.text()
+        assert CANDIDATES[-1].title not in first.text()  # the 7B is not the one offered first: too slow here
+        assert "would answer at about" in p.hub.status.text()
+        p.hub.results.setCurrentRow(0)  # picking one opens its repository
+        assert p.hub.repo == first.data(256)
+    finally:
+        p.downloads.pause_all()
+        workers.shutdown(10)

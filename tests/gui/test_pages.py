@@ -122,9 +122,12 @@ def test_planner_page_names_its_model_says_the_bar_s_numbers_and_uses_them(qtbot
     assert said == drawn and "8192 tokens" in page.ctx_label.text() and "q8_0" in page.choice.text()
     assert page.current is not None and page.current.config.type_v == "q8_0" and page.current.config.flash_attn
     page.apply.click()
-    wait_for(qtbot, lambda: settings_mod.load()["n_ctx"] == 8192)
+    model_path = str(w.ctx.engine.load_params.model_path)  # type: ignore[union-attr]
+    wait_for(qtbot, lambda: settings_mod.load().choice_for(model_path).get("n_ctx") == 8192)
     s = settings_mod.load()
-    assert s["n_ctx"] == 8192 and s["kv_type"] == "q8_0"
+    # The loaded model's own choice: the defaults every other model loads with are unchanged.
+    assert s.choice_for(model_path) == {"n_ctx": 8192, "kv_type": "q8_0"}
+    assert s["n_ctx"] == 4096 and s["kv_type"] == "f16"
     assert "8,192 tokens" in w.toast.text() and w.toast.action_button.text() == "Reload now"
     # The grid prices other contexts and KV types; a click shows that cell on the bar, with its numbers.
     cell = page.grid.item(0, 0)

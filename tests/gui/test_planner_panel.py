@@ -61,11 +61,26 @@ def test_view_menu_opens_the_planner(qtbot: QtBot, window: MainWindow) -> None:
     panel.close()
 
 
-def test_the_engines_kept_state_is_other_not_compute() -> None:
+def test_the_engines_kept_state_is_its_own_named_part_not_compute() -> None:
     facts, calib = smollm()
     budget = Budget(ram=int(2 * GIB), gpu=0, unified=False, headroom=0, metric="resident", explain="test")
     p = plan([facts], budget, min_ctx=1024, target_ctx=2048, calibration=lambda f: calib, saves_kv=True)
     b = p.breakdown
     assert b.kept > 0  # a save arena and a restore's chunks
     seg = segments_of(p)
-    assert seg["other"] == b.output + b.runtime + b.kept and sum(seg.values()) == p.need
+    assert seg["kept"] == b.kept and seg["runtime"] == b.output + b.runtime and sum(seg.values()) == p.need
+
+
+def test_a_context_past_the_trained_one_is_allowed_with_a_visible_warning(qtbot: QtBot) -> None:
+    p, calib = make_plan(ram_gib=2)
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.show_plan(p, calib)  # type: ignore[arg-type]
+    trained = p.facts.context_length  # type: ignore[attr-defined]
+    assert "Longer than" not in panel.ctx_label.text()
+    assert panel.slider.maximum() * 256 > trained  # the slider goes past it
+    panel.set_context(2 * trained)
+    assert panel.current is not None and panel.current.config.n_ctx == 2 * trained
+    text = panel.ctx_label.text()
+    assert f"Longer than the {trained:,} tokens this model was trained on" in text
+    assert "no rope scaling" in text  # SmolLM2's file declares none

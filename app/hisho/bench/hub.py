@@ -238,7 +238,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from hisho.core import machine as machine_mod
             from hisho.core.hub import fit_files, repo_files
 
-            fits = fit_files([q for q in repo_files(REPO)], machine_mod.detect().budget())
+            m = machine_mod.detect()
+            fits = fit_files([q for q in repo_files(REPO)], m.budget(), machine=m)
             header_ratio = fits[0].header_bytes / big.stat().st_size
 
             url = f"{hub.cdn}/cdn-lfs/{f.sha256}"

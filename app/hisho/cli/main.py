@@ -105,7 +105,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # minutes long.
 REPEAT_DEFAULT = {"decode": 6}
 
-BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak", "peers", "reasoning")
+BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak", "peers", "reasoning",
+           "speed")
 
 
 # ----- self-test --------------------------------------------------------------------------------------

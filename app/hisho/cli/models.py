@@ -100,9 +100,10 @@ def _budget(ram_gib: float | None) -> tuple[Any, dict[str, Any]]:
     from hisho.core.planner import check_budget
 
     s = settings_mod.load()
-    budget = check_budget(machine_mod.detect(), ram_gib, None, None)
+    machine = machine_mod.detect()
+    budget = check_budget(machine, ram_gib, None, None)
     return budget, {"min_ctx": int(s["min_ctx"]), "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
-                    "n_batch": int(s["n_batch"])}
+                    "n_batch": int(s["n_batch"]), "machine": machine}
 
 
 def _files(args: argparse.Namespace) -> int:
@@ -110,7 +111,7 @@ def _files(args: argparse.Namespace) -> int:
 
     files = repo_files(args.target)
     budget, opts = _budget(args.ram_gib)
-    fits = fit_files(files, budget, **opts)
+    fits = fit_files(files, budget, calibrate=True, **opts)
     if args.json:
         _emit([f.to_dict() for f in fits])
         return 0
@@ -158,7 +159,7 @@ def _pull(args: argparse.Namespace) -> int:
 
     def choose(files: list[Any]) -> Any:
         budget, opts = _budget(None)
-        best = next(f for f in fit_files(files, budget, **opts) if f.recommended)
+        best = next(f for f in fit_files(files, budget, calibrate=True, **opts) if f.recommended)
         sys.stderr.write(f"hisho: {args.target} has {len(files)} models; taking {best.file.name}: {best.why}\n")
         return best.file
 

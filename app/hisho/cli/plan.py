@@ -1,4 +1,7 @@
-"""``hisho plan [MODEL … | hf:REPO] [--ram-gib X] [--gpu-gib Y] [--uma] [--min-ctx N] [--json]``.
+"""``hisho plan [MODEL … | hf:REPO] [--ram-gib X] [--gpu-gib Y] [--uma] [--min-ctx N] [--profile P] [--json]``.
+
+The plan is for one front end's load (``--profile``: window, serve [--parallel N], generate, summarize): its
+sequences and whether it saves KV change what the same file needs.
 
 Several MODELs (paths or store names) are the candidate files, typically the quants of one model; ``hf:REPO``
 takes every GGUF in a hub repository (headers only, by range requests). The first plan of a local file runs
@@ -14,6 +17,9 @@ from typing import Any
 
 from hisho.core.units import GIB
 
+# planner.profiles.PLAN_PROFILES, spelled here so that building the parser imports no planner (tests compare)
+PLAN_PROFILES = ("window", "serve", "generate", "summarize")
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="memory plan: quant, context, KV type and GPU layers that fit")
@@ -26,6 +32,10 @@ def register(sub: Any) -> None:
     p.add_argument("--min-ctx", type=int, default=None, help="smallest acceptable context (default: settings)")
     p.add_argument("--ctx", type=int, default=None, help="context wanted (default: settings n_ctx, >= min-ctx)")
     p.add_argument("--no-calibrate", action="store_true", help="formulas only, no llama.cpp dry run")
+    p.add_argument("--profile", choices=PLAN_PROFILES, default="window",
+                   help="the front end the plan is for: its sequences and whether it saves KV (default: window)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="with --profile serve: the server's --parallel (--ctx is then all sequences' context together)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
@@ -45,7 +55,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     budget = check_budget(machine, args.ram_gib, args.gpu_gib, args.uma)
     plan = make_plan(args.models, machine, budget, min_ctx=min_ctx, target_ctx=target,
                      calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
-                     n_ubatch=int(s["n_batch"]))
+                     n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=args.parallel)
     data = plan.to_dict()
     if args.json:
         from hisho.cli.output import emit_json
@@ -67,13 +77,11 @@ def render(d: dict[str, Any]) -> str:
         f"flash_attn {'on' if d['flash_attn'] else 'off'}  gpu layers {d['n_gpu_layers']}",
         f"fits       {'yes' if d['fits'] else 'NO'}{'  (estimate only)' if d['estimate'] else ''}",
         f"budget     {d['budget']}",
-        f"weights    {gib(b['weights'])}",
-        f"kv         {gib(b['kv'])}",
-        f"compute    {gib(b['compute'])}",
-        f"output     {gib(b['output'])}",
-        f"runtime    {gib(b['runtime'])}",
-        f"kept       {gib(b.get('kept', 0))}",
-        f"committed  {gib(d['committed'])}   resident {gib(d['resident'])}",
+        *(f"{part['key']:10s} {gib(part['bytes'])}  {part['label']}" for part in d.get("parts", [])),
+        f"committed  {gib(d['committed'])}   resident {gib(d['resident'])}"
+        f"   (parts above: {d.get('fit_metric', 'resident')}, for the {d.get('profile') or 'window'} profile)",
+        f"allocated  weights {gib(b['weights'])}  kv {gib(b['kv'])}  compute {gib(b['compute'])}  "
+        f"output {gib(b['output'])}  runtime {gib(b['runtime'])}  kept {gib(b.get('kept', 0))}",
         f"why        {d['reason']}",
     ]
     for alt in d["alternatives"]:

@@ -6,6 +6,8 @@ builds the same from a recorded JSON file (tests, and "what would this laptop do
 the rules:
 
 - Free memory a driver reports can exceed its total: clamp free <= total.
+- Available RAM counts the memory this app's own children hold (the engine and its loaded model:
+  ``own_children_memory``): a model is judged against the same budget before and after it is loaded.
 - Unified memory (an iGPU, Apple silicon) is ONE pool with system RAM: GPU bytes and CPU bytes come out of the
   same budget; the GPU part is further limited by what the platform lets the GPU map (``PlatformRules``):
   Windows gives an iGPU half of RAM as shared memory; Linux AMD APUs map VRAM carve-out + GTT (sysfs);
@@ -202,7 +204,8 @@ def detect(*, probe_devices: bool = True) -> Machine:
 
     vm = psutil.virtual_memory()
     data: dict[str, Any] = {"platform": _platform(), "ram_total": int(vm.total),
-                            "ram_available": int(vm.available), "cpu_threads": os.cpu_count() or 1}
+                            "ram_available": int(vm.available) + own_children_memory(),
+                            "cpu_threads": os.cpu_count() or 1}
     if probe_devices:
         probed = _probed_devices()
         data["devices"] = [d for d in probed.get("devices", []) if d.get("type") != "cpu"]
@@ -211,6 +214,28 @@ def detect(*, probe_devices: bool = True) -> Machine:
     else:
         data["cpu_features"] = _cached_probe().get("cpu_features", [])
     return from_dict(data, source="detected")
+
+
+def own_children_memory() -> int:
+    """Private memory of this process's children: the engine with its loaded model (and a probe, if one runs).
+    A plan is judged against the machine's budget, not against what is left beside the model it replaces: a
+    model loaded here gives its memory back when the next load (or a reload with other settings) takes its
+    place. Mapped file pages are left out (the OS already counts them as available page cache); on Linux
+    that is RSS less its file-backed and shared part."""
+    import psutil
+
+    total = 0
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    for child in children:
+        try:
+            info = child.memory_info()
+        except psutil.Error:
+            continue  # it ended meanwhile
+        total += max(0, int(info.rss) - int(getattr(info, "shared", 0)))
+    return total
 
 
 def _cached_probe() -> dict[str, Any]:

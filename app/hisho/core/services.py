@@ -21,6 +21,7 @@ Rules of use:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core import settings as settings_mod
-from hisho.core.conversations.chat import ChatService
+from hisho.core.conversations.chat import ChatService, TurnResult
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
 from hisho.core.documents.service import Documents
@@ -256,7 +257,8 @@ def make_engine() -> Engine:
     return EngineClient()
 
 
-def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) -> None:
+def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None,
+                  measured: Callable[[TurnResult], None] | None = None) -> None:
     """The chat service's hooks, in the order they run. Declared here only.
 
     while the turn's prompt is built (the turn's worker thread, ``before_prompt``):
@@ -265,7 +267,8 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) ->
     once the prompt is tokenized, before the reply (``restore_prompt``):
       1. kv: the saved KV of those exact tokens is restored (the engine then generates from the same tokens).
     after the reply is saved:
-      1. kv: the sequence is saved for the next turn.
+      1. kv: the sequence is saved for the next turn;
+      2. measured: a local model's reply speeds are kept (planner.speed: measured beats predicted).
     wherever a chat's prompt is built (prompt_context): documents attached to the chat that fit go in its
     system message.
     """
@@ -276,6 +279,23 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None) ->
     if kv is not None:
         chat.restore_prompt.append(kv.restore)
         chat.after_turn.append(kv.after_turn)
+    if measured is not None:
+        chat.after_turn.append(measured)
+
+
+def record_speed(services: Services, out: TurnResult) -> None:
+    """An ``after_turn`` hook: what the local model's reply measured, kept for its file (never a remote one's)."""
+    from hisho.core.models.gguf_facts import read_facts
+    from hisho.core.planner import speed
+
+    r = out.engine
+    if r is None or out.error or services.model_path is None or services.engine is not services.local_engine:
+        return
+    try:
+        speed.observe(read_facts(services.model_path), prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
+                      completion_tokens=r.completion_tokens, ttft_s=r.ttft_s, tokens_per_s=r.tokens_per_s)
+    except (UserError, OSError) as exc:  # a speed not kept never fails a turn
+        log.warning("reply speed not kept: %s", exc)
 
 
 def build(model: str | None = None, profile: str = "window", *, db_path: Path | None = None,
@@ -312,10 +332,11 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
         kv_chat = attach_kv(chat, store.db, executor, budget_bytes=int(settings["kv_disk_budget_bytes"]))
     documents = Documents(store, engine, kv_chat.session if kv_chat else None,
                           write=lambda fn: executor.call("store", fn))
-    install_hooks(chat, documents, kv_chat)
-    return Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
-                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
-                    _named=(model_path, named))
+    app = Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
+                   model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
+                   _named=(model_path, named))
+    install_hooks(chat, documents, kv_chat, measured=functools.partial(record_speed, app))
+    return app
 
 
 def use_engine(services: Services, engine: Engine, model_name: str) -> None:
@@ -327,4 +348,4 @@ def use_engine(services: Services, engine: Engine, model_name: str) -> None:
     services.chat.model_name = model_name
     services.documents.engine = engine
     kv = services.kv if Capability.KV_STATE.value in engine.capabilities else None
-    install_hooks(services.chat, services.documents, kv)
+    install_hooks(services.chat, services.documents, kv, measured=functools.partial(record_speed, services))

@@ -21,7 +21,7 @@ from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.settings")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: model_choices (context and KV type per model)
 
 
 @dataclass(frozen=True)
@@ -85,15 +85,47 @@ def check_presets(value: Any) -> list[dict[str, str]]:
     return out
 
 
+KV_TYPES = ("f16", "q8_0", "q4_0")
+MAX_CTX = 1 << 20
+
+
+def check_model_choices(value: Any) -> dict[str, dict[str, Any]]:
+    """Per-model choices: {model file path: {"n_ctx": int, "kv_type": str}}, either key optional. Returns a
+    clean copy or raises ValueError saying which entry is wrong."""
+    if not isinstance(value, dict):
+        raise ValueError(f"model_choices: expected an object, got {type(value).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for model, choice in value.items():
+        if not isinstance(model, str) or not model or not isinstance(choice, dict):
+            raise ValueError(f"model_choices: entry {model!r} is not a model and its choices")
+        clean: dict[str, Any] = {}
+        if "n_ctx" in choice:
+            n = choice["n_ctx"]
+            if isinstance(n, bool) or not isinstance(n, int) or not 256 <= n <= MAX_CTX:
+                raise ValueError(f"model_choices: {model}: context {n!r} is not 256 to {MAX_CTX} tokens")
+            clean["n_ctx"] = n
+        if "kv_type" in choice:
+            if choice["kv_type"] not in KV_TYPES:
+                raise ValueError(f"model_choices: {model}: KV type {choice['kv_type']!r} is not one of "
+                                 f"{', '.join(KV_TYPES)}")
+            clean["kv_type"] = choice["kv_type"]
+        out[model] = clean
+    return out
+
+
 DECLARED: tuple[Setting, ...] = (
     Setting("default_model", str, "", "Model store name used when none is given ('' = bundled default)."),
-    Setting("n_ctx", int, 4096, "Context length in tokens for chats.", 256, 1 << 20),
+    Setting("n_ctx", int, 4096, "Context length in tokens for chats, for models without their own "
+            "(model_choices).", 256, MAX_CTX),
     Setting("n_threads", int, 0, "CPU threads (0 = automatic: up to the physical cores, fewer while "
             "other programs keep them busy; docs/threads.md).", 0, 512),
     Setting("n_batch", int, 512, "Prompt tokens per llama_decode call.", 32, 8192),
     Setting("flash_attn", bool, True, "Allow flash attention (a quantized V cache needs it); with an f16 cache "
             "on the CPU the plan turns it off where that is faster and costs little memory."),
-    Setting("kv_type", str, "f16", "KV cache element type.", choices=("f16", "q8_0", "q4_0")),
+    Setting("kv_type", str, "f16", "KV cache element type.", choices=KV_TYPES),
+    Setting("model_choices", dict, {}, "Context and KV type chosen for one model (the Memory planner's \"Use "
+            "this context\"), by model file: {path: {\"n_ctx\": ..., \"kv_type\": ...}}; a model without one "
+            "uses n_ctx (capped at what it was trained on) and kv_type.", check=check_model_choices),
     Setting("n_gpu_layers", int, -1, "Layers to offload (-1 = what the plan says).", -1, 1000),
     Setting("min_ctx", int, 4096, "Smallest context the planner may choose.", 256, 1 << 20),
     Setting("temperature", float, 0.7, "Default sampling temperature.", 0.0, 5.0),
@@ -130,8 +162,15 @@ def declared(name: str) -> Setting:
     """A setting's declaration (its bounds and doc, for a form that edits it)."""
     return _BY_NAME[name]
 
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had one context and KV type for every model; from 2 they are the default of models without
+    their own choice, and each model's own starts empty (which model the old values were chosen for is not
+    known)."""
+    return {**raw, "model_choices": raw.get("model_choices", {}), "schema_version": 2}
+
+
 # version N -> N+1. Each takes the raw dict and returns the upgraded one.
-_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+_UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 class Settings:
@@ -167,6 +206,16 @@ class Settings:
             raise KeyError(f"unknown setting {name!r}")
         self._values[name] = setting.coerce(value)
 
+    def choice_for(self, model_path: str | Path) -> dict[str, Any]:
+        """The context and KV type chosen for this model file ({} if none): ``n_ctx``, ``kv_type``."""
+        return dict(self._values["model_choices"].get(model_key(model_path), {}))
+
+    def choose(self, model_path: str | Path, *, n_ctx: int, kv_type: str) -> None:
+        """Keep ``n_ctx`` and ``kv_type`` for this model only (other models keep theirs)."""
+        choices = dict(self._values["model_choices"])
+        choices[model_key(model_path)] = {"n_ctx": n_ctx, "kv_type": kv_type}
+        self.set("model_choices", choices)
+
     def as_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **self._extra, **self._values}
 
@@ -176,6 +225,11 @@ class Settings:
             return
         path = self._path or paths.settings_path()
         write_text_atomic(path, json.dumps(self.as_dict(), indent=2, sort_keys=True))
+
+
+def model_key(model_path: str | Path) -> str:
+    """How ``model_choices`` names a model: its file's absolute path (a store entry keeps its path)."""
+    return str(Path(model_path).expanduser().absolute())
 
 
 def upgrade(raw: dict[str, Any]) -> tuple[dict[str, Any], bool]:

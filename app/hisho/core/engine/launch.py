@@ -1,16 +1,22 @@
 """From "the user wants model X" to the ``LoadParams`` the engine gets. One place, used by CLI and GUI.
 
-Settings decide n_ctx and the KV type; the memory planner (hisho.core.planner.gate) picks GPU layers when the
+A model's own choice (settings ``model_choices``: the planner page's "Use this context") decides n_ctx and the
+KV type, else the settings' defaults (the context capped at what the model was trained on); the memory planner (hisho.core.planner.gate) picks GPU layers when the
 setting says so and refuses a load it says will not fit.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hisho.core import settings as settings_mod
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.models.store import ModelStore
+
+if TYPE_CHECKING:
+    from hisho.core.machine import Machine
+    from hisho.core.planner.search import Plan
 
 
 def open_model(name_or_path: str | None) -> Path:
@@ -21,17 +27,27 @@ def open_model(name_or_path: str | None) -> Path:
 def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int = 1,
                     settings: settings_mod.Settings | None = None, override: bool = False,
                     kv_unified: bool = True, saves_kv: bool = False) -> LoadParams:
+    """``planned_load`` without the plan."""
+    return planned_load(model_path, n_ctx=n_ctx, n_seq_max=n_seq_max, settings=settings, override=override,
+                        kv_unified=kv_unified, saves_kv=saves_kv)[0]
+
+
+def planned_load(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int = 1,
+                 settings: settings_mod.Settings | None = None, override: bool = False,
+                 kv_unified: bool = True, saves_kv: bool = False,
+                 machine: Machine | None = None) -> tuple[LoadParams, Plan | None]:
     """Settings' parameters, checked by the memory planner (which also picks GPU layers when the setting is
     -1; ``saves_kv``: this front end saves KV, so the plan counts the save buffers). Raises planner.gate.PlanRefused (a UserError) if the plan says the load will not fit, unless
     ``override``: then it only logs a warning."""
-    from hisho.core.planner.gate import apply_plan
+    from hisho.core.planner.gate import planned
 
     s = settings or settings_mod.load()
-    kv = str(s["kv_type"])
+    own = s.choice_for(model_path)
+    kv = str(own.get("kv_type") or s["kv_type"])
     flash = bool(s["flash_attn"]) or kv != "f16"  # quantized V needs flash attention
     params = LoadParams(
         model_path=str(model_path),
-        n_ctx=int(n_ctx or s["n_ctx"]),
+        n_ctx=int(n_ctx or own.get("n_ctx") or default_ctx(model_path, int(s["n_ctx"]))),
         n_batch=int(s["n_batch"]),
         n_ubatch=int(s["n_batch"]),
         n_threads=int(s["n_threads"]),
@@ -42,4 +58,18 @@ def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: in
         n_seq_max=n_seq_max,
         kv_unified=kv_unified,  # one stream per sequence holds a window per sequence: the plan must know
     )
-    return apply_plan(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override, saves_kv=saves_kv)
+    return planned(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override, saves_kv=saves_kv,
+                   machine=machine)
+
+
+def default_ctx(model_path: str | Path, n_ctx: int) -> int:
+    """The context of a model without its own choice: the settings' ``n_ctx``, never above what the model was
+    trained on (a longer one is the user's choice for that model, made with a warning on the planner page)."""
+    from hisho.core.errors import UserError
+    from hisho.core.models.gguf_facts import read_facts
+
+    try:
+        trained = read_facts(model_path).context_length
+    except UserError:
+        return n_ctx  # the load reports a bad file itself
+    return min(n_ctx, trained) if trained > 0 else n_ctx

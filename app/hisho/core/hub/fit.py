@@ -3,15 +3,18 @@ before anything is downloaded.
 
 For each ``QuantFile`` the header of every part is read (1 MiB first, more only if the header is longer: see
 ``gguf_facts.facts_from_ranges``; a split model's tensor table is spread over its parts), the facts are merged
-and ``planner.plan`` prices it for this machine's budget. The verdict:
+and ``planner.plan_facts`` prices it for this machine's budget with the rules and the dry run the downloaded
+file will get (docs/planner.md "One plan"). The verdict:
 
 - **Fits**: the plan fits with the wanted context (settings ``n_ctx``, capped at the trained context) and f16
   KV, using at most 85 % of the budget;
 - **Tight**: it fits, but only with a shorter context, a quantized KV cache, or with less than 15 % to spare;
 - **Won't fit**: no configuration fits, even at the smallest acceptable context.
 
-The recommended file is the planner's own choice over all the repository's files (best quality that fits), with
-its reason in one line.
+Where this machine's speed is known (``planner.speed``: measured by ``hisho bench speed``, or what a file
+measured once loaded), each fit also says how fast it would answer ("~12 tok/s · reads 1,000 tokens in ~9 s").
+The recommended file is the planner's own choice over all the repository's files: the best quality that fits and
+decodes at ``SPEED_FLOOR`` tok/s or faster (any that fits when none is that fast), with its reason in one line.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from typing import Any
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.errors import GatedRepo, HubError, endpoint, gated, hub_call
 from hisho.core.hub.token import get_token
-from hisho.core.machine import Budget
+from hisho.core.machine import Budget, Machine
 from hisho.core.models.gguf_facts import ModelFacts, read_hub_facts
+from hisho.core.planner import speed
+from hisho.core.planner.speed import SPEED_FLOOR
 from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.hub")
@@ -44,6 +49,7 @@ class Fit:
     recommended: bool = False
     header_bytes: int = 0              # bytes read from the hub to decide
     params: int = 0                    # the model's parameter count, from its header
+    speed: dict[str, Any] | None = None  # planner.speed.Speed.to_dict() on this machine, where it is known
 
     @property
     def label(self) -> str:
@@ -52,7 +58,12 @@ class Fit:
     def to_dict(self) -> dict[str, Any]:
         return {**self.file.to_dict(), "fit": self.verdict, "fit_label": self.label, "why": self.why,
                 "recommended": self.recommended, "plan": self.plan, "header_bytes": self.header_bytes,
-                "params": self.params}
+                "params": self.params, "speed": self.speed}
+
+    @property
+    def fast_enough(self) -> bool:
+        """Decodes at the speed floor or faster here (True where the speed is not known: nothing to judge)."""
+        return self.speed is None or float(self.speed["decode_short"]) >= SPEED_FLOOR
 
 
 class RangeReader:
@@ -103,6 +114,8 @@ def file_facts(f: QuantFile) -> tuple[ModelFacts, int]:
                     tensors[k] = tensors.get(k, 0) + v
                 merged = dataclasses.replace(merged, tensor_bytes=tensors, n_params=merged.n_params + facts.n_params)
     assert merged is not None
+    if len(f.parts) > 1:  # a dry run needs every part on disk: a split file plans from formulas until downloaded
+        merged = dataclasses.replace(merged, header_sha="")
     return dataclasses.replace(merged, file_size=f.size), reader.bytes_read
 
 
@@ -128,12 +141,17 @@ def verdict(p: Any, budget: Budget, wanted_ctx: int) -> tuple[str, str]:
 
 
 def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, target_ctx: int = 4096,
-              n_batch: int = 512, on_fit: Callable[[Fit], None] | None = None) -> list[Fit]:
-    """A Fit per file (``on_fit`` is called as each is known) and the recommended one marked."""
-    from hisho.core import planner
-
+              n_batch: int = 512, on_fit: Callable[[Fit], None] | None = None, machine: Machine | None = None,
+              calibrate: bool = False, profile: str = "window",
+              speed_profile: speed.SpeedProfile | None = None) -> list[Fit]:
+    """A Fit per file (``on_fit`` is called as each is known) and the recommended one marked. Each is planned by
+    ``planner.plan_facts`` as the file would be once downloaded: for ``machine`` (its CPU features: weight
+    repacking), for front end ``profile``, with the dry run its header has had (``calibrate``: made now where
+    missing, seconds per file), so the badge says what the planner page and the load will say."""
     fits: list[Fit] = []
     facts_of: dict[str, ModelFacts] = {}
+    opts = _options(budget, machine, min_ctx=min_ctx, n_batch=n_batch, profile=profile, calibrate=calibrate,
+                    speed=speed.load_profile() if speed_profile is None else speed_profile)
     for f in files:
         try:
             facts, nbytes = file_facts(f)
@@ -143,30 +161,47 @@ def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, ta
             fit = Fit(f, "unknown", str(exc))
         else:
             facts_of[f.name] = facts
-            wanted = min(target_ctx, facts.context_length or target_ctx)
-            p = planner.plan([facts], budget, min_ctx=min(min_ctx, wanted), target_ctx=target_ctx,
-                             n_batch=n_batch, n_ubatch=n_batch)
-            v, why = verdict(p, budget, wanted)
-            fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes, params=facts.n_params)
+            p = _plan([facts], target_ctx, opts)
+            v, why = verdict(p, budget, min(target_ctx, facts.context_length or target_ctx))
+            fast = speed.for_model(facts, opts["speed"])
+            if fast is not None and v != "wont_fit":
+                why = f"{fast.label()}; {why}"
+            fit = Fit(f, v, why, p.to_dict(), header_bytes=nbytes, params=facts.n_params,
+                      speed=fast.to_dict() if fast is not None else None)
         fits.append(fit)
         if on_fit is not None:
             on_fit(fit)
-    recommend(fits, facts_of, budget, min_ctx=min_ctx, target_ctx=target_ctx, n_batch=n_batch)
+    recommend(fits, facts_of, budget, target_ctx=target_ctx, opts=opts)
     return fits
 
 
-def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, *, min_ctx: int,
-              target_ctx: int, n_batch: int) -> Fit | None:
-    """Mark the planner's choice among all files; its ``why`` becomes the one-line reason."""
+def _options(budget: Budget, machine: Machine | None, **kw: Any) -> dict[str, Any]:
+    from hisho.core.machine import Machine as MachineType
+
+    m = machine or MachineType(platform="linux", ram_total=budget.ram, ram_available=budget.ram, cpu_threads=1)
+    return {"budget": budget, "machine": m, **kw}
+
+
+def _plan(facts: list[ModelFacts], target_ctx: int, opts: dict[str, Any]) -> Any:
     from hisho.core import planner
 
+    ctx = min(target_ctx, max(f.context_length or target_ctx for f in facts))
+    return planner.plan_facts(facts, opts["machine"], opts["budget"], min_ctx=min(opts["min_ctx"], ctx),
+                              target_ctx=target_ctx, calibrate_missing=opts["calibrate"], n_batch=opts["n_batch"],
+                              n_ubatch=opts["n_batch"], profile=opts["profile"])
+
+
+def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, *, target_ctx: int,
+              opts: dict[str, Any]) -> Fit | None:
+    """Mark the planner's choice among all files; its ``why`` becomes the one-line reason."""
     known = [f for f in fits if f.file.name in facts_of]
     if not known:
         return None
-    cands = [facts_of[f.file.name] for f in known]
-    ctx = min(target_ctx, max(c.context_length or target_ctx for c in cands))
-    p = planner.plan(cands, budget, min_ctx=min(min_ctx, ctx), target_ctx=target_ctx, n_batch=n_batch,
-                     n_ubatch=n_batch)
+    quick = [f for f in known if f.fast_enough and f.verdict != "wont_fit"]
+    slow = [f for f in known if not f.fast_enough and f.verdict != "wont_fit"]
+    if quick and slow:  # the best quality among the files that answer fast enough here
+        known = quick
+    p = _plan([facts_of[f.file.name] for f in known], target_ctx, opts)
     chosen = next((f for f in known if p.facts is not None and facts_of[f.file.name] is p.facts), None)
     if chosen is None or not p.fits:
         smallest = min(known, key=lambda f: f.file.size)
@@ -175,4 +210,9 @@ def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, 
         return smallest
     chosen.recommended = True
     chosen.why = f"best quality that fits this machine ({chosen.why})"
+    if quick and slow:
+        chosen.why = (f"best quality that fits this machine and answers at {SPEED_FLOOR:.0f} tok/s or faster "
+                      f"({chosen.why}); {len(slow)} larger file(s) fit but would be slower")
+    elif slow and not quick:
+        chosen.why += f"; slower here than {SPEED_FLOOR:.0f} tok/s"
     return chosen

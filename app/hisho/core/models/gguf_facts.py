@@ -24,7 +24,7 @@ import logging
 import math
 import re
 import struct
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,10 @@ class ModelFacts:
     # "template" (tokenizer.chat_template), "chatml" (none, but the vocabulary has ChatML's special tokens),
     # "none" (neither: a base model, talked to in plain completion)
     chat: str = "template"
+    # sha256 of the header bytes (metadata and tensor table, up to the tensor data): the same for a hub file and
+    # the downloaded copy, so both find the same llama.cpp dry run (planner/calibrate.py). "": not known.
+    header_sha: str = ""
+    rope_scaling: str = ""  # the file's RoPE scaling ("yarn x4 from 32,768 tokens"), "" for none
 
     def attends(self, il: int) -> bool:
         """Whether layer ``il`` has a KV cache (its KV head count may still be 0)."""
@@ -115,7 +119,7 @@ class ModelFacts:
         return cls(**data)
 
 
-FACTS_VERSION = 6  # 2, 3: matmul_weights; 4: n_params; 5, 6: memory type, recurrent state, chat kind
+FACTS_VERSION = 7  # 2, 3: matmul_weights; 4: n_params; 5, 6: memory type, recurrent state, chat kind; 7: header_sha
 _MEMO: dict[tuple[str, int, int], ModelFacts] = {}  # this process's parses (the disk cache is per HISHO_HOME)
 
 
@@ -179,6 +183,9 @@ def read_facts(path: str | Path, *, use_cache: bool = True) -> ModelFacts:
                 log.warning("facts cache %s unreadable; reading the header again", cache)
     p, reader = open_header(path)
     facts = facts_from_reader(reader, source=str(p), file_size=p.stat().st_size)
+    head = _header_bytes(str(p), reader)
+    if head is not None:
+        facts = replace(facts, header_sha=hashlib.sha256(head).hexdigest())
     if use_cache:
         cache = _facts_cache(p)
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -254,8 +261,18 @@ def facts_from_reader(reader: Any, *, source: str, file_size: int) -> ModelFacts
         n_params=sum(math.prod(int(d) for d in getattr(t, "shape", ())) for t in reader.tensors),
         memory=memory, attention_layers=attention, recurrent_layers=recurrent, n_embd_r=n_embd_r,
         n_embd_s=n_embd_s, tied_embeddings="token_embd.weight" in names and "output.weight" not in names,
-        chat=chat_kind(fields, lambda: _header_bytes(source, reader)),
+        chat=chat_kind(fields, lambda: _header_bytes(source, reader)), rope_scaling=_rope_scaling(key),
     )
+
+
+def _rope_scaling(key: Any) -> str:
+    """The RoPE scaling a file declares (llama.cpp applies it: a context past the trained one stays readable)."""
+    kind = str(key("rope.scaling.type", "") or "")
+    if not kind or kind == "none":
+        return ""
+    factor = float(key("rope.scaling.factor", 0) or 0)
+    orig = int(key("rope.scaling.original_context_length", 0) or 0)
+    return kind + (f" x{factor:g}" if factor else "") + (f" from {orig:,} tokens" if orig else "")
 
 
 def _header_bytes(source: str, reader: Any) -> bytes | None:
@@ -384,6 +401,11 @@ def facts_from_ranges(fetch: Any, size: int, *, source: str) -> ModelFacts:
     """Facts of a GGUF file of ``size`` bytes that can only be read by ranges: ``fetch(start, end)`` returns
     bytes ``[start, end)``. Fetches 1 MiB, then 4x more until the whole header is in hand (the header walk
     stops with "cut short" otherwise); the weights are never read."""
+    return header_from_ranges(fetch, size, source=source)[0]
+
+
+def header_from_ranges(fetch: Any, size: int, *, source: str) -> tuple[ModelFacts, bytes]:
+    """``facts_from_ranges`` and the header's bytes (up to the tensor data): what a dry run of the file needs."""
     want = min(HEADER_FIRST_FETCH, size)
     while True:
         data = fetch(0, want)
@@ -396,7 +418,11 @@ def facts_from_ranges(fetch: Any, size: int, *, source: str) -> ModelFacts:
                 raise ModelFileError(f"GGUF header is damaged or truncated ({exc}): {source}") from None
             want = min(size, want * 4)
             continue
-        return facts_from_reader(header, source=source, file_size=size)
+        head = bytes(data[:header.data_offset])
+        if len(head) < header.data_offset:  # the walk ended inside the last fetch, its alignment padding after it
+            head = bytes(fetch(0, header.data_offset))
+        facts = facts_from_reader(header, source=source, file_size=size)
+        return replace(facts, header_sha=hashlib.sha256(head).hexdigest()), head
 
 
 def read_hub_facts(repo: str, filename: str, *, revision: str | None = None, fs: Any = None) -> ModelFacts:
@@ -416,21 +442,31 @@ def read_hub_facts(repo: str, filename: str, *, revision: str | None = None, fs:
         raise ModelFileError(f"no file {filename} in hub repository {repo}") from None
     except Exception as exc:  # network down, auth, hub errors: one line for the user
         raise ModelFileError(f"cannot read {filename} from the hub ({type(exc).__name__}: {exc})") from None
-    cache = paths.cache_dir() / "hub_headers" / re.sub(r"[^A-Za-z0-9._-]+", "_", f"{path}-{size}")
+    cache = paths.cache_dir() / "hub_headers" / re.sub(r"[^A-Za-z0-9._-]+", "_", f"{path}-{size}-v{FACTS_VERSION}")
     facts_file = cache.with_suffix(".json")
     if facts_file.is_file():
         try:
-            return ModelFacts.from_dict(json.loads(facts_file.read_text(encoding="utf-8")))
+            facts = ModelFacts.from_dict(json.loads(facts_file.read_text(encoding="utf-8")))
+            if hub_header_path(facts).is_file():
+                return facts
         except (OSError, ValueError, TypeError):
             log.warning("hub header cache %s unreadable; fetching again", facts_file)
 
     def fetch(start: int, end: int) -> bytes:
         return bytes(fs.cat_file(path, start=start, end=end))
 
-    facts = facts_from_ranges(fetch, size, source=f"hf:{repo}/{filename}")
+    facts, head = header_from_ranges(fetch, size, source=f"hf:{repo}/{filename}")
     facts_file.parent.mkdir(parents=True, exist_ok=True)
+    hub_header_path(facts).write_bytes(head)  # for the dry run of the file before it is downloaded
     facts_file.write_text(json.dumps(facts.to_dict()), encoding="utf-8")
     return facts
+
+
+def hub_header_path(facts: ModelFacts) -> Path:
+    """Where ``read_hub_facts`` keeps the header bytes of a hub file (by their digest)."""
+    from hisho.core import paths
+
+    return paths.cache_dir() / "hub_headers" / f"{facts.header_sha or 'unknown'}.head"
 
 
 def list_hub_ggufs(repo: str, *, fs: Any = None) -> list[str]:

@@ -3,7 +3,8 @@
 The bundled SmolLM2-135M makes chat work offline on any machine, but it is a demo: it copies and repeats rather
 than summarizes. ``suggest(budget)`` names the largest model of a short list of well-known instruct GGUF files
 whose weights plus a 4K-token f16 KV cache and the compute buffers fit the budget with the planner's 15 %
-margin. It is an estimate from published sizes (no header is read, nothing is downloaded); when the hub can be
+margin and, where this machine's speed is known (``planner.speed``), that answers at 8 tok/s or faster; one
+already installed is not offered again. It is an estimate from published sizes (no header is read, nothing is downloaded); when the hub can be
 reached, the first-start card and the Models page replace it with the planner's verdict from the file's header.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from hisho.core.hub.fit import TIGHT_SHARE
 from hisho.core.machine import Budget
+from hisho.core.planner.speed import SPEED_FLOOR, Speed, SpeedProfile, prompt_speed
 from hisho.core.units import GIB, MIB
 
 DEMO_PARAMS = 135_000_000
@@ -59,10 +61,38 @@ def estimate(c: Candidate, budget: Budget) -> str:
     return "tight" if c.need() <= room else "wont_fit"
 
 
-def suggest(budget: Budget) -> Candidate | None:
-    """The largest candidate that fits with room to spare, else None (the machine is smaller than any)."""
-    fitting = [c for c in CANDIDATES if estimate(c, budget) == "fits"]
-    return fitting[-1] if fitting else None
+def speed_of(c: Candidate, profile: SpeedProfile) -> Speed:
+    """``c``'s predicted speed here from its published size and parameters (the header, once read, refines
+    it): a decode step reads about the whole file; a prompt token costs a multiply-add per parameter at the
+    profile's K-quant rate (``speed.prompt_speed``)."""
+    step = profile.step_s + c.size / profile.bandwidth
+    return Speed(decode_short=1 / step, decode_4k=1 / (step + c.kv_4k / profile.bandwidth),
+                 prompt=prompt_speed(profile, "Q4_K", int(c.params_b * 1e9)), how="predicted")
+
+
+def suggest(budget: Budget, profile: SpeedProfile | None = None, installed: frozenset[str] = frozenset(),
+            floor: float = SPEED_FLOOR) -> Candidate | None:
+    """The largest candidate that fits with room to spare, is not installed yet and (where this machine's speed
+    is known) answers at ``floor`` tok/s or faster; the fastest that fits when none is that fast; None when the
+    machine is smaller than any."""
+    fitting = [c for c in CANDIDATES if estimate(c, budget) == "fits" and c.file not in installed]
+    if profile is None:
+        return fitting[-1] if fitting else None
+    fast = [c for c in fitting if speed_of(c, profile).decode_short >= floor]
+    return fast[-1] if fast else (fitting[0] if fitting else None)
+
+
+def why_not_larger(pick: Candidate, budget: Budget, profile: SpeedProfile | None,
+                   floor: float = SPEED_FLOOR) -> str:
+    """Why a larger candidate that fits was not offered (it would answer slower than ``floor`` here), or ""."""
+    if profile is None:
+        return ""
+    slower = [c for c in CANDIDATES[CANDIDATES.index(pick) + 1:] if estimate(c, budget) == "fits"]
+    if not slower:
+        return ""
+    big = slower[-1]
+    return (f"{big.title} fits too, but would answer at about {speed_of(big, profile).decode_short:.0f} tok/s on "
+            f"this computer (slower than {floor:.0f} tok/s)")
 
 
 def is_demo(path_or_name: str) -> bool:

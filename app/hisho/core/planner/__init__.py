@@ -5,11 +5,14 @@
 - ``search``: the best-quality configuration that fits a ``machine.Budget``, explained;
 - ``quality``: the KL ladder.
 
-``make_plan`` is the one entry point the CLI, the window and ``launch`` use.
+``plan_facts`` (``make_plan`` for specs) is the one search the CLI, the window and the hub use; ``as_loaded`` the
+one price of a fixed configuration (the load, the planner page's slider and grid). Both apply the same rules
+whether the facts come from a hub header, a file or the loaded model (docs/planner.md "One plan").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,15 +21,24 @@ from hisho.core.errors import UserError
 from hisho.core.machine import Budget, Machine
 from hisho.core.models.gguf_facts import ModelFacts, list_hub_ggufs, read_facts, read_hub_facts
 from hisho.core.models.store import ModelStore
-from hisho.core.planner.calibrate import ProbeFailed, cached, calibrate
+from hisho.core.planner import profiles
+from hisho.core.planner.calibrate import ProbeFailed, cached, calibrate, can_calibrate
 from hisho.core.planner.memory import Breakdown, Calibration, Config, estimate
-from hisho.core.planner.search import Plan, Search, attention_choice, plan, price
+from hisho.core.planner.search import (
+    Plan,
+    Search,
+    as_loaded,
+    attention_choice,
+    attention_off_ubatch,
+    plan,
+    price,
+)
 from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.planner")
 
-__all__ = ["Breakdown", "Calibration", "Config", "Plan", "Search", "estimate", "facts_for", "make_plan", "plan",
-           "price", "calibration_for", "check_budget"]
+__all__ = ["Breakdown", "Calibration", "Config", "Plan", "Search", "as_loaded", "estimate", "facts_for", "make_plan",
+           "plan", "plan_facts", "price", "calibration_for", "check_budget"]
 
 
 
@@ -71,12 +83,11 @@ def _hub_facts(ref: str) -> list[ModelFacts]:
 
 
 def calibration_for(facts: ModelFacts, *, run: bool = True, n_ubatch: int = 512) -> Calibration | None:
-    """The cached dry run for a local file; with ``run`` it is made (a few seconds, once) when missing.
-    Hub files and files llama.cpp cannot dry-run get None (formulas, flagged as estimates)."""
-    if facts.source.startswith("hf:") or not Path(facts.source).is_file():
-        return None
+    """The cached dry run for a model (a local file, or a hub file by its header's digest); with ``run`` it is
+    made (seconds, once) when missing: a hub file's from its header alone (``calibrate.standin``). Files
+    llama.cpp cannot dry-run get None (formulas, flagged as estimates)."""
     hit = cached(facts, n_ubatch)
-    if hit is not None or not run or not facts.known_architecture:
+    if hit is not None or not run or not facts.known_architecture or not can_calibrate(facts):
         return hit
     try:
         return calibrate(facts, n_ubatch=n_ubatch)
@@ -113,21 +124,33 @@ def check_budget(machine: Machine, ram_gib: float | None, gpu_gib: float | None,
 
 def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx: int = 4096,
               target_ctx: int | None = None, calibrate_missing: bool = True, n_batch: int = 512,
-              n_ubatch: int = 512, saves_kv: bool = True) -> Plan:
-    """The best plan for ``specs`` on ``machine`` within ``budget``. ``saves_kv``: as the window loads a model,
-    which saves conversations' KV (the save buffers count; docs/planner.md "Kept state")."""
-    facts = facts_for(specs)
+              n_ubatch: int = 512, profile: str = "window", parallel: int | None = None) -> Plan:
+    """The best plan for ``specs`` (``facts_for``) on ``machine`` within ``budget``, for front end ``profile``
+    (``profiles.SHAPES``: its sequences, and whether it saves KV: docs/planner.md "Kept state")."""
+    return plan_facts(facts_for(specs), machine, budget, min_ctx=min_ctx, target_ctx=target_ctx,
+                      calibrate_missing=calibrate_missing, n_batch=n_batch, n_ubatch=n_ubatch, profile=profile,
+                      parallel=parallel)
+
+
+def plan_facts(facts: Sequence[ModelFacts], machine: Machine, budget: Budget, *, min_ctx: int = 4096,
+               target_ctx: int | None = None, calibrate_missing: bool = True, n_batch: int = 512,
+               n_ubatch: int = 512, profile: str = "window", parallel: int | None = None) -> Plan:
+    """The one search behind every plan: a hub file's header, a file on disk and the loaded model are planned
+    here with the same calibration (found by the header's digest), the same CPU features and the same load
+    rules (``attention_choice``), so one file plans alike before and after its download."""
+    load = profiles.shape(profile, parallel)
     cands_calib = {id(f): calibration_for(f, run=calibrate_missing, n_ubatch=n_ubatch) for f in facts}
+    cpu = machine.cpu or None
     best = plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
-                calibration=lambda f: cands_calib.get(id(f)), cpu=machine.cpu or None, n_batch=n_batch,
-                n_ubatch=n_ubatch, saves_kv=saves_kv)
+                calibration=lambda f: cands_calib.get(id(f)), cpu=cpu, n_batch=n_batch,
+                n_ubatch=n_ubatch, n_seq_max=load.n_seq_max, kv_unified=load.kv_unified, saves_kv=load.saves_kv)
     # flash attention as the load will set it (gate.apply_plan), so the plan says what the engine does
     calib = cands_calib.get(id(best.facts))
-    chosen = attention_choice(best, calib, cpu=machine.cpu or None)
-    ub = chosen.config.n_ubatch
-    if calibrate_missing and best.facts is not None and ub != n_ubatch:
+    chosen = attention_choice(best, calib, cpu=cpu)
+    ub = attention_off_ubatch(best.facts, best.config) if best.fits and best.facts is not None else 0
+    if calibrate_missing and best.facts is not None and ub and ub != n_ubatch and cached(best.facts, ub) is None:
         # Flash attention off with a smaller ubatch: its compute buffer gets its own dry run (cached after the
         # first), then the price.
         calibration_for(best.facts, n_ubatch=ub)
-        chosen = attention_choice(best, calib, cpu=machine.cpu or None)
-    return chosen
+        chosen = attention_choice(best, calib, cpu=cpu)
+    return dataclasses.replace(chosen, profile=load.name)

@@ -30,8 +30,8 @@ from hisho.core.errors import UserError
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner.calibrate import cached
 from hisho.core.planner.memory import Calibration, Config
-from hisho.core.planner.search import Candidate, Plan, Search, attention_choice, price
-from hisho.core.units import GIB, MIB
+from hisho.core.planner.search import Candidate, Plan, Search, as_loaded, price
+from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.planner")
 _GPU_LIBS = ("cuda", "vulkan", "metal", "hip", "sycl", "opencl", "musa", "cann")
@@ -64,26 +64,28 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
                machine: machine_mod.Machine | None = None, saves_kv: bool = False) -> LoadParams:
     """``params`` with the plan's GPU layers (when ``want_gpu_layers`` < 0), checked against the budget.
     ``saves_kv``: the load saves and restores KV chunk files (the window's profiles): its save buffers count."""
+    return planned(params, want_gpu_layers=want_gpu_layers, override=override, machine=machine,
+                   saves_kv=saves_kv)[0]
+
+
+def planned(params: LoadParams, *, want_gpu_layers: int, override: bool = False,
+            machine: machine_mod.Machine | None = None, saves_kv: bool = False) -> tuple[LoadParams, Plan | None]:
+    """``apply_plan`` and the plan the load is judged by (None: a file that is no GGUF; the load says so)."""
     try:
         facts = read_facts(params.model_path)
     except UserError:
-        return params  # the engine's own load reports a bad file; the plan has nothing to add
+        return params, None  # the engine's own load reports a bad file; the plan has nothing to add
     m = machine or machine_mod.detect(probe_devices=gpu_backend_present())
     budget = m.budget()
     calib = cached(facts, params.n_ubatch)
-    cfg = Config(n_ctx=params.n_ctx, type_k=params.type_k, type_v=params.type_v, flash_attn=params.flash_attn,
-                 n_gpu_layers=max(0, want_gpu_layers), n_batch=params.n_batch, n_ubatch=params.n_ubatch,
-                 n_seq_max=params.n_seq_max, swa_full=params.swa_full, kv_unified=params.kv_unified,
-                 saves_kv=saves_kv)
+    cfg = load_config(params, saves_kv=saves_kv, n_gpu_layers=max(0, want_gpu_layers))
     if want_gpu_layers < 0:
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
-    on = price(facts, cfg, budget, calib, cpu=m.cpu or None)
-    plan = attention_choice(on, calib, cpu=m.cpu or None)
-    if on.config.flash_attn and not plan.config.flash_attn:
+    plan = as_loaded(facts, cfg, budget, calib, cpu=m.cpu or None)
+    if cfg.flash_attn and not plan.config.flash_attn:
         log.info("flash attention off, %d-token ubatches: prompts and replies at long context run faster "
-                 "without it on this CPU (%.0f MiB more)", plan.config.n_ubatch,
-                 (plan.breakdown.resident - on.breakdown.resident) / MIB)
+                 "without it on this CPU", plan.config.n_ubatch)
         params = dataclasses.replace(params, flash_attn=False, n_ubatch=plan.config.n_ubatch)
     if params.use_mmap is None and (m.cpu or (calib is not None and calib.cpu_features)):
         # The plan knows whether llama.cpp repacks weights on this CPU: tell the engine how to load, so it does
@@ -91,12 +93,20 @@ def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = Fal
         params = dataclasses.replace(params, use_mmap=plan.breakdown.mmap)
     if plan.fits:
         log.info("plan: %s", plan.reason)
-        return params
+        return params, plan
     message = _refusal(plan, facts, budget, calib)
     if override:
         log.warning("loading anyway (override): %s", message)
-        return params
+        return params, plan
     raise PlanRefused(message, plan)
+
+
+def load_config(params: LoadParams, *, saves_kv: bool, n_gpu_layers: int | None = None) -> Config:
+    """The planner's configuration for ``params`` (what the load asks for, before ``as_loaded``'s rules)."""
+    return Config(n_ctx=params.n_ctx, type_k=params.type_k, type_v=params.type_v, flash_attn=params.flash_attn,
+                  n_gpu_layers=params.n_gpu_layers if n_gpu_layers is None else n_gpu_layers,
+                  n_batch=params.n_batch, n_ubatch=params.n_ubatch, n_seq_max=params.n_seq_max,
+                  swa_full=params.swa_full, kv_unified=params.kv_unified, saves_kv=saves_kv)
 
 
 def _best_gpu_layers(facts: ModelFacts, cfg: Config, budget: machine_mod.Budget, calib: Calibration | None) -> int:

@@ -62,6 +62,8 @@ class Breakdown:
     kept: int = 0             # what the engine holds beside the context: checkpoints, save arena (state.Kept)
     kept_committed: int = 0   # the allocated part of ``kept`` (in ``committed``; mapped file pages are not)
     resident_bare: int = 0    # ``resident`` without ``kept``: a context filled once, nothing reused or saved
+    touched: int = 0          # the part of ``compute`` a decode touches (what ``resident`` counts of it)
+    weights_extra: int = 0    # weights held a second time in ``resident`` (mapped pages of repacked tensors)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -333,7 +335,7 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
                      committed=committed, resident=resident, gpu=gpu_w + gpu_kv + gpu_compute,
                      committed_bound=committed - compute + compute_bound,
                      estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap, kept=kept,
-                     kept_committed=allocated, resident_bare=bare)
+                     kept_committed=allocated, resident_bare=bare, touched=touched, weights_extra=double)
 
 
 def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from hisho.core.machine import Budget
 from hisho.core.models.gguf_facts import ModelFacts
-from hisho.core.planner import quality
+from hisho.core.planner import explain, quality
 from hisho.core.planner.calibrate import LAYOUTS, cached
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
 from hisho.core.planner.state import state_size
@@ -37,6 +37,15 @@ class Plan:
     reason: str
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     facts: ModelFacts | None = None
+    asked: Config | None = None          # the configuration before the load rules (``as_loaded``)
+    cpu: frozenset[str] | None = None    # the CPU features it was priced for (weight repacking)
+    profile: str = ""                    # the front end it is for (profiles.SHAPES), where one was named
+
+    @property
+    def requested(self) -> Config:
+        """What a load asks for (flash attention and ubatch as the settings say); ``config`` is what it runs.
+        Another context or KV type is priced from this, through ``as_loaded``, never from ``config``."""
+        return self.asked or self.config
 
     @property
     def need(self) -> int:
@@ -56,6 +65,7 @@ class Plan:
             "committed": b.committed, "resident": b.resident, "gpu_bytes": b.gpu, "estimate": b.estimate,
             "repacked_bytes": b.repacked, "mmap": b.mmap, "memory_type": self.facts.memory if self.facts else "",
             "saved_state": state_size(self.facts, c.type_k, c.type_v).to_dict() if self.facts else {},
+            "parts": [r.to_dict() for r in explain.rows(self)], "profile": self.profile,
             "notes": list(b.notes), "budget": self.budget.explain, "reason": self.reason,
             "alternatives": self.alternatives,
         }
@@ -78,20 +88,22 @@ def fits(b: Breakdown, budget: Budget) -> bool:
 
 class Search:
     def __init__(self, budget: Budget, *, min_ctx: int = 4096, target_ctx: int | None = None,
-                 n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 1, saves_kv: bool = False) -> None:
+                 n_batch: int = 512, n_ubatch: int = 512, n_seq_max: int = 1, saves_kv: bool = False,
+                 kv_unified: bool = True) -> None:
         if min_ctx < 1:
             raise ValueError("min_ctx must be positive")
         self.budget = budget
         self.min_ctx = min_ctx
         self.target_ctx = max(target_ctx or min_ctx, min_ctx)
-        self.base = Config(n_ctx=min_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max, saves_kv=saves_kv)
+        self.base = Config(n_ctx=min_ctx, n_batch=n_batch, n_ubatch=n_ubatch, n_seq_max=n_seq_max, saves_kv=saves_kv,
+                           kv_unified=kv_unified)
 
     # ----- pricing --------------------------------------------------------------------------------------
 
     def _cfg(self, fa: bool, tk: str, tv: str, ngl: int, n_ctx: int) -> Config:
         b = self.base
         return Config(n_ctx=n_ctx, type_k=tk, type_v=tv, flash_attn=fa, n_gpu_layers=ngl, n_batch=b.n_batch,
-                      n_ubatch=b.n_ubatch, n_seq_max=b.n_seq_max, saves_kv=b.saves_kv)
+                      n_ubatch=b.n_ubatch, n_seq_max=b.n_seq_max, saves_kv=b.saves_kv, kv_unified=b.kv_unified)
 
     def ctx_range(self, facts: ModelFacts, cap: int | None = None) -> tuple[int, int]:
         """(smallest acceptable, largest wanted) n_ctx for this model."""
@@ -176,7 +188,7 @@ class Search:
                   f"{_gib(self.budget.ram)}")
         return Plan(model=cand.facts.source, quant=cand.facts.quant, config=cfg, fits=False, budget=self.budget,
                     breakdown=b, reason=reason, alternatives=[{"what": "more memory", "needs_bytes": need}],
-                    facts=cand.facts)
+                    facts=cand.facts, cpu=cand.cpu)
 
     def _explain(self, cand: Candidate, cfg: Config, candidates: Sequence[Candidate]) -> Plan:
         b = estimate(cand.facts, cfg, cand.calib, cpu=cand.cpu)
@@ -208,7 +220,7 @@ class Search:
             alternatives.append({"what": f"the full trained context ({top} tokens)",
                                  "needs_bytes": _need(full, self.budget)})
         return Plan(model=cand.facts.source, quant=cand.facts.quant, config=cfg, fits=True, budget=self.budget,
-                    breakdown=b, reason="; ".join(parts), alternatives=alternatives, facts=cand.facts)
+                    breakdown=b, reason="; ".join(parts), alternatives=alternatives, facts=cand.facts, cpu=cand.cpu)
 
 
 def _need(b: Breakdown, budget: Budget) -> int:
@@ -236,7 +248,15 @@ def price(facts: ModelFacts, cfg: Config, budget: Budget, calib: Calibration | N
     reason = (f"{facts.quant}, {cfg.type_k} KV, {cfg.n_ctx} tokens {verdict}: {budget.metric} "
               f"{_gib(_need(b, budget))} of {_gib(budget.ram)}")
     return Plan(model=facts.source, quant=facts.quant, config=cfg, fits=ok, budget=budget, breakdown=b,
-                reason=reason, facts=facts)
+                reason=reason, facts=facts, cpu=cpu)
+
+
+def as_loaded(facts: ModelFacts, cfg: Config, budget: Budget, calib: Calibration | None = None, *,
+              cpu: frozenset[str] | None = None) -> Plan:
+    """The plan of ``cfg`` as a load runs it: priced with this CPU's repacking and mmap rule, then flash
+    attention's rule (``attention_choice``). The one way a fixed configuration is priced: by the load
+    (``gate.apply_plan``), the planner page's slider and grid, whatever the file's source (hub header, file)."""
+    return attention_choice(price(facts, cfg, budget, calib, cpu=cpu), calib, cpu=cpu)
 
 
 # Flash attention goes off (CPU, f16 KV) only while the attention scores of one ubatch over the whole cache
@@ -286,6 +306,6 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
     before = f"({p.budget.metric} {_gib(_need(p.breakdown, p.budget))})"
     after = f"({p.budget.metric} {_gib(_need(off.breakdown, p.budget))})"
     batch = "" if ub == p.config.n_ubatch else f", {ub}-token ubatches"
-    return replace(p, config=off.config, breakdown=off.breakdown,
+    return replace(p, config=off.config, breakdown=off.breakdown, asked=p.requested,
                    reason=f"{p.reason.replace(before, after, 1)}; flash attention off{batch} (prompts and "
                           "replies at long context run faster without it on this CPU)")

@@ -18,7 +18,10 @@ Rules of use: ``attach_first_start(window)`` once. GUI thread; hub calls go thro
 from __future__ import annotations
 
 import functools
+import html
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QSize, Qt, QTimer
@@ -34,7 +37,16 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.hub import Fit, QuantFile
-from hisho.core.models.suggest import CANDIDATES, Candidate, estimate, is_demo, suggest
+from hisho.core.models.suggest import (
+    CANDIDATES,
+    Candidate,
+    estimate,
+    is_demo,
+    speed_of,
+    suggest,
+    why_not_larger,
+)
+from hisho.core.planner.speed import SpeedProfile
 from hisho.gui.models.hub_tab import badge_style, verdict_colour
 
 LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
@@ -49,6 +61,16 @@ DEMO_LINE = ("You are chatting with SmolLM2-135M, a small demo model bundled so 
              "fast but invents facts and cannot summarize documents.")
 
 
+@dataclass(frozen=True)
+class Estimated:
+    """What the offline estimate found (made on the hub lane, shown on the GUI thread)."""
+
+    pick: Candidate | None
+    verdicts: dict[str, str]          # candidate file -> fits | tight | wont_fit
+    profile: SpeedProfile | None      # this machine's speed, where measured
+    not_larger: str                   # why a larger candidate that fits is not offered
+
+
 class FirstStartCard(QFrame):
     def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -58,6 +80,8 @@ class FirstStartCard(QFrame):
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
 
         self.candidate: Candidate | None = None
+        self.speed_profile: SpeedProfile | None = None  # this machine's speed, where measured (planner.speed)
+        self.not_larger = ""                            # why a larger model that fits is not offered
         self.file: QuantFile | None = None
         self.fit: Fit | None = None
         self.lookups = 0                 # hub lookups finished (tests wait on it)
@@ -129,9 +153,16 @@ class FirstStartCard(QFrame):
         self.download.hide()  # a disabled primary button still looks pressable
         self.retry.hide()
 
-        def work() -> tuple[Candidate | None, dict[str, str]]:
+        def work() -> Estimated:
+            from hisho.core.models.store import ModelStore
+            from hisho.core.planner import speed
+
             budget, _opts = planner_budget()
-            return suggest(budget), {c.file: estimate(c, budget) for c in CANDIDATES}
+            profile = speed.load_profile()
+            installed = frozenset(Path(e.path).name for e in ModelStore().list())  # never offered again
+            pick = suggest(budget, profile, installed)
+            return Estimated(pick, {c.file: estimate(c, budget) for c in CANDIDATES}, profile,
+                             why_not_larger(pick, budget, profile) if pick is not None else "")
 
         self.w.ctx.executor.submit("hub", work, done=self._estimated, failed=self._lookup_failed)
 
@@ -147,8 +178,9 @@ class FirstStartCard(QFrame):
         badge.setToolTip(f"{cand.title}: {why}")
         badge.show()
 
-    def _estimated(self, found: tuple[Candidate | None, dict[str, str]]) -> None:
-        pick, verdicts = found
+    def _estimated(self, found: Estimated) -> None:
+        pick, verdicts = found.pick, found.verdicts
+        self.speed_profile, self.not_larger = found.profile, found.not_larger
         for cand in CANDIDATES:
             self.rung(cand, verdicts[cand.file], f"estimated from its {cand.size / 2**30:.1f} GiB published size "
                       "and a 4K-token context; the hub's header decides")
@@ -165,8 +197,10 @@ class FirstStartCard(QFrame):
         self.download.show()
 
     def _show_offer(self, pick: Candidate, verdict: str, why: str) -> None:
+        fast = f" · {speed_of(pick, self.speed_profile).label()}" if self.speed_profile is not None else ""
+        larger = f"<br>{html.escape(self.not_larger)}." if self.not_larger else ""
         self.offer.setText(f"A model that fits this computer: <b>{pick.title}</b> "
-                           f"({pick.size / 2**30:.1f} GiB download, {pick.params_b:g}B parameters).")
+                           f"({pick.size / 2**30:.1f} GiB download, {pick.params_b:g}B parameters){fast}.{larger}")
         label = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}.get(verdict, "Estimate")
         self.badge.setText(label)
         self.badge.setProperty("verdict", verdict)
@@ -193,7 +227,7 @@ class FirstStartCard(QFrame):
                 files = [f for f in repo_files(cand.repo) if f.name == cand.file]
                 if not files:
                     continue
-                fit = fit_files(files, budget, **opts)[0]
+                fit = fit_files(files, budget, calibrate=True, **opts)[0]
                 post(functools.partial(self.rung, cand, fit.verdict, f"the planner, from its header: {fit.why}",
                                        True))
                 if fit.verdict == "fits":

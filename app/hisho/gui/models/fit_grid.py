@@ -2,7 +2,7 @@
 cell the memory needed and whether it fits the budget; a click shows that cell on the bar.
 
 Rules of use: ``FitGrid.show_for(plan, calibration)`` on the GUI thread: it only does the planner's arithmetic
-(``price``, microseconds a cell). ``chosen(n_ctx, kv_type)`` is emitted on a click.
+(``as_loaded``, microseconds a cell). ``chosen(n_ctx, kv_type)`` is emitted on a click.
 """
 
 from __future__ import annotations
@@ -11,12 +11,21 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
-from hisho.core.planner import Calibration, Config, Plan, price
+from hisho.core.planner import Calibration, Config, Plan, as_loaded
 from hisho.core.units import GIB
 from hisho.gui.shell import theme
 
 CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 KV_TYPES = ("f16", "q8_0", "q4_0")
+
+
+def ask(plan: Plan, n_ctx: int, kv: str) -> Config:
+    """What a load of ``plan``'s model asks for at ``n_ctx`` tokens of ``kv`` KV: the plan's request (flash
+    attention and ubatch as the settings say, before the load's rules) with those two changed. Priced through
+    ``as_loaded``, a cell says what the load will run and need, not what the plan's own context needed."""
+    base = plan.requested
+    flash = base.flash_attn or kv != "f16"  # quantized V needs flash attention
+    return Config(**{**base.__dict__, "n_ctx": n_ctx, "type_k": kv, "type_v": kv, "flash_attn": flash})
 
 
 class FitGrid(QTableWidget):
@@ -42,10 +51,7 @@ class FitGrid(QTableWidget):
         self.setVerticalHeaderLabels([f"{n:,} tokens" for n in self.contexts])
         for row, n_ctx in enumerate(self.contexts):
             for col, kv in enumerate(KV_TYPES):
-                flash = plan.config.flash_attn or kv != "f16"  # quantized V needs flash attention
-                cfg = Config(**{**plan.config.__dict__, "n_ctx": n_ctx, "type_k": kv, "type_v": kv,
-                                "flash_attn": flash})
-                p = price(plan.facts, cfg, plan.budget, calib)
+                p = as_loaded(plan.facts, ask(plan, n_ctx, kv), plan.budget, calib, cpu=plan.cpu)
                 item = QTableWidgetItem(f"{p.need / GIB:.2f} GiB · " + ("fits" if p.fits else "does not fit"))
                 if not p.fits:  # fits: the palette's text colour, which follows a theme change
                     item.setForeground(QColor(theme.current().error))

@@ -315,7 +315,7 @@ class HubTab(QWidget):
         from hisho.core.hub import fit_files
 
         budget, opts = self.budget()
-        return fit_files(files, budget, **opts)
+        return fit_files(files, budget, calibrate=True, **opts)  # one dry run per model shape (seconds)
 
     def _show_files(self, files: list[QuantFile]) -> None:
         self.shown = list(files)

@@ -47,6 +47,7 @@ from hisho.core.models.removal import Removal, plan_removal, remove_model
 from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import format_bytes
 from hisho.gui.models.downloads_tab import DownloadsTab
+from hisho.gui.models.hub_best import show_best
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasController
@@ -67,9 +68,9 @@ def planner_budget() -> tuple[Any, dict[str, Any]]:
     from hisho.core import settings as settings_mod
 
     s = settings_mod.load()
-    return machine_mod.detect().budget(), {"min_ctx": int(s["min_ctx"]),
-                                           "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
-                                           "n_batch": int(s["n_batch"])}
+    m = machine_mod.detect()
+    return m.budget(), {"min_ctx": int(s["min_ctx"]), "target_ctx": max(int(s["n_ctx"]), int(s["min_ctx"])),
+                        "n_batch": int(s["n_batch"]), "machine": m}
 
 
 class ModelsPage(QWidget):
@@ -91,6 +92,7 @@ class ModelsPage(QWidget):
         self.tabs = QTabWidget()
         self.installed = self._build_installed()
         self.hub = HubTab(workers, planner_budget)
+        show_best(self.hub)  # the Hub tab opens on the models best for this computer
         self.hub.download_requested.connect(self.download)
         self.hub.token_requested.connect(self.ask_token)
         self.hub.load_requested.connect(self.load_named)
@@ -175,19 +177,21 @@ class ModelsPage(QWidget):
 
     def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
         """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
-        from hisho.core import machine as machine_mod
         from hisho.core.hub.fit import LABELS, verdict
-        from hisho.core.planner import make_plan
+        from hisho.core.planner import make_plan, speed
 
         budget, opts = planner_budget()
-        m = machine_mod.detect()
+        profile = speed.load_profile()
         out = {}
         for name in names:
             try:
-                p = make_plan([name], m, budget, min_ctx=opts["min_ctx"], target_ctx=opts["target_ctx"],
-                              calibrate_missing=False)
+                p = make_plan([name], opts["machine"], budget, min_ctx=opts["min_ctx"],
+                              target_ctx=opts["target_ctx"], calibrate_missing=False, n_batch=opts["n_batch"],
+                              n_ubatch=opts["n_batch"])
                 wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
                 v, why = verdict(p, budget, wanted or opts["target_ctx"])
+                fast = speed.for_model(p.facts, profile) if p.facts is not None else None
+                why = f"{fast.label()}; {why}" if fast is not None else why
                 out[name] = (v, LABELS[v], why, p.facts.n_params if p.facts else 0)
             except Exception as exc:  # a damaged or missing file: say so in the row
                 out[name] = ("unknown", "Unknown", str(exc), 0)

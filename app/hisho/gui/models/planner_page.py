@@ -1,8 +1,8 @@
 """The Memory planner page of the window (View → Memory planner, the rail's "Memory").
 
 It plans the model that is loaded, or a hub file being considered on the Models page's Hub tab ("Plan memory"):
-the panel shows which one. "Use this context and KV type" saves what the panel shows in Settings (``n_ctx``,
-``kv_type``) and offers to reload the model with them now; for a hub file, which is not on this computer yet,
+the panel shows which one. "Use this context and KV type" saves what the panel shows as that model's own choice
+(settings ``model_choices``: other models keep theirs) and offers to reload the model with them now; for a hub file, which is not on this computer yet,
 the button downloads it instead.
 
 Rules of use: GUI thread. Plans are made on the ``engine`` lane for a local file (the dry run may take seconds)
@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from hisho.core.hub import QuantFile
+from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.planner import Calibration, Plan
+from hisho.core.planner.speed import Speed
 from hisho.gui.models.planner_panel import PlannerPanel
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasController
@@ -86,15 +88,13 @@ class PlannerPage(PlannerPanel):
         self.choice.setText("Planning…")
         spec = [key]
 
-        def work() -> tuple[Plan, Calibration | None]:
-            from hisho.core import machine as machine_mod
-            from hisho.core import settings as settings_mod
-            from hisho.core.planner import calibration_for, facts_for, make_plan
+        params = engine.load_params or self.w.ctx.load_params
+        loaded_ctx = params.n_ctx if params is not None else None
 
-            s = settings_mod.load()
-            m = machine_mod.detect()
-            plan = make_plan(spec, m, m.budget(), min_ctx=int(s["min_ctx"]), target_ctx=int(s["n_ctx"]))
-            return plan, calibration_for(facts_for(spec)[0], run=False)
+        def work() -> Planned:
+            from hisho.core.planner import facts_for
+
+            return _plan_for(facts_for(spec)[0], loaded_ctx)
 
         self.w.ctx.executor.submit("engine", work, done=lambda r: self._planned(key, r), failed=self._failed)
 
@@ -107,24 +107,21 @@ class PlannerPage(PlannerPanel):
                              "not downloaded")
         self.choice.setText("Reading its header from the hub…")
 
-        def work() -> tuple[Plan, Calibration | None]:
-            from hisho.core import planner
+        def work() -> Planned:
             from hisho.core.hub.fit import file_facts
-            from hisho.gui.models.models_page import planner_budget
 
-            facts, _nbytes = file_facts(f)
-            budget, opts = planner_budget()
-            wanted = min(opts["target_ctx"], facts.context_length or opts["target_ctx"])
-            p = planner.plan([facts], budget, min_ctx=min(opts["min_ctx"], wanted), target_ctx=opts["target_ctx"],
-                             n_batch=opts["n_batch"], n_ubatch=opts["n_batch"])
-            return p, None
+            return _plan_for(file_facts(f)[0])
 
         self.w.ctx.executor.submit("hub", work, done=lambda r: self._planned(key, r), failed=self._failed)
 
-    def _planned(self, key: str, result: tuple[Plan, Calibration | None]) -> None:
+    def _planned(self, key: str, result: Planned) -> None:
         if key != self.planned_for:
             return  # another model was asked for since
-        self.show_plan(*result)
+        plan, calib, fast = result
+        self.show_plan(plan, calib)
+        if fast is not None:  # how fast it answers here, said beside what it needs
+            self.reason.setText(f"Speed here ({fast.how}): {fast.label()}, ~{fast.decode_4k:.0f} tok/s 4K tokens "
+                                f"into a chat\n{self.reason.text()}")
         self.apply.setText("Download this file" if self.hub_file is not None else "Use this context and KV type")
         self.plans += 1
 
@@ -140,17 +137,37 @@ class PlannerPage(PlannerPanel):
             open_models(self.w, "Downloads").download(self.hub_file)
             return
         settings, c = self.w.ctx.settings, self.w.controller
+        model = self.planned_for if self.planned_for and not self.planned_for.startswith("remote:") else ""
+        if not model:
+            return
         try:
-            settings.set("n_ctx", n_ctx)
-            settings.set("kv_type", kv_type)
+            settings.choose(model, n_ctx=n_ctx, kv_type=kv_type)  # this model's own: others keep theirs
         except ValueError as exc:
             c.toast(f"Not saved: {exc}")
             return
         self.w.ctx.executor.submit("store", settings.save, failed=c.report)
-        params = self.w.ctx.engine.load_params
-        model = str(params.model_path) if params is not None else ""
-        c.toast(f"Context {n_ctx:,} tokens and {kv_type} KV are used from the next model load.",
-                (lambda: c.switch_model(model)) if model else None, label="Reload now", ms=15_000)
+        c.toast(f"{Path(model).name}: context {n_ctx:,} tokens and {kv_type} KV from its next load.",
+                lambda: c.switch_model(model), label="Reload now", ms=15_000)
+
+
+Planned = tuple[Plan, Calibration | None, Speed | None]  # the plan, its calibration, its speed here
+
+
+def _plan_for(facts: ModelFacts, n_ctx: int | None = None) -> Planned:
+    """The plan of one model for the window's profile at ``n_ctx`` (the loaded context; None: the settings'),
+    whether ``facts`` come from a hub header or a file (the same search, dry run and rules:
+    ``planner.plan_facts``), and the calibration the panel re-prices with. Runs on a worker lane (a first dry
+    run takes seconds)."""
+    from hisho.core.planner import calibration_for, plan_facts, speed
+    from hisho.gui.models.models_page import planner_budget
+
+    budget, opts = planner_budget()
+    target = n_ctx or opts["target_ctx"]
+    wanted = min(target, facts.context_length or target)
+    plan = plan_facts([facts], opts["machine"], budget, min_ctx=min(opts["min_ctx"], wanted),
+                      target_ctx=target, n_batch=opts["n_batch"], n_ubatch=opts["n_batch"])
+    return (plan, calibration_for(facts, run=False, n_ubatch=opts["n_batch"]),
+            speed.for_model(facts, speed.load_profile()))
 
 
 def open_planner(window: ShowsPages) -> PlannerPage:

@@ -1,4 +1,5 @@
-"""The memory planner panel: which model it plans for, a stacked bar (weights / KV / compute / other) against
+"""The memory planner panel: which model it plans for, a stacked bar (weights / KV / compute / kept / runtime,
+each named in words by ``planner.explain``) against
 the budget, a context slider and a KV type that re-price the bar live, the settings shown with the plan's
 reason, and a button that uses them (the page saves them: ``hisho.gui.models.planner_page``).
 
@@ -30,31 +31,36 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from hisho.core.planner import Calibration, Config, Plan, price
+from hisho.core.planner import Calibration, Plan, as_loaded, explain
 from hisho.core.planner.memory import CELL_PAD
+from hisho.core.settings import MAX_CTX
 from hisho.core.units import GIB
-from hisho.gui.models.fit_grid import FitGrid
+from hisho.gui.models.fit_grid import FitGrid, ask
 from hisho.gui.shell import theme
 
 log = logging.getLogger("hisho.gui")
 
-SEGMENTS = (("weights", "#4e79a7"), ("kv", "#f28e2b"), ("compute", "#59a14f"), ("other", "#9c9c9c"))
+SEGMENTS = (("weights", "#4e79a7"), ("kv", "#f28e2b"), ("compute", "#59a14f"), ("kept", "#b07aa1"),
+            ("runtime", "#9c9c9c"), ("load", "#c9c9c9"))
 
 
 def segments_of(plan: Plan) -> dict[str, int]:
-    """Bytes per bar segment for the plan's fit metric; they add up to exactly what the text says is needed
-    (``plan.need``). Compute counts what that metric counts (the touched part for resident); "other" is the
-    output buffer, the runtime overhead and the engine's kept state (checkpoints, save buffers). Where the
-    metric counts less than the parts (resident, mapped weights), the later parts are cut to what is left, so
-    the bar never shows more than the text."""
-    b = plan.breakdown
-    left = plan.need
-    out: dict[str, int] = {}
-    for name, size in (("weights", b.weights), ("kv", b.kv), ("other", b.output + b.runtime + b.kept)):
-        out[name] = min(size, left)
-        left -= out[name]
-    out["compute"] = left
-    return {name: out[name] for name, _colour in SEGMENTS}
+    """Bytes per bar segment for the plan's fit metric (``explain.rows``): they add up to exactly what the text
+    says is needed (``plan.need``)."""
+    parts = {r.key: r.bytes for r in explain.rows(plan)}
+    return {name: parts.get(name, 0) for name, _colour in SEGMENTS}
+
+
+def over_trained(plan: Plan) -> str:
+    """A warning when the context is longer than the model was trained on (with the file's rope scaling), or
+    ""."""
+    facts = plan.facts
+    if facts is None or not facts.context_length or plan.config.n_ctx <= facts.context_length:
+        return ""
+    rope = (f"its file sets {facts.rope_scaling} rope scaling" if facts.rope_scaling
+            else "its file sets no rope scaling")
+    return (f"<br><b>⚠ Longer than the {facts.context_length:,} tokens this model was trained on</b>: {rope}, "
+            "so replies past that length may lose the thread or repeat themselves.")
 
 
 class MemoryBar(QWidget):
@@ -124,6 +130,7 @@ class PlannerPanel(QWidget):
         self.reason.setObjectName("Meta")
         self.reason.setWordWrap(True)
         self.ctx_label = QLabel()
+        self.ctx_label.setTextFormat(Qt.TextFormat.RichText)  # the over-trained warning is bold
         self.ctx_label.setWordWrap(True)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setEnabled(False)
@@ -172,7 +179,8 @@ class PlannerPanel(QWidget):
         top = plan.facts.context_length if plan.facts and plan.facts.context_length else plan.config.n_ctx
         for widget in (self.slider, self.kv_type):
             widget.blockSignals(True)
-        self.slider.setRange(1, max(1, top // CELL_PAD))
+        # Past the trained context only as the user's choice, with a warning (``_show``): up to 4x it.
+        self.slider.setRange(1, max(1, min(4 * top, MAX_CTX) // CELL_PAD))
         self.slider.setValue(max(1, plan.config.n_ctx // CELL_PAD))
         index = self.kv_type.findData(plan.config.type_k)
         self.kv_type.setCurrentIndex(max(0, index))
@@ -218,18 +226,17 @@ class PlannerPanel(QWidget):
         if self.plan is None or self.plan.facts is None:
             return
         kv = str(self.kv_type.currentData() or self.plan.config.type_k)
-        # quantized V needs flash attention (as the load sets it: launch.load_params_for)
-        flash = self.plan.config.flash_attn or kv != "f16"
-        cfg = Config(**{**self.plan.config.__dict__, "n_ctx": value * CELL_PAD, "type_k": kv, "type_v": kv,
-                        "flash_attn": flash})
-        self._show(price(self.plan.facts, cfg, self.plan.budget, self.calib))
+        cfg = ask(self.plan, value * CELL_PAD, kv)
+        self._show(as_loaded(self.plan.facts, cfg, self.plan.budget, self.calib, cpu=self.plan.cpu))
 
     def _show(self, shown: Plan) -> None:
         self.current = shown
+        named = explain.rows(shown)
         parts = segments_of(shown)
         self.bar.set_parts(parts, shown.budget.ram)
-        self.legend.setText("   ".join(f"<span style='color:{color}'>■</span> {name} {parts[name] / GIB:.2f} GiB"
-                                       for name, color in SEGMENTS))
+        colours = dict(SEGMENTS)
+        self.legend.setText("<br>".join(f"<span style='color:{colours[r.key]}'>■</span> {r.bytes / GIB:.2f} GiB "
+                                        f"· {html.escape(r.label)}" for r in named if r.bytes))
         c = shown.config
         chosen = self.plan is not None and c == self.plan.config
         self.choice.setText(
@@ -239,7 +246,8 @@ class PlannerPanel(QWidget):
             + ("" if shown.fits else " · <b>does not fit</b>") + (" · estimate" if shown.breakdown.estimate else ""))
         verdict = "fits" if shown.fits else "does NOT fit"
         self.ctx_label.setText(f"Context {c.n_ctx} tokens: {shown.budget.metric} "
-                               f"{sum(parts.values()) / GIB:.2f} GiB of {self.bar.budget / GIB:.2f} GiB — {verdict}")
+                               f"{sum(parts.values()) / GIB:.2f} GiB of {self.bar.budget / GIB:.2f} GiB — {verdict}"
+                               + over_trained(shown))
         self.apply.setEnabled(self.plan is not None and self.plan.facts is not None)
 
     def _apply(self) -> None:

@@ -1,0 +1,224 @@
+"""How fast a model answers on this machine: decode tok/s (short and at depth) and prompt tok/s, predicted from
+a GGUF's header and the machine's measured speed profile, replaced by what a loaded model measured.
+
+The model (docs/planner.md "Speed"):
+
+- **Decode** reads every matrix weight once per token (the token embedding only one row) and, at depth d, the
+  KV cache of d tokens: a step takes ``step_s + (weights + d * kv_per_token) / bandwidth``. ``bandwidth`` is
+  memory bandwidth as decode sees it (threads, caches and kernels included), ``step_s`` the fixed cost of a
+  step (graph, sampling, thread wake-up): both fitted from two models of different sizes (``fit_decode``).
+- **Prompt** is compute bound: a prompt token costs ``prompt_step_s`` plus one multiply-add per matrix weight
+  at ``prompt_rate`` (multiply-adds per second: for a weight type where one was measured for it, else the
+  machine's ``"all"`` rate, fitted like decode from two model sizes; lacking both, the slowest known).
+- **Measured beats predicted.** ``record`` keeps what a loaded model measured (by the file's header digest);
+  ``for_model`` answers with it, saying "measured", before any prediction.
+
+Rules of use: no llama_cpp here; the measuring is ``hisho bench speed`` (bench/speed.py), which stores the
+profile with ``save_profile``. Everything else reads it: ``load_profile()`` is None until then, and callers
+show no speed rather than a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hisho.core import paths
+from hisho.core.atomic import write_text_atomic
+from hisho.core.models.gguf_facts import ModelFacts
+from hisho.core.planner.layout import Config
+from hisho.core.planner.memory import kv_bytes
+
+log = logging.getLogger("hisho.planner")
+
+FIGURES = ("decode_short", "decode_4k", "prompt")
+DEPTH_4K = 4096
+SPEED_FLOOR = 8.0  # tok/s: a reply slower than this reads as "stuck" to most people (the recommendation's floor)
+
+
+@dataclass(frozen=True)
+class SpeedProfile:
+    """This machine's speed, as decode and prompt processing see it."""
+
+    bandwidth: float                  # bytes/s
+    step_s: float                     # seconds per decode step beyond reading bytes
+    prompt_rate: dict[str, float] = field(default_factory=dict)  # weight type or "all" -> multiply-adds per second
+    threads: int = 0
+    prompt_step_s: float = 0.0        # seconds per prompt token beyond its multiply-adds
+    source: str = "measured"          # measured (hisho bench speed) | a fixture's name
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeedProfile:
+        return cls(bandwidth=float(data["bandwidth"]), step_s=float(data["step_s"]),
+                   prompt_rate={str(k): float(v) for k, v in dict(data.get("prompt_rate", {})).items()},
+                   threads=int(data.get("threads", 0)), source=str(data.get("source", "measured")),
+                   prompt_step_s=float(data.get("prompt_step_s", 0.0)))
+
+
+@dataclass(frozen=True)
+class Speed:
+    decode_short: float   # tok/s, a reply at the start of a chat
+    decode_4k: float      # tok/s, a reply 4,096 tokens into a chat
+    prompt: float         # tok/s reading a message
+    how: str              # "measured" | "predicted"
+
+    def read_s(self, n_tokens: int = 1000) -> float:
+        return n_tokens / self.prompt if self.prompt > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "reads_1000_tokens_s": round(self.read_s(), 1)}
+
+    def label(self) -> str:
+        """'~12 tok/s · reads 1,000 tokens in ~9 s' (with 'measured' when it was)."""
+        seen = " measured" if self.how == "measured" else ""
+        return f"~{self.decode_short:.0f} tok/s{seen} · reads 1,000 tokens in ~{self.read_s():.0f} s"
+
+
+def weights_read_per_token(facts: ModelFacts) -> int:
+    """Bytes a decode step reads of the weights: all of them but the token embedding (one row is read), which
+    a tied model reads in full as its output layer."""
+    embd = facts.tensor_bytes.get("token_embd", 0)
+    return facts.weights_bytes - (0 if facts.tied_embeddings else embd)
+
+
+def matmul_elements(facts: ModelFacts) -> int:
+    """Multiply-adds per prompt token: one per matrix weight (``matmul_weights``: every block's matrices and
+    the output layer, a tied embedding's included; the embedding lookup costs none)."""
+    total = 0
+    for key, count in facts.matmul_weights.items():
+        parts = key.split(":")
+        total += count * _elements(parts[-4], int(parts[-1]))
+    return total or facts.n_params
+
+
+def _elements(qtype: str, nbytes: int) -> int:
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]]
+    except KeyError:
+        return nbytes  # an unknown type: about one byte per weight
+    return nbytes // size * block
+
+
+def main_type(facts: ModelFacts) -> str:
+    """The weight type most of the matrix bytes are in (Q4_K for a Q4_K_M file)."""
+    by: dict[str, int] = {}
+    for key, count in facts.matmul_weights.items():
+        parts = key.split(":")
+        by[parts[-4]] = by.get(parts[-4], 0) + count * int(parts[-1])
+    return max(by, key=lambda k: by[k]) if by else facts.quant
+
+
+def predict(facts: ModelFacts, profile: SpeedProfile, *, type_kv: str = "f16") -> Speed:
+    """Predicted decode (short, at 4K) and prompt tok/s of ``facts`` on a machine with ``profile``."""
+    weights = weights_read_per_token(facts)
+    kv_4k = kv_bytes(facts, Config(n_ctx=DEPTH_4K, type_k=type_kv, type_v=type_kv))
+
+    def decode(kv: int) -> float:
+        return 1.0 / (profile.step_s + (weights + kv) / profile.bandwidth)
+
+    return Speed(decode_short=decode(0), decode_4k=decode(kv_4k), prompt=prompt_speed(profile, main_type(facts),
+                                                                                      matmul_elements(facts)),
+                 how="predicted")
+
+
+def prompt_speed(profile: SpeedProfile, weight_type: str, elements: int) -> float:
+    """Prompt tok/s of a model with ``elements`` multiply-adds per token, mostly of ``weight_type``."""
+    rate = profile.prompt_rate.get(weight_type) or profile.prompt_rate.get("all")
+    if rate is None:
+        rate = min(profile.prompt_rate.values(), default=0.0)
+    return 1.0 / (profile.prompt_step_s + elements / rate) if rate > 0 else 0.0
+
+
+def fit_decode(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(bandwidth, step_s) from decode measurements [(bytes read per step, tok/s)] of at least two sizes: the
+    least-squares line of step time over bytes (its slope is 1 / bandwidth, its intercept the fixed cost).
+    The same fit gives the prompt's (rate, prompt_step_s) from [(multiply-adds per token, tok/s)]."""
+    if len({b for b, _ in points}) < 2:
+        raise ValueError("a speed fit needs models of two sizes")
+    xs = [float(b) for b, _ in points]
+    ys = [1.0 / tps for _, tps in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    slope = max(slope, 1e-15)
+    return 1.0 / slope, max(0.0, my - slope * mx)
+
+
+# ----- stored: the machine's profile and the models' measured speeds ----------------------------------------
+
+
+def _profile_path() -> Path:
+    return paths.cache_dir() / "speed" / "profile.json"
+
+
+def _measured_path() -> Path:
+    return paths.cache_dir() / "speed" / "measured.json"
+
+
+def load_profile(path: Path | None = None) -> SpeedProfile | None:
+    """This machine's measured profile, or a recorded one at ``path`` (a fixture); None when not measured."""
+    p = path or _profile_path()
+    try:
+        return SpeedProfile.from_dict(json.loads(p.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("speed profile %s unreadable (%s); no speeds shown", p, exc)
+        return None
+
+
+def save_profile(profile: SpeedProfile) -> None:
+    write_text_atomic(_profile_path(), json.dumps(profile.to_dict(), indent=1))
+
+
+def _measured() -> dict[str, dict[str, float]]:
+    try:
+        data = json.loads(_measured_path().read_text(encoding="utf-8"))
+        return {str(k): {str(f): float(v) for f, v in dict(d).items()} for k, d in dict(data).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def record(facts: ModelFacts, figure: str, tok_s: float) -> None:
+    """Keep what a loaded model measured (``figure`` in ``FIGURES``), by its header's digest."""
+    if figure not in FIGURES or not facts.header_sha or tok_s <= 0:
+        return
+    data = _measured()
+    data.setdefault(facts.header_sha, {})[figure] = round(tok_s, 3)
+    write_text_atomic(_measured_path(), json.dumps(data, indent=1))
+
+
+def observe(facts: ModelFacts, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int, ttft_s: float,
+            tokens_per_s: float) -> None:
+    """Keep what a real reply of a loaded model measured: its decode speed as ``decode_short`` (under 1,024
+    tokens deep) or ``decode_4k`` (3K to 6K deep), its prompt speed where it read 256 tokens or more (the time
+    to its first token, of the tokens not restored from cache)."""
+    if completion_tokens >= 16 and tokens_per_s > 0:
+        if prompt_tokens < 1024:
+            record(facts, "decode_short", tokens_per_s)
+        elif 3072 <= prompt_tokens <= 6144:
+            record(facts, "decode_4k", tokens_per_s)
+    read = prompt_tokens - cached_tokens
+    if read >= 256 and ttft_s > 0:
+        record(facts, "prompt", read / ttft_s)
+
+
+def for_model(facts: ModelFacts, profile: SpeedProfile | None) -> Speed | None:
+    """Measured speeds of this file where it has run here (each figure it measured), the prediction for the
+    rest; None with neither."""
+    seen = _measured().get(facts.header_sha, {}) if facts.header_sha else {}
+    guess = predict(facts, profile) if profile is not None else None
+    if not seen:
+        return guess
+    if guess is None and not all(f in seen for f in FIGURES):
+        return None
+    pick = {f: seen.get(f, getattr(guess, f, 0.0)) for f in FIGURES}
+    return Speed(decode_short=pick["decode_short"], decode_4k=pick["decode_4k"], prompt=pick["prompt"],
+                 how="measured")
