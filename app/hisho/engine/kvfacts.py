@@ -12,6 +12,7 @@ import llama_cpp
 
 from hisho.core.kv import format as kvf
 from hisho.core.models import identity as model_identity
+from hisho.engine.llama_setup import prompt_offload
 from hisho.engine.runtime import Runtime
 
 
@@ -33,6 +34,9 @@ def state_facts(rt: Runtime) -> dict[str, Any]:
         # The ubatch a prompt was read in can change the cells' last bits (the plan picks it per context).
         "n_ubatch": p.n_ubatch,
         "kv_unified": p.kv_unified, "n_gpu_layers": p.n_gpu_layers,
+        # Where a prompt's products ran (the GPU or the CPU) changes the cells' last bits; only a load with
+        # layers offloaded has a choice (llama_setup.prompt_offload), so a CPU load's fingerprint is unchanged.
+        **({"op_offload": prompt_offload(p)} if p.n_gpu_layers > 0 else {}),
         "arch": rt.metadata.get("general.architecture", ""),
         "n_layer": int(llama_cpp.llama_model_n_layer(rt.model)),
         "n_embd": int(llama_cpp.llama_model_n_embd(rt.model)),
