@@ -117,6 +117,21 @@ def test_a_reasoning_reply_folds_its_thinking_and_shows_only_the_answer(
     block = w.view.widgets[again.id].thinking
     assert block is not None and not block.is_open
 
+    # Edit and resend the question: the new branch's reply folds its thinking the same way.
+    user = w.ctx.store.branch(cid)[0]
+    qtbot.mouseClick(w.view.widgets[user.id].buttons["edit"], Qt.MouseButton.LeftButton)
+    wait_for(qtbot, lambda: w.composer.editing_id == user.id)
+    known = {m.id for m in w.ctx.store.messages(cid)}
+    w.composer.set_text("Hello again")
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    wait_reply(qtbot, w, cid, known)
+    edited_user, edited_reply = w.ctx.store.branch(cid)
+    assert edited_user.content == "Hello again" and edited_reply.id not in known
+    assert edited_reply.content == ANSWER and edited_reply.reasoning == THOUGHT
+    wait_for(qtbot, lambda: edited_reply.id in w.view.widgets)
+    block = w.view.widgets[edited_reply.id].thinking
+    assert block is not None and not block.is_open and w.view.widgets[edited_reply.id].text == ANSWER
+
 
 def test_chat_settings_offer_thinking_where_the_template_lets_it_be_chosen(qtbot: QtBot) -> None:
     from hisho.core.conversations.store import Conversation
