@@ -103,6 +103,7 @@ class Services:
     local_engine: Engine | None = None   # the built-in engine, kept while a remote one answers (use_engine)
     profile: Profile = field(default_factory=lambda: PROFILES["window"])
     n_ctx: int | None = None             # the front end's context length (None: the settings')
+    closing: bool = False                # the app is quitting: nothing is loaded any more (``begin_close``)
     _named: tuple[Path | None, ModelName] | None = field(default=None, repr=False)
 
     @property
@@ -148,7 +149,7 @@ class Services:
         """A switch the user stopped: the model that answered before is loaded again (the engine freed it to
         make room for the new one), so the chat goes on as it was; without one nothing is loaded, and the
         message says so. Stopping this second load too leaves none."""
-        if previous is None:
+        if previous is None or self.closing:  # quitting: nothing to answer any more, nothing to wait for
             return LoadStopped(f"{exc}: no model is loaded")
         try:
             info = load_engine(self.engine, previous)
@@ -208,6 +209,14 @@ class Services:
                             "next start).")
                 log.warning("the saved engine %s did not answer: %s", ep.name, exc)
         return Running(self.load(), None, self.model_name.id, fallback)
+
+    def begin_close(self) -> None:
+        """The app is quitting (any thread): a model load in flight stops at once and nothing loads after it
+        (not even the model that answered before a stopped switch), so the quit waits on no load."""
+        self.closing = True
+        self.engine.cancel_load()
+        if self.local_engine is not None and self.local_engine is not self.engine:
+            self.local_engine.cancel_load()
 
     def close(self, timeout: float = 30.0) -> None:
         """App exit: KV saves in flight land and are indexed, the lanes stop, the engine exits, the store

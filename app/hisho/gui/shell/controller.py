@@ -363,6 +363,7 @@ class ChatController(QObject):
             except UserError as exc:
                 log.error("could not save the draft: %s", exc)
         self.sending.stop()
+        self.ctx.begin_close()  # a model still loading gives up at once: the quit does not wait for it
         self.w.view.detach_stream()
         if not self.executor.shutdown(CLOSE_WAIT_S):
             self.ctx.engine.kill()  # a reply did not stop in time; its text so far is saved already

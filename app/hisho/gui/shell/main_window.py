@@ -491,6 +491,7 @@ class MainWindow(QMainWindow):
             offer_unfinished(self)  # downloads an earlier run left unfinished
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt naming
+        self.documents.cancel()  # a summary stops at its next step; what it read is kept (resumable)
         self.controller.shutdown()
         event.accept()
 
