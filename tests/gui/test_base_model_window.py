@@ -39,11 +39,13 @@ def test_a_base_model_is_marked_and_never_shows_its_control_tokens(qtbot: QtBot,
     w = window
     controls = {t for t in control_texts(real_gemma_path) if len(t) > 2}
     assert "<start_of_image>" in controls
+    w.status.set_reply_figures(118.4, 0.42)  # the last model's figures, as after a reply
     w.controller.switch_model(str(real_gemma_path), override=True)
     wait_for(qtbot, lambda: w.controller.model_ready and w.ctx.engine.load_params is not None
              and w.ctx.engine.load_params.model_path == str(real_gemma_path), 300_000)
     wait_idle(qtbot, w)
     assert w.ctx.engine.load_info["base_model"] is True
+    assert w.status.speed.text() == "— tok/s" and w.status.ttft.text() == "TTFT —"  # not the last model's
     assert w.model_label.text().endswith("· base model")
     assert "base model" in w.empty_subtitle.text()
     conv = w.ctx.store.create("Base", settings=ChatSettings(temperature=1.0, max_tokens=160, seed=7))

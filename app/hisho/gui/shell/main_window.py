@@ -302,6 +302,7 @@ class MainWindow(QMainWindow):
         ``base``: a base model (no chat template): marked as such, since it continues text, not answers it."""
         self.sidebar.set_engine_note("")  # this computer answers: its saved KV is used again
         self.status.set_model(name, n_ctx)
+        self.status.set_reply_figures(None, None)  # the last model's speed is not this one's
         self.status.set_device(engine_info, gpu_layers)
         self.status.engine_pid = pid
         self.model_label.setText(f"{name} · base model" if base else name)
