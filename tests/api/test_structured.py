@@ -99,6 +99,11 @@ def test_json_schema_output_is_valid_every_time(random_hermes: Served) -> None:
     replies = in_parallel(ask)
     assert sum(valid(json.loads(r.choices[0].message.content or ""), PERSON) for r in replies) == TRIES
     assert all(r.choices[0].finish_reason == "stop" for r in replies)
+    # A schema no grammar can be made of is the client's error.
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}}
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model=random_hermes.model, max_tokens=8, response_format=bad,  # type: ignore[arg-type]
+                                  messages=[{"role": "user", "content": "Hi"}])
 
 
 def test_tools_without_template_support_are_refused(tmp_path: Path) -> None:

@@ -74,6 +74,13 @@ def grammar_sampler(rt: Any, s: Sampling) -> Any:
     return smpl
 
 
+def check_grammar(rt: Any, s: Sampling) -> None:
+    """Raise ``GrammarError`` now if ``s``'s grammar (or a trigger pattern) will not do."""
+    if s.grammar_lazy:
+        Trigger(rt, s)
+    llama_cpp.llama_sampler_free(grammar_sampler(rt, s))
+
+
 class Trigger:
     """Where a lazy grammar starts: a trigger word that is one control token of the vocabulary (``[TOOL_CALLS]``,
     ``<|python_tag|>``) triggers on that token, as llama.cpp's server does; any other word anywhere in the

@@ -34,6 +34,7 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.batched import BatchStats, Item, _Slot, _step
+from hisho.engine.grammar import check_grammar
 from hisho.engine.llama_setup import Sampler, hit_stop, token_event
 from hisho.engine.runtime import RequestError, Runtime
 
@@ -400,6 +401,8 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         save = server.saver(req) if req.save_dir else None
         emit = functools.partial(server.emit_soon, hold=SERVE_COALESCE_S)
         forced = batch.rt.forced_tokens(req.test_hooks) if server.test_hooks else None
+        if req.sampling.grammar or req.sampling.grammar_schemas:
+            check_grammar(batch.rt, req.sampling)  # now: a bad one found when it gets a sequence would end the batch
         batch.add(Job(req_id, prompt, req.sampling, emit, server.emit, restore, save,
                       max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt), forced=forced))
     except Exception as exc:
