@@ -92,13 +92,14 @@ def test_bench_speed_fits_its_profile_from_the_models_it_measured(tmp_path: Path
     big = read_facts(write_shape(tmp_path / "big.gguf", LLAMA_31_8B))
     truth = slow()
     truth = speed.SpeedProfile(bandwidth=truth.bandwidth, step_s=truth.step_s, prompt_rate={"all": 6e10},
-                               prompt_step_s=0.002)
-    runs = [(f, {"decode_short": speed.predict(f, truth).decode_short, "prompt": speed.predict(f, truth).prompt})
-            for f in (small, big)]
+                               prompt_step_s=0.002, kv_factor=2.5)
+    runs = [(f, {"decode_short": speed.predict(f, truth).decode_short, "prompt": speed.predict(f, truth).prompt,
+                 "decode_4k": speed.predict(f, truth).decode_4k}) for f in (small, big)]
     got = profile_from(runs)
     assert abs(got.bandwidth - truth.bandwidth) / truth.bandwidth < 1e-6
     assert abs(got.step_s - truth.step_s) < 1e-9
     assert abs(got.prompt_rate["all"] - 6e10) / 6e10 < 1e-6 and abs(got.prompt_step_s - 0.002) < 1e-9
+    assert abs(got.kv_factor - 2.5) < 1e-6
 
 
 def test_a_real_replys_figures_are_kept_by_depth(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ types. It is stored, so the window's badges and the first-run card can use it. T
 the true-shape 1B Q4_0 and 3B Q4_K_M; ``--model`` picks one) is loaded as ``hisho generate`` loads it and
 measured: ``decode_short`` (64 tokens after a short prompt), ``decode_4k`` (32 tokens after a 4,096-token
 prompt), ``prompt`` (a 512-token prompt). Each row is the prediction, the measurement and their ratio; a row
-whose figure the profile was fitted on says ``fitted`` (its ratio is near 1 by construction; the 3B and every
-``decode_4k`` are held out). The measured figures are recorded for the model (measured beats predicted).
+whose model the profile was fitted on says ``fitted`` (decode short and prompt lie on lines through two points,
+so their ratio is 1 by construction; decode at 4K shares one factor between the two); the 3B is held out. The measured figures are recorded for the model (measured beats predicted).
 
 JSON: ``{"rows": [{"model", "figure", "predicted_tok_s", "measured_tok_s", "ratio", "fitted"}…], "profile"}``.
 """
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             predicted, got = getattr(guess, figure), seen[figure]
             rows.append({"model": Path(facts.source).name, "figure": figure, "predicted_tok_s": round(predicted, 2),
                          "measured_tok_s": round(got, 2), "ratio": round(predicted / got, 3) if got else None,
-                         "fitted": spec in PROFILE_MODELS and figure != "decode_4k" and not args.model})
+                         "fitted": spec in PROFILE_MODELS and not args.model})
             speed.record(facts, figure, got)
     return {"rows": rows, "profile": profile.to_dict()}
 
@@ -65,8 +65,11 @@ def profile_from(runs: list[tuple[ModelFacts, dict[str, float]]]) -> speed.Speed
     bandwidth, step_s = speed.fit_decode([(speed.weights_read_per_token(f), seen["decode_short"])
                                           for f, seen in runs])
     rate, prompt_step_s = speed.fit_decode([(speed.matmul_elements(f), seen["prompt"]) for f, seen in runs])
+    kv_factor = speed.fit_kv_factor([(speed.kv_4k_bytes(f), seen["decode_short"], seen["decode_4k"])
+                                     for f, seen in runs], bandwidth)
     return speed.SpeedProfile(bandwidth=bandwidth, step_s=step_s, prompt_rate={"all": rate},
-                              threads=os.cpu_count() or 1, source="measured", prompt_step_s=prompt_step_s)
+                              threads=os.cpu_count() or 1, source="measured", prompt_step_s=prompt_step_s,
+                              kv_factor=kv_factor)
 
 
 def measure(spec: str, *, repeat: int = 3) -> tuple[ModelFacts, dict[str, float]]:

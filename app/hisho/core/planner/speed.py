@@ -4,7 +4,9 @@ a GGUF's header and the machine's measured speed profile, replaced by what a loa
 The model (docs/planner.md "Speed"):
 
 - **Decode** reads every matrix weight once per token (the token embedding only one row) and, at depth d, the
-  KV cache of d tokens: a step takes ``step_s + (weights + d * kv_per_token) / bandwidth``. ``bandwidth`` is
+  KV cache of d tokens: a step takes ``step_s + (weights + kv_factor * d * kv_per_token) / bandwidth``, where
+  ``kv_factor`` (>= 1) is what attention at depth costs beyond reading its KV (the scores and their softmax),
+  fitted from the profile's measurements 4K tokens deep (``fit_kv_factor``). ``bandwidth`` is
   memory bandwidth as decode sees it (threads, caches and kernels included), ``step_s`` the fixed cost of a
   step (graph, sampling, thread wake-up): both fitted from two models of different sizes (``fit_decode``).
 - **Prompt** is compute bound: a prompt token costs ``prompt_step_s`` plus one multiply-add per matrix weight
@@ -48,6 +50,7 @@ class SpeedProfile:
     prompt_rate: dict[str, float] = field(default_factory=dict)  # weight type or "all" -> multiply-adds per second
     threads: int = 0
     prompt_step_s: float = 0.0        # seconds per prompt token beyond its multiply-adds
+    kv_factor: float = 1.0            # attention at depth over reading its KV (1: only the bytes)
     source: str = "measured"          # measured (hisho bench speed) | a fixture's name
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +61,8 @@ class SpeedProfile:
         return cls(bandwidth=float(data["bandwidth"]), step_s=float(data["step_s"]),
                    prompt_rate={str(k): float(v) for k, v in dict(data.get("prompt_rate", {})).items()},
                    threads=int(data.get("threads", 0)), source=str(data.get("source", "measured")),
-                   prompt_step_s=float(data.get("prompt_step_s", 0.0)))
+                   prompt_step_s=float(data.get("prompt_step_s", 0.0)),
+                   kv_factor=float(data.get("kv_factor", 1.0)))
 
 
 @dataclass(frozen=True)
@@ -119,10 +123,10 @@ def main_type(facts: ModelFacts) -> str:
 def predict(facts: ModelFacts, profile: SpeedProfile, *, type_kv: str = "f16") -> Speed:
     """Predicted decode (short, at 4K) and prompt tok/s of ``facts`` on a machine with ``profile``."""
     weights = weights_read_per_token(facts)
-    kv_4k = kv_bytes(facts, Config(n_ctx=DEPTH_4K, type_k=type_kv, type_v=type_kv))
+    kv_4k = kv_4k_bytes(facts, type_kv)
 
     def decode(kv: int) -> float:
-        return 1.0 / (profile.step_s + (weights + kv) / profile.bandwidth)
+        return 1.0 / (profile.step_s + (weights + profile.kv_factor * kv) / profile.bandwidth)
 
     return Speed(decode_short=decode(0), decode_4k=decode(kv_4k), prompt=prompt_speed(profile, main_type(facts),
                                                                                       matmul_elements(facts)),
@@ -135,6 +139,18 @@ def prompt_speed(profile: SpeedProfile, weight_type: str, elements: int) -> floa
     if rate is None:
         rate = min(profile.prompt_rate.values(), default=0.0)
     return 1.0 / (profile.prompt_step_s + elements / rate) if rate > 0 else 0.0
+
+
+def kv_4k_bytes(facts: ModelFacts, type_kv: str = "f16") -> int:
+    """Bytes of KV a decode step reads 4,096 tokens into a chat."""
+    return kv_bytes(facts, Config(n_ctx=DEPTH_4K, type_k=type_kv, type_v=type_kv))
+
+
+def fit_kv_factor(points: list[tuple[int, float, float]], bandwidth: float) -> float:
+    """``kv_factor`` from [(KV bytes at 4K, decode tok/s short, decode tok/s at 4K)]: the mean of what each
+    model's step grew by at depth over what reading its KV alone would add; never below 1."""
+    ratios = [(1 / deep - 1 / short) * bandwidth / kv for kv, short, deep in points if kv > 0 and deep > 0]
+    return max(1.0, sum(ratios) / len(ratios)) if ratios else 1.0
 
 
 def fit_decode(points: list[tuple[int, float]]) -> tuple[float, float]:
