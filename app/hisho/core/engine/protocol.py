@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-PROTOCOL_VERSION = 2  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
+PROTOCOL_VERSION = 3  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
 
 
 class ErrorKind(str, Enum):
