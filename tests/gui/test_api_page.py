@@ -50,11 +50,14 @@ def test_api_switch_serves_the_window_engine(qtbot: QtBot, window: MainWindow) -
         assert page.key.text() == keys.api_key() and f"127.0.0.1:{port}" in page.status.text()
         # The limits are settings; a change restarts the server with them (docs/api.md, "Limits").
         assert set(page.limits) == {"api_max_body_mb", "api_max_prompt_tokens", "api_request_timeout_s",
-                                    "api_max_queued"}
+                                    "api_max_queued", "api_max_wait_s"}
         page.limits["api_max_queued"].setValue(3)
         page.limits["api_max_queued"].editingFinished.emit()
         assert w.ctx.settings["api_max_queued"] == 3
         assert w._api_server.backend.limits.max_queued == 3  # type: ignore[attr-defined]
+        page.limits["api_max_wait_s"].setValue(9)
+        page.limits["api_max_wait_s"].editingFinished.emit()
+        assert w._api_server.backend.waits.max_wait_s == 9  # type: ignore[attr-defined]
         model = w.ctx.model_path.stem if w.ctx.model_path else ""
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=page.key.text(), max_retries=0,
                                timeout=300)

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hisho.api import tooling
+from hisho.api import tooling, waits
 from hisho.api.backend import Backend, Reply, Thought
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
 from hisho.core.formats.tools import CallStream, ToolCall
@@ -111,8 +111,10 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
         return run
 
     async def health(request: Request) -> Response:
+        # ``engine``: what it works on now (hisho.api.waits.ACTIVITY); ``queue``: requests waiting behind it.
         return JSONResponse({"status": "ok", "model": backend.model_id, "busy": backend.busy,
-                             "cancelled": backend.cancelled, "timed_out": backend.timed_out})
+                             "cancelled": backend.cancelled, "timed_out": backend.timed_out,
+                             "engine": waits.running(backend.engine), "queue": backend.waits.snapshot()})
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [

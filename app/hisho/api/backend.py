@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from hisho.api import tooling
+from hisho.api import tooling, waits
 from hisho.api.cache import PromptCache
 from hisho.api.limits import Admission, Limits
 from hisho.api.shapes import ApiError, Job
@@ -35,6 +36,7 @@ from hisho.core.models.names import ModelName
 log = logging.getLogger("hisho.api")
 
 _END = object()
+POLL_S = 0.1  # how often a waiting request looks at what the engine works on
 
 
 def api_error(exc: BaseException, prompt_param: str = "messages") -> ApiError:
@@ -82,8 +84,20 @@ def timeout_error() -> ApiError:
 
 
 def _cancel_started(started: asyncio.Future[TokenStream]) -> None:
+    """A stream sent for a request that is gone: cancelled, and read to its end on a thread of its own, so the
+    engine's client forgets it (nothing would wait behind it)."""
     if not started.cancelled() and started.exception() is None:
-        started.result().cancel()
+        stream = started.result()
+        stream.cancel()
+        threading.Thread(target=_drain, args=(stream,), name="hisho-api-drain", daemon=True).start()
+
+
+def _drain(stream: TokenStream) -> None:
+    try:
+        for _ in stream:
+            pass
+    except Exception as exc:  # it was cancelled: how it ended matters to nobody
+        log.debug("a cancelled API stream ended with %s", exc)
 
 
 class Thought(str):
@@ -119,7 +133,10 @@ class Reply:
         self.stream.cancel()
 
     def _put(self, item: Any) -> None:
-        self._loop.call_soon_threadsafe(self._deliver, item)
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, item)
+        except RuntimeError:  # the server stopped (its loop closed) before the engine ended this reply: nobody reads
+            self.stream.cancel()
 
     def _deliver(self, item: Any) -> None:
         if not self._first.done():
@@ -151,6 +168,11 @@ class Reply:
                 self.error = timeout_error()
             self._on_end(self)
             self._put(_END)
+
+    @property
+    def first_event(self) -> asyncio.Future[None]:
+        """Done at the first token or the end (await ``started`` instead to wait for it)."""
+        return self._first
 
     async def started(self) -> None:
         """Wait for the first token or the end (whichever comes first)."""
@@ -191,6 +213,7 @@ class Backend:
         self.max_tokens = max_tokens
         self.limits = limits or Limits()
         self.admission = Admission(self.limits.max_queued)
+        self.waits = waits.WaitQueue(self.limits.max_wait_s)
         self._busy = 0
         self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away, or its time ran out)
         self.timed_out = 0  # of those, the ones cancelled by the time limit
@@ -272,16 +295,25 @@ class Backend:
                                     "connected server does not take them through this API", code="not_supported")
             job.sampling = tooling.apply(extras, job.sampling, engine.load_info)
         since = self.admission.enter(key, slots_of(engine))
+        ticket = self.waits.enter()
+        try:
+            return await self._send(engine, job, n_ctx_seq, model, key, since, ticket)
+        finally:
+            self.waits.leave(ticket)
+
+    async def _send(self, engine: Engine, job: Job, n_ctx_seq: int, model: str, key: str, since: float,
+                    ticket: int) -> Reply:
         loop = asyncio.get_running_loop()
         limit = self.limits.request_timeout_s  # counted from here: sending it (a tokenize on a busy engine) too
         started = loop.run_in_executor(None, self._start, engine, job, n_ctx_seq)
         try:
-            # Shielded: a client that leaves (or a time limit passed) while the request is being sent must still
-            # have the stream it gets cancelled, or the engine would answer nobody.
-            stream = await asyncio.wait_for(asyncio.shield(started), limit)
+            # Shielded (asyncio.wait): a client that leaves (or a time limit passed) while the request is being
+            # sent must still have the stream it gets cancelled, or the engine would answer nobody.
+            await self._until(started, engine, ticket, None, since + limit)
+            stream = started.result()
         except BaseException as exc:
             self.admission.leave(key, since)
-            if isinstance(exc, (asyncio.CancelledError, TimeoutError)):
+            if isinstance(exc, (asyncio.CancelledError, TimeoutError, ApiError)):
                 started.add_done_callback(_cancel_started)
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -293,8 +325,32 @@ class Backend:
                       raw=job.extras.family is not None)
         reply.limit(max(0.0, limit - (time.monotonic() - since)))
         try:
+            # Until the engine is on it (nothing sent before it left), the wait is the queue's, bounded.
+            await self._until(reply.first_event, engine, ticket, getattr(stream, "id", None), math.inf, settle=True)
             await reply.started()
-        except asyncio.CancelledError:
-            reply.close()
+        except BaseException:
+            reply.close()  # its reader thread ends it (and frees its place) once the engine gets to it
             raise
         return reply
+
+    async def _until(self, fut: asyncio.Future[Any], engine: Engine, ticket: int, before: int | None,
+                     deadline: float, settle: bool = False) -> None:
+        """Wait for ``fut`` (never cancelling it) until ``deadline`` (then TimeoutError). While the engine works on
+        something sent before request ``before``, the wait is bounded by ``max_wait_s`` from the ticket on (then
+        ``busy_error``). ``settle``: return as soon as nothing is ahead (the rest is the engine's work on it)."""
+        while not fut.done():
+            work = waits.behind(engine, before)
+            if work is None and settle:
+                self.waits.leave(ticket)
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                raise TimeoutError
+            waited, bound = self.waits.waited(ticket), self.waits.max_wait_s
+            if work is not None and waited >= bound:
+                self.waits.refused += 1
+                what = waits.ACTIVITY.get(work[0], work[0])
+                log.info("API request refused after %.1f s behind the engine's %s", waited, what)
+                raise waits.busy_error(what, waited, waits.retry_after(engine, work, bound))
+            step = min(POLL_S, deadline - now, bound - waited if work is not None else POLL_S)
+            await asyncio.wait({fut}, timeout=max(0.001, step))

@@ -10,6 +10,8 @@ Rules of use:
 - ``Admission`` counts each key's requests from the moment they are sent to the engine until the engine has
   ended them; ``enter`` raises a 429 with ``Retry-After`` when a key already has every sequence busy and
   ``max_queued`` more waiting. Thread-safe (``leave`` runs on a reply's reader thread).
+- ``max_wait_s``: how long a request may wait while the engine works on something sent before it (a summary, a
+  model load); ``hisho.api.waits`` holds that wait to it.
 """
 
 from __future__ import annotations
@@ -34,13 +36,15 @@ class Limits:
     max_prompt_tokens: int = 0          # 0: what one sequence's context holds
     request_timeout_s: float = 600.0
     max_queued: int = 16
+    max_wait_s: float = 30.0            # behind the engine's other work (hisho.api.waits)
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:
         return cls(max_body_bytes=int(settings["api_max_body_mb"]) * 1024 * 1024,
                    max_prompt_tokens=int(settings["api_max_prompt_tokens"]),
                    request_timeout_s=float(settings["api_request_timeout_s"]),
-                   max_queued=int(settings["api_max_queued"]))
+                   max_queued=int(settings["api_max_queued"]),
+                   max_wait_s=float(settings["api_max_wait_s"]))
 
     def prompt_tokens(self, n_ctx_seq: int) -> int:
         """The longest prompt in tokens: the setting, never more than the context leaves for one reply token."""

@@ -151,6 +151,9 @@ DECLARED: tuple[Setting, ...] = (
             "then its reply is cancelled (504).", 5, 86400),
     Setting("api_max_queued", int, 16, "API requests a key may have waiting for a free sequence; more are "
             "refused (429 with Retry-After).", 0, 1024),
+    Setting("api_max_wait_s", int, 30, "Longest an API request waits while the engine works on something sent "
+            "before it (a summary, a reply in the window, a model load); then it is refused (503 with "
+            "Retry-After).", 1, 3600),
     Setting("demo_card_dismissed", bool, False, "The first-start card (the bundled model is a demo; a model that "
             "fits) was dismissed with Not now."),
 )

@@ -176,6 +176,9 @@ class EngineClient:
         # far the engine is in reading a prompt (the window's "Reading your message · 37 %").
         self._progress: dict[int, Progress] = {}
         self._load_id: int | None = None   # the load request in flight, for ``cancel_load`` (any thread)
+        # Every request sent and not yet ended (id -> (op, when it was sent)): what the engine is doing, and what
+        # a request sent now waits behind (``activity``; the API's queue, hisho.api.waits).
+        self._in_flight: dict[int, tuple[str, float]] = {}
         self._load_stopped = False
 
     # ----- process lifecycle -------------------------------------------------------------------------
@@ -326,6 +329,12 @@ class EngineClient:
         """Stop request ``req_id``; harmless if it already ended or the engine is gone."""
         self._process.cancel(req_id)
 
+    def activity(self) -> list[tuple[int, str, float]]:
+        """The requests sent and not ended yet, oldest first: (id, op, ``time.monotonic()`` when sent). The
+        engine runs them in that order (a serving batch lets quick ops and the window's turns in between its
+        steps), so the first is what it works on now. Any thread."""
+        return sorted((rid, op, at) for rid, (op, at) in dict(self._in_flight).items())
+
     def release_hold(self) -> None:
         """Test hook: the reply held by ``hold_after_tokens`` goes on (a release counts from that reply's start
         on). A reply started with that hook is held after its N-th token until it is cancelled or released, so
@@ -349,6 +358,7 @@ class EngineClient:
         self._ensure_ready()
         self.requests += 1
         req_id, events = self._process.submit(req)
+        self._in_flight[req_id] = (req.op, time.monotonic())
         wire = req.to_wire()
         return Stream(self, req_id, events, req.op, self.reasoning, _thinking_on(wire),
                       chat=wire.get("prompt") is None)
@@ -397,6 +407,7 @@ class EngineClient:
         if restart:
             self._ensure_started()
         req_id, events = self._process.submit(req)
+        self._in_flight[req_id] = (req.op, time.monotonic())
         if req.op == "load":
             self._load_id = req_id
         try:
@@ -418,6 +429,7 @@ class EngineClient:
 
     def _forget(self, req_id: int) -> None:
         self._progress.pop(req_id, None)
+        self._in_flight.pop(req_id, None)
         self._process.forget(req_id)
 
 

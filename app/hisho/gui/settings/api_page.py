@@ -45,6 +45,7 @@ LIMITS = (
     ("api_max_prompt_tokens", "Longest prompt", " tokens"),
     ("api_request_timeout_s", "Time limit per request", " s"),
     ("api_max_queued", "Requests waiting per key", ""),
+    ("api_max_wait_s", "Longest wait behind other work", " s"),
 )
 
 
