@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho_dev.qt_wait import wait_until
-from hisho_dev.screenshots import place
+from hisho_dev.shots_common import place
 
 SIZES = (("1280x720", 1280, 720), ("700px", 700, 720))
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
     from hisho.bench.shapes import model_file
     from hisho.gui.shell.app import application, open_window
     from hisho_dev.hub_server import FakeHub
-    from hisho_dev.screenshots import SAMPLE_REPLY, SAMPLE_USER
+    from hisho_dev.shots_common import SAMPLE_REPLY, SAMPLE_USER
 
     big = model_file("llama-3.2-1b", "Q4_0")
     files = home / "hub-files"

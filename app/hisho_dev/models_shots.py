@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho_dev.qt_wait import wait_until
-from hisho_dev.screenshots import place
+from hisho_dev.shots_common import place
 
 REPO = "TheBlock/Llama-2-13B-chat-GGUF"
 TINY = "TheBlock/TinyStories-GGUF"

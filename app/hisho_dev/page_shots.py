@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho_dev.qt_wait import wait_until
-from hisho_dev.screenshots import place
+from hisho_dev.shots_common import place
 
 log = logging.getLogger("hisho.bench")
 

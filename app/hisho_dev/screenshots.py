@@ -13,41 +13,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from hisho_dev.qt_wait import wait_until
+from hisho_dev.shots_common import SAMPLE_FOLLOWUP, SAMPLE_REPLY, SAMPLE_REPLY2, SAMPLE_USER, place
 
-SAMPLE_USER = "How do I read a large CSV file in Python without running out of memory?"
-SAMPLE_REPLY = """Read it **in chunks** instead of all at once. Two good options:
-
-### 1. The standard library
-
-```python
-import csv
-
-def rows(path):
-    with open(path, newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            yield row          # one row in memory at a time
-
-total = sum(float(r["amount"]) for r in rows("sales.csv"))
-```
-
-### 2. pandas with `chunksize`
-
-| approach | memory | speed |
-|---|---|---|
-| `csv` module | tiny | good |
-| `pandas` chunks | bounded | fast |
-| `pandas` whole file | the whole file | fastest, if it fits |
-
-- Pick a chunk size such as `100_000` rows.
-- Aggregate each chunk, then combine the partial results.
-
-> Tip: pass `usecols=[...]` so pandas only parses the columns you need."""
-SAMPLE_FOLLOWUP = "Thanks! And to filter rows by date?"
-SAMPLE_REPLY2 = ("Parse the column as dates while reading — `pd.read_csv(path, parse_dates=[\"date\"], "
-                 "chunksize=100_000)` — then keep `chunk[chunk.date >= \"2024-01-01\"]` from each chunk.")
 OTHER_TITLES = [("Trip ideas for a long weekend", 0), ("Explain attention in transformers", 1),
                 ("Regex for ISO dates", 3), ("Birthday message for Sam", 12), ("Rust lifetimes, simply", 40)]
 
@@ -69,16 +38,6 @@ def _seed(store: object) -> int:
     store.add_message(conv.id, "assistant", SAMPLE_REPLY2, parent_id=u2.id, tokens=52, tokens_per_s=121.0)
     store.update(conv.id, pinned=True)
     return conv.id
-
-
-def place(window: Any, width: int, height: int) -> None:
-    """The window, frame included, ``width``×``height`` at the top left of the screen's free area (at 1280×720:
-    the whole screen, as a maximized window)."""
-    free = window.screen().availableGeometry()
-    dx = window.frameGeometry().width() - window.geometry().width()
-    dy = window.frameGeometry().height() - window.geometry().height()
-    window.resize(min(width, free.width()) - dx, min(height, free.height()) - dy)
-    window.move(free.topLeft())
 
 
 def _kv_shots(app: object, window: object, out: Path, cids: list[int]) -> None:

@@ -1,0 +1,49 @@
+"""What the screenshot scripts share (``hisho_dev.screenshots`` and its shot modules): the sample conversation's
+texts and placing the window. The shot modules import it, never ``screenshots`` (which runs them), so the
+scripts import one another in one direction only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SAMPLE_USER = "How do I read a large CSV file in Python without running out of memory?"
+SAMPLE_REPLY = """Read it **in chunks** instead of all at once. Two good options:
+
+### 1. The standard library
+
+```python
+import csv
+
+def rows(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            yield row          # one row in memory at a time
+
+total = sum(float(r["amount"]) for r in rows("sales.csv"))
+```
+
+### 2. pandas with `chunksize`
+
+| approach | memory | speed |
+|---|---|---|
+| `csv` module | tiny | good |
+| `pandas` chunks | bounded | fast |
+| `pandas` whole file | the whole file | fastest, if it fits |
+
+- Pick a chunk size such as `100_000` rows.
+- Aggregate each chunk, then combine the partial results.
+
+> Tip: pass `usecols=[...]` so pandas only parses the columns you need."""
+SAMPLE_FOLLOWUP = "Thanks! And to filter rows by date?"
+SAMPLE_REPLY2 = ("Parse the column as dates while reading — `pd.read_csv(path, parse_dates=[\"date\"], "
+                 "chunksize=100_000)` — then keep `chunk[chunk.date >= \"2024-01-01\"]` from each chunk.")
+
+
+def place(window: Any, width: int, height: int) -> None:
+    """The window, frame included, ``width``×``height`` at the top left of the screen's free area (at 1280×720:
+    the whole screen, as a maximized window)."""
+    free = window.screen().availableGeometry()
+    dx = window.frameGeometry().width() - window.geometry().width()
+    dy = window.frameGeometry().height() - window.geometry().height()
+    window.resize(min(width, free.width()) - dx, min(height, free.height()) - dy)
+    window.move(free.topLeft())
