@@ -5,6 +5,7 @@ open with nothing on it); with a bound that is long enough it streams its answer
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -17,9 +18,11 @@ import pytest
 
 from hisho.api.launch import api_server
 from hisho.api.server import ApiServer
+from hisho.bench.shapes import model_file
 from hisho.core import services
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import Sampling
+from tests.faults import LoadFreeze
 
 MESSAGES: Any = [{"role": "user", "content": "Say hello."}]
 
@@ -134,3 +137,32 @@ def test_serve_takes_the_wait_bound_from_the_command_line(tmp_path: Path) -> Non
         assert body["queue"]["max_wait_s"] == 7 and body["queue"]["waiting"] == 0 and body["engine"] == "idle"
     finally:
         stop_serve(served)
+
+
+def test_a_request_during_a_model_load_waits_behind_it_and_never_loads_the_model_again(tmp_path: Path) -> None:
+    """The window switching models (a 1B true-shape file, held mid-file): the API request is refused once its
+    bound passes, saying what runs, and it sent no second load of that model behind the first."""
+    big = model_file("llama-3.2-1b", "Q4_0")
+    engine = EngineClient()
+    app = services.build(None, "window", n_ctx=2048, engine=engine)
+    app.load()
+    assert app.load_params is not None
+    server = serve(app, 2)
+    try:
+        with LoadFreeze(engine) as freeze:
+            loader = threading.Thread(target=engine.load, daemon=True,
+                                      args=(dataclasses.replace(app.load_params, model_path=str(big), n_ctx=512),))
+            loader.start()
+            assert freeze.frozen.wait(120), "the load was never held mid-file"
+            assert health(server)["engine"] == "loading a model"
+            with pytest.raises(openai.APIStatusError) as caught:
+                client(server).chat.completions.create(model=server.backend.model_id, messages=MESSAGES,
+                                                       max_tokens=4)
+            assert caught.value.status_code == 503 and "retry-after" in caught.value.response.headers
+            assert "loading a model" in caught.value.response.json()["error"]["message"]
+            assert [op for _, op, _ in engine.activity()].count("load") == 1
+        loader.join(120)
+        assert not loader.is_alive()
+    finally:
+        server.stop()
+        app.close()

@@ -176,6 +176,9 @@ class EngineClient:
         # far the engine is in reading a prompt (the window's "Reading your message · 37 %").
         self._progress: dict[int, Progress] = {}
         self._load_id: int | None = None   # the load request in flight, for ``cancel_load`` (any thread)
+        # The load being sent or run (any thread): a request sent meanwhile runs after it (the engine keeps the
+        # order), so it must not send the same load again (an API request during the window's model switch).
+        self._load_pending: LoadParams | None = None
         # Every request sent and not yet ended (id -> (op, when it was sent)): what the engine is doing, and what
         # a request sent now waits behind (``activity``; the API's queue, hisho.api.waits).
         self._in_flight: dict[int, tuple[str, float]] = {}
@@ -240,8 +243,13 @@ class EngineClient:
 
     def load(self, params: LoadParams) -> dict[str, Any]:
         """Load a model (replacing any loaded one). Raises EngineError(kind=MODEL_LOAD) on a bad file."""
+        self._load_pending = params
         self._load_params = params
-        self._ensure_started()
+        try:
+            self._ensure_started()
+        except BaseException:
+            self._load_pending = None
+            raise
         return self._do_load(params)
 
     def unload(self) -> None:
@@ -373,7 +381,8 @@ class EngineClient:
         """Start the engine if needed and re-load the last model after a crash."""
         self._ensure_started()
         params = self._load_params
-        if params is not None and self._loaded != (self._process.generation, params):
+        if params is not None and params is not self._load_pending and \
+                self._loaded != (self._process.generation, params):
             log.info("re-loading %s into engine pid %s", params.model_path, self.pid)
             self._do_load(params)
 
@@ -391,17 +400,22 @@ class EngineClient:
     def _do_load(self, params: LoadParams) -> dict[str, Any]:
         generation = self._process.generation
         self._load_stopped = False
+        self._load_pending = params
         try:
-            info = self._call(Load(params=params))
-        except EngineError as exc:
-            if self._load_stopped and exc.kind is ErrorKind.MODEL_LOAD:
-                # Stopped on purpose: the next request must not load the file again behind the user's back.
-                self._load_params, self._loaded = None, None
-                raise LoadStopped(f"the load of {Path(params.model_path).name} was stopped") from None
-            raise
-        self._loaded = (generation, params)
-        self._load_info = info
-        return info
+            try:
+                info = self._call(Load(params=params))
+            except EngineError as exc:
+                if self._load_stopped and exc.kind is ErrorKind.MODEL_LOAD:
+                    # Stopped on purpose: the next request must not load the file again behind the user's back.
+                    self._load_params, self._loaded = None, None
+                    raise LoadStopped(f"the load of {Path(params.model_path).name} was stopped") from None
+                raise
+            self._loaded = (generation, params)
+            self._load_info = info
+            return info
+        finally:
+            if self._load_pending is params:
+                self._load_pending = None
 
     def _call(self, req: Request, restart: bool = True) -> dict[str, Any]:
         if restart:
