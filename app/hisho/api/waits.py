@@ -25,9 +25,13 @@ from typing import Any
 
 from hisho.api.shapes import ApiError
 
-# Ops that never hold a request up for long (token counts), and the API's own requests (the serving batch takes
-# every one of those in at its next step; one waiting for a free sequence is the per-key queue's, ``Admission``).
-NOT_WORK = frozenset({"serve", "tokenize", "detokenize", "kv_info", "seq_rm", "hello"})
+# A KV save holds the engine only for its in-memory copy: it stays in flight until its files are written in the
+# background, while the engine goes on with what comes next.
+BACKGROUND = frozenset({"state_save"})
+# Ops that never hold a request up for long (token counts), those in the background, and the API's own requests
+# (the serving batch takes every one of those in at its next step; one waiting for a free sequence is the
+# per-key queue's, ``Admission``).
+NOT_WORK = frozenset({"serve", "tokenize", "detokenize", "kv_info", "seq_rm", "hello"}) | BACKGROUND
 
 # What ``/health`` calls the engine's work, by op ("idle" when nothing is in flight).
 ACTIVITY = {"load": "loading a model", "unload": "unloading a model", "batch_generate": "summary",
@@ -43,10 +47,10 @@ def in_flight(engine: Any) -> list[tuple[int, str, float]]:
 
 def running(engine: Any) -> str:
     """What the engine works on now, in ``/health``'s words."""
-    requests = in_flight(engine)
-    if not requests:
+    ops = [op for _, op, _ in in_flight(engine)]
+    if not ops:
         return "idle"
-    op = requests[0][1]
+    op = next((op for op in ops if op not in BACKGROUND), ops[0])
     return ACTIVITY.get(op, op)
 
 
