@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from hisho.api import keys
 from hisho.core.conversations.store import ChatSettings
-from hisho.gui.settings.api_page import ApiPage, stop_api
+from hisho.gui.settings.api_page import ApiPage, api_status, stop_api
 from hisho.gui.settings.preferences import PreferencesDialog
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
@@ -55,9 +55,9 @@ def test_api_switch_serves_the_window_engine(qtbot: QtBot, window: MainWindow) -
         page.limits["api_max_queued"].editingFinished.emit()
         assert w.ctx.settings["api_max_queued"] == 3
         assert w._api_server.backend.limits.max_queued == 3  # type: ignore[attr-defined]
-        page.limits["api_max_wait_s"].setValue(9)
+        page.limits["api_max_wait_s"].setValue(900)  # generous: the request below may wait for the window's reply
         page.limits["api_max_wait_s"].editingFinished.emit()
-        assert w._api_server.backend.waits.max_wait_s == 9  # type: ignore[attr-defined]
+        assert w._api_server.backend.waits.max_wait_s == 900  # type: ignore[attr-defined]
         model = w.ctx.model_path.stem if w.ctx.model_path else ""
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=page.key.text(), max_retries=0,
                                timeout=300)
@@ -76,7 +76,8 @@ def test_api_switch_serves_the_window_engine(qtbot: QtBot, window: MainWindow) -
         t = threading.Thread(target=ask)
         t.start()
         wait_for(qtbot, lambda: w._api_label.isVisible())  # type: ignore[attr-defined]
-        assert "API: 1 request running" == w._api_label.text()  # type: ignore[attr-defined]
+        # Running, or waiting while the window's reply runs (as /health says): never both, never neither.
+        assert w._api_label.text() in ("API: 1 request running", "API: 1 request waiting")  # type: ignore[attr-defined]
         wait_idle(qtbot, w)
         wait_for(qtbot, lambda: not t.is_alive(), timeout=300_000)
         assert got["r"].usage.completion_tokens > 0
@@ -94,3 +95,10 @@ def test_api_switch_serves_the_window_engine(qtbot: QtBot, window: MainWindow) -
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
     finally:
         stop_api(w)
+
+
+def test_the_status_bar_says_running_and_waiting_as_health_does() -> None:
+    assert api_status(2, 0) == "API: 2 requests running"
+    assert api_status(3, 1) == "API: 2 requests running, 1 waiting"
+    assert api_status(1, 1) == "API: 1 request waiting"
+    assert api_status(0, 2) == "API: 2 requests waiting"  # still being sent (behind a load): not yet counted busy

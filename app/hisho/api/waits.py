@@ -8,7 +8,7 @@ module makes that wait visible and bounded.
 Rules of use:
 - ``WaitQueue(max_wait_s)``; ``enter()`` when a request is admitted, ``leave(ticket)`` once the engine is on it
   (nothing it waits behind is left), has answered, or the request is refused or gone. ``snapshot()`` is what
-  ``/health`` shows. The event loop's thread only.
+  ``/health`` and the window's status bar show. Thread-safe (the window reads it on the GUI thread).
 - ``behind(engine, before)`` says what the request waits behind: the oldest request in flight that was sent
   before request id ``before`` (None: before anything sent from now on) and is not itself an API request or a
   quick op. An engine that does not report its requests (a remote one) has nothing to wait behind: its own
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import time
 from typing import Any
 
@@ -90,21 +91,26 @@ class WaitQueue:
         self.refused = 0  # requests answered 503 because their wait passed the bound
         self._tickets = itertools.count(1)
         self._since: dict[int, float] = {}
+        self._lock = threading.Lock()
 
     def enter(self) -> int:
-        ticket = next(self._tickets)
-        self._since[ticket] = time.monotonic()
+        with self._lock:
+            ticket = next(self._tickets)
+            self._since[ticket] = time.monotonic()
         return ticket
 
     def leave(self, ticket: int) -> None:
-        self._since.pop(ticket, None)
+        with self._lock:
+            self._since.pop(ticket, None)
 
     def waited(self, ticket: int) -> float:
-        since = self._since.get(ticket)
+        with self._lock:
+            since = self._since.get(ticket)
         return 0.0 if since is None else time.monotonic() - since
 
     def snapshot(self) -> dict[str, Any]:
-        oldest = min(self._since.values(), default=None)
-        return {"waiting": len(self._since),
+        with self._lock:
+            waiting, oldest = len(self._since), min(self._since.values(), default=None)
+        return {"waiting": waiting,
                 "oldest_wait_s": round(time.monotonic() - oldest, 1) if oldest is not None else 0.0,
                 "max_wait_s": self.max_wait_s, "refused": self.refused}

@@ -79,8 +79,17 @@ def stop_api(window: ApiWindow) -> None:
         label.hide()
 
 
+def api_status(busy: int, waiting: int) -> str:
+    """The status bar's words for ``busy`` requests in flight, ``waiting`` of them behind other work."""
+    running = max(0, busy - waiting)  # a request waiting behind the engine's other work is not running
+    if not running:
+        return f"API: {waiting} request{'s' * (waiting != 1)} waiting"
+    return f"API: {running} request{'s' * (running != 1)} running" + (f", {waiting} waiting" if waiting else "")
+
+
 def _indicator(window: ApiWindow) -> None:
-    """A permanent status-bar label: "API: 2 requests running" while requests run, hidden otherwise."""
+    """A permanent status-bar label: "API: 2 requests running" while requests run, "…, 1 waiting" while one waits
+    behind the engine's other work (what ``/health`` says), hidden otherwise."""
     label = window._api_label
     if label is None:
         label = QLabel()
@@ -92,8 +101,9 @@ def _indicator(window: ApiWindow) -> None:
         def refresh() -> None:
             server = window._api_server
             busy = server.backend.busy if server is not None else 0
-            label.setText(f"API: {busy} request{'s' * (busy != 1)} running")
-            label.setVisible(busy > 0)
+            waiting = int(server.backend.waits.snapshot()["waiting"]) if server is not None else 0
+            label.setText(api_status(busy, waiting))
+            label.setVisible(busy + waiting > 0)
 
         timer.timeout.connect(refresh)
         timer.start()
