@@ -1,7 +1,8 @@
-"""An API request sent while the window's engine is busy (here: a reply held mid-way by the engine's test hook,
-as a summary or a model load would hold it) waits in the open: ``/health`` shows it queued and what the engine
-works on; past the wait bound it is refused with 503 ``engine_busy`` and ``Retry-After`` (never a socket left
-open with nothing on it); with a bound that is long enough it streams its answer once the engine is free."""
+"""An API request sent while the window's engine is busy (a reply held mid-way by the engine's test hook, a
+summary's batch or a model load held mid-way by stopping the engine process) waits in the open: ``/health`` shows
+it queued and what the engine works on; past the wait bound it is refused with 503 ``engine_busy`` and
+``Retry-After`` (never a socket left open with nothing on it); with a bound that is long enough it streams its
+answer once the engine is free."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from hisho.api.server import ApiServer
 from hisho.bench.shapes import model_file
 from hisho.core import services
 from hisho.core.engine.client import EngineClient
+from hisho.core.engine.ops import BatchGenerate, Prompt
 from hisho.core.engine.protocol import Sampling
-from tests.faults import LoadFreeze
+from tests.faults import EngineFreeze, LoadFreeze
 
 MESSAGES: Any = [{"role": "user", "content": "Say hello."}]
 
@@ -163,6 +165,37 @@ def test_a_request_during_a_model_load_waits_behind_it_and_never_loads_the_model
             assert [op for _, op, _ in engine.activity()].count("load") == 1
         loader.join(120)
         assert not loader.is_alive()
+    finally:
+        server.stop()
+        app.close()
+
+
+def test_a_request_behind_a_summary_batch_is_refused_saying_so() -> None:
+    """The issue's case: a document summary's batch on the window's engine (held mid-prompt), an API request
+    sent meanwhile. It is refused once its bound passes, naming the summary; the summary is not disturbed."""
+    engine = EngineClient()
+    app = services.build(None, "window", n_ctx=2048, engine=engine)
+    app.load()
+    server = serve(app, 2)
+    text = "The quick brown fox jumps over the lazy dog. " * 40
+    items = [Prompt(messages=[{"role": "user", "content": f"Part {i}. {text}"}], max_tokens=8).to_wire()
+             for i in range(4)]
+    done: dict[str, Any] = {}
+    try:
+        with EngineFreeze(engine, "batch_generate") as freeze:
+            stream = engine.batch(BatchGenerate(items=items, sampling=Sampling(max_tokens=8, temperature=0),
+                                                n_parallel=2, n_ctx_per_seq=1024))
+            reader = threading.Thread(target=lambda: done.update(result=stream.collect()), daemon=True)
+            reader.start()
+            assert freeze.frozen.wait(120), "the summary was never held mid-prompt"
+            assert health(server)["engine"] == "summary"
+            with pytest.raises(openai.APIStatusError) as caught:
+                client(server).chat.completions.create(model=server.backend.model_id, messages=MESSAGES,
+                                                       max_tokens=4, stream=True)
+            assert caught.value.status_code == 503 and "retry-after" in caught.value.response.headers
+            assert "summary" in caught.value.response.json()["error"]["message"]
+        reader.join(120)
+        assert done["result"].stop_reason == "done"
     finally:
         server.stop()
         app.close()
