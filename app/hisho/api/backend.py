@@ -10,8 +10,8 @@ Rules of use:
   reply or an error), so a refused request becomes an HTTP error before any byte of a 200 stream is sent.
   While the engine works on something sent before the request (a summary, the window's reply, a model load)
   the request waits in ``waits`` (``/health`` shows it) for at most ``Limits.max_wait_s``, then is refused
-  with 503 ``engine_busy`` and ``Retry-After`` (``hisho.api.waits``). ``Reply.close()`` cancels the engine's sequence at once (client gone); the request's
-  wall-clock limit does the same by itself (``Reply.timed_out``).
+  with 503 ``engine_busy`` and ``Retry-After`` (``hisho.api.waits``). ``Reply.close()`` cancels the engine's
+  sequence at once (client gone); the request's wall-clock limit does the same by itself (``Reply.timed_out``).
 - ``busy`` counts requests the engine has not ended yet (the window shows it, ``/health`` reports it).
 """
 
