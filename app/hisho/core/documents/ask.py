@@ -142,7 +142,9 @@ class DocumentContext:
             return
         used = sum(self.count(m["content"]) for m in messages)
         # Passages are the document read again: a few best ones, not half the context (docs/summarization.md).
-        budget = max(0, min(self.n_ctx() // 2 - used, self.n_ctx() // PASSAGE_SHARE))
+        # They must fit beside the prompt with a quarter of the context left for the answer.
+        n_ctx = self.n_ctx()
+        budget = max(0, min(n_ctx - n_ctx // 4 - used, n_ctx // PASSAGE_SHARE))
         messages[-1] = {"role": "user", "content": question_with_parts(att, messages[-1]["content"], self.count,
                                                                           budget)}
 
