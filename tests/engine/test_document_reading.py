@@ -130,7 +130,7 @@ def test_a_model_trained_on_8k_loaded_at_16k_gets_no_chunk_over_8k(tmp_path: Pat
         job = SummaryJob(client, [text], cache=SummaryCache(Database(tmp_path / "h.sqlite3")),
                          chunk_target=12000, summary_tokens=8, final_tokens=8)
         result = job.run()
-        sizes = [client.count_tokens(t) for _, t in result.parts]
+    sizes = [c.tokens for plan in job.plans for c in plan.chunks]
     assert not result.cancelled and result.n_ctx == 8192 and "8,192" in result.context_note
     assert len(sizes) >= 2 and max(sizes) <= 8192 and max(sizes) > 6000
 
@@ -158,10 +158,11 @@ def test_the_reading_progress_moves_every_few_seconds_and_ends_with_the_reading(
     reading = [(t, p) for t, p in seen if p.stage == "reading"]
     assert len({p.done for _, p in reading}) > 10
     assert all(p.done < p.total for _, p in reading)
-    changes = [t for i, (t, p) in enumerate(reading) if i == 0 or p.done != reading[i - 1][1].done]
-    writing = next(t for t, p in seen if p.stage == "writing")
-    gaps = [b - a for a, b in zip([*changes, writing], [*changes, writing][1:])]
-    assert max(gaps) <= 5.0, gaps
+    # A report at least every few seconds (the ticker's, whatever the engine's speed) ...
+    times = [t for t, _ in reading] + [next(t for t, p in seen if p.stage == "writing")]
+    assert max(b - a for a, b in zip(times, times[1:])) <= 5.0
+    # ... and the value moves with the engine's slices, never back.
+    assert [p.done for _, p in reading] == sorted(p.done for _, p in reading)
     assert any(p.eta_s > 0 for _, p in reading[1:])
     assert [p.message for _, p in reading][-1].startswith("Reading page ")
 

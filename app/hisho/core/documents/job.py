@@ -102,6 +102,7 @@ class SummaryJob:
         self._reading: PrefixReading | None = None
         self.tokens_read = 0
         self.document_tokens_read = 0
+        self.plans: list[P.Plan] = []     # the map-reduce plans made (what the engine was given, for checks)
         self.max_parallel = max(1, max_parallel)
         if client.load_params is None:
             raise UserError("no model is loaded to summarize with")
@@ -304,6 +305,7 @@ class SummaryJob:
                                max_parallel=self.max_parallel, chunk_target=self.chunk_target)
         except ValueError as exc:
             raise UserError(f"{doc.name}: {exc}") from None
+        self.plans.append(plan)
         self.eta_s = self._estimate(plan)
         log.info("plan for %s: %s, ETA %.0fs", doc.name, plan.as_dict(), self.eta_s)
         res = DocResult(doc.name, "", plan.mode, len(plan.chunks), 0, plan.input_tokens, plan.n_parallel,
