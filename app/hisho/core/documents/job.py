@@ -227,6 +227,10 @@ class SummaryJob:
         notes = [n for d in result.documents for n in d.notes] + [f"{s} — not summarized" for s in result.skipped]
         if result.cancelled:
             notes.append("the job was cancelled before it finished; run it again to resume")
+        if result.quality_warning:
+            # Kept on the summary itself (the window's notice goes away): after the generated text, so the
+            # conversation's saved prefix still matches it token for token.
+            parts.append(f"⚠ {result.quality_warning}")
         if notes:
             parts.append("Not included:\n" + "\n".join(f"- {n}" for n in notes))
         return "\n\n".join(p for p in parts if p)
