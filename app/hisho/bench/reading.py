@@ -4,10 +4,11 @@ answer, the way the window does it (``services.build`` with the window's KV pers
 
 Figures (all token counts are the engine's: a reply's ``prompt_tokens - cached_tokens``, a batch's
 ``prefill_tokens``, a prefill's ``decoded``):
-- ``document_tokens``: the document's tokens; ``document_tokens_read``: every prompt token the engine read
-  from the drop to the first follow-up answer (prompts and their wrapping included, so it is an upper bound
-  on the document's own tokens read); ``read_ratio`` the quotient (goal 1.0 for a document that fits, ≤ 1.1
-  for a longer one);
+- ``document_tokens``: the document's tokens; ``document_tokens_read``: the document's tokens among those
+  the engine read from the drop to the first follow-up answer (map chunks read, the document read once on the
+  chat prefix, a follow-up's passages); ``read_ratio`` the quotient (goal 1.0 for a document that fits, ≤ 1.1
+  for a longer one). ``prompt_tokens_read`` / ``prompt_read_ratio``: every prompt token read (prompt wrapping,
+  combine steps and the question included): the upper bound;
 - ``drop_to_answer_s``: wall time from the job's start to the end of the first follow-up answer;
 - ``after_restart``: a new engine process re-summarizes the same file (summary cached) and asks again; then
   another reopens the conversation and asks: tokens read, and what was restored from disk.
@@ -67,11 +68,14 @@ def _app(model: str | None, n_ctx: int) -> Any:
     return app
 
 
-def _ask(app: Any, cid: int, answer_tokens: int) -> tuple[int, int, float]:
-    """One follow-up question: (tokens the engine read for it, tokens it restored from disk, seconds)."""
+def _ask(app: Any, cid: int, answer_tokens: int, sent: list[str] | None = None) -> tuple[int, int, float]:
+    """One follow-up question: (tokens the engine read for it, tokens it restored from disk, seconds).
+    ``sent`` gets the question as it went out (with a long document's passages)."""
     from hisho.core.conversations.schema import ChatSettings
 
     app.store.update(cid, settings=ChatSettings(temperature=0.0, max_tokens=answer_tokens))
+    if sent is not None:
+        app.chat.before_prompt.append(lambda _turn, messages: sent.append(str(messages[-1]["content"])))
     start = time.perf_counter()
     turn = app.chat.send(cid, QUESTION)
     res = app.chat.run(turn)
@@ -93,13 +97,19 @@ def _drop_to_answer(model: str | None, n_ctx: int, path: Path, budget: dict[str,
         cid, _note = app.documents.open_result(result)
         assert cid is not None, result.skipped
         opened = time.perf_counter() - start
-        read, _restored, _s = _ask(app, cid, answer_tokens)
+        sent: list[str] = []
+        read, _restored, _s = _ask(app, cid, answer_tokens, sent)
         total = time.perf_counter() - start
         doc_tokens = sum(d.input_tokens for d in result.documents)
+        # The document's tokens in the question: its passages (a long document), what the hook added to it.
+        passages = max(0, app.engine.count_tokens(sent[-1]) - app.engine.count_tokens(QUESTION)) if sent else 0
+        doc_read = result.document_tokens_read + passages
         all_read = result.tokens_read + read
-        return {"document_tokens": doc_tokens, "document_tokens_read": all_read,
-                "read_ratio": round(all_read / max(doc_tokens, 1), 3), "mode": result.documents[0].mode,
+        return {"document_tokens": doc_tokens, "document_tokens_read": doc_read,
+                "read_ratio": round(doc_read / max(doc_tokens, 1), 3), "mode": result.documents[0].mode,
+                "prompt_tokens_read": all_read, "prompt_read_ratio": round(all_read / max(doc_tokens, 1), 3),
                 "job_tokens_read": result.tokens_read, "question_tokens_read": read,
+                "question_passage_tokens": passages,
                 "summary_s": round(summarized, 2), "open_s": round(opened - summarized, 2),
                 "drop_to_answer_s": round(total, 2), "conversation": cid}
     finally:

@@ -31,6 +31,8 @@ ASK_CHUNKS = ("You answer questions about a long document. Each question comes w
               "most relevant to it, with their references; answer from those parts and cite them in brackets. "
               "If they do not say, say so. Summary of the whole document:")
 QUESTION_ROOM = 1024   # tokens kept free for questions and answers in the whole-document approach
+PASSAGE_TOKENS = 256   # a retrieval passage: a page, or a part of a long one (a summary's ``parts``)
+PASSAGE_SHARE = 8      # a question about a long document gets at most n_ctx / 8 tokens of its passages
 
 Count = Callable[[str], int]
 
@@ -139,7 +141,10 @@ class DocumentContext:
         if att is None or att.approach != "chunks" or not messages or messages[-1].get("role") != "user":
             return
         used = sum(self.count(m["content"]) for m in messages)
-        budget = max(0, self.n_ctx() // 2 - used)
+        # Passages are the document read again: a few best ones, not half the context (docs/summarization.md).
+        # They must fit beside the prompt with a quarter of the context left for the answer.
+        n_ctx = self.n_ctx()
+        budget = max(0, min(n_ctx - n_ctx // 4 - used, n_ctx // PASSAGE_SHARE))
         messages[-1] = {"role": "user", "content": question_with_parts(att, messages[-1]["content"], self.count,
                                                                           budget)}
 

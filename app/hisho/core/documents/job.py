@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core.documents import plan as P
-from hisho.core.documents.ask import QUESTION_ROOM
+from hisho.core.documents.ask import PASSAGE_TOKENS, QUESTION_ROOM
 from hisho.core.documents.attached import read_document
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.model import Document, DocumentError, PageSpan
@@ -101,6 +101,8 @@ class SummaryJob:
         self.read_whole = read_whole
         self._reading: PrefixReading | None = None
         self.tokens_read = 0
+        self.document_tokens_read = 0
+        self.plans: list[P.Plan] = []     # the map-reduce plans made (what the engine was given, for checks)
         self.max_parallel = max(1, max_parallel)
         if client.load_params is None:
             raise UserError("no model is loaded to summarize with")
@@ -167,6 +169,7 @@ class SummaryJob:
         except Cancelled:
             result.cancelled = True
         result.tokens_read, result.n_ctx, result.context_note = self.tokens_read, self.n_ctx, self.context_note
+        result.document_tokens_read = self.document_tokens_read
         if self.context_note:
             log.warning("%s", self.context_note)
         result.seconds = time.perf_counter() - self._started
@@ -224,6 +227,10 @@ class SummaryJob:
         notes = [n for d in result.documents for n in d.notes] + [f"{s} — not summarized" for s in result.skipped]
         if result.cancelled:
             notes.append("the job was cancelled before it finished; run it again to resume")
+        if result.quality_warning:
+            # Kept on the summary itself (the window's notice goes away): after the generated text, so the
+            # conversation's saved prefix still matches it token for token.
+            parts.append(f"⚠ {result.quality_warning}")
         if notes:
             parts.append("Not included:\n" + "\n".join(f"- {n}" for n in notes))
         return "\n\n".join(p for p in parts if p)
@@ -272,6 +279,10 @@ class SummaryJob:
             with self._lock:
                 self._reading = None
         self.tokens_read += read.read
+        # The document's own tokens among those read: the prompt is [head][document][request], and a stop or
+        # a restore leaves a prefix held, so a complete reading ends with the request.
+        tail = read.prompt_tokens - len(self.client.tokenize(messages=messages[:1], add_generation_prompt=False))
+        self.document_tokens_read += max(0, min(read.read - tail, self._count(doc.text)))
         log.info("%s read once on the chat prefix: %d prompt tokens, %d read, %d restored", doc.name,
                  read.prompt_tokens, read.read, read.restored)
         if read.cancelled or self._cancel.is_set():
@@ -298,17 +309,22 @@ class SummaryJob:
                                max_parallel=self.max_parallel, chunk_target=self.chunk_target)
         except ValueError as exc:
             raise UserError(f"{doc.name}: {exc}") from None
+        self.plans.append(plan)
         self.eta_s = self._estimate(plan)
         log.info("plan for %s: %s, ETA %.0fs", doc.name, plan.as_dict(), self.eta_s)
         res = DocResult(doc.name, "", plan.mode, len(plan.chunks), 0, plan.input_tokens, plan.n_parallel,
                         list(doc.notes))
-        parts_out.extend((f"{doc.name}, {c.refs}", c.text) for c in plan.chunks)
+        # Questions get passages of ~PASSAGE_TOKENS (pages, or parts of a long one), not the map's chunks: a
+        # follow-up then reads a few pages of the document again, not half the context (docs/summarization.md).
+        parts_out.extend((f"{doc.name}, {c.refs}", c.text)
+                         for c in P.pack_sections(doc.sections, self._count, PASSAGE_TOKENS))
         if plan.mode == "single":
             chunk = plan.chunks[0]
             msgs = P.single_messages(doc.name, chunk.text)
             done = self._cached_or_run(doc, 0, [(chunk.key, chunk.index, chunk.refs, msgs)], self.final_tokens,
                                        1, "summarizing", overhead + chunk.tokens + self.final_tokens)
             res.chunks_cached = done.cached
+            self.document_tokens_read += chunk.tokens * len(done.generated)
             res.summary = done.texts[0]
             res.quality = judge(res.summary, doc.text).to_dict()
             return res
@@ -316,6 +332,7 @@ class SummaryJob:
         mapped = self._cached_or_run(doc, 0, items, self.summary_tokens, plan.n_parallel, "summarizing",
                                      overhead + max(c.tokens for c in plan.chunks) + self.summary_tokens)
         res.chunks_cached = mapped.cached
+        self.document_tokens_read += sum(plan.chunks[i].tokens for i in mapped.generated)
         parts = [(c.refs, t.strip()) for c, t in zip(plan.chunks, mapped.texts)]
         final, by_part = self._reduce(doc, parts, overhead)
         res.quality = judge(final, doc.text).to_dict()
@@ -360,6 +377,7 @@ class SummaryJob:
     class _Done:
         texts: list[str]
         cached: int
+        generated: list[int]      # positions of the items read and generated now (not from the cache)
 
     def _cached_or_run(self, doc: Document, level: int, items: list[tuple[str, int, str, P.Messages]],
                        max_tokens: int, n_parallel: int, stage: str, cells: int) -> SummaryJob._Done:
@@ -377,7 +395,7 @@ class SummaryJob:
         self._report(stage, cached, total, doc.name, f"{label} {cached} of {total}")
         if todo:
             self._generate(doc, level, items, todo, texts, max_tokens, n_parallel, stage, label, cells)
-        return SummaryJob._Done([t or "" for t in texts], cached)
+        return SummaryJob._Done([t or "" for t in texts], cached, todo)
 
     def _generate(self, doc: Document, level: int, items: list[tuple[str, int, str, P.Messages]],
                   todo: list[int], texts: list[str | None], max_tokens: int, n_parallel: int, stage: str,

@@ -158,7 +158,7 @@ class PrefixReading:
             if out.cancelled and not parts:  # stopped inside the reading: the engine's last report of it
                 progress = stream.progress
                 out.read = min(out.read, progress.done if progress is not None else 0)
-        if saving is not None:
+        if saving is not None and self.kv is not None:
             saving()
         self.save()
         return out

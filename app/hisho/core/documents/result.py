@@ -40,6 +40,7 @@ class JobResult:
     # messages; ``hisho.core.documents.reading``): opening it reads nothing of the document again.
     chat_prompt: list[dict[str, str]] = field(default_factory=list)
     tokens_read: int = 0          # prompt tokens the engine read for this job (its own figures)
+    document_tokens_read: int = 0  # of those, the document's own tokens (map chunks and the document read once)
     n_ctx: int = 0                # the context the job planned for: the loaded one, within the trained one
     context_note: str = ""        # set when the model was trained on less context than is loaded
 
@@ -51,7 +52,8 @@ class JobResult:
             "input_tokens": sum(d.input_tokens for d in self.documents), "seconds": round(self.seconds, 3),
             "eta_s": round(self.eta_s, 1), "truncated": self.truncated, "cancelled": self.cancelled,
             "skipped": self.skipped, "quality_warning": self.quality_warning,
-            "suggested_model": self.suggested_model, "tokens_read": self.tokens_read, "n_ctx": self.n_ctx,
+            "suggested_model": self.suggested_model, "tokens_read": self.tokens_read,
+            "document_tokens_read": self.document_tokens_read, "n_ctx": self.n_ctx,
             "context_note": self.context_note, "read_whole": bool(self.chat_prompt),
             "documents": [d.__dict__ for d in self.documents],
         }

@@ -140,7 +140,9 @@ class Documents:
             att = attach(result.extracted, result.summary, self.engine.count_tokens, self.n_ctx(), result.parts)
         db = self.cache().db
         cid = self.write(lambda: save_conversation(self.store, db, result.extracted, result.summary, att))
-        if att.approach == "whole" and self._keeps_kv():
+        # A long document's conversation holds its summary, not the document: that prefix is read (or restored)
+        # now too, so a question reads only itself and its passages.
+        if self._keeps_kv():
             conv = self.store.get(cid)
             prefix = [{"role": "system", "content": conv.system_prompt}]
             prefix += [{"role": m.role, "content": m.content} for m in self.store.branch(cid)]
