@@ -11,8 +11,8 @@ Per model and contestant, greedy replies of ``REPLY`` tokens:
    tokens) and another question.
 Each request of 2 and 3 is also asked of a fresh server of the same kind with nothing kept (a new HISHO_HOME for
 Hisho, a new ``llama-server`` for both peers): ``*_speedup`` is its first-token time over the contestant's, and
-``exact_*`` whether the replies are the same. ``disk_bytes``: the contestant's files after the run;
-``reused_tokens``: prompt tokens of the resume the server reports it did not compute (``cached_tokens`` from
+``exact_*`` whether the replies are the same (spaces around them aside). ``disk_bytes``: the contestant's files
+after the run; ``reused_tokens``: prompt tokens of the resume the server reports it did not compute (``cached_tokens`` from
 Hisho, llama-server's ``timings.cache_n`` behind the peers), ``branch_reused_tokens`` the same for the branch.
 A peer that is not installed gives a row with ``skipped`` (how to install it); ``--quick``: the bundled model and
 a few hundred tokens (a smoke run that a test can afford). The box should be quiet: one repetition is taken.
@@ -164,7 +164,12 @@ def _row(name: str, model: Path, n_ctx: int, threads: int, folder: Path, n_token
             "fresh_resume_ttft_s": round(ref_resume.ttft_s, 3), "fresh_branch_ttft_s": round(ref_branch.ttft_s, 3),
             "resume_speedup": round(ref_resume.ttft_s / max(resume.ttft_s, 1e-9), 2),
             "branch_speedup": round(ref_branch.ttft_s / max(branch.ttft_s, 1e-9), 2),
-            "exact_resume": resume.text == ref_resume.text, "exact_branch": branch.text == ref_branch.text,
+            "exact_resume": _same(resume, ref_resume), "exact_branch": _same(branch, ref_branch),
             "disk_bytes": system.disk_bytes(), "reused_tokens": resume.reused,
             "branch_reused_tokens": branch.reused, "resume_prompt_tokens": resume.prompt_tokens,
             "branch_prompt_tokens": branch.prompt_tokens}
+
+
+def _same(got: Answer, fresh: Answer) -> bool:
+    """The same reply; spaces around it aside (llama-server's chat endpoint trims them, ``/completion`` not)."""
+    return got.text.strip() == fresh.text.strip()
