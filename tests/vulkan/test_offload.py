@@ -15,7 +15,7 @@ from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.planner.calibrate import run_probe
 from hisho.core.planner.layout import Config
-from hisho.core.planner.memory import memory_bytes, weights_split
+from hisho.core.planner.memory import gpu_layers, memory_bytes, weights_split
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=8, ignore_eos=True)
 N_CTX = 512
@@ -62,7 +62,7 @@ def test_partial_offload_splits_weights_and_cache_as_the_planner_says(
     _ram, gpu = weights_split(facts, half)
     assert near(on(b, "model", dev), gpu), b["model"]
     cfg = Config(n_ctx=N_CTX)
-    on_device = memory_bytes(facts, cfg, facts.n_layer - half)
+    on_device = memory_bytes(facts, cfg, gpu_layers(facts, half).start)  # the output layer counts as one
     assert near(on(b, "KV", dev), on_device), b["KV"]
     assert near(on(b, "KV", "CPU"), memory_bytes(facts, cfg) - on_device), b["KV"]
 

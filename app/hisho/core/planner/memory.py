@@ -121,17 +121,23 @@ def memory_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
 
 
 def gpu_layers(facts: ModelFacts, n_gpu_layers: int) -> range:
-    """llama.cpp offloads the last ``n_gpu_layers`` repeating layers; the output layer needs one more."""
-    n = max(0, min(n_gpu_layers, facts.n_layer))
+    """The repeating layers on the GPU. llama.cpp counts the output layer first (llama-model.cpp:
+    ``i_gpu_start = n_layer + 1 - n_gpu_layers``): n layers are the output layer and the last n - 1 repeating
+    layers, and n_layer + 1 is all of them."""
+    n = max(0, min(n_gpu_layers - 1, facts.n_layer))
     return range(facts.n_layer - n, facts.n_layer)
 
 
 def weights_split(facts: ModelFacts, n_gpu_layers: int) -> tuple[int, int]:
-    """(bytes in RAM, bytes on the GPU). token_embd always stays in RAM (llama.cpp's input layer)."""
-    on_gpu = sum(facts.layer_bytes(il) for il in gpu_layers(facts, n_gpu_layers))
-    if n_gpu_layers > facts.n_layer:
-        on_gpu += sum(v for k, v in facts.tensor_bytes.items() if k.startswith("output"))
-    return facts.weights_bytes - on_gpu, on_gpu
+    """(bytes in RAM, bytes on the GPU). token_embd always stays in RAM (llama.cpp's input layer); a model with
+    tied embeddings (no ``output`` tensor) gets a copy of it on the GPU as its output layer, so the two can add up
+    to more than the file's weights (measured on Vulkan with the default model)."""
+    if n_gpu_layers <= 0:
+        return facts.weights_bytes, 0
+    layers = sum(facts.layer_bytes(il) for il in gpu_layers(facts, n_gpu_layers))
+    output = sum(v for k, v in facts.tensor_bytes.items() if k.startswith("output"))
+    tied = 0 if "output" in facts.tensor_bytes else facts.tensor_bytes.get("token_embd", 0)
+    return facts.weights_bytes - layers - output, layers + output + tied
 
 
 @dataclass(frozen=True)
@@ -324,7 +330,8 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     if not cfg.flash_attn:
         # ggml-cpu converts the softmaxed scores to f16 for the KQV product in its own work buffer.
         overhead += padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 2
-    _ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
+    ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
+    weights += ram_w + gpu_w - facts.weights_bytes  # a tied embedding's output copy on the GPU
     kv = memory_bytes(facts, cfg)
     gpu_kv = memory_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
     gpu_compute = device_compute(cfg, calib if looked is not None else None, compute, notes)
