@@ -84,10 +84,14 @@ def test_uncalibrated_is_flagged_estimate() -> None:
 def test_gpu_split_moves_layers_and_output(llama8b: ModelFacts) -> None:
     ram0, gpu0 = weights_split(llama8b, 0)
     assert gpu0 == 0 and ram0 == llama8b.weights_bytes
+    # llama.cpp counts the output layer first: 1 layer is the output, 33 the output and all 32 repeating layers.
+    output = llama8b.tensor_bytes["output"] + llama8b.tensor_bytes["output_norm"]
+    assert weights_split(llama8b, 1)[1] == output
     _, gpu32 = weights_split(llama8b, 32)
-    _, gpu33 = weights_split(llama8b, 33)
-    assert gpu32 == sum(llama8b.layer_bytes(i) for i in range(32))
-    assert gpu33 == gpu32 + llama8b.tensor_bytes["output"] + llama8b.tensor_bytes["output_norm"]
+    ram33, gpu33 = weights_split(llama8b, 33)
+    assert gpu33 == sum(llama8b.layer_bytes(i) for i in range(32)) + output
+    assert gpu32 == gpu33 - llama8b.layer_bytes(0)
+    assert ram33 + gpu33 == llama8b.weights_bytes  # an untied output moves, nothing is copied
 
 
 def quants_of(f: ModelFacts) -> list[ModelFacts]:

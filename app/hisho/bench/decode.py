@@ -14,6 +14,7 @@ same raw and engine runs again beside them (``loaded_*``; a raw run stops after 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -36,12 +37,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     background = max(0, int(getattr(args, "background", 0) or 0))
     model_path = open_model(args.model)
     params = load_params_for(model_path, n_ctx=2048)
+    if getattr(args, "gpu_layers", None) is not None:
+        params = dataclasses.replace(params, n_gpu_layers=max(0, int(args.gpu_layers)))
     sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=n_tokens, ignore_eos=True)
     with EngineClient() as client:
         client.load(params)
         prompt = client.tokenize(messages=[{"role": "user", "content": PROMPT}])
+        long_prompt = client.tokenize(messages=[{"role": "user", "content": LONG_PROMPT}])
         raw = RawModel(params)
         try:
+            reading = _reading(raw, client, long_prompt, repeat)
             quiet = _phase(raw, client, prompt, sampling, repeat, _gui_decoder())
             loaded = None
             if background:
@@ -56,6 +61,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "tokens": n_tokens,
         "prompt_tokens": len(prompt),
         "n_ctx": params.n_ctx,
+        "n_gpu_layers": params.n_gpu_layers,
+        **reading,
         "n_threads": params.n_threads or f"automatic, up to {physical_cores()}",
         "raw_n_threads": params.n_threads or physical_cores(),
         "repeat": repeat,
@@ -73,6 +80,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if loaded is not None:
         out.update(_loaded_figures(loaded, eng_med))
     return out
+
+
+# A prompt long enough that llama.cpp reads it in one batch of 32+ tokens: the path its op_offload concerns
+# (docs/vulkan.md), ~250 tokens.
+LONG_PROMPT = " ".join(f"Day {i}: the keeper logged the wind, the rain and {i * 3 + 1} passing ships." for i in range(18))
+
+
+def _reading(raw: Any, client: EngineClient, prompt: list[int], repeat: int) -> dict[str, Any]:
+    """Prompt reading speed (tokens per second to the first token, nothing cached) of the engine and of raw
+    llama-cpp-python with llama.cpp's defaults, interleaved: the engine's figure over builds (CPU, GPU with no
+    layer offloaded) is what op_offload decides (docs/vulkan.md)."""
+    one = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=1, ignore_eos=True)
+    eng, raw_tps = [], []
+    for i in range(repeat):
+        for step in ("engine", "raw") if i % 2 == 0 else ("raw", "engine"):
+            if step == "raw":
+                raw_tps.append(len(prompt) / raw.first_token(prompt))
+                continue
+            client.seq_rm(0)
+            stream = client.generate(tokens=prompt, sampling=one)
+            result = stream.collect()
+            eng.append(len(prompt) / result.ttft_s)
+    return {"long_prompt_tokens": len(prompt),
+            "engine_prompt_tokens_per_s": round(statistics.median(eng), 2),
+            "raw_prompt_tokens_per_s": round(statistics.median(raw_tps), 2),
+            "engine_prompt_runs": [round(x, 2) for x in eng]}
 
 
 LOADED_CAP_S = 20.0  # raw decode beside busy programs can fall to ~1 tok/s: a run stops after this long

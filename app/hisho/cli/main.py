@@ -191,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode, resume: also measure beside N busy processes (other programs using the CPU)")
     p.add_argument("--model", help="model store name or GGUF path (default: the bundled model); reasoning: a "
                                    "chat template file (.jinja)")
+    p.add_argument("--gpu-layers", type=int, default=None, metavar="N",
+                   help="decode: layers to offload (default: what the plan says)")
     p.add_argument("--matrix", action="store_true",
                    help="plan: every generated true-shape model x quant x 2 contexts x f16/q8_0 KV")
     p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b; --kept also "

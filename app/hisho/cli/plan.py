@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hisho.core.units import GIB
+
+if TYPE_CHECKING:
+    from hisho.core.machine import Machine
 
 # planner.profiles.PLAN_PROFILES, spelled here so that building the parser imports no planner (tests compare)
 PLAN_PROFILES = ("window", "serve", "generate", "summarize")
@@ -57,6 +60,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                      calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
                      n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=args.parallel)
     data = plan.to_dict()
+    data["device"] = _device(machine)
     if args.json:
         from hisho.cli.output import emit_json
 
@@ -64,6 +68,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(data))
     return 0
+
+
+def _device(machine: Machine) -> dict[str, Any] | None:
+    """The GPU device the plan puts layers on (the first llama.cpp lists), as the device probe read it."""
+    if not machine.supports_gpu_offload or not machine.gpus:
+        return None
+    dev = machine.gpus[0]
+    return {"name": dev.name, "description": dev.description, "type": dev.type, "total_bytes": dev.total,
+            "free_bytes": dev.free}
 
 
 def render(d: dict[str, Any]) -> str:
@@ -76,6 +89,8 @@ def render(d: dict[str, Any]) -> str:
         f"choice     {d['quant']}  n_ctx {d['n_ctx']}  KV {d['type_k']}/{d['type_v']}  "
         f"flash_attn {'on' if d['flash_attn'] else 'off'}  gpu layers {d['n_gpu_layers']}",
         f"fits       {'yes' if d['fits'] else 'NO'}{'  (estimate only)' if d['estimate'] else ''}",
+        *([f"device     {dev['description'] or dev['name']} ({dev['type']}, {dev['total_bytes'] / GIB:.2f} GiB): "
+           f"{d['layer_split']['gpu']} of {d['layer_split']['total']} layers"] if (dev := d.get("device")) else []),
         f"budget     {d['budget']}",
         *(f"{part['key']:10s} {gib(part['bytes'])}  {part['label']}" for part in d.get("parts", [])),
         f"committed  {gib(d['committed'])}   resident {gib(d['resident'])}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -43,11 +44,34 @@ class ProbeFailed(RuntimeError):
     """The dry-run subprocess crashed or answered with an error."""
 
 
+_GPU_LIBS = ("cuda", "vulkan", "metal", "hip", "sycl", "opencl", "musa", "cann")
+
+
 def library_version() -> str:
+    """The llama-cpp-python version, and its GPU backends where it has any: a Vulkan build of the same version
+    sees other devices and reserves other buffers, so its device probe and calibrations are cached apart."""
     try:
-        return f"llama-cpp-python {metadata.version('llama-cpp-python')}"
+        version = f"llama-cpp-python {metadata.version('llama-cpp-python')}"
     except metadata.PackageNotFoundError:
         return "llama-cpp-python (not installed)"
+    backends = gpu_backends()
+    return f"{version} ({'+'.join(backends)})" if backends else version
+
+
+def gpu_backends() -> tuple[str, ...]:
+    """The GPU backends llama-cpp-python ships (its lib folder's ggml libraries), found without importing it."""
+    try:
+        spec = importlib.util.find_spec("llama_cpp")
+    except (ImportError, ValueError):
+        return ()
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    found: set[str] = set()
+    for location in spec.submodule_search_locations:
+        lib = Path(location) / "lib"
+        if lib.is_dir():
+            found.update(k for p in lib.iterdir() for k in _GPU_LIBS if k in p.name.lower())
+    return tuple(sorted(found))
 
 
 def grid(facts: ModelFacts) -> list[int]:
@@ -175,6 +199,8 @@ def standin(facts: ModelFacts) -> Iterator[Path]:
 
 def calibration_from_probe(answer: dict[str, Any], n_ubatch: int) -> Calibration:
     points: dict[str, list[tuple[int, int, int, int]]] = {}
+    device: dict[str, list[tuple[int, int]]] = {}
+    gpu = bool(answer.get("supports_gpu_offload"))
     first_ctx_overhead = None
     for entry in answer.get("contexts", []):
         if not entry.get("ok"):
@@ -187,13 +213,23 @@ def calibration_from_probe(answer: dict[str, Any], n_ubatch: int) -> Calibration
         points.setdefault(key, []).append((cells, sum(entry["compute"].values()),
                                            sum(entry.get("touched_compute", entry["compute"]).values()),
                                            sum(entry["output"].values())))
+        if gpu:
+            device.setdefault(key, []).append((cells, sum(v for k, v in entry["compute"].items() if on_device(k))))
     for pts in points.values():
         pts.sort()
+    for dev in device.values():
+        dev.sort()
     return Calibration(library=str(answer.get("library", library_version())), n_ubatch=n_ubatch,
                        model_overhead=int(answer["model_anon"]) + int(answer["model_file"]),
                        context_overhead=first_ctx_overhead or 0, points=points,
                        repacked=_repack_figure(answer), model_peak=int(answer.get("model_peak", -1)),
-                       cpu_features=tuple(answer.get("cpu_features", ())))
+                       cpu_features=tuple(answer.get("cpu_features", ())), device_points=device)
+
+
+def on_device(buffer: str) -> bool:
+    """Whether a buffer line's name is a GPU device's memory ("Vulkan0", "CUDA0"), not host memory ("CPU",
+    "CPU_REPACK", or a GPU backend's pinned host buffer "Vulkan_Host", "CUDA_Host")."""
+    return not buffer.startswith("CPU") and not buffer.endswith("_Host")
 
 
 def _repack_figure(answer: dict[str, Any]) -> int:

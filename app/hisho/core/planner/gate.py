@@ -20,7 +20,6 @@ the formulas price the load and the message says "estimate").
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 from pathlib import Path
 
@@ -28,13 +27,12 @@ from hisho.core import machine as machine_mod
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.errors import UserError
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
-from hisho.core.planner.calibrate import cached
+from hisho.core.planner.calibrate import cached, gpu_backends
 from hisho.core.planner.memory import Calibration, Config
 from hisho.core.planner.search import Candidate, Plan, Search, as_loaded, price
 from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.planner")
-_GPU_LIBS = ("cuda", "vulkan", "metal", "hip", "sycl", "opencl", "musa", "cann")
 
 
 class PlanRefused(UserError):
@@ -47,17 +45,7 @@ class PlanRefused(UserError):
 
 def gpu_backend_present() -> bool:
     """Whether llama-cpp-python ships a GPU backend library (found without importing llama_cpp)."""
-    try:
-        spec = importlib.util.find_spec("llama_cpp")
-    except (ImportError, ValueError):
-        return False
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    for location in spec.submodule_search_locations:
-        lib = Path(location) / "lib"
-        if lib.is_dir() and any(k in p.name.lower() for p in lib.iterdir() for k in _GPU_LIBS):
-            return True
-    return False
+    return bool(gpu_backends())
 
 
 def apply_plan(params: LoadParams, *, want_gpu_layers: int, override: bool = False,

@@ -123,17 +123,23 @@ def memory_bytes(facts: ModelFacts, cfg: Config, first_layer: int = 0) -> int:
 
 
 def gpu_layers(facts: ModelFacts, n_gpu_layers: int) -> range:
-    """llama.cpp offloads the last ``n_gpu_layers`` repeating layers; the output layer needs one more."""
-    n = max(0, min(n_gpu_layers, facts.n_layer))
+    """The repeating layers on the GPU. llama.cpp counts the output layer first (llama-model.cpp:
+    ``i_gpu_start = n_layer + 1 - n_gpu_layers``): n layers are the output layer and the last n - 1 repeating
+    layers, and n_layer + 1 is all of them."""
+    n = max(0, min(n_gpu_layers - 1, facts.n_layer))
     return range(facts.n_layer - n, facts.n_layer)
 
 
 def weights_split(facts: ModelFacts, n_gpu_layers: int) -> tuple[int, int]:
-    """(bytes in RAM, bytes on the GPU). token_embd always stays in RAM (llama.cpp's input layer)."""
-    on_gpu = sum(facts.layer_bytes(il) for il in gpu_layers(facts, n_gpu_layers))
-    if n_gpu_layers > facts.n_layer:
-        on_gpu += sum(v for k, v in facts.tensor_bytes.items() if k.startswith("output"))
-    return facts.weights_bytes - on_gpu, on_gpu
+    """(bytes in RAM, bytes on the GPU). token_embd always stays in RAM (llama.cpp's input layer); a model with
+    tied embeddings (no ``output`` tensor) gets a copy of it on the GPU as its output layer, so the two can add up
+    to more than the file's weights (measured on Vulkan with the default model)."""
+    if n_gpu_layers <= 0:
+        return facts.weights_bytes, 0
+    layers = sum(facts.layer_bytes(il) for il in gpu_layers(facts, n_gpu_layers))
+    output = sum(v for k, v in facts.tensor_bytes.items() if k.startswith("output"))
+    tied = 0 if "output" in facts.tensor_bytes else facts.tensor_bytes.get("token_embd", 0)
+    return facts.weights_bytes - layers - output, layers + output + tied
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,9 @@ class Calibration:
     repacked: int = -1           # the dry run's CPU_REPACK model buffer (-1: not known, an older calibration)
     cpu_features: tuple[str, ...] = ()  # ggml's CPU features in the dry run's process
     model_peak: int = -1         # process peak growth during the no_alloc load (-1: not known)
+    # key -> sorted [(n_ctx, bytes)]: the part of ``points``' compute that a GPU device reserves with no layer
+    # offloaded (a GPU build's dry run; empty on a CPU build or an older calibration)
+    device_points: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @staticmethod
     def key(flash_attn: bool, type_k: str, type_v: str) -> str:
@@ -176,17 +185,28 @@ class Calibration:
         return (interp([p[1] for p in pts]), max(interp(compute_env), compute_env[lo] if t > 0 else 0),
                 max(interp(touched_env), touched_env[lo] if t > 0 else 0), pts[hi][3])
 
+    def device_lookup(self, cfg: Config) -> int | None:
+        """The device's compute buffer at cfg.n_ctx, or None: the figure at the first probed size at or above
+        it, on a non-decreasing envelope (never less than at a shorter context)."""
+        pts = self.device_points.get(self.key(cfg.flash_attn, cfg.type_k, cfg.type_v))
+        if not pts or cfg.n_ubatch != self.n_ubatch:
+            return None
+        n = padded_cells(cfg.n_ctx)
+        env = _envelope([b for _, b in pts])
+        return next((e for (at, _), e in zip(pts, env, strict=True) if n <= at), env[-1])
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibration:
         points = {key: [_point(row) for row in rows] for key, rows in data["points"].items()}
+        device = {key: [(int(n), int(b)) for n, b in rows] for key, rows in data.get("device_points", {}).items()}
         return cls(library=str(data["library"]), n_ubatch=int(data["n_ubatch"]),
                    model_overhead=int(data["model_overhead"]), context_overhead=int(data["context_overhead"]),
                    points=points, repacked=int(data.get("repacked", -1)),
                    cpu_features=tuple(str(f) for f in data.get("cpu_features", ())),
-                   model_peak=int(data.get("model_peak", -1)))
+                   model_peak=int(data.get("model_peak", -1)), device_points=device)
 
 
 def _point(row: list[Any]) -> tuple[int, int, int, int]:
@@ -312,10 +332,11 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
     if not cfg.flash_attn:
         # ggml-cpu converts the softmaxed scores to f16 for the KQV product in its own work buffer.
         overhead += padded_cells(cfg.n_ctx) * cfg.n_ubatch * max(facts.n_head or (1,)) * 2
-    _ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
+    ram_w, gpu_w = weights_split(facts, cfg.n_gpu_layers)
+    weights += ram_w + gpu_w - facts.weights_bytes  # a tied embedding's output copy on the GPU
     kv = memory_bytes(facts, cfg)
     gpu_kv = memory_bytes(facts, cfg, gpu_layers(facts, cfg.n_gpu_layers).start) if cfg.n_gpu_layers > 0 else 0
-    gpu_compute = compute if cfg.n_gpu_layers > 0 else 0
+    gpu_compute = device_compute(cfg, calib if looked is not None else None, compute, notes)
     arrays = batch_bytes(cfg)
     streams, cells = stream_cells(cfg)
     runtime = overhead + DECODE_OVERHEAD + arrays + HOST_PER_CELL * streams * cells
@@ -329,13 +350,24 @@ def estimate(facts: ModelFacts, cfg: Config, calib: Calibration | None = None, *
         notes.append(f"the peak is the model load ({at_load / MIB:.0f} MiB: the vocabulary's metadata is held "
                      "until the loader is done), not the full context")
         resident = at_load
-    if cfg.n_gpu_layers > 0:
-        notes.append("the GPU share of the compute buffer is estimated as the whole CPU figure")
     return Breakdown(weights=weights, kv=kv, compute=compute, output=output, runtime=runtime,
                      committed=committed, resident=resident, gpu=gpu_w + gpu_kv + gpu_compute,
                      committed_bound=committed - compute + compute_bound,
                      estimate=estimate_only, notes=notes, repacked=repacked, mmap=mmap, kept=kept,
                      kept_committed=allocated, resident_bare=bare, touched=touched, weights_extra=double)
+
+
+def device_compute(cfg: Config, calib: Calibration | None, compute: int, notes: list[str]) -> int:
+    """Bytes of the compute buffer on the GPU device. With layers offloaded: the whole figure (measured on
+    Vulkan: the device's buffer is the CPU build's, 98.3 MiB for the default model at 4K, plus a few MiB of
+    pinned host memory). With none: what the dry run of this build reports on the device
+    (``Calibration.device_points``). That is nothing while the engine keeps prompt offload off at 0 layers
+    (llama_setup.prompt_offload); with llama.cpp's default the device would reserve 128 MiB there."""
+    if cfg.n_gpu_layers > 0:
+        notes.append("the GPU share of the compute buffer is estimated as the whole CPU figure")
+        return compute
+    reserved = calib.device_lookup(cfg) if calib is not None else None
+    return reserved or 0
 
 
 def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:

@@ -67,8 +67,14 @@ class Plan:
             "saved_state": state_size(self.facts, c.type_k, c.type_v).to_dict() if self.facts else {},
             "parts": [r.to_dict() for r in explain.rows(self)], "profile": self.profile,
             "notes": list(b.notes), "budget": self.budget.explain, "reason": self.reason,
-            "alternatives": self.alternatives,
+            "alternatives": self.alternatives, "layer_split": self.layer_split(),
         }
+
+    def layer_split(self) -> dict[str, int]:
+        """Layers on the GPU and in RAM, counted as llama.cpp does: the repeating layers and the output layer."""
+        total = (self.facts.n_layer + 1) if self.facts else 0
+        gpu = min(self.config.n_gpu_layers, total)
+        return {"gpu": gpu, "cpu": total - gpu, "total": total}
 
 
 @dataclass(frozen=True)
