@@ -33,6 +33,14 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return t, out
 
 
+def _ended_closed(worker: threading.Thread, out: dict[str, Any], what: str) -> None:
+    """The worker's wait on the engine ended, within a second of the close, with ``EngineClosed``."""
+    worker.join(1.0)
+    assert not worker.is_alive(), f"the {what} still waits on an engine that was closed"
+    assert isinstance(out.get("error"), EngineClosed)
+    assert out["error"].kind is ErrorKind.CLOSED
+
+
 def test_close_during_a_load_ends_the_load_with_a_clear_error() -> None:
     big = model_file("llama-3.2-1b", "Q4_0")
     client = EngineClient()
@@ -43,10 +51,7 @@ def test_close_during_a_load_ends_the_load_with_a_clear_error() -> None:
             assert held.frozen.wait(120), "the load never reported progress"
             closed_at = time.monotonic()
             client.close(timeout=0.5)    # the child is stopped mid-file: it cannot answer "shutdown"
-        worker.join(1.0)
-        assert not worker.is_alive(), "the load still waits on an engine that was closed"
-        assert isinstance(out.get("error"), EngineClosed)
-        assert out["error"].kind is ErrorKind.CLOSED
+        _ended_closed(worker, out, "load")
         assert out["ended_at"] - closed_at < 1.5
     finally:
         client.close()
@@ -70,9 +75,7 @@ def test_close_during_a_streamed_reply_ends_the_stream(default_model_path: Path)
         worker, out = _in_thread(read)
         assert first.wait(60), "no token arrived"
         client.close(timeout=0.5)
-        worker.join(1.0)
-        assert not worker.is_alive(), "the stream still waits on an engine that was closed"
-        assert isinstance(out.get("error"), EngineClosed)
+        _ended_closed(worker, out, "stream")
         assert 1 <= len(got) <= 3
     finally:
         client.close()

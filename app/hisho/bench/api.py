@@ -34,19 +34,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from hisho.api.launch import build_api
+from hisho.bench.homes import temporary_home
 from hisho.bench.servers import NOT_BUILT, Peer, llama_server_binary, llama_server_peer
 from hisho.core.engine.protocol import GenerationResult, Sampling
 
@@ -55,20 +53,6 @@ PARALLEL = 4
 PER_SEQ = 4608
 TTFB_PAIRS = 8  # short requests (4 tokens) for ttfb_overhead_ms, besides the ``repeat`` long ones
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
-
-
-@contextmanager
-def _home() -> Iterator[str]:
-    old = os.environ.get("HISHO_HOME")
-    with tempfile.TemporaryDirectory(prefix="hisho-bench-api-") as home:
-        os.environ["HISHO_HOME"] = home
-        try:
-            yield home
-        finally:
-            if old is None:
-                os.environ.pop("HISHO_HOME", None)
-            else:
-                os.environ["HISHO_HOME"] = old
 
 
 def _stream(client: httpx.Client, url: str, model: str, messages: list[dict[str, str]],
@@ -142,7 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     repeat = max(1, args.repeat)
     ask = [{"role": "user", "content": PROMPT}]
     out: dict[str, Any] = {"tokens": n_tokens, "repeat": repeat, "parallel": PARALLEL, "n_ctx_per_seq": PER_SEQ}
-    with _home() as home, ExitStack() as stack:
+    with temporary_home("hisho-bench-api-") as home, ExitStack() as stack:
         app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
         client = httpx.Client()
         try:

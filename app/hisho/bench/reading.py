@@ -16,11 +16,11 @@ Figures (all token counts are the engine's: a reply's ``prompt_tokens - cached_t
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from hisho.bench.homes import temporary_home
 
 WORDS = ("harbour ferry council budget bridge library school market station clinic rainfall festival museum "
          "archive tram").split()
@@ -41,23 +41,15 @@ def write_document(path: Path, pages: int) -> Path:
 def run_reading(model: str | None, n_ctx: int, pages: int, long_pages: int, final_tokens: int,
                 summary_tokens: int, answer_tokens: int) -> dict[str, Any]:
     """The reading figures for a document that fits (``pages``) and one longer than the context."""
-    previous = os.environ.get("HISHO_HOME")
-    with tempfile.TemporaryDirectory(prefix="hisho-bench-reading-") as home:
-        os.environ["HISHO_HOME"] = home
-        try:
-            budget = {"final_tokens": final_tokens, "summary_tokens": summary_tokens}
-            fits = write_document(Path(home) / "fits.md", pages)
-            out: dict[str, Any] = {"n_ctx": n_ctx, "fits": _drop_to_answer(model, n_ctx, fits, budget, answer_tokens)}
-            out["fits"]["after_restart"] = _after_restart(model, n_ctx, fits, budget, answer_tokens,
-                                                          int(out["fits"]["conversation"]))
-            longer = write_document(Path(home) / "longer.md", long_pages)
-            out["longer"] = _drop_to_answer(model, n_ctx, longer, budget, answer_tokens)
-            return out
-        finally:
-            if previous is None:
-                os.environ.pop("HISHO_HOME", None)
-            else:
-                os.environ["HISHO_HOME"] = previous
+    with temporary_home("hisho-bench-reading-") as home:
+        budget = {"final_tokens": final_tokens, "summary_tokens": summary_tokens}
+        fits = write_document(Path(home) / "fits.md", pages)
+        out: dict[str, Any] = {"n_ctx": n_ctx, "fits": _drop_to_answer(model, n_ctx, fits, budget, answer_tokens)}
+        out["fits"]["after_restart"] = _after_restart(model, n_ctx, fits, budget, answer_tokens,
+                                                      int(out["fits"]["conversation"]))
+        longer = write_document(Path(home) / "longer.md", long_pages)
+        out["longer"] = _drop_to_answer(model, n_ctx, longer, budget, answer_tokens)
+        return out
 
 
 def _app(model: str | None, n_ctx: int) -> Any:

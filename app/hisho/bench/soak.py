@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from hisho.api.launch import build_api
-from hisho.bench.api import _home
+from hisho.bench.homes import temporary_home
 from hisho.bench.soak_clients import Outcome, client_process
 from hisho.core import paths
 from hisho.core import settings as settings_mod
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     minutes = float(getattr(args, "minutes", None) or 2.0)
     out: dict[str, Any] = {"minutes": minutes, "clients": CLIENTS, "parallel": PARALLEL, "n_ctx_per_seq": PER_SEQ,
                            "request_timeout_s": TIMEOUT_S}
-    with _home():
+    with temporary_home("hisho-bench-soak-"):
         app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY, settings=_settings())
         try:
             server.start()
