@@ -13,6 +13,7 @@ import llama_cpp
 from hisho.core.engine.protocol import ErrorKind, Sampling
 from hisho.engine import speculate
 from hisho.engine.llama_setup import GenStats, Sampler, hit_stop
+from hisho.engine.reasoning import opened_at
 from hisho.engine.runtime import RequestError, Runtime
 
 
@@ -44,7 +45,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         # Every piece reports against the whole prompt still to read.
         return None if report is None else (lambda done, _total: report(before + done, n_rest))
 
-    cut = rt.reasoning_cut(prompt) - stats.cached_tokens
+    cut = opened_at(rt, prompt) - stats.cached_tokens
     if 0 < cut < len(rest) - 1:
         # The template opened the reasoning in the generation prompt (R1 distills' "<think>\n"), and the next
         # turn renders this reply without it: the next prompt parts from these cells right here. Read up to

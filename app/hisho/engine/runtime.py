@@ -22,7 +22,6 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
-from hisho.core.formats import reasoning
 from hisho.core.units import padded_cells
 from hisho.engine import backends, hugepages
 from hisho.engine.chat import BASE_MODEL_NOTICE, ChatTemplate
@@ -38,6 +37,7 @@ from hisho.engine.llama_setup import (
     step_kind,
 )
 from hisho.engine.prefix import PrefixKeeper
+from hisho.engine.reasoning import reasoning_format
 
 log = logging.getLogger("hisho.engine")
 
@@ -69,7 +69,7 @@ class Runtime:
         self._control_cache: tuple[dict[str, int], re.Pattern[str] | None] | None = None
         self._markup_cache: frozenset[int] | None = None
         self.template = ChatTemplate.from_model(self.metadata, self.token_text, self.is_special_token)
-        self.reasoning = self._reasoning_format()
+        self.reasoning = reasoning_format(self.template, self.tokenize)
 
     def _bind(self, ctx: Any) -> None:
         """Point everything that depends on the context at ``ctx``; no sequence holds anything yet."""
@@ -194,42 +194,6 @@ class Runtime:
             "architecture": self.metadata.get("general.architecture", ""),
             "name": self.metadata.get("general.name", ""),
         }
-
-    def _reasoning_format(self) -> reasoning.ReasoningFormat:
-        """How this model reasons (hisho.core.formats.reasoning): from its template, the text the template
-        writes to open the assistant's turn, and whether the think tags are tokens of its vocabulary."""
-        if self.template.completion:
-            return reasoning.NONE
-        try:
-            probe = [{"role": "user", "content": "\ue000"}]
-            opened = self.template.render(probe, add_generation_prompt=True)
-            generation_prompt = opened[len(self.template.render(probe, add_generation_prompt=False)):]
-        except Exception as exc:  # noqa: BLE001 - a template that cannot render a bare turn reasons as it says
-            log.info("reasoning probe: the template does not render a single user turn (%s)", exc)
-            generation_prompt = ""
-        tokens = frozenset(t for t in (reasoning.THINK_OPEN, reasoning.THINK_CLOSE)
-                           if len(self.tokenize(t, parse_special=True)) == 1)
-        fmt = reasoning.detect(self.template.text, generation_prompt, tokens)
-        if fmt.reasons:
-            log.info("reasoning format: %s", fmt.to_dict())
-        return fmt
-
-    def reasoning_cut(self, prompt: list[int]) -> int:
-        """Where the reasoning the template opened in its generation prompt begins in ``prompt`` (the R1
-        distills' "<think>\n"): the index of the token that holds the tag's first character (a tokenizer may
-        merge it with the character before, as "><"), or ``len(prompt)`` when the template opens none there."""
-        if not self.reasoning.starts_inside:
-            return len(prompt)
-        tail = prompt[-12:]
-        pieces = [self.piece(t, special=True) for t in tail]
-        at = b"".join(pieces).rfind(reasoning.THINK_OPEN.encode("utf-8"))
-        if at < 0:
-            return len(prompt)
-        for i, piece in enumerate(pieces):
-            if at < len(piece):
-                return len(prompt) - len(tail) + i
-            at -= len(piece)
-        return len(prompt)
 
     # ----- tokens -------------------------------------------------------------------------------------
 
