@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hisho.bench.shapes import model_file
-from hisho.core.engine.client import EngineClient
+from hisho.core.engine.client import EngineClient, Stream
 from hisho.core.engine.protocol import ErrorKind, LoadParams, Sampling
 from hisho.core.errors import EngineClosed, EngineCrashed, EngineError
 from tests.faults import LoadFreeze
@@ -41,6 +41,14 @@ def _ended_closed(worker: threading.Thread, out: dict[str, Any], what: str) -> N
     assert out["error"].kind is ErrorKind.CLOSED
 
 
+def _held_reply(client: EngineClient, model: Path, text: str, max_tokens: int, after: int) -> Stream:
+    """A greedy reply on ``model`` that the engine holds after its ``after``-th token."""
+    client.load(LoadParams(model_path=str(model), n_ctx=512))
+    return client.generate(messages=[{"role": "user", "content": text}],
+                           sampling=Sampling(max_tokens=max_tokens, temperature=0.0),
+                           test_hooks={"hold_after_tokens": after})
+
+
 def test_close_during_a_load_ends_the_load_with_a_clear_error() -> None:
     big = model_file("llama-3.2-1b", "Q4_0")
     client = EngineClient()
@@ -60,10 +68,7 @@ def test_close_during_a_load_ends_the_load_with_a_clear_error() -> None:
 def test_close_during_a_streamed_reply_ends_the_stream(default_model_path: Path) -> None:
     client = EngineClient(test_hooks=True)
     try:
-        client.load(LoadParams(model_path=str(default_model_path), n_ctx=512))
-        stream = client.generate(messages=[{"role": "user", "content": "Count to a hundred."}],
-                                 sampling=Sampling(max_tokens=200, temperature=0.0),
-                                 test_hooks={"hold_after_tokens": 3})
+        stream = _held_reply(client, default_model_path, "Count to a hundred.", 200, after=3)
         got: list[str] = []
         first = threading.Event()
 
@@ -84,10 +89,7 @@ def test_close_during_a_streamed_reply_ends_the_stream(default_model_path: Path)
 def test_a_killed_engine_still_reports_a_crash_not_a_close(default_model_path: Path) -> None:
     client = EngineClient(test_hooks=True)
     try:
-        client.load(LoadParams(model_path=str(default_model_path), n_ctx=512))
-        stream = client.generate(messages=[{"role": "user", "content": "Hello"}],
-                                 sampling=Sampling(max_tokens=50, temperature=0.0),
-                                 test_hooks={"hold_after_tokens": 1})
+        stream = _held_reply(client, default_model_path, "Hello", 50, after=1)
         it = iter(stream)
         next(it)
         client.kill()
