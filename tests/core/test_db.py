@@ -23,6 +23,29 @@ def test_migrate_in_order_and_idempotent(tmp_path: Path) -> None:
     assert db.migrate("notes", steps()) == 2
 
 
+def test_two_connections_upgrading_at_once_run_each_step_once(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two stores opening the same database (two objects in one process, or two processes): the second read
+    version 0 before the first upgraded; it must find the work done, not run the steps again."""
+    path = tmp_path / "a.sqlite3"
+    first, second = Database(path), Database(path)
+    real_version = Database.version
+    raced = []
+
+    def version_then_other_upgrades(self: Database, component: str) -> int:
+        found = real_version(self, component)
+        if self is second and not raced:
+            raced.append(found)
+            assert first.migrate("notes", steps()) == 2    # lands between the second's read and its steps
+        return found
+
+    monkeypatch.setattr(Database, "version", version_then_other_upgrades)
+    assert second.migrate("notes", steps()) == 2
+    assert raced == [0]
+    assert real_version(second, "notes") == 2
+    assert [r["name"] for r in second.query("PRAGMA table_info(notes)")] == ["id", "text", "pinned"]
+
+
 def test_transaction_rolls_back(tmp_path: Path) -> None:
     db = Database(tmp_path / "a.sqlite3")
     db.migrate("notes", steps())

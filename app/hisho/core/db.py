@@ -184,10 +184,16 @@ class Database:
             if current < len(steps):
                 raise DatabaseUnavailable(f"the {component} data needs an upgrade but the database is read-only")
             return current
-        for version in range(current, len(steps)):
+        while current < len(steps):
             self.conn.execute("PRAGMA foreign_keys = OFF")     # a no-op inside a transaction: set it before
             try:
                 with self.transaction():
+                    # Read again under the write lock: another connection (another process, or another store
+                    # object in this one) may have run this step since the read above.
+                    version = self.version(component)
+                    if version >= len(steps):
+                        current = version
+                        continue
                     # Only what the step broke fails it: a dangling row from before must not block upgrades.
                     before = set(self.conn.execute("PRAGMA foreign_key_check").fetchall())
                     steps[version](self.utils)
@@ -198,9 +204,10 @@ class Database:
                             f"points nowhere (in table {min(broken)[0]})")
                     self.execute("INSERT OR REPLACE INTO hisho_schema (component, version) VALUES (?, ?)",
                                  [component, version + 1])
+                    current = version + 1
             finally:
                 self.conn.execute("PRAGMA foreign_keys = ON")
-            log.info("schema %s upgraded to %d", component, version + 1)
+            log.info("schema %s upgraded to %d", component, current)
         return len(steps)
 
     # ----- access ---------------------------------------------------------------------------------------
