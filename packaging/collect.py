@@ -6,7 +6,7 @@ window); QtSvg draws the icon. PyInstaller's PySide6 hooks collect every plugin 
 drops the ones a chat window never uses (camera-free image formats, printing, input methods for other platforms,
 translations: the app is in English). tests/bundle checks that no module the app imports is excluded.
 llama.cpp: ctypes loads it, so PyInstaller cannot see it; ``llama_libraries`` lists it explicitly, with the CPU
-variant modules of a distribution build (hisho.engine.backends loads them from ``llama_cpp/lib``).
+variant modules of a distribution build (hisho.engine.lib.backends loads them from ``llama_cpp/lib``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # The packaging environment (build/pkg-venv): the app's dependencies with a llama-cpp-python built for
 # distribution, not for this machine's CPU. The developer's .venv stays native.
 #   GGML_NATIVE=OFF          no -march=native anywhere
-#   GGML_BACKEND_DL=ON       backends are shared modules loaded at run time (hisho.engine.backends)
+#   GGML_BACKEND_DL=ON       backends are shared modules loaded at run time (hisho.engine.lib.backends)
 #   GGML_CPU_ALL_VARIANTS=ON one CPU backend per x86-64 level (x64, sse42, ... haswell, ... zen4), the best one
 #                            that this CPU runs is picked at start
 #   LLAVA_BUILD=OFF          Hisho has no image input; llama_cpp imports mtmd only when one is used

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hisho.engine import backends
+from hisho.engine.lib import backends
 
 ENTRY = Path(__file__).resolve().parents[2] / "packaging" / "entry.py"
 
@@ -26,7 +26,7 @@ def test_init_reports_the_cpu_backend_once() -> None:
 
 
 def test_bundle_entry_runs_the_probe_as_python_m_would() -> None:
-    proc = subprocess.run([sys.executable, str(ENTRY), "-m", "hisho.engine.probe", "devices"], input="{}",
+    proc = subprocess.run([sys.executable, str(ENTRY), "-m", "hisho.engine.measure.probe", "devices"], input="{}",
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -51,7 +51,7 @@ def test_the_build_offers_no_amx_weights() -> None:
 
 def test_amx_buffers_load_the_model_without_extra_buffer_types(monkeypatch: Any) -> None:
     from hisho.core.engine.protocol import LoadParams
-    from hisho.engine.llama_setup import model_params
+    from hisho.engine.lib.llama_setup import model_params
 
     params = LoadParams(model_path="unused.gguf")
     assert model_params(params, mapped=True).use_extra_bufts is True

@@ -15,7 +15,7 @@ import pytest
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.models.gguf_facts import read_facts
-from hisho.engine.chat import BASE_MODEL_NOTICE
+from hisho.engine.model.chat import BASE_MODEL_NOTICE
 from tests.fixtures.gguf_shapes import true_model
 
 RENAMES = ((b"tokenizer.chat_template", b"tokenizer.chat_templatX"),

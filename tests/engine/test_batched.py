@@ -1,4 +1,4 @@
-"""The batched map phase (engine/batched.py through the batch_generate op) on the real model."""
+"""The batched map phase (engine/decode/batched.py through the batch_generate op) on the real model."""
 
 from __future__ import annotations
 

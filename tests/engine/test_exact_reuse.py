@@ -32,12 +32,12 @@ from hisho.core.db import Database
 from hisho.core.engine.protocol import LoadParams, Sampling, common_prefix
 from hisho.core.kv import format as kvf
 from hisho.core.kv.index import KVIndex
-from hisho.engine.chunkwriter import ChunkWriter
-from hisho.engine.kvstate import KVState, prefill
-from hisho.engine.prefix import PARTIAL
-from hisho.engine.reply import generate
-from hisho.engine.runtime import Runtime
-from hisho.engine.serving import Job, ServingBatch, message_marks
+from hisho.engine.decode.reply import generate
+from hisho.engine.decode.serving import Job, ServingBatch, message_marks
+from hisho.engine.kv.chunkwriter import ChunkWriter
+from hisho.engine.kv.kvstate import KVState, prefill
+from hisho.engine.kv.prefix import PARTIAL
+from hisho.engine.model.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
 # A repeat penalty keeps greedy decoding on random weights out of a one-token loop, so every compared token

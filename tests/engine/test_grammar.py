@@ -1,4 +1,4 @@
-"""Grammars in the engine (hisho.engine.grammar) and the reply test hook ``force_text``, on the bundled model: a
+"""Grammars in the engine (hisho.engine.decode.grammar) and the reply test hook ``force_text``, on the bundled model: a
 lazy grammar leaves the reply free until its trigger and then allows only what it says; a bad grammar is a bad
 request; no drafts with a grammar; a forced reply is in the cache as a sampled one would be; token events show
 special tokens in "piece" and the end gives the raw text."""
@@ -13,11 +13,11 @@ import pytest
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import ErrorKind, LoadParams, Sampling
 from hisho.core.errors import EngineError
-from hisho.engine import speculate
-from hisho.engine.grammar import GrammarError
-from hisho.engine.llama_setup import GenStats, Sampler
-from hisho.engine.reply import generate
-from hisho.engine.runtime import RequestError, Runtime
+from hisho.engine.decode import speculate
+from hisho.engine.decode.grammar import GrammarError
+from hisho.engine.decode.reply import generate
+from hisho.engine.lib.llama_setup import GenStats, Sampler
+from hisho.engine.model.runtime import RequestError, Runtime
 
 pytestmark = pytest.mark.timeout(600)
 ASK = [{"role": "user", "content": "Tell me about the sea."}]

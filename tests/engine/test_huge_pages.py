@@ -15,7 +15,7 @@ import pytest
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.machine import detect
-from hisho.engine import hugepages
+from hisho.engine.lib import hugepages
 from tests.fixtures.gguf_shapes import true_model
 
 MIB = 1 << 20

@@ -18,7 +18,7 @@ from gguf import GGUFReader
 from hisho.core.documents import plan as P
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import LoadParams
-from hisho.engine.chat import CHATML, ChatTemplate
+from hisho.engine.model.chat import CHATML, ChatTemplate
 
 CONTROL = 3  # gguf TokenType.CONTROL
 

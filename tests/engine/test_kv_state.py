@@ -364,7 +364,7 @@ def test_q8_0_kv_round_trip_takes_about_half_the_disk(default_model_path: Path, 
 def test_writer_keeps_turn_sized_arenas_and_drops_huge_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first save of a long conversation needs an arena as large as its KV; kept, it would stay resident
     for the engine's life. Arenas up to WARM_ARENA_MAX are reused, larger ones are let go after the write."""
-    from hisho.engine import chunkwriter
+    from hisho.engine.kv import chunkwriter
 
     monkeypatch.setattr(chunkwriter, "WARM_ARENA_MAX", 8 << 20)
     writer = chunkwriter.ChunkWriter()
@@ -384,7 +384,7 @@ def test_writer_lets_a_huge_arena_go_once_its_write_is_done(monkeypatch: pytest.
     writer thread's loop variable used to hold the finished job, and so its arena, until the next save)."""
     import weakref
 
-    from hisho.engine import chunkwriter
+    from hisho.engine.kv import chunkwriter
 
     monkeypatch.setattr(chunkwriter, "WARM_ARENA_MAX", 4 << 20)
     writer = chunkwriter.ChunkWriter()

@@ -8,7 +8,7 @@ import llama_cpp
 import pytest
 
 from hisho.core.engine.protocol import LoadParams
-from hisho.engine.llama_setup import context_params, prompt_offload
+from hisho.engine.lib.llama_setup import context_params, prompt_offload
 
 
 def test_llama_cpp_default_would_offload_prompts() -> None:

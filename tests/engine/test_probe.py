@@ -106,7 +106,7 @@ def test_devices_lists_the_cpu() -> None:
 def test_probe_refuses_a_broken_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
-    proc = subprocess.run([sys.executable, "-m", "hisho.engine.probe", "dry-run"],
+    proc = subprocess.run([sys.executable, "-m", "hisho.engine.measure.probe", "dry-run"],
                           input=json.dumps({"model_path": str(bad), "contexts": []}), capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode != 0

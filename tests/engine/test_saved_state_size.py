@@ -13,7 +13,7 @@ import pytest
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.state import STATE_HEADERS, seconds_saved, state_size
-from hisho.engine.runtime import Runtime
+from hisho.engine.model.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
 N_TOKENS = 1200  # past Gemma-3's 512-token window
@@ -57,7 +57,7 @@ def test_resume_estimate_uses_the_saved_state() -> None:
 
 def test_the_planner_mirrors_the_engines_limits() -> None:
     from hisho.core.planner import state
-    from hisho.engine import chunkwriter, prefix
+    from hisho.engine.kv import chunkwriter, prefix
 
     assert state.CHECKPOINTS_PER_SEQ == prefix.CHECKPOINTS_PER_SEQ
     assert state.CHECKPOINT_BYTES_PER_SEQ == prefix.CHECKPOINT_BYTES_PER_SEQ
@@ -71,8 +71,8 @@ def test_chunked_save_and_checkpoint_match_the_engine(shape: str, tmp_path: Path
     """What a save through the scratch sequence really copies (every chunk with its own window cells; on a
     recurrent model the last one with the whole state) and what a checkpoint holds, against StateSize.chunked /
     checkpoint."""
-    from hisho.engine.chunkwriter import ChunkWriter
-    from hisho.engine.kvstate import KVState
+    from hisho.engine.kv.chunkwriter import ChunkWriter
+    from hisho.engine.kv.kvstate import KVState
 
     path = true_model(shape, "Q8_0")
     size = state_size(read_facts(path))

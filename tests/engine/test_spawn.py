@@ -36,7 +36,7 @@ def test_bundle_command_has_no_python_flags(bundle: Path) -> None:
 
 def test_bundle_refuses_python_module_flag(bundle: Path) -> None:
     """What calibration used to run in a bundle: the CLI rejects it (exit 2), so plans had no calibration."""
-    proc = subprocess.run([str(bundle), "-m", "hisho.engine.probe", "devices"], input="{}", capture_output=True,
+    proc = subprocess.run([str(bundle), "-m", "hisho.engine.measure.probe", "devices"], input="{}", capture_output=True,
                           text=True, timeout=60, env=spawn.child_env())
     assert proc.returncode == 2
 

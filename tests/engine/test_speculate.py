@@ -1,4 +1,4 @@
-"""Draft-free speculation (hisho.engine.speculate): greedy replies are the same tokens with and without it, on
+"""Draft-free speculation (hisho.engine.decode.speculate): greedy replies are the same tokens with and without it, on
 the bundled model (real weights, text that repeats its source) and on a true-shape file whose weights llama.cpp
 repacks; the cache holds exactly the reply afterwards; it never drafts where it cannot be exact."""
 
@@ -11,10 +11,10 @@ import llama_cpp
 import pytest
 
 from hisho.core.engine.protocol import LoadParams, Sampling
-from hisho.engine import speculate
-from hisho.engine.llama_setup import GenStats
-from hisho.engine.reply import generate
-from hisho.engine.runtime import Runtime
+from hisho.engine.decode import speculate
+from hisho.engine.decode.reply import generate
+from hisho.engine.lib.llama_setup import GenStats
+from hisho.engine.model.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
 pytestmark = pytest.mark.timeout(1200)

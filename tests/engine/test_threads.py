@@ -1,4 +1,4 @@
-"""The thread governor's decisions (hisho.engine.threads), driven by a simulated machine: no model, no clock.
+"""The thread governor's decisions (hisho.engine.lib.threads), driven by a simulated machine: no model, no clock.
 
 The simulated costs follow what this 2-core box measured (docs/threads.md): quiet, a decode step takes 7 ms at
 2 threads and 12 ms at 1; beside one busy program per core, 500 ms at 2 threads (the spin-wait collapse) and
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from hisho.engine.threads import PROBE_COST_MAX_S, PROBE_MAX_S, PROBE_MIN_S, PROBE_SHARE, Governor
+from hisho.engine.lib.threads import PROBE_COST_MAX_S, PROBE_MAX_S, PROBE_MIN_S, PROBE_SHARE, Governor
 
 QUIET = {1: 0.012, 2: 0.007}
 BUSY = {1: 0.014, 2: 0.5}
@@ -328,7 +328,7 @@ def test_a_prompt_joining_a_parallel_batch_is_not_a_collapse(monkeypatch: pytest
     is not a collapsed parallel decode step (it was, with steps below 64 tokens all 'batch': every governor
     dropped to one thread and concurrent_gain fell to 1.1-1.25)."""
     from hisho.core.engine.protocol import LoadParams
-    from hisho.engine import llama_setup
+    from hisho.engine.lib import llama_setup
 
     monkeypatch.setattr(llama_setup, "physical_cores", lambda: 2)
     govs = llama_setup.make_governors(LoadParams(model_path="m.gguf"))
@@ -382,17 +382,17 @@ def step_seconds(tokens: int, held: int, threads: int, busy: bool = False) -> fl
 
 
 class Engine:
-    """The governors of a 2-core engine (hisho.engine.llama_setup.make_governors) on a simulated machine: steps
+    """The governors of a 2-core engine (hisho.engine.lib.llama_setup.make_governors) on a simulated machine: steps
     cost what they measured, the clock and the idle CPU time follow them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from hisho.core.engine.protocol import LoadParams
-        from hisho.engine import llama_setup
+        from hisho.engine.lib import llama_setup
 
         self.setup = llama_setup
         self.m = Machine()
         monkeypatch.setattr(llama_setup, "physical_cores", lambda: 2)
-        monkeypatch.setattr("hisho.engine.threads.time.monotonic", self.m.clock)
+        monkeypatch.setattr("hisho.engine.lib.threads.time.monotonic", self.m.clock)
         self.govs = llama_setup.make_governors(LoadParams(model_path="m.gguf"))
         for gov in self.govs.values():
             gov._idle_seconds = self.m.idle_seconds
@@ -498,8 +498,8 @@ def test_a_step_reports_the_cells_its_attention_covers() -> None:
     other sequences' cells count too (the attention view spans them), in per-sequence streams they do not."""
     from types import SimpleNamespace
 
-    from hisho.engine.llama_setup import Batch
-    from hisho.engine.runtime import Runtime
+    from hisho.engine.lib.llama_setup import Batch
+    from hisho.engine.model.runtime import Runtime
 
     batch = Batch(32, 2)
     try:

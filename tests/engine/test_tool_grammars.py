@@ -1,4 +1,4 @@
-"""Each family's lazy tool-call grammar (hisho.core.formats.tools) in the engine's gate (hisho.engine.grammar), on a
+"""Each family's lazy tool-call grammar (hisho.core.formats.tools) in the engine's gate (hisho.engine.decode.grammar), on a
 vocabulary that holds the family's special tokens: a "model" that writes the family's call marker and then
 anything at all (random logits) still ends up with a call that parses and fits its tool's schema; before the
 marker nothing is constrained. No decoding: the logits are made up, the sampler and the grammar are real."""
@@ -15,8 +15,8 @@ import pytest
 
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.formats import tools as T
-from hisho.engine.llama_setup import Sampler
-from hisho.engine.runtime import Runtime
+from hisho.engine.lib.llama_setup import Sampler
+from hisho.engine.model.runtime import Runtime
 from tests.fixtures.tool_models import rewrite
 
 pytestmark = pytest.mark.timeout(600)

@@ -12,9 +12,9 @@ from hisho.bench.shapes import MEMORY_TYPES, QUANTS, SHAPES, VALUES_PER_BLOCK, n
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner.repack import repacked_bytes
-from hisho.engine.llama_setup import cpu_features, mmap_policy
-from hisho.engine.reply import generate
-from hisho.engine.runtime import Runtime
+from hisho.engine.decode.reply import generate
+from hisho.engine.lib.llama_setup import cpu_features, mmap_policy
+from hisho.engine.model.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 
 MIB = 1024 * 1024

@@ -52,7 +52,7 @@ def vulkan_env() -> Iterator[None]:
 
 @pytest.fixture(scope="package")
 def probed(vulkan_env: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The device probe's answer (``python -m hisho.engine.probe devices``, the planner's own path)."""
+    """The device probe's answer (``python -m hisho.engine.measure.probe devices``, the planner's own path)."""
     from hisho.core.planner.calibrate import ProbeFailed, run_probe
 
     mp = pytest.MonkeyPatch()

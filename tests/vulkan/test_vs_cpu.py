@@ -31,8 +31,8 @@ TEXT = ("The lighthouse keeper climbed the spiral stairs every evening at dusk. 
 
 def logits_of(model: Path, n_gpu_layers: int) -> tuple[list[int], np.ndarray]:
     """The text's tokens and the logits of every position, read in one batch."""
-    from hisho.engine.llama_setup import logits_at
-    from hisho.engine.runtime import Runtime
+    from hisho.engine.lib.llama_setup import logits_at
+    from hisho.engine.model.runtime import Runtime
 
     rt = Runtime.load(LoadParams(model_path=str(model), n_ctx=512, n_gpu_layers=n_gpu_layers, n_threads=1))
     try:

@@ -265,7 +265,7 @@ def _long_prefix() -> list[dict[str, str]]:
 
 def _raw_ceiling(engine: Any, n_tokens: int) -> dict[str, float]:
     # raw llama-cpp-python in this process, as bench decode's baseline (docs/architecture.md)
-    from hisho.engine.rawbench import batched_decode
+    from hisho.engine.measure.rawbench import batched_decode
 
     params = engine.load_params
     prompts = [engine.tokenize(messages=[{"role": "user", "content": f"{PROMPT} Chapter {i + 1}."}])

@@ -29,8 +29,8 @@ PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from hisho.engine.llama_setup import physical_cores
-    from hisho.engine.rawbench import RawModel  # the only llama_cpp user outside the engine process
+    from hisho.engine.lib.llama_setup import physical_cores
+    from hisho.engine.measure.rawbench import RawModel  # the only llama_cpp user outside the engine process
 
     n_tokens = max(128, args.tokens or 256)
     repeat = max(1, args.repeat)

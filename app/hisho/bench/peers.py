@@ -54,7 +54,7 @@ SHORT_REPLIES = 3
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from hisho.bench.shapes import resolve
-    from hisho.engine.llama_setup import physical_cores
+    from hisho.engine.lib.llama_setup import physical_cores
 
     sizes: dict[str, Any] = dict(QUICK if getattr(args, "quick", False) else FULL)
     if args.tokens:
@@ -98,7 +98,7 @@ def _prompts(client: EngineClient, sizes: dict[str, Any], repeat: int) -> dict[s
 
 def _config(client: EngineClient, params: LoadParams, binary: Path, threads: int, sizes: dict[str, Any],
             repeat: int, tmp: Path, name: str) -> dict[str, Any]:
-    from hisho.engine.rawbench import RawModel  # llama_cpp stays out of this module
+    from hisho.engine.measure.rawbench import RawModel  # llama_cpp stays out of this module
 
     client.load(params)
     prompts = _prompts(client, sizes, repeat)

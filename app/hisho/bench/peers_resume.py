@@ -85,7 +85,7 @@ def models(args: argparse.Namespace) -> list[Path]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from hisho.core.units import padded_cells
-    from hisho.engine.llama_setup import physical_cores
+    from hisho.engine.lib.llama_setup import physical_cores
 
     quick = bool(getattr(args, "quick", False))
     n_tokens = int(args.tokens or (400 if quick else 4000))

@@ -1,6 +1,6 @@
 """``hisho bench plan [--model PATH | --matrix [--only SHAPE[:QUANT]]]``: are the planner's two predictions right?
 
-Each cell loads the model for real in a FRESH process (``python -m hisho.engine.probe measure``: the engine's
+Each cell loads the model for real in a FRESH process (``python -m hisho.engine.measure.probe measure``: the engine's
 own Runtime, mmap or not as the engine decides), fills the whole context and compares:
 - predicted ``resident`` against the measured peak RSS growth (VmHWM) over the process's baseline before the
   load (the load's own peak included: reading a model without mmap passes through a buffer);

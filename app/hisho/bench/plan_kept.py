@@ -161,9 +161,9 @@ def _pct(predicted: int, measured: int) -> float:
 
 
 def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
-    from hisho.engine.chunkwriter import ChunkWriter
-    from hisho.engine.kvstate import KVState
-    from hisho.engine.probe import _fill_by_state, batch_bytes, load_measured, memory_now
+    from hisho.engine.kv.chunkwriter import ChunkWriter
+    from hisho.engine.kv.kvstate import KVState
+    from hisho.engine.measure.probe import _fill_by_state, batch_bytes, load_measured, memory_now
 
     # 9 x 64 tokens after the fill: past a window cache's n_swa x 2 + n_ubatch cells, so every one of them holds a
     # cell of the sequence (as in a long chat) when the save copies the window part.

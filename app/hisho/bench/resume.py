@@ -310,7 +310,7 @@ def _raw_read(files: list[Path], buf: bytearray, cold: bool, *, ahead: bool = Tr
 
     ``ahead`` (the baseline): read as a plain sequential reader that knows its next file reads the disk at
     its best: ``POSIX_FADV_SEQUENTIAL`` on the file (what ``cp`` and ``cat`` ask for) and ``POSIX_FADV_WILLNEED``
-    on the next one while this one is read, the read-ahead a restore gives itself (engine/kvstate.py). Without
+    on the next one while this one is read, the read-ahead a restore gives itself (engine/kv/kvstate.py). Without
     it (``raw_read_serial_*``, the baseline before) every file comes in the kernel's default read-ahead window
     at a time, one request after another: on a virtual disk whose requests are slow but many can be in flight,
     that read was ~4x slower than the restore that reads the same bytes, and the ratio said nothing about the

@@ -242,7 +242,7 @@ def run_child(role: str, args: list[str]) -> int:
         import importlib
 
         return int(importlib.import_module(spawn.ROLES[role]).main(args))
-    from hisho.engine.probe import main as probe_main
+    from hisho.engine.measure.probe import main as probe_main
 
     return probe_main(args)
 

@@ -1,7 +1,7 @@
 """What the machine offers: RAM, CPU threads and the GPU devices llama.cpp sees, turned into a memory budget.
 
 ``detect()`` reads RAM with psutil and the device list from the ggml backend API (through
-``python -m hisho.engine.probe devices`` in a subprocess, cached per library version). ``from_fixture(path)``
+``python -m hisho.engine.measure.probe devices`` in a subprocess, cached per library version). ``from_fixture(path)``
 builds the same from a recorded JSON file (tests, and "what would this laptop do"). ``Machine.budget()`` applies
 the rules:
 

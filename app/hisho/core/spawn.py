@@ -29,7 +29,7 @@ LEGACY_ENGINE_FLAG = "--engine-process"  # what bundles built before the spawn m
 # role -> the module ``python -m`` runs (its ``__main__`` or ``if __name__ == "__main__"`` block).
 ROLES: dict[str, str] = {
     "engine": "hisho.engine",
-    "probe": "hisho.engine.probe",
+    "probe": "hisho.engine.measure.probe",
     "download": "hisho.core.hub.child",
     "kept-probe": "hisho.bench.plan_kept",  # hisho bench plan --kept: a measurement child, like the probe
 }
@@ -60,7 +60,7 @@ def child_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str
     if env.get("HISHO_ENGINE_BACKTRACE") != "1":
         env.setdefault("GGML_NO_BACKTRACE", "1")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    # Who the parent is, so the engine exits the moment it is gone (hisho.engine.process.watch_parent).
+    # Who the parent is, so the engine exits the moment it is gone (hisho.engine.lib.process.watch_parent).
     # PR_SET_PDEATHSIG fires when the *thread* that started the child exits, so the engine only asks for it
     # when that thread is the main thread; a watchdog covers the rest.
     env["HISHO_PARENT_PID"] = str(os.getpid())

@@ -38,11 +38,13 @@ from hisho.core.engine.ops import (
     parse_request,
 )
 from hisho.core.engine.protocol import PROTOCOL_VERSION, ErrorKind, check_protocol, decode, encode
-from hisho.engine.llama_setup import GenStats, token_event
-from hisho.engine.process import keep_llama_log_at_info, watch_parent
-from hisho.engine.reply import generate
-from hisho.engine.runtime import RequestError, Runtime
-from hisho.engine.serving import run_serving  # at start, not on the first API request (its first-token time)
+from hisho.engine.decode.reply import generate
+from hisho.engine.decode.serving import (
+    run_serving,  # at start, not on the first API request (its first-token time)
+)
+from hisho.engine.lib.llama_setup import GenStats, token_event
+from hisho.engine.lib.process import keep_llama_log_at_info, watch_parent
+from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
 
@@ -65,14 +67,14 @@ class Server:
         self._emit_lock = threading.Lock()
         self._pending: list[bytes] = []  # token events waiting to be written together (emit_soon)
         self._last_write = 0.0
-        self._kv: Any = None          # hisho.engine.kvstate.KVState of the current runtime, made on first use
+        self._kv: Any = None          # hisho.engine.kv.kvstate.KVState of the current runtime, made on first use
         self._kv_writer: Any = None
-        self._deferred: deque[dict[str, Any] | None] = deque()  # jobs a serving batch put off (engine/serving.py)
+        self._deferred: deque[dict[str, Any] | None] = deque()  # jobs a serving batch put off (engine/decode/serving.py)
 
     # ----- output (engine thread only, except the final shutdown) ----------------------------------------
 
     def emit(self, message: dict[str, Any]) -> None:
-        with self._emit_lock:  # the KV writer thread also reports (hisho.engine.kvstate)
+        with self._emit_lock:  # the KV writer thread also reports (hisho.engine.kv.kvstate)
             self._pending.append(encode(message))  # after token events held back by emit_soon, in order
             self._write_pending()
 
@@ -147,7 +149,7 @@ class Server:
         self._jobs.put(None)
 
     def engine_loop(self) -> None:
-        """Engine thread: run requests one at a time (a serving batch runs many; engine/serving.py)."""
+        """Engine thread: run requests one at a time (a serving batch runs many; engine/decode/serving.py)."""
         while True:
             req = self._deferred.popleft() if self._deferred else self._jobs.get()
             if req is None or self.run_job(req):
@@ -221,7 +223,7 @@ class Server:
     def op_hello(self, req_id: int, req: Hello) -> None:
         import llama_cpp
 
-        from hisho.engine import backends
+        from hisho.engine.lib import backends
 
         check_protocol(req.protocol, "window or command line")
         report = backends.init()  # before llama_supports_gpu_offload, which would load from the wrong place
@@ -304,9 +306,9 @@ class Server:
                 break
 
     def op_batch_generate(self, req_id: int, req: BatchGenerate) -> None:
-        """Several prompts as parallel sequences of one context (engine/batched.py). One "token" event per
+        """Several prompts as parallel sequences of one context (engine/decode/batched.py). One "token" event per
         finished item (its whole text, in finishing order), then "done" with the batch's timing figures."""
-        from hisho.engine.batched import BatchStats, Item, run_batched
+        from hisho.engine.decode.batched import BatchStats, Item, run_batched
 
         rt = self.need_runtime()
         sampling = req.sampling
@@ -352,11 +354,11 @@ class Server:
 
         return save
 
-    # ----- KV persistence (hisho.engine.kvstate; docs/kv-format.md) ----------------------------------------
+    # ----- KV persistence (hisho.engine.kv.kvstate; docs/kv-format.md) ----------------------------------------
 
     def kvstate(self) -> Any:
-        from hisho.engine.chunkwriter import ChunkWriter
-        from hisho.engine.kvstate import KVState
+        from hisho.engine.kv.chunkwriter import ChunkWriter
+        from hisho.engine.kv.kvstate import KVState
 
         rt = self.need_runtime()
         if self._kv is None or self._kv.rt is not rt:
@@ -383,7 +385,7 @@ class Server:
         self.result(req_id, self.kvstate().restore(req.seq, list(req.chunks), req.keep, want, use_map=req.map))
 
     def op_prefill(self, req_id: int, req: Prefill) -> None:
-        from hisho.engine.kvstate import prefill
+        from hisho.engine.kv.kvstate import prefill
 
         rt = self.need_runtime()
         self.result(req_id, prefill(rt, req.seq, rt.prompt_tokens(req.spec()),
@@ -399,7 +401,7 @@ class Server:
         if not self.test_hooks:
             self.error(req_id, ErrorKind.BAD_REQUEST, "abort is a test hook; set HISHO_ENGINE_TEST_HOOKS=1")
             return
-        from hisho.engine.native import ggml_abort
+        from hisho.engine.lib.native import ggml_abort
 
         ggml_abort("hisho test hook: simulated GGML_ASSERT failure")
 

@@ -150,7 +150,7 @@ class Generate(Prompt):
 
 @dataclass(frozen=True)
 class Serve(Prompt):
-    """An API request (``hisho serve``): joins the engine's serving batch (engine/serving.py) as a parallel
+    """An API request (``hisho serve``): joins the engine's serving batch (engine/decode/serving.py) as a parallel
     sequence. Events: "queued" (its position while every sequence is busy), "token"s, one "done". ``chunks`` /
     ``keep``: a KV restore (as in ``StateLoad``) of the prompt's longest saved prefix, done when it gets a
     sequence (the disk prompt cache); ``save_dir`` / ``save_tokens``: save the prompt's first ``save_tokens``

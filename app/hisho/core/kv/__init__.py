@@ -2,7 +2,7 @@
 KV costs and which of it goes first (``usage``), what the app calls (``session``) and its hooks into the chat
 service (``chat_hooks``).
 
-The engine side (``hisho.engine.kvstate``) moves state bytes; ``hisho.core.kv.session`` is what the app calls.
+The engine side (``hisho.engine.kv.kvstate``) moves state bytes; ``hisho.core.kv.session`` is what the app calls.
 Decisions and the file layout: docs/kv-format.md.
 """
 

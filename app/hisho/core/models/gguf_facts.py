@@ -42,7 +42,7 @@ KNOWN_ARCHITECTURES = frozenset({
     "bloom", "baichuan", "deci", "glm4", "minicpm", "orion", "codeshell", "ernie4_5", "seed_oss", "apertus",
 })
 
-# The chat markers of the ChatML fallback (engine/chat.py): a model whose vocabulary has them as special tokens
+# The chat markers of the ChatML fallback (engine/model/chat.py): a model whose vocabulary has them as special tokens
 # can be talked to in ChatML; one without them would see them as plain text.
 CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
 _SPECIAL_TYPES = (2, 3, 4)  # llama_token_type UNKNOWN, CONTROL, USER_DEFINED: parsed as one special token

@@ -24,7 +24,7 @@ CELL_META = 12  # bytes of metadata per saved attention cell (its position, sequ
 # 3.3-3.5 KiB per chunk on the Gemma-3 tiny shape; tests/engine/test_saved_state_size.py bounds it by 4 KiB).
 STATE_HEADERS = 4096
 
-# What the engine keeps beside the context, mirrored from engine/prefix.py and engine/kvstate.py (a test checks
+# What the engine keeps beside the context, mirrored from engine/kv/prefix.py and engine/kv/kvstate.py (a test checks
 # that they agree): partial-state checkpoints per sequence, the chunk size of a save, the save arena's steps
 # and the largest arena kept for the next save.
 CHECKPOINTS_PER_SEQ = 8
@@ -139,7 +139,7 @@ class Kept:
     @property
     def warm_arena(self) -> int:
         """The arena still held after its write: the writer keeps arenas up to ``WARM_ARENA_MAX`` each for the
-        next save and lets larger ones go once written (engine/chunkwriter.py ``ChunkWriter``)."""
+        next save and lets larger ones go once written (engine/kv/chunkwriter.py ``ChunkWriter``)."""
         return self.arena if self.arena <= WARM_ARENA_MAX * max(1, self.arenas) else 0
 
     @property
@@ -180,7 +180,7 @@ class Kept:
 
 def checkpoint_sequences(cfg: Config) -> int:
     """Sequences that take checkpoints: every one but the scratch sequence a unified cache of two or more keeps for
-    chunk copies (engine/kvstate.py)."""
+    chunk copies (engine/kv/kvstate.py)."""
     if cfg.n_seq_max >= 2 and cfg.kv_unified:
         return cfg.n_seq_max - 1
     return max(1, cfg.n_seq_max)
@@ -190,10 +190,10 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     """What the engine's reuse and persistence hold beside the context for ``cfg`` (docs/planner.md "Kept
     state").
 
-    Checkpoints (engine/prefix.py), sliding-window and recurrent models only: one holds the window part and the
+    Checkpoints (engine/kv/prefix.py), sliding-window and recurrent models only: one holds the window part and the
     recurrent state of one sequence (``StateSize.checkpoint``: at most the whole window) and its token list; a
     sequence keeps at most ``CHECKPOINTS_PER_SEQ`` and at most ``CHECKPOINT_BYTES_PER_SEQ`` of them (never fewer
-    than one), and a new one is taken before the oldest is dropped. With KV saved (engine/kvstate.py): a save of a
+    than one), and a new one is taken before the oldest is dropped. With KV saved (engine/kv/kvstate.py): a save of a
     whole sequence copies every chunk into one arena rounded up to 4 MiB, resident during the write and kept after
     it up to 512 MiB (larger ones are let go); a restore maps one chunk file at a time and unmaps it once loaded
     (the kernel's read-ahead of the next file is page cache, not the process's), then takes a checkpoint; the

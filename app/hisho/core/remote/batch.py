@@ -5,7 +5,7 @@ llama-server ``--parallel``), and the server decodes them together (llama-server
 batching). The requests are not pinned to the chat's slot and never saved as slots (``history=None``): a
 summary must not evict or overwrite the chat that resumes there.
 
-Events are the local engine's (``hisho.engine.batched``): one per finished item, in finishing order, ``{"item",
+Events are the local engine's (``hisho.engine.decode.batched``): one per finished item, in finishing order, ``{"item",
 "text", "prompt_tokens", "completion_tokens", "stop_reason", "ttft_s"}``; the result's ``extra`` carries
 ``wall_s``, ``prefill_tokens``, ``pure_decode_s`` and ``decode_tokens_per_s`` (the summary's speed probe).
 

@@ -1,7 +1,7 @@
 """Settings → Performance: how many CPU threads the engine uses (the ``n_threads`` setting).
 
 "Automatic" (0, the default) lets the engine choose per step, by measurement: all physical cores on a quiet
-machine, fewer while other programs keep the cores busy (hisho.engine.threads, docs/threads.md). A number fixes
+machine, fewer while other programs keep the cores busy (hisho.engine.lib.threads, docs/threads.md). A number fixes
 it. One line says what automatic chose for the last reply and why; it refreshes while the page is shown.
 
 Rules of use: GUI thread only. It reads ``EngineClient.threads`` (a dict the engine reports with each reply,

@@ -12,7 +12,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import LoadParams
-from hisho.engine.llama_setup import Batch, context_params, maps_file, model_params, physical_cores
+from hisho.engine.lib.llama_setup import Batch, context_params, maps_file, model_params, physical_cores
 
 
 class RawModel:

@@ -1,4 +1,4 @@
-"""llama.cpp as its own memory oracle. Run as ``python -m hisho.engine.probe COMMAND`` with a JSON request on
+"""llama.cpp as its own memory oracle. Run as ``python -m hisho.engine.measure.probe COMMAND`` with a JSON request on
 stdin; one JSON answer goes to stdout. Always a separate process: a probe that hits a GGML_ASSERT aborts only
 itself.
 
@@ -34,7 +34,7 @@ import llama_cpp
 
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.units import MIB
-from hisho.engine import backends
+from hisho.engine.lib import backends
 
 _BUFFER = re.compile(r"(\S+)\s+(model|output|KV|RS|compute) buffer size =\s+([\d.]+) MiB")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
@@ -129,7 +129,7 @@ def library_version() -> str:
 def dry_run(request: dict[str, Any]) -> dict[str, Any]:
     """``request``: model_path, n_gpu_layers, contexts: [{n_ctx, n_batch, n_ubatch, type_k, type_v, flash_attn,
     n_seq_max, swa_full}], touched (bool: also probe n_outputs_max=1)."""
-    from hisho.engine.llama_setup import context_params, cpu_features
+    from hisho.engine.lib.llama_setup import context_params, cpu_features
 
     logs = LogCapture()
     backends.init()
@@ -216,7 +216,7 @@ def devices() -> dict[str, Any]:
             "type": _DEV_TYPES.get(int(lib.ggml_backend_dev_type(dev)), "unknown"),
             "free": int(free.value), "total": int(total.value),
         })
-    from hisho.engine.llama_setup import cpu_features
+    from hisho.engine.lib.llama_setup import cpu_features
 
     return {"ok": True, "library": library_version(), "cpu_features": sorted(cpu_features()),
             "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "devices": out}
@@ -282,7 +282,7 @@ class Measured(NamedTuple):
 def load_measured(request: dict[str, Any]) -> Measured:
     """Load ``request["params"]`` as a measuring probe does: llama.cpp's log captured, the process's peak reset,
     memory read before and after the load, the load's buffer lines parsed."""
-    from hisho.engine.runtime import Runtime
+    from hisho.engine.model.runtime import Runtime
 
     logs = LogCapture()
     backends.init()
@@ -407,7 +407,7 @@ COMMANDS = {"dry-run": dry_run, "devices": lambda _req: devices(), "measure": me
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in COMMANDS:
-        sys.stderr.write(f"usage: python -m hisho.engine.probe {{{'|'.join(COMMANDS)}}} < request.json\n")
+        sys.stderr.write(f"usage: python -m hisho.engine.measure.probe {{{'|'.join(COMMANDS)}}} < request.json\n")
         return 2
     raw = sys.stdin.read().strip()
     request = json.loads(raw) if raw else {}

@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-log = logging.getLogger("hisho.engine.hugepages")
+log = logging.getLogger("hisho.engine.lib.hugepages")
 
 HUGE = 2 << 20
 PAGE = 4096

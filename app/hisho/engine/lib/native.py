@@ -21,4 +21,4 @@ def ggml_abort(message: str) -> None:
     """Call ggml_abort, exactly what a failed GGML_ASSERT calls: prints a backtrace and abort()s."""
     lib = _ggml_base()
     lib.ggml_abort.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
-    lib.ggml_abort(b"hisho/engine/native.py", 0, message.replace("%", "%%").encode("utf-8"))
+    lib.ggml_abort(b"hisho/engine/lib/native.py", 0, message.replace("%", "%%").encode("utf-8"))

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from hisho.engine import hugepages
+from hisho.engine.lib import hugepages
 
 log = logging.getLogger("hisho.engine")
 

@@ -258,7 +258,7 @@ class Governor:
                                 f"at {self.current} threads, {_ms(ref)} expected at {lower})"))
         else:
             # Nothing measured at this shape: a longer context or another size may cost this much on a quiet
-            # machine. One step at the lower count on a like step tells (hisho.engine.threads docstring).
+            # machine. One step at the lower count on a like step tells (hisho.engine.lib.threads docstring).
             self._check = _Check(target, slow, shape,
                                  f"a {self.kind} step cost {_ms(slow)} per token at {self.current} threads")
         return True

@@ -23,9 +23,9 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
 from hisho.core.units import padded_cells
-from hisho.engine import backends, hugepages
-from hisho.engine.chat import BASE_MODEL_NOTICE, ChatTemplate
-from hisho.engine.llama_setup import (
+from hisho.engine.kv.prefix import PrefixKeeper
+from hisho.engine.lib import backends, hugepages
+from hisho.engine.lib.llama_setup import (
     Batch,
     context_params,
     control_tokens,
@@ -36,8 +36,8 @@ from hisho.engine.llama_setup import (
     read_metadata,
     step_kind,
 )
-from hisho.engine.prefix import PrefixKeeper
-from hisho.engine.reasoning import reasoning_format
+from hisho.engine.model.chat import BASE_MODEL_NOTICE, ChatTemplate
+from hisho.engine.model.reasoning import reasoning_format
 
 log = logging.getLogger("hisho.engine")
 
@@ -322,7 +322,7 @@ class Runtime:
 
     def seq_rm(self, seq: int, start: int = 0) -> int:
         """Keep sequence ``seq``'s first ``start`` tokens (none with start 0) where the memory can continue from
-        there exactly, else the longest exact prefix below it (hisho.engine.prefix: the one reuse rule).
+        there exactly, else the longest exact prefix below it (hisho.engine.kv.prefix: the one reuse rule).
         Returns how many tokens it holds now. Dense models: a plain cut, as always."""
         return self.keeper.keep(seq, start)
 
@@ -374,7 +374,7 @@ class Runtime:
         return True
 
     def run_step(self, batch: Batch) -> int:
-        """``llama_decode`` on ``batch`` with the thread count its kind of step gets now (hisho.engine.threads);
+        """``llama_decode`` on ``batch`` with the thread count its kind of step gets now (hisho.engine.lib.threads);
         the step's time goes back to that governor. Returns llama_decode's code.
 
         llama.cpp uses ``n_threads`` for one-token batches and ``n_threads_batch`` for the rest; both are set
@@ -405,7 +405,7 @@ class Runtime:
     def calibrate_threads(self) -> None:
         """Time one decode step at the most threads and at one (after a warm-up step: first graph, page faults)
         on a scratch token, so that an engine started on a busy machine does not begin with collapsed steps
-        (hisho.engine.threads). About 30 ms on an idle 2-core laptop with the default model."""
+        (hisho.engine.lib.threads). About 30 ms on an idle 2-core laptop with the default model."""
         gov = self.governors["decode"]
         if gov.fixed or gov.max < 2 or self.seqs:
             return

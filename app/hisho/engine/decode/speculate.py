@@ -30,8 +30,8 @@ import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import Sampling
-from hisho.engine.llama_setup import Sampler, logits_at
-from hisho.engine.runtime import Runtime
+from hisho.engine.lib.llama_setup import Sampler, logits_at
+from hisho.engine.model.runtime import Runtime
 
 log = logging.getLogger("hisho.engine")
 
@@ -138,7 +138,7 @@ class NgramIndex:
 
 
 class Speculator:
-    """The reply loop's source of sampled tokens and its decode step (``hisho.engine.reply.generate``)."""
+    """The reply loop's source of sampled tokens and its decode step (``hisho.engine.decode.reply.generate``)."""
 
     def __init__(self, rt: Runtime, seq: int, sampler: Sampler, history: list[int], sampling: Sampling) -> None:
         self.rt, self.seq, self.sampler, self.sampling = rt, seq, sampler, sampling

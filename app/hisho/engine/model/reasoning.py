@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from hisho.core.formats import reasoning
 
 if TYPE_CHECKING:
-    from hisho.engine.chat import ChatTemplate
-    from hisho.engine.runtime import Runtime
+    from hisho.engine.model.chat import ChatTemplate
+    from hisho.engine.model.runtime import Runtime
 
 log = logging.getLogger("hisho.engine")
 

@@ -1,6 +1,6 @@
 """One reply on one sequence: prefill what the sequence does not hold yet, then sample token by token (the
-window's chats, ``hisho generate``). Engine thread only. Parallel replies are ``hisho.engine.batched`` and
-``hisho.engine.serving``."""
+window's chats, ``hisho generate``). Engine thread only. Parallel replies are ``hisho.engine.decode.batched`` and
+``hisho.engine.decode.serving``."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
-from hisho.engine import speculate
-from hisho.engine.llama_setup import GenStats, Sampler, hit_stop
-from hisho.engine.reasoning import opened_at
-from hisho.engine.runtime import RequestError, Runtime
+from hisho.engine.decode import speculate
+from hisho.engine.lib.llama_setup import GenStats, Sampler, hit_stop
+from hisho.engine.model.reasoning import opened_at
+from hisho.engine.model.runtime import RequestError, Runtime
 
 
 def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cancelled: Callable[[], bool],
@@ -61,7 +61,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         on_progress = progress(cut)
     if not rt.keeper.dense:
         # A checkpoint one token short of the prompt: a regenerate (or an edit of the next message) restores
-        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.prefix), and decodes
+        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.kv.prefix), and decodes
         # the last token alone, as here. (A dense regenerate reads the prompt's last slice again instead:
         # PrefixKeeper._slice_start.)
         if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled,

@@ -1,6 +1,6 @@
 """The serving batch: API requests decoded as parallel sequences of the chat context (``hisho serve``).
 
-Runs on the engine thread only. It is the continuous batching of ``hisho.engine.batched`` (same slots, same
+Runs on the engine thread only. It is the continuous batching of ``hisho.engine.decode.batched`` (same slots, same
 step: decode tokens first, then prompt tokens up to ``n_batch``) kept alive while requests arrive: a ``serve``
 request joins at the next step, a cancelled or finished one leaves without stopping the others, and requests
 beyond the free sequences wait in arrival order (their position is reported as a ``queued`` event).
@@ -12,7 +12,7 @@ sequence that shares the longest prefix with it (``cached_tokens``). ``Runtime.s
 window's own ``generate`` on sequence 0 afterwards reuses what is there, as it does after its own turns.
 
 In a unified KV cache the last sequence is left alone (KV saves use it as their scratch sequence,
-``hisho.engine.kvstate``). ``hisho serve`` loads the model with one KV stream per sequence (``kv_unified`` off):
+``hisho.engine.kv.kvstate``). ``hisho serve`` loads the model with one KV stream per sequence (``kv_unified`` off):
 there, greedy replies of parallel requests are exactly those of each request alone (measured: 8 of 8 equal;
 in a unified cache 5 of 8, because every token's attention then spans all sequences' cells), and the cost of
 attention does not grow with the other sequences' lengths.
@@ -33,10 +33,10 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
-from hisho.engine.batched import BatchStats, Item, _Slot, _step
-from hisho.engine.grammar import check_grammar
-from hisho.engine.llama_setup import Sampler, hit_stop, token_event
-from hisho.engine.runtime import RequestError, Runtime
+from hisho.engine.decode.batched import BatchStats, Item, _Slot, _step
+from hisho.engine.decode.grammar import check_grammar
+from hisho.engine.lib.llama_setup import Sampler, hit_stop, token_event
+from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
 

@@ -2,7 +2,7 @@
 
 Rules of use:
 - ``KVState`` belongs to one ``Runtime`` and runs on the engine thread only. ``ChunkWriter``
-  (``hisho.engine.chunkwriter``) is the one other thread: it gets bytes already copied out of llama.cpp, so
+  (``hisho.engine.kv.chunkwriter``) is the one other thread: it gets bytes already copied out of llama.cpp, so
   writing to disk never touches the context.
 - Bytes go through buffers allocated once and reused (``Arena``): first-touch page faults on a fresh buffer
   cost more than reading the file (DESIGN.md "KV persistence"). ``prepare(n)`` touches them ahead of time.
@@ -29,10 +29,10 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, common_prefix
 from hisho.core.kv import format as kvf
-from hisho.engine.chunkwriter import Arena, ChunkWriter, Job
-from hisho.engine.kvfacts import state_facts
-from hisho.engine.prefix import PrefixKeeper
-from hisho.engine.runtime import RequestError, Runtime
+from hisho.engine.kv.chunkwriter import Arena, ChunkWriter, Job
+from hisho.engine.kv.kvfacts import state_facts
+from hisho.engine.kv.prefix import PrefixKeeper
+from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.kv")
 

@@ -12,8 +12,8 @@ import llama_cpp
 
 from hisho.core.kv import format as kvf
 from hisho.core.models import identity as model_identity
-from hisho.engine.llama_setup import prompt_offload
-from hisho.engine.runtime import Runtime
+from hisho.engine.lib.llama_setup import prompt_offload
+from hisho.engine.model.runtime import Runtime
 
 
 def gguf_identity(path: str) -> dict[str, Any]:

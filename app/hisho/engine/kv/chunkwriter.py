@@ -1,4 +1,4 @@
-"""The KV chunk files' writer thread and the byte buffers saves and restores go through (hisho.engine.kvstate).
+"""The KV chunk files' writer thread and the byte buffers saves and restores go through (hisho.engine.kv.kvstate).
 
 Rules of use:
 - ``ChunkWriter`` is the one thread besides the engine's that handles KV bytes: it gets them already copied

@@ -27,8 +27,8 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
-from hisho.engine.llama_setup import Sampler, hit_stop
-from hisho.engine.runtime import RequestError, Runtime
+from hisho.engine.lib.llama_setup import Sampler, hit_stop
+from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
 
@@ -174,7 +174,7 @@ def _step(rt: Runtime, slots: list[_Slot], stats: BatchStats) -> None:
         budget -= take
     n_prompt = batch.n - n_decode
     t0 = time.perf_counter()
-    rc = rt.run_step(batch)  # the thread governor picks the threads (hisho.engine.threads)
+    rc = rt.run_step(batch)  # the thread governor picks the threads (hisho.engine.lib.threads)
     if rc == 1:
         raise RequestError(ErrorKind.CONTEXT_FULL, "no KV cache slot left for the batch: prompts + replies of the "
                                            "parallel sequences exceed n_ctx")

@@ -1,5 +1,5 @@
 """How a model and its context are set up for llama.cpp: context parameters, sampler chains, thread governors,
-the mmap policy and the model's metadata. Split out of ``hisho.engine.runtime`` (the one owner of the context)
+the mmap policy and the model's metadata. Split out of ``hisho.engine.model.runtime`` (the one owner of the context)
 so that module stays about driving it. Engine thread only, like everything that touches llama.cpp objects.
 """
 
@@ -16,8 +16,8 @@ import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import LoadParams, Sampling
-from hisho.engine import backends
-from hisho.engine.threads import Governor
+from hisho.engine.lib import backends
+from hisho.engine.lib.threads import Governor
 
 _SPECIAL_ATTRS = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
 
@@ -171,11 +171,11 @@ class Sampler:
     every logit into a candidate array (~60 us a token on a 49K vocabulary, measured), which a serving step of
     4 sequences pays 4 times. The first maximum wins, as in llama.cpp's greedy sampler, so the token is the same.
     Anything else runs llama.cpp's chain (``chain``): top-k, penalties, top-p, min-p, temperature, dist.
-    A grammar (``Sampling.grammar``) is kept beside the chain: ``hisho.engine.grammar.Gate``."""
+    A grammar (``Sampling.grammar``) is kept beside the chain: ``hisho.engine.decode.grammar.Gate``."""
 
 
     def __init__(self, rt: Any, s: Sampling) -> None:
-        from hisho.engine.grammar import Gate
+        from hisho.engine.decode.grammar import Gate
 
         self.n_vocab = int(rt.n_vocab)
         self.greedy = s.temperature <= 0 and s.repeat_penalty == 1.0 and not s.ignore_eos
@@ -261,7 +261,7 @@ class GenStats:
     stop_reason: str = ""
     text: str = ""
     tokens: list[int] = field(default_factory=list)
-    speculation: dict[str, Any] | None = None   # hisho.engine.speculate: its batches and accepted drafts
+    speculation: dict[str, Any] | None = None   # hisho.engine.decode.speculate: its batches and accepted drafts
     raw_text: str = ""                          # the reply with its special tokens shown (Runtime.raw_text)
 
     def as_dict(self) -> dict[str, Any]:

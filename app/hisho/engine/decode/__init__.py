@@ -1,0 +1,1 @@
+"""Decoding: one reply, continuous batches, the serving batch, draft-free speculation, grammars."""

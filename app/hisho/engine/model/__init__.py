@@ -1,0 +1,1 @@
+"""The loaded model: its context (Runtime), its chat template, its reasoning format."""
