@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +29,19 @@ class Served:
     proc: subprocess.Popen[str]
 
 
+def _ends_with_pytest() -> None:
+    """In the child before it runs: SIGTERM when the thread that started it (pytest's main thread) ends, so a
+    killed or timed-out test run leaves no ``hisho serve`` (and through it no engine) behind."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)   # PR_SET_PDEATHSIG
+
+
 def start_serve(home: Path, *args: str) -> Served:
     env = {**os.environ, "HISHO_HOME": str(home)}
+    on_main = threading.current_thread() is threading.main_thread()    # PDEATHSIG follows the starting thread
     proc = subprocess.Popen([sys.executable, "-c", "from hisho.cli.main import main; raise SystemExit(main())", "serve", "--port", "0", "--n-ctx", str(N_CTX),
                              "--parallel", str(PARALLEL), *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_ends_with_pytest if on_main else None)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("hisho serve: "):
