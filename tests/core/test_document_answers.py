@@ -156,3 +156,18 @@ def test_a_summary_read_whole_shows_the_pages_it_rests_on_and_its_verdict(tmp_pa
     assert shown and f"p. {FACT_PAGE}" in [s.label.split(", ")[1] for s in shown]
     firsts = [s.first for s in shown]
     assert firsts == sorted(firsts)  # in page order
+
+
+def test_an_answer_given_no_passage_is_judged_only_when_it_speaks_of_the_document(tmp_path: Path) -> None:
+    doc = extract(report_pdf(tmp_path))
+    db = Database(tmp_path / "h.sqlite3")
+    store = ConversationStore(db)
+    docs = Docs(db)
+    cid, _ = open_conversation(store, docs.cache().db, [doc], "A town report.", words, N_CTX, passages_of(doc))
+    hello = ask(store, db, cid, "Hello there!", "Hello! How can I help you today?")
+    made_up = ask(store, db, cid, "Quelle heure est-il?", "The fish market opens at dawn on Mondays near pier 9.")
+    kept = given_for(db, cid)
+    assert kept[question_key("Hello there!")] == [] and kept[question_key("Quelle heure est-il?")] == []
+    found = read_extras(docs, cid, store.branch(cid))
+    assert found.notes.get(hello, "") == "" and found.sources[hello] == []
+    assert "rests on none" in found.notes[made_up]

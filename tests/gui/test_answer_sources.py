@@ -7,16 +7,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
 from hisho.core import settings as settings_mod
 from hisho.core.conversations.store import ChatSettings
 from hisho.core.documents.ask import given_for, open_conversation, question_key
 from hisho.core.documents.extract import extract
+from hisho.core.documents.quality import TOO_SMALL
 from hisho.gui.chat.doc_sources import SourcesRow
 from tests.core.test_document_answers import FACT, FACT_PAGE, N_CTX, QUESTION, passages_of, report_pdf, words
 from tests.gui.conftest import make_window, message_ids, wait_for, wait_reply
 from tests.gui.test_chat_window import type_and_enter
+
+VERDICT = f"This summary is mostly repetition (61% repeats itself): the model tiny {TOO_SMALL}. A model that " \
+          "fits this machine: Qwen3 1.7B, on the Models page."
+SUMMARY = ("A report on the town's works.\n\nBy part:\n- [pp. 1–15] Harbour and ferries.\n"
+           f"- [pp. 16–30] The lighthouse and schools.\n\n⚠ {VERDICT}")
 
 
 def test_the_page_17_answer_opens_its_passage_highlighted(qtbot: QtBot, tmp_path: Path,
@@ -28,8 +35,7 @@ def test_the_page_17_answer_opens_its_passage_highlighted(qtbot: QtBot, tmp_path
     w = make_window(qtbot)
     try:
         db = w.ctx.documents.cache().db
-        cid, att = open_conversation(w.ctx.store, db, [doc], "A report on the town's works.", words, N_CTX,
-                                     passages_of(doc))
+        cid, att = open_conversation(w.ctx.store, db, [doc], SUMMARY, words, N_CTX, passages_of(doc))
         assert att.approach == "chunks"
         w.ctx.store.update(cid, settings=ChatSettings(temperature=0.0, max_tokens=8, repeat_penalty=1.0))
         w.controller.refresh(cid)
@@ -65,10 +71,15 @@ def test_the_page_17_answer_opens_its_passage_highlighted(qtbot: QtBot, tmp_path
         assert "p. 17" in viewer.where.text()
         viewer.close()
 
-        # The summary turn lists the pages it came from.
+        # The summary turn lists the pages it came from, and its verdict stays over it as a banner.
         summary_id = w.ctx.store.branch(cid)[1].id
         wait_for(qtbot, lambda: "sources" in w.view.widgets[summary_id].extras, 60_000)
-        pages = w.view.widgets[summary_id].extras["sources"]
-        assert isinstance(pages, SourcesRow) and pages.buttons[0].text().startswith("[1] report.pdf, p")
+        extras = w.view.widgets[summary_id].extras
+        pages = extras["sources"]
+        assert isinstance(pages, SourcesRow) and [b.text() for b in pages.buttons] == [
+            "[1] report.pdf, pp. 1–15", "[2] report.pdf, pp. 16–30"]
+        banner = extras.get("banner")
+        assert isinstance(banner, QLabel) and banner.objectName() == "SummaryBanner"
+        assert banner.text() == VERDICT and banner.isVisible()
     finally:
         w.close()

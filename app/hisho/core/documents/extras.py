@@ -126,7 +126,10 @@ def read_extras(documents: Any, cid: int, messages: Sequence[Any]) -> Found:
             elif question and question_key(question) in given:
                 parts = given[question_key(question)]
                 found.sources[m.id] = [index.shown(n, ref, text) for n, (ref, text) in enumerate(parts, 1)]
-                found.notes[m.id] = check(m.content, [t for _, t in parts]).note()
+                # Given nothing, an answer is judged only when it speaks of the document (shares a content
+                # word with it): "Hello! How can I help?" in a chat with a document is not about it.
+                if parts or ranker.rank(m.content):
+                    found.notes[m.id] = check(m.content, [t for _, t in parts]).note()
             else:
                 best = sources_for(passages, question, m.content, ranker=ranker)
                 found.sources[m.id] = [index.shown(n, p.label, p.text) for n, p in enumerate(best, 1)]
