@@ -5,7 +5,8 @@ hisho_dev.answer_shots OUT_DIR``), each at 1280×720 and at 700 px wide, light a
   it was given, in that order) and an answer made up beside its passages, with "the document may not say this";
 - ``25-passage-open-*``: source 1 opened: the document's text scrolled to page 17, the passage highlighted;
 - ``26-summary-pages-*``: the summary with the pages each part came from and the "too small for summaries"
-  banner naming a model that fits.
+  banner naming a model that fits;
+- ``27-summary-read-whole-*``: a summary of a document read whole: the pages of the passages it rests on.
 
 Seeded: no reply is generated. The passages are chosen by the real prompt hook (a word count stands in for the
 tokenizer) and kept as a send keeps them; the report is built as sections, as the PDF reader returns them.
@@ -39,12 +40,18 @@ SUMMARY = ("The town report reviews the year's public works: harbour dues and th
            "is too small for summaries. A model that fits this machine: Qwen3 1.7B (Q4_K_M, 1.1 GB), on the "
            "Models page.")
 
+WHOLE_SUMMARY = ("The town report reviews the year's works. Key points:\n\n"
+                 "- The lighthouse keeper Marta Olsen painted the tower blue in 1987.\n"
+                 "- The lighthouse is closed to visitors in winter.\n"
+                 "- The fish market and the school roof are to be reviewed in spring.")
+
 
 def _words(text: str) -> int:
     return len(text.split())
 
 
-def report() -> Any:
+def report(lines_per_page: int = 10) -> Any:
+    """The 30-page report as the PDF reader returns it; fewer filler lines make one short enough to read whole."""
     from hisho.core.documents.model import Document, Section
 
     sections = []
@@ -53,7 +60,7 @@ def report() -> Any:
         lines = [f"Page {n} of the town report covers the {topic}."] + ([FACT] if n == 17 else [])
         lines += ["The lighthouse is closed to visitors in winter."] if n == 5 else []
         lines += [f"Line {k}: the council noted progress on the {topic} and agreed to review it in spring."
-                  for k in range(1, 11)]
+                  for k in range(1, lines_per_page + 1)]
         sections.append(Section("\n".join(lines), f"p. {n}", n))
     return Document(Path("report.pdf"), "pdf", "shots-report", sections, pages=30)
 
@@ -111,6 +118,32 @@ def answer_shots(app: Any, window: Any, out: Path) -> None:
     row = window.view.widgets[answer_id].extras["sources"]
     assert isinstance(row, SourcesRow)
     _viewer_shots(app, row, out)
+    _whole_shots(app, window, out)
+
+
+def _whole_shots(app: Any, window: Any, out: Path) -> None:
+    from hisho.core.documents.ask import open_conversation
+
+    c = window.controller
+    cid, att = open_conversation(c.store, window.ctx.documents.cache().db, [report(1)], WHOLE_SUMMARY,
+                                 window.ctx.engine.count_tokens, window.ctx.documents.n_ctx())
+    assert att.approach == "whole"
+    c.refresh(cid)
+    c.select(cid)
+    summary_id = c.store.branch(cid)[1].id
+
+    def ready() -> bool:
+        widget = window.view.widgets.get(summary_id)
+        return widget is not None and "sources" in widget.extras
+
+    wait_until(app, lambda: c.current is not None and c.current.id == cid and ready(), timeout=60)
+
+    def redraw() -> None:
+        window.attach.sources.refresh()
+        wait_until(app, lambda: False, timeout=0.3)
+        wait_until(app, ready, timeout=10)
+
+    _variants(app, window, out, "27-summary-read-whole", settle=redraw)
 
 
 def _viewer_shots(app: Any, row: Any, out: Path) -> None:
@@ -148,7 +181,7 @@ def main(argv: list[str]) -> int:
     wait_until(app, lambda: window.controller.model_ready, timeout=600)
     answer_shots(app, window, out)
     window.close()
-    sys.stdout.write(f"wrote {len(list(out.glob('2[4-6]*.png')))} screenshots to {out}\n")
+    sys.stdout.write(f"wrote {len(list(out.glob('2[4-7]*.png')))} screenshots to {out}\n")
     return 0
 
 
