@@ -192,6 +192,9 @@ def main(argv: list[str]) -> int:
     from hisho_dev.docs_shots import docs_shots
 
     docs_shots(app, window, out)
+    from hisho_dev.answer_shots import answer_shots
+
+    answer_shots(app, window, out)
     from hisho_dev.reasoning_shots import reasoning_shots
 
     reasoning_shots(app, window, out)

@@ -34,7 +34,9 @@ def doc(n_pages: int) -> Document:
 
 def test_short_document_goes_whole_into_the_system_prompt() -> None:
     att = attach([doc(3)], "A summary.", words, 4096)
-    assert att.approach == "whole" and att.parts == []
+    assert att.approach == "whole"
+    # The pages the model is given whole are its parts too: answers' sources and the summary's pages.
+    assert [ref for ref, _ in att.parts] == ["town.pdf, p. 1", "town.pdf, p. 2", "town.pdf, p. 3"]
     assert att.system_prompt.startswith(ASK_WHOLE) and "# town.pdf" in att.system_prompt
     assert "KV is computed once" in att.note
 
@@ -46,10 +48,15 @@ def test_long_document_answers_from_relevant_parts() -> None:
     assert "most relevant parts" in att.note
     picked = relevant_parts(att.parts, "When does the ferry leave the harbour?", words, 300)
     assert picked and all("harbour ferry" in att.parts[i][1] for i in picked)
-    assert picked == sorted(picked) and len(picked) <= 300 // 150 + 1
+    assert len(picked) <= 300 // 150 + 1
+    # A common word alone ("the") never makes a part relevant.
+    assert relevant_parts(att.parts, "What is the one?", words, 300) == []
     assert relevant_parts(att.parts, "xylophone quantum", words, 300) == []
     # Question text is never FTS5 query syntax: quotes, operators and stars are just words (or nothing).
     assert relevant_parts(att.parts, 'ferry" OR harbour* NOT (NEAR', words, 300) == picked
+    # Best first (the order the model gets them and the answer's sources are numbered in): an exact page wins.
+    att.parts[33] = ("p. 33", "The harbour ferry leaves the harbour at seven; the ferry returns at noon.")
+    assert relevant_parts(att.parts, "When does the ferry leave the harbour?", words, 300)[0] == 33
 
 
 def test_summary_opens_as_conversation_and_hook_adds_parts(tmp_path: Path) -> None:

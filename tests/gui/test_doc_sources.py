@@ -42,9 +42,9 @@ def test_answer_lists_its_sources_and_the_bubble_its_attachment(qtbot: QtBot, wi
     assert [c.text() for c in chips.findChildren(QLabel) if c.text()] == ["harbour.txt"]
     row = extras(w, "assistant")["sources"]
     assert isinstance(row, SourcesRow) and row.buttons
-    assert row.buttons[0].text().startswith("harbour.txt · ")
+    assert row.buttons[0].text().startswith("[1] harbour.txt · ")
     row.buttons[0].click()
-    assert row.dialog is not None and "Tern Island" in row.dialog.text.toPlainText()
+    assert row.dialog is not None and "Tern Island" in row.dialog.highlighted()
     row.dialog.close()
 
     # Another chat has no document: nothing on its messages; back again, the extras are read again.

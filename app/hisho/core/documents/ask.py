@@ -13,10 +13,10 @@ Attachments live in SQLite (component "documents", table doc_attachments), keyed
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import re
-import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 from hisho.core.documents.model import Document
 from hisho.core.documents.reading import ASK_WHOLE as ASK_WHOLE
 from hisho.core.documents.reading import PrefixReading, summary_request, whole_system
+from hisho.core.documents.sources import Passage, Ranker
 
 log = logging.getLogger("hisho.documents")
 
@@ -35,6 +36,7 @@ PASSAGE_TOKENS = 256   # a retrieval passage: a page, or a part of a long one (a
 PASSAGE_SHARE = 8      # a question about a long document gets at most n_ctx / 8 tokens of its passages
 
 Count = Callable[[str], int]
+Parts = list[tuple[str, str]]   # (reference, text), a question's passages or a document's
 
 
 @dataclass
@@ -59,38 +61,29 @@ def attach(docs: Sequence[Document], summary: str, count: Count, n_ctx: int,
 
 
 def whole_attachment(docs: Sequence[Document]) -> Attachment:
-    """The ``whole`` approach (the summary was written on this very prefix: ``hisho.core.documents.reading``)."""
+    """The ``whole`` approach (the summary was written on this very prefix: ``hisho.core.documents.reading``).
+    Its parts are the documents' sections (pages), named as a long document's are ("report.pdf, p. 3"): the
+    model is given them all, and the answers' sources and the summary's pages are chosen among them."""
+    parts = [(f"{d.name}, {s.ref}" if s.ref else d.name, s.text) for d in docs for s in d.sections if s.text.strip()]
     return Attachment("whole", whole_system(docs), "Whole document in context, read once: its KV is computed once "
-                                                  "and reused, so a question costs only its own tokens.")
+                                                  "and reused, so a question costs only its own tokens.", parts)
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def _terms(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text) if len(w) > 2]
-
-
-def rank_parts(parts: list[tuple[str, str]], question: str) -> list[int]:
-    """Indices of the parts that share a word with ``question``, best first, by SQLite FTS5's ``bm25()``
-    (an in-memory index of the parts; the question's words are OR-ed, each quoted, so no FTS syntax leaks)."""
-    terms = sorted(set(_terms(question)))
-    if not terms or not parts:
+def rank_parts(parts: Parts, question: str) -> list[int]:
+    """Indices of the parts that share a content word with ``question`` (common words left out: a page that
+    shares only "the" is not relevant), best first, by SQLite FTS5's ``bm25()`` (``sources.Ranker``)."""
+    if not parts:
         return []
-    query = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-    con = sqlite3.connect(":memory:")
-    try:
-        con.execute("CREATE VIRTUAL TABLE parts USING fts5(body)")
-        con.executemany("INSERT INTO parts(rowid, body) VALUES (?, ?)", ((i, t) for i, (_, t) in enumerate(parts)))
-        rows = con.execute("SELECT rowid FROM parts WHERE parts MATCH ? ORDER BY bm25(parts), rowid", [query])
-        return [int(r[0]) for r in rows]
-    finally:
-        con.close()
+    with Ranker([Passage("", ref, text) for ref, text in parts]) as ranker:
+        return ranker.rank(question)
 
 
-def relevant_parts(parts: list[tuple[str, str]], question: str, count: Count, budget: int) -> list[int]:
+def relevant_parts(parts: Parts, question: str, count: Count, budget: int) -> list[int]:
     """Indices of the parts to show with ``question``: best FTS5 BM25 score first until ``budget`` tokens are
-    used, returned in document order. Parts that share no word with the question are never picked."""
+    used, in that order. Parts that share no content word with the question are never picked.
+
+    Best first, not in document order: the answer's sources are these passages numbered as given, so source
+    1 is the best match, and a small model reads the likeliest passage first."""
     picked, used = [], 0
     for i in rank_parts(parts, question):
         cost = count(parts[i][1]) + 8
@@ -98,15 +91,21 @@ def relevant_parts(parts: list[tuple[str, str]], question: str, count: Count, bu
             continue
         picked.append(i)
         used += cost
-    return sorted(picked)
+    return picked
 
 
-def question_with_parts(att: Attachment, question: str, count: Count, budget: int) -> str:
-    chosen = relevant_parts(att.parts, question, count, budget)
-    if not chosen:
+def given_parts(att: Attachment, question: str, count: Count, budget: int) -> Parts:
+    """The passages ``question`` is given, in the order given."""
+    return [att.parts[i] for i in relevant_parts(att.parts, question, count, budget)]
+
+
+def with_parts(question: str, given: Parts) -> str:
+    """The outgoing question with its passages (the stored message stays ``question``)."""
+    if not given:
         return question
-    shown = "\n\n".join(f"[{att.parts[i][0]}]\n{att.parts[i][1]}" for i in chosen)
+    shown = "\n\n".join(f"[{ref}]\n{text}" for ref, text in given)
     return f"Relevant parts of the document:\n\n{shown}\n\nQuestion: {question}"
+
 
 
 # ----- storage and the chat hook ---------------------------------------------------------------------------
@@ -127,6 +126,26 @@ def load_attachment(db: Any, conversation_id: int) -> Attachment | None:
     return Attachment(str(row[0]), "", str(row[1]), [(str(a), str(b)) for a, b in json.loads(row[2])])
 
 
+def question_key(question: str) -> str:
+    """What a question's passages are kept under: its text as stored (the answer's parent message)."""
+    return hashlib.sha256(question.strip().encode("utf-8")).hexdigest()
+
+
+def record_given(db: Any, conversation_id: int, question: str, given: Parts) -> None:
+    """Keep which passages ``question`` was given (none is kept too: the answer then rests on nothing). The
+    same question asked again in the chat keeps the passages of its last asking."""
+    with db.transaction():
+        db.upsert("doc_given", {"conversation_id": conversation_id, "question": question_key(question),
+                                "parts": json.dumps(given), "created": time.time()},
+                  pk=("conversation_id", "question"))
+
+
+def given_for(db: Any, conversation_id: int) -> dict[str, Parts]:
+    """question_key -> the passages it was given, for every question of the chat that was given some."""
+    rows = db.query("SELECT question, parts FROM doc_given WHERE conversation_id=?", [conversation_id])
+    return {str(r["question"]): [(str(a), str(b)) for a, b in json.loads(r["parts"])] for r in rows}
+
+
 class DocumentContext:
     """A ``ChatService.before_prompt`` hook: for a conversation with a long document attached, replace the
     last user message of the outgoing prompt (not the stored one) by the question with its relevant parts."""
@@ -137,16 +156,21 @@ class DocumentContext:
         self.n_ctx = n_ctx
 
     def __call__(self, turn: Any, messages: list[dict[str, str]]) -> None:
+        self.shape(turn, messages)
+
+    def shape(self, turn: Any, messages: list[dict[str, str]]) -> Parts | None:
+        """As the hook; returns the passages given (None when the chat has no long document)."""
         att = load_attachment(self.db, int(turn.conversation_id))
         if att is None or att.approach != "chunks" or not messages or messages[-1].get("role") != "user":
-            return
+            return None
         used = sum(self.count(m["content"]) for m in messages)
         # Passages are the document read again: a few best ones, not half the context (docs/summarization.md).
         # They must fit beside the prompt with a quarter of the context left for the answer.
         n_ctx = self.n_ctx()
         budget = max(0, min(n_ctx - n_ctx // 4 - used, n_ctx // PASSAGE_SHARE))
-        messages[-1] = {"role": "user", "content": question_with_parts(att, messages[-1]["content"], self.count,
-                                                                          budget)}
+        given = given_parts(att, messages[-1]["content"], self.count, budget)
+        messages[-1] = {"role": "user", "content": with_parts(messages[-1]["content"], given)}
+        return given
 
 
 def open_conversation(store: Any, db: Any, docs: Sequence[Document], summary: str, count: Count, n_ctx: int,

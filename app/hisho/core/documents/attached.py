@@ -10,8 +10,8 @@ password prompt for an encrypted PDF), its tokens are counted, and it is kept wi
   and after the first question only new words are prefilled. ``Documents.attach_to_chat`` prefills and saves it
   at once.
 - ``parts``: too long. Before each question the most relevant parts (SQLite FTS5's BM25, ``ask.relevant_parts``)
-  are added to the outgoing question with their page/section references (``before_prompt``); the stored
-  message is unchanged.
+  are added to the outgoing question, best first, with their page/section references (``before_prompt``); the
+  stored message is unchanged, and which parts were given is kept (``ask.record_given``, by ``Documents``).
 The chat's own system prompt is never edited: removing a document (the × on its chip) takes it out of the next
 prompt. Rows go with the conversation (ON DELETE CASCADE when a deleted chat is purged).
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hisho.core.documents.ask import Attachment, question_with_parts
+from hisho.core.documents.ask import Attachment, Parts, given_parts, with_parts
 from hisho.core.documents.extract import extract
 from hisho.core.documents.model import Document, DocumentError, PasswordNeeded
 from hisho.core.documents.schema import COMPONENT, STEPS
@@ -153,17 +153,21 @@ class ChatDocuments:
     def before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
         """``ChatService.before_prompt`` hook: with documents too long to show whole, the outgoing question
         (not the stored one) gets their most relevant parts."""
+        self.shape(turn, messages)
+
+    def shape(self, turn: Any, messages: list[dict[str, str]]) -> Parts | None:
+        """As the hook; returns the passages given (None when the chat's documents are not read in parts)."""
         if not messages or messages[-1].get("role") != "user":
-            return
+            return None
         if self.approach(int(turn.conversation_id)) != "parts":
-            return
+            return None
         docs = self.attached(int(turn.conversation_id))
         parts = [(f"{d.name}, {ref}" if len(docs) > 1 else ref, text) for d in docs for ref, text in d.parts]
         used = sum(self.count(m["content"]) for m in messages)
         budget = max(0, self.n_ctx() // 2 - used)
-        att = Attachment("chunks", "", "", parts)
-        messages[-1] = {"role": "user", "content": question_with_parts(att, messages[-1]["content"], self.count,
-                                                                          budget)}
+        given = given_parts(Attachment("chunks", "", "", parts), messages[-1]["content"], self.count, budget)
+        messages[-1] = {"role": "user", "content": with_parts(messages[-1]["content"], given)}
+        return given
 
 
 # ----- carried by a conversation export (hisho.core.conversations.exchange, format version 2) -----------------------

@@ -24,6 +24,7 @@ N = 8
 MIN_WORDS = 24
 COPIED_LIMIT = 0.5
 REPEATED_LIMIT = 0.35
+TOO_SMALL = "is too small for summaries"   # the verdict's words; ``banner_of`` finds the verdict by them
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -82,10 +83,19 @@ def warning(quality: SummaryQuality, model_name: str, suggestion: str | None) ->
         return ""
     what = (f"mostly text copied from the document ({quality.copied:.0%})" if quality.verdict == "copied"
             else f"mostly repetition ({quality.repeated:.0%} repeats itself)")
-    line = f"This summary is {what}: the model {model_name} is too small for summaries."
+    line = f"This summary is {what}: the model {model_name} {TOO_SMALL}."
     if suggestion:
         return f"{line} A model that fits this machine: {suggestion}, on the Models page."
     return f"{line} A larger model is needed; this machine has little memory to spare for one."
+
+
+def banner_of(summary: str) -> str:
+    """The verdict a summary carries (``SummaryJob`` keeps ``warning``'s text on it, after a "⚠ "), for the
+    window to show as a banner over it; "" when it carries none."""
+    for paragraph in summary.split("\n\n"):
+        if paragraph.startswith("⚠ ") and TOO_SMALL in paragraph:
+            return paragraph[2:].strip()
+    return ""
 
 
 def advice(qualities: list[dict[str, Any]], model_name: str, budget: Budget) -> tuple[str, dict[str, Any] | None]:

@@ -44,4 +44,13 @@ def _v3_chat_documents(db: sqlite_utils.Database) -> None:
     db.table("chat_documents").create_index(["conversation_id"], index_name="chat_documents_conversation")
 
 
-STEPS = [_v1_summaries, _v2_attachments, _v3_chat_documents]
+def _v4_given(db: sqlite_utils.Database) -> None:
+    """The passages each question about a long document was given: its answer's sources
+    (hisho.core.documents.ask.record_given)."""
+    db.execute("""CREATE TABLE doc_given (
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        question TEXT NOT NULL, parts TEXT NOT NULL, created REAL NOT NULL,
+        PRIMARY KEY (conversation_id, question))""")
+
+
+STEPS = [_v1_summaries, _v2_attachments, _v3_chat_documents, _v4_given]

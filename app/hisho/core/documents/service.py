@@ -23,6 +23,7 @@ from hisho.core.documents.ask import (
     DocumentContext,
     attach,
     precompute_kv,
+    record_given,
     save_conversation,
     whole_attachment,
 )
@@ -160,8 +161,12 @@ class Documents:
         except DatabaseUnavailable as exc:
             log.info("no document attachments: %s", exc)
             return
-        DocumentContext(db, self.engine.count_tokens, self.n_ctx)(turn, messages)
-        self.chat_documents().before_prompt(turn, messages)
+        question = messages[-1]["content"] if messages and messages[-1].get("role") == "user" else ""
+        summary = DocumentContext(db, self.engine.count_tokens, self.n_ctx).shape(turn, messages)
+        attached = self.chat_documents().shape(turn, messages)
+        if summary is not None or attached is not None:  # the answer's sources: the passages it was given
+            given = (summary or []) + (attached or [])
+            self.write(functools.partial(record_given, db, int(turn.conversation_id), question, given))
 
 
 

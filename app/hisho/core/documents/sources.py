@@ -5,6 +5,9 @@
   then those whose words the answer shares most (SQLite FTS5's BM25 over the parts, as ``ask.rank_parts``), then
   those the question points to. An answer that shares nothing with any passage gets no sources: a passage is
   never shown as a source without a word in common.
+- ``pages_of(ref)``, ``by_part(summary)``, ``summary_sources(...)``: which pages a summary rests on (a long
+  document's summary lists its parts with their page ranges; one read whole gets its best-matching passages).
+- ``lay_out(passages)``: a document's text as the viewer shows it, with where each passage lies in it.
 - ``attachments_by_message(docs, messages)``: a document belongs to the first user message sent after it was
   attached (the one that asked about it), so the sent bubble shows what went with it.
 Pure data in and out: no Qt, no model, no database.
@@ -107,6 +110,56 @@ def sources_for(passages: Sequence[Passage], question: str, answer: str, limit: 
         if i not in order:
             order.append(i)
     return [passages[i] for i in order[:limit]]
+
+
+SUMMARY_PAGES = 5
+_PAGES = re.compile(r"\bpp?\.\s*([\d][\d\s,–-]*)")
+_PART = re.compile(r"^- \[([^\[\]]+)\]", re.MULTILINE)
+
+
+def pages_of(ref: str) -> list[int]:
+    """The page numbers a reference names: "report.pdf, pp. 3–5, 9" -> [3, 4, 5, 9]; [] without pages."""
+    out: list[int] = []
+    for m in _PAGES.finditer(ref):
+        for a, b in re.findall(r"(\d+)(?:\s*[–-]\s*(\d+))?", m.group(1)):
+            out.extend(range(int(a), int(b or a) + 1))
+    return out
+
+
+def by_part(summary: str) -> list[str]:
+    """The references of a long document's summary's parts, in order (its "By part:" list, written by
+    ``SummaryJob`` from the map chunks' page ranges); [] for a summary read whole."""
+    _, mark, tail = summary.rpartition("\nBy part:\n")
+    return _PART.findall(tail) if mark else []
+
+
+def summary_sources(passages: Sequence[Passage], summary: str, limit: int = SUMMARY_PAGES) -> list[list[int]]:
+    """What the summary shows as its pages, each a run of passage indices: a long document's parts (the
+    passages within each part's page range), else the passages the summary shares most with, in page order."""
+    parts = by_part(summary)
+    if parts:
+        runs = []
+        for ref in parts:
+            pages = set(pages_of(ref))
+            run = [i for i, p in enumerate(passages) if pages & set(pages_of(p.ref))]
+            runs.append(run)
+        return [r for r in runs if r]
+    best = sources_for(passages, "", summary, limit)
+    return [[i] for i in sorted(passages.index(p) for p in best)]
+
+
+def lay_out(passages: Sequence[Passage]) -> tuple[str, list[tuple[int, int]]]:
+    """The text of a document's passages as one text (each under a line with its reference), and the
+    (start, end) character span of each passage's own text in it."""
+    chunks: list[str] = []
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for p in passages:
+        head = f"— {p.ref or p.document} —\n"
+        chunks.append(head + p.text + "\n\n")
+        spans.append((at + len(head), at + len(head) + len(p.text)))
+        at += len(chunks[-1])
+    return "".join(chunks).rstrip("\n"), spans
 
 
 @dataclass(frozen=True)

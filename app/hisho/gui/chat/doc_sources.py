@@ -1,11 +1,13 @@
-"""Documents on the messages themselves: the sent bubble names the documents attached with it, and an answer in a
-chat with documents lists the passages it rests on ("Sources: report.docx · § Costs"), each a button that opens
-the passage's text.
+"""Documents on the messages themselves: the sent bubble names the documents attached with it; an answer in a
+chat with documents lists its numbered sources ("Sources: [1] report.pdf, p. 17 · [2] …"), each a button that
+opens the document's text scrolled to the passage, highlighted (``doc_viewer``), with a note when the document
+may not say what the answer says; a summary lists the pages it came from and, when the model is too small for
+summaries, says so in a banner over it that stays.
 
-Which passages and which documents: ``hisho.core.documents.sources``. The chat's documents and a summary chat's
-parts are read on the ``store`` lane together with the ranking (FTS5 over the parts), and the result is put on
-the widgets on screen; a widget put on screen later (a reply that just finished, older messages scrolled in)
-gets its extras from what was read last, or asks for a new read.
+What is shown: ``hisho.core.documents.extras`` (an answer to a long document shows the passages the model was
+given, in that order). It is read on the ``store`` lane and put on the widgets on screen; a widget put on
+screen later (a reply that just finished, older messages scrolled in) gets its extras from what was read
+last, or asks for a new read.
 
 Rules of use: ``DocSources(window)`` once, after the window's chat view exists (``AttachController`` makes it).
 GUI thread only.
@@ -14,24 +16,15 @@ GUI thread only.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Qt, QTimer, SignalInstance
-from PySide6.QtWidgets import (
-    QDialog,
-    QDialogButtonBox,
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QTextBrowser,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-from hisho.core.documents.sources import Attached, Passage, Ranker, Sent, attachments_by_message, sources_for
+from hisho.core.documents.extras import Found, Group, Shown, read_extras
 from hisho.gui.chat.composer import themed_paperclip
+from hisho.gui.chat.doc_viewer import DocumentViewer
+from hisho.gui.chat.flow import FlowLayout
 from hisho.gui.chat.message_widget import MessageWidget
 from hisho.gui.shell.protocols import HasContext
 
@@ -39,36 +32,6 @@ if TYPE_CHECKING:
     from hisho.gui.chat.chat_view import ChatView
 
 log = logging.getLogger("hisho.gui")
-
-
-
-@dataclass
-class Found:
-    conversation_id: int = 0
-    names: dict[int, list[str]] = field(default_factory=dict)        # user message -> documents it carried
-    sources: dict[int, list[Passage]] = field(default_factory=dict)  # answer -> its passages
-    judged: set[int] = field(default_factory=set)                    # the messages this read looked at
-    has_documents: bool = False
-
-
-class PassageDialog(QDialog):
-    """One passage of an attached document, whole, with where it comes from."""
-
-    def __init__(self, passage: Passage, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle(passage.label)
-        self.resize(620, 420)
-        lay = QVBoxLayout(self)
-        title = QLabel(passage.label)
-        title.setObjectName("DialogTitle")
-        title.setWordWrap(True)
-        self.text = QTextBrowser()
-        self.text.setPlainText(passage.text)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.reject)
-        lay.addWidget(title)
-        lay.addWidget(self.text, 1)
-        lay.addWidget(buttons)
 
 
 def attachment_row(names: list[str]) -> QWidget:
@@ -96,33 +59,55 @@ def attachment_row(names: list[str]) -> QWidget:
 
 
 class SourcesRow(QWidget):
-    """"Sources:" and one button per passage; a click opens the passage."""
+    """"Sources:" (an answer) or "Pages:" (a summary) and one numbered button per source; a click opens the
+    document viewer on it."""
 
-    def __init__(self, passages: list[Passage], parent: QWidget | None = None) -> None:
+    def __init__(self, shown: list[Shown], groups: list[Group], *, summary: bool = False,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("SourcesRow")
-        self.passages = passages
-        lay = QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(4)
-        head = QLabel("Sources:")
+        self.shown = shown
+        self.groups = groups
+        self.summary = summary
+        lay = FlowLayout(self)   # many sources wrap onto more lines instead of widening the window
+        head = QLabel("Pages:" if summary else "Sources:")
         head.setObjectName("Meta")
+        head.setToolTip("The parts of the document this summary came from" if summary else
+                        "The passages of the document this answer was given, in that order")
         lay.addWidget(head)
         self.buttons: list[QPushButton] = []
-        for p in passages:
-            b = QPushButton(p.label)
+        for s in shown:
+            b = QPushButton(f"[{s.number}] {s.label}")
             b.setObjectName("Chip")
             b.setCursor(Qt.CursorShape.PointingHandCursor)
-            b.setToolTip(f"{p.excerpt}\n\nClick to read the passage")
-            b.clicked.connect(lambda _=False, q=p: self.open(q))
+            b.setToolTip(f"{s.excerpt}\n\nClick to read it in the document")
+            b.clicked.connect(lambda _=False, q=s: self.open(q))
             self.buttons.append(b)
             lay.addWidget(b)
-        lay.addStretch(1)
-        self.dialog: PassageDialog | None = None
+        self.dialog: DocumentViewer | None = None
 
-    def open(self, passage: Passage) -> None:
-        self.dialog = PassageDialog(passage, self.window())
+    def open(self, s: Shown) -> None:
+        group = self.groups[s.group]
+        self.dialog = DocumentViewer(group.title, group.passages, self.window())
         self.dialog.show()
+        kind = "Part" if self.summary else "Source"
+        self.dialog.show_passages(s.first, s.last, f"{kind} {s.number}: {s.label}")
+
+
+def note_label(text: str) -> QLabel:
+    """"The document may not say this": under an answer whose key terms are not in its passages."""
+    label = QLabel(f"⚠ {text}")
+    label.setObjectName("GroundingNote")
+    label.setWordWrap(True)
+    return label
+
+
+def banner(text: str) -> QLabel:
+    """The "too small for summaries" verdict over the summary, naming a model that would do better."""
+    label = QLabel(text)
+    label.setObjectName("SummaryBanner")
+    label.setWordWrap(True)
+    return label
 
 
 class SourcesWindow(HasContext, Protocol):
@@ -191,34 +176,13 @@ class DocSources(QObject):
         m = widget.message
         if m is None:
             return
-        names, sources = self.found.names, self.found.sources
+        f = self.found
         if m.role == "user":
-            widget.set_extra("attachments", attachment_row(names[m.id]) if m.id in names else None)
+            widget.set_extra("attachments", attachment_row(f.names[m.id]) if m.id in f.names else None)
         elif m.role == "assistant":
-            widget.set_extra("sources", SourcesRow(sources[m.id]) if sources.get(m.id) else None)
-
-
-def read_extras(documents: Any, cid: int, messages: list[Any]) -> Found:
-    """Store lane: the chat's documents, which message carried each, and each answer's sources."""
-    from hisho.core.documents.ask import load_attachment
-
-    chat_docs = documents.chat_documents().attached(cid)
-    passages = [Passage(d.name, ref, text) for d in chat_docs for ref, text in d.parts]
-    summary = load_attachment(documents.cache().db, cid)
-    if summary is not None:
-        passages += [Passage("", ref, text) for ref, text in summary.parts]
-    names = attachments_by_message([Attached(d.name, d.added) for d in chat_docs],
-                                   [Sent(m.id, m.role, m.created_at) for m in messages])
-    sources: dict[int, list[Passage]] = {}
-    if passages:
-        by_id = {m.id: m for m in messages}
-        with Ranker(passages) as ranker:  # one index for the whole history
-            for m in messages:
-                if m.role != "assistant" or not m.content.strip():
-                    continue
-                parent = by_id.get(m.parent_id) if m.parent_id is not None else None
-                question = parent.content if parent is not None and parent.role == "user" else ""
-                found = sources_for(passages, question, m.content, ranker=ranker)
-                if found:
-                    sources[m.id] = found
-    return Found(cid, names, sources, {m.id for m in messages}, bool(passages))
+            shown = f.sources.get(m.id)
+            widget.set_extra("sources", SourcesRow(shown, f.groups, summary=m.id in f.summaries) if shown else None)
+            note = f.notes.get(m.id)
+            widget.set_extra("note", note_label(note) if note else None)   # set last: nearest the answer
+            verdict = f.banners.get(m.id)
+            widget.set_extra("banner", banner(verdict) if verdict else None)

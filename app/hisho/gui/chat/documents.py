@@ -296,8 +296,9 @@ class DocumentsController(QObject):
             return
         self.opened.emit(cid)
         skipped = f" Skipped: {'; '.join(result.skipped)}" if result.skipped else ""
-        # A copied or looping summary is the model's limit, not the document's: say so where the user looks.
-        warn = f" {result.quality_warning}" if result.quality_warning else ""
+        # A copied or looping summary is the model's limit, not the document's: the verdict is a banner over the
+        # summary that stays (gui/chat/doc_sources.py); the notice only points to it.
+        warn = " This model is too small for summaries: see the note over it." if result.quality_warning else ""
         warn += f" {result.context_note}" if result.context_note else ""
         self.notice.emit(f"Summary ready ({_duration(result.seconds)}).{warn} {note}{skipped}",
                          30_000 if skipped or warn else TOAST_MS)

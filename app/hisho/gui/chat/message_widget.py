@@ -221,7 +221,8 @@ class MessageWidget(QWidget):
 
     def set_extra(self, kind: str, widget: QWidget | None) -> None:
         """Show ``widget`` as the message's ``kind`` extra, replacing the one before (None removes it):
-        "attachments" at the top of the bubble, "sources" between the reply and its actions."""
+        "attachments" at the top of the bubble, "banner" above the reply, any other kind ("sources", "note")
+        between the reply and its actions, the last one set nearest the reply."""
         old = self.extras.pop(kind, None)
         if old is not None:
             _drop(old)
@@ -230,6 +231,8 @@ class MessageWidget(QWidget):
         self.extras[kind] = widget
         if kind == "attachments":
             self.body.insertWidget(0, widget)
+        elif kind == "banner":
+            self.column.insertWidget(self.column.indexOf(self.card), widget)
         else:
             self.column.insertWidget(self.column.indexOf(self.card) + 1, widget)
 

@@ -164,6 +164,8 @@ QPushButton#Chip:hover {{ border-color: {t.accent}; }}
 #DemoCard {{ background: {t.surface}; border: 1px solid {t.border}; border-radius: 12px; }}
 #Composer {{ background: transparent; border: none; }}
 #Banner {{ background: {t.warn}; color: #ffffff; padding: 6px 12px; }}
+#SummaryBanner {{ background: {t.warn}; color: {'#1c1d21' if t.dark else '#ffffff'}; border-radius: 8px; padding: 8px 12px; font-weight: 600; }}
+#GroundingNote {{ color: {t.warn}; font-size: 8.5pt; font-weight: 600; }}
 #EmptyTitle {{ font-size: 22pt; font-weight: 600; }}
 #EmptySubtitle {{ color: {t.muted}; font-size: 11pt; }}
 #FindBar {{ background: {t.sidebar}; border-bottom: 1px solid {t.border}; }}
