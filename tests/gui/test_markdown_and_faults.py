@@ -138,3 +138,26 @@ def test_auto_scroll_follows_until_the_user_scrolls_up(qtbot: QtBot) -> None:
     qtbot.waitUntil(lambda: "Last words" in (view.stream_widget.text if view.stream_widget else ""), timeout=5000)
     qtbot.waitUntil(lambda: bar.value() == bar.maximum(), timeout=5000)
     view.detach_stream()
+
+
+def test_a_user_bubble_shows_all_its_lines_at_every_width(qtbot: QtBot) -> None:
+    """A long question wraps at the bubble's width: narrowing the window adds lines (the bubble is not cut after
+    the lines it had when wide) and widening it again takes them away."""
+    from hisho.core.conversations.store import Message
+    from hisho.gui.chat.chat_view import ChatView
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    w = MessageWidget(Message(1, 1, None, "user", "Summarize report.pdf: a short overview paragraph, then bullet "
+                              "points with the key facts, names, numbers and conclusions, each with its page."))
+    view.rows.insertWidget(0, w)
+    label = w.body.itemAt(0).widget()
+    view.show()
+    heights = []
+    for width in (1200, 460, 1200):
+        before = label.width()
+        view.resize(width, 600)
+        qtbot.waitUntil(lambda b=before: label.width() != b, timeout=5_000)    # the bubble took its new width
+        qtbot.waitUntil(lambda: label.height() == label.heightForWidth(label.width()), timeout=5_000)
+        heights.append(label.height())
+    assert heights[1] > heights[0] == heights[2]

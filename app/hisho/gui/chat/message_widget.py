@@ -46,6 +46,13 @@ class _Label(QLabel):
             h = self._hfw[width] = super().heightForWidth(width)
         return h
 
+    def fitted_height(self, width: int) -> int:
+        """The text's own height at ``width``. QLabel never answers ``heightForWidth`` below the label's minimum
+        height, so a label given a fixed height could grow with a narrower window but never shrink back."""
+        self.setMinimumHeight(0)
+        self._hfw.clear()
+        return super().heightForWidth(width)
+
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt naming
         if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange, QEvent.Type.PaletteChange):
             self._hfw.clear()
@@ -341,8 +348,12 @@ class MessageWidget(QWidget):
         lines = self.text.splitlines() or [""]
         natural = max(fm.horizontalAdvance(line) for line in lines[:200]) + 8
         limit = max(200, int(self.width() * 0.78) - 28)
-        lab.setFixedWidth(min(natural, limit))
-        lab.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Preferred)
+        width = min(natural, limit)
+        lab.setFixedWidth(width)
+        # The height too: the bubble is right-aligned in its column, and an aligned item is laid out from its
+        # size hint, not its height for width, so a narrower window cut the text after the lines it had before.
+        lab.setFixedHeight(lab.fitted_height(width) if isinstance(lab, _Label) else lab.heightForWidth(width))
+        lab.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
         super().resizeEvent(event)
