@@ -14,7 +14,6 @@ tokenizer) and kept as a send keeps them; the report is built as sections, as th
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +21,7 @@ from typing import Any
 
 from hisho_dev.docs_shots import SIZES, _variants
 from hisho_dev.qt_wait import wait_until
+from hisho_dev.shots_common import run_alone
 
 TOPICS = ["harbour dues", "ferry timetable", "fish market", "school roof", "bus shelter", "library books"]
 FACT = "The lighthouse keeper Marta Olsen painted the tower blue in 1987 after the winter storm."
@@ -165,24 +165,7 @@ def _viewer_shots(app: Any, row: Any, out: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """These screenshots alone, in a throw-away HISHO_HOME."""
-    import sys
-    import tempfile
-
-    out = Path(argv[0] if argv else "screenshots").resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
-    from hisho.gui.shell.app import application, open_window
-
-    app = application()
-    window = open_window(None)
-    window.resize(1280, 720)
-    window.show()
-    wait_until(app, lambda: window.controller.model_ready, timeout=600)
-    answer_shots(app, window, out)
-    window.close()
-    sys.stdout.write(f"wrote {len(list(out.glob('2[4-7]*.png')))} screenshots to {out}\n")
-    return 0
+    return run_alone(argv, answer_shots, "2[4-7]*.png")
 
 
 if __name__ == "__main__":

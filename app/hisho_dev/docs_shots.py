@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho_dev.qt_wait import wait_until
+from hisho_dev.shots_common import run_alone
 
 SIZES = ((1280, 720, "1280x720"), (700, 720, "700px"))
 TINY = "TheBlock/TinyStories-GGUF"
@@ -158,24 +159,7 @@ def _sources_shots(app: Any, window: Any, out: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """These screenshots alone (``python -m hisho_dev.docs_shots OUT_DIR``), in a throw-away HISHO_HOME."""
-    import sys
-    import tempfile
-
-    out = Path(argv[0] if argv else "screenshots").resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
-    from hisho.gui.shell.app import application, open_window
-
-    app = application()
-    window = open_window(None)
-    window.resize(1280, 720)
-    window.show()
-    wait_until(app, lambda: window.controller.model_ready, timeout=600)
-    docs_shots(app, window, out)
-    window.close()
-    sys.stdout.write(f"wrote {len(list(out.glob('2[0-3]*.png')))} screenshots to {out}\n")
-    return 0
+    return run_alone(argv, docs_shots, "2[0-3]*.png")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,11 @@ scripts import one another in one direction only."""
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 SAMPLE_USER = "How do I read a large CSV file in Python without running out of memory?"
@@ -47,3 +52,26 @@ def place(window: Any, width: int, height: int) -> None:
     dy = window.frameGeometry().height() - window.geometry().height()
     window.resize(min(width, free.width()) - dx, min(height, free.height()) - dy)
     window.move(free.topLeft())
+
+
+def run_alone(argv: list[str], shots: Callable[[Any, Any, Path], None], pattern: str) -> int:
+    """One shot module by itself (``python -m hisho_dev.NAME OUT_DIR``): a throw-away HISHO_HOME, the window at
+    1280×720 with the bundled model loaded, ``shots(app, window, out)``, then a line saying how many PNGs
+    matching ``pattern`` the folder holds."""
+    from hisho_dev.qt_wait import wait_until
+
+    out = Path(argv[0] if argv else "screenshots").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
+    from hisho.gui.shell.app import application, open_window
+
+    app = application()
+    window = open_window(None)
+    window.resize(1280, 720)
+    window.show()
+    wait_until(app, lambda: window.controller.model_ready, timeout=600)
+    shots(app, window, out)
+    window.close()
+    sys.stdout.write(f"wrote {len(list(out.glob(pattern)))} screenshots to {out}\n")
+    return 0

@@ -81,5 +81,9 @@ def test_the_page_17_answer_opens_its_passage_highlighted(qtbot: QtBot, tmp_path
         banner = extras.get("banner")
         assert isinstance(banner, QLabel) and banner.objectName() == "SummaryBanner"
         assert banner.text() == VERDICT and banner.isVisible()
+        shown = w.view.widgets[summary_id]   # said once, in the banner; Copy still takes the stored text whole
+        assert VERDICT not in "".join(s.text() for s in shown._segments if isinstance(s, QLabel))
+        assert "pp. 16–30" in "".join(s.text() for s in shown._segments if isinstance(s, QLabel))
+        assert shown.text.endswith(VERDICT)
     finally:
         w.close()

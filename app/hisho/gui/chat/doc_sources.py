@@ -186,3 +186,4 @@ class DocSources(QObject):
             widget.set_extra("note", note_label(note) if note else None)   # set last: nearest the answer
             verdict = f.banners.get(m.id)
             widget.set_extra("banner", banner(verdict) if verdict else None)
+            widget.say_elsewhere(f"⚠ {verdict}" if verdict else "")       # the banner says it: not twice

@@ -136,6 +136,7 @@ class MessageWidget(QWidget):
         self.streaming = streaming
         self.queued = queued                         # a message waiting to be sent (no id yet)
         self.text = message.content if message else ""
+        self.said_elsewhere = ""                     # a passage of the text the message shows another way
         self._segments: list[QWidget] = []
         self._kinds: list[str] = []
         self._head_cut = -1                          # streaming: where the finished blocks end
@@ -173,6 +174,13 @@ class MessageWidget(QWidget):
 
     # ----- content ---------------------------------------------------------------------------------------
 
+    def say_elsewhere(self, passage: str) -> None:
+        """Leave ``passage`` out of the rendered reply because something on the message already says it (a
+        summary's verdict, shown as a banner over it); the text itself, and so Copy, keeps it."""
+        if passage != self.said_elsewhere:
+            self.said_elsewhere = passage
+            self.set_text(self.text)
+
     def set_text(self, text: str) -> float:
         """Render ``text``; returns the seconds spent (the view uses it to pace streaming)."""
         start = time.perf_counter()
@@ -184,7 +192,8 @@ class MessageWidget(QWidget):
         elif self.streaming:
             segs = self._streaming_segments(text)
         else:
-            segs = markdown.render(text, theme.current()) if text else []
+            body = text.replace(self.said_elsewhere, "").rstrip() if self.said_elsewhere else text
+            segs = markdown.render(body, theme.current()) if body else []
         for i, seg in enumerate(segs):
             if i < len(self._segments) and self._kinds[i] == seg.kind:
                 self._update_segment(self._segments[i], seg)
@@ -352,7 +361,8 @@ class MessageWidget(QWidget):
         lab.setFixedWidth(width)
         # The height too: the bubble is right-aligned in its column, and an aligned item is laid out from its
         # size hint, not its height for width, so a narrower window cut the text after the lines it had before.
-        lab.setFixedHeight(lab.fitted_height(width) if isinstance(lab, _Label) else lab.heightForWidth(width))
+        height = lab.fitted_height(width) if isinstance(lab, _Label) else lab.heightForWidth(width)
+        lab.setFixedHeight(height if height >= 0 else lab.sizeHint().height())   # -1: no text to wrap
         lab.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
