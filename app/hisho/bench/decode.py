@@ -147,6 +147,8 @@ def _reading(raw: Any, client: EngineClient, prompt: list[int], repeat: int,
         out.update({"cpu_build_prompt_tokens_per_s": round(statistics.median(runs["cpu"]), 2),
                     "cpu_build_prompt_runs": [round(x, 2) for x in runs["cpu"]],
                     "prompt_vs_cpu_build": _paired(runs["engine"], runs["cpu"]),
+                    "prompt_vs_cpu_build_of_medians": round(statistics.median(runs["engine"])
+                                                            / statistics.median(runs["cpu"]), 4),
                     "cpu_build_supports_gpu_offload": (cpu.engine_info.get("supports_gpu_offload")
                                                        if cpu is not None else None)})
     return out
