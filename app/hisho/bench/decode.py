@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         params = dataclasses.replace(params, n_gpu_layers=max(0, int(args.gpu_layers)))
     sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=n_tokens, ignore_eos=True)
     with EngineClient() as client:
-        client.load(params)
+        # Raw gets the prompt offload the engine loaded with (with a partial offload, its probe's choice).
+        params = dataclasses.replace(params, op_offload=client.load(params).get("op_offload"))
         prompt = client.tokenize(messages=[{"role": "user", "content": PROMPT}])
         long_prompt = client.tokenize(messages=[{"role": "user", "content": LONG_PROMPT}])
         raw = RawModel(params)
