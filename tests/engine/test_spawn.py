@@ -68,3 +68,18 @@ def test_unknown_role_is_refused() -> None:
         spawn.command("shell")
     assert spawn.child_role(["--hisho-child", "shell"]) is None
     assert spawn.child_role(["--engine-process"]) == ("engine", [])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the stand-in interpreter is a shell script")
+def test_engine_runs_under_another_interpreter(tmp_path: Path) -> None:
+    """``hisho bench decode --cpu-python``: the engine child run by the interpreter named (there, the CPU build's
+    venv beside a Vulkan one); here a wrapper around this one that leaves a mark of having been run."""
+    mark = tmp_path / "ran"
+    other = tmp_path / "python-other"
+    other.write_text(f'#!/bin/sh\necho "$@" > {mark}\nexec {sys.executable} "$@"\n')
+    other.chmod(other.stat().st_mode | stat.S_IXUSR)
+    assert spawn.command("engine", python=str(other)) == [str(other), "-m", "hisho.engine"]
+    with EngineClient(python=str(other)) as client:
+        client.start()
+        assert client.engine_info["pid"]
+    assert mark.read_text().split() == ["-m", "hisho.engine"]

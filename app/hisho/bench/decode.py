@@ -5,6 +5,9 @@ the order turns each time (raw, engine, gui; engine, gui, raw; gui, raw, engine;
 hits all three alike. ``engine_vs_raw`` and ``gui_vs_raw`` are medians of the per-repetition ratios (``_paired``);
 the ratios of the medians are reported next to them.
 
+``--cpu-python PYTHON`` reads the long prompt on a third contestant: the same engine run by another interpreter,
+the CPU build's venv beside a GPU build (``prompt_vs_cpu_build``, docs/vulkan.md).
+
 ``--background N`` adds a second phase in the same run: N busy processes (hisho.bench.background) started, the
 same raw and engine runs again beside them (``loaded_*``; a raw run stops after ``LOADED_CAP_S``), then stopped.
 ``loaded_engine_vs_raw`` is the engine's decode over raw llama-cpp-python's with its defaults, both loaded;
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -24,6 +28,8 @@ from hisho.bench.background import busy_processes
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import Sampling, common_prefix
+
+log = logging.getLogger("hisho.bench")
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
 
@@ -41,12 +47,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         params = dataclasses.replace(params, n_gpu_layers=max(0, int(args.gpu_layers)))
     sampling = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=n_tokens, ignore_eos=True)
     with EngineClient() as client:
-        client.load(params)
+        # Raw gets the prompt offload the engine loaded with (with a partial offload, its probe's choice).
+        params = dataclasses.replace(params, op_offload=client.load(params).get("op_offload"))
         prompt = client.tokenize(messages=[{"role": "user", "content": PROMPT}])
         long_prompt = client.tokenize(messages=[{"role": "user", "content": LONG_PROMPT}])
         raw = RawModel(params)
+        cpu = _cpu_build_engine(args, params)
         try:
-            reading = _reading(raw, client, long_prompt, repeat)
+            reading = _reading(raw, client, long_prompt, repeat, cpu)
             quiet = _phase(raw, client, prompt, sampling, repeat, _gui_decoder())
             loaded = None
             if background:
@@ -54,6 +62,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     loaded = _phase(raw, client, prompt, sampling, repeat, None, cap_s=LOADED_CAP_S)
         finally:
             raw.close()
+            if cpu is not None:
+                cpu.close()
+        engine_offloads = client.engine_info.get("supports_gpu_offload")
     raw_tps, eng_tps = quiet.raw_tps, quiet.eng_tps
     raw_med, eng_med = statistics.median(raw_tps), statistics.median(eng_tps)
     out: dict[str, Any] = {
@@ -62,6 +73,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_tokens": len(prompt),
         "n_ctx": params.n_ctx,
         "n_gpu_layers": params.n_gpu_layers,
+        "supports_gpu_offload": engine_offloads,
         **reading,
         "n_threads": params.n_threads or f"automatic, up to {physical_cores()}",
         "raw_n_threads": params.n_threads or physical_cores(),
@@ -82,30 +94,65 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _cpu_build_engine(args: argparse.Namespace, params: Any) -> EngineClient | None:
+    """The engine run by ``--cpu-python`` (the CPU build's interpreter) with the same load, no layer
+    offloaded; None without it."""
+    python = getattr(args, "cpu_python", None)
+    if not python:
+        return None
+    cpu = EngineClient(python=str(python))
+    try:
+        info = cpu.load(dataclasses.replace(params, n_gpu_layers=0))
+    except BaseException:
+        cpu.close()
+        raise
+    log.info("CPU-build engine loaded (%s)", info.get("architecture", "?"))
+    return cpu
+
+
 # A prompt long enough that llama.cpp reads it in one batch of 32+ tokens: the path its op_offload concerns
 # (docs/vulkan.md), ~250 tokens.
 LONG_PROMPT = " ".join(f"Day {i}: the keeper logged the wind, the rain and {i * 3 + 1} passing ships." for i in range(18))
 
 
-def _reading(raw: Any, client: EngineClient, prompt: list[int], repeat: int) -> dict[str, Any]:
-    """Prompt reading speed (tokens per second to the first token, nothing cached) of the engine and of raw
-    llama-cpp-python with llama.cpp's defaults, interleaved: the engine's figure over builds (CPU, GPU with no
-    layer offloaded) is what op_offload decides (docs/vulkan.md)."""
+def _reading(raw: Any, client: EngineClient, prompt: list[int], repeat: int,
+             cpu: EngineClient | None = None) -> dict[str, Any]:
+    """Prompt reading speed (tokens per second to the first token, nothing cached) of the engine, of raw
+    llama-cpp-python and, given ``cpu`` (the engine on another build: ``--cpu-python``), of that engine, taken in
+    turns. Raw gets the prompt offload the engine sets (``RawModel``): with llama.cpp's default a GPU build with
+    no layer offloaded reads on the device (docs/vulkan.md), which on a software device took longer than the
+    whole bench. ``prompt_vs_cpu_build`` is the median of the per-turn ratios engine / CPU-build engine."""
     one = Sampling(temperature=0.0, repeat_penalty=1.0, max_tokens=1, ignore_eos=True)
-    eng, raw_tps = [], []
+    runs: dict[str, list[float]] = {"engine": [], "raw": [], "cpu": []}
+
+    def read(name: str) -> None:
+        if name == "raw":
+            runs["raw"].append(len(prompt) / raw.first_token(prompt))
+            return
+        who = client if name == "engine" else cpu
+        if who is None:
+            return
+        who.seq_rm(0)
+        result = who.generate(tokens=prompt, sampling=one).collect()
+        runs[name].append(len(prompt) / result.ttft_s)
+
+    order = ["engine", "raw", "cpu"]
     for i in range(repeat):
-        for step in ("engine", "raw") if i % 2 == 0 else ("raw", "engine"):
-            if step == "raw":
-                raw_tps.append(len(prompt) / raw.first_token(prompt))
-                continue
-            client.seq_rm(0)
-            stream = client.generate(tokens=prompt, sampling=one)
-            result = stream.collect()
-            eng.append(len(prompt) / result.ttft_s)
-    return {"long_prompt_tokens": len(prompt),
-            "engine_prompt_tokens_per_s": round(statistics.median(eng), 2),
-            "raw_prompt_tokens_per_s": round(statistics.median(raw_tps), 2),
-            "engine_prompt_runs": [round(x, 2) for x in eng]}
+        for step in order[i % 3:] + order[:i % 3]:  # the order turns, as in _phase
+            read(step)
+    out: dict[str, Any] = {"long_prompt_tokens": len(prompt),
+                           "engine_prompt_tokens_per_s": round(statistics.median(runs["engine"]), 2),
+                           "raw_prompt_tokens_per_s": round(statistics.median(runs["raw"]), 2),
+                           "engine_prompt_runs": [round(x, 2) for x in runs["engine"]]}
+    if runs["cpu"]:
+        out.update({"cpu_build_prompt_tokens_per_s": round(statistics.median(runs["cpu"]), 2),
+                    "cpu_build_prompt_runs": [round(x, 2) for x in runs["cpu"]],
+                    "prompt_vs_cpu_build": _paired(runs["engine"], runs["cpu"]),
+                    "prompt_vs_cpu_build_of_medians": round(statistics.median(runs["engine"])
+                                                            / statistics.median(runs["cpu"]), 4),
+                    "cpu_build_supports_gpu_offload": (cpu.engine_info.get("supports_gpu_offload")
+                                                       if cpu is not None else None)})
+    return out
 
 
 LOADED_CAP_S = 20.0  # raw decode beside busy programs can fall to ~1 tok/s: a run stops after this long

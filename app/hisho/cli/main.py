@@ -193,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "chat template file (.jinja)")
     p.add_argument("--gpu-layers", type=int, default=None, metavar="N",
                    help="decode: layers to offload (default: what the plan says)")
+    p.add_argument("--cpu-python", default=None, metavar="PYTHON",
+                   help="decode: also read the long prompt on an engine run by this interpreter (the CPU build's "
+                        "venv beside a GPU build), taken in turns: prompt_vs_cpu_build")
     p.add_argument("--matrix", action="store_true",
                    help="plan: every generated true-shape model x quant x 2 contexts x f16/q8_0 KV")
     p.add_argument("--only", help="plan --matrix: a subset, e.g. llama-3.2-1b:Q4_0,gemma-3-1b; --kept also "

@@ -42,10 +42,14 @@ def frozen() -> bool:
     return bool(getattr(sys, "frozen", False))
 
 
-def command(role: str, *args: str) -> list[str]:
-    """The argv that starts ``role`` with ``args``, in a checkout, a wheel install or a frozen bundle alike."""
+def command(role: str, *args: str, python: str | None = None) -> list[str]:
+    """The argv that starts ``role`` with ``args``, in a checkout, a wheel install or a frozen bundle alike.
+    ``python``: another interpreter runs the child (a benchmark's engine on another llama.cpp build, such as
+    the CPU build beside a Vulkan one); it imports this checkout's ``hisho`` first (``child_env``)."""
     if role not in ROLES:
         raise ValueError(f"unknown child role {role!r}")
+    if python:
+        return [python, "-m", ROLES[role], *args]
     if frozen():
         return [sys.executable, CHILD_FLAG, role, *args]
     return [sys.executable, "-m", ROLES[role], *args]
@@ -79,9 +83,10 @@ def popen_options() -> dict[str, Any]:
 
 
 def popen(role: str, *args: str, env: dict[str, str] | None = None, stdin: int | IO[Any] | None = None,
-          stdout: int | IO[Any] | None = None, stderr: int | IO[Any] | None = None) -> subprocess.Popen[bytes]:
+          stdout: int | IO[Any] | None = None, stderr: int | IO[Any] | None = None,
+          python: str | None = None) -> subprocess.Popen[bytes]:
     """Start ``role`` as a long-lived child with binary, unbuffered pipes (the engine)."""
-    return subprocess.Popen(command(role, *args), stdin=stdin, stdout=stdout, stderr=stderr,
+    return subprocess.Popen(command(role, *args, python=python), stdin=stdin, stdout=stdout, stderr=stderr,
                             env=env if env is not None else child_env(), bufsize=0, **popen_options())
 
 

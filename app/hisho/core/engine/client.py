@@ -160,8 +160,10 @@ def _as_error(ev: dict[str, Any]) -> EngineError:
 class EngineClient:
     """Owns the engine child process. Create one per app; ``close()`` it at exit."""
 
-    def __init__(self, *, env: dict[str, str] | None = None, test_hooks: bool = False) -> None:
-        self._process = EngineProcess(env=env, test_hooks=test_hooks)
+    def __init__(self, *, env: dict[str, str] | None = None, test_hooks: bool = False,
+                 python: str | None = None) -> None:
+        # ``python``: the engine child runs under another interpreter (``hisho bench decode --cpu-python``).
+        self._process = EngineProcess(env=env, test_hooks=test_hooks, python=python)
         self._load_params: LoadParams | None = None
         self._loaded: tuple[int, LoadParams] | None = None  # (EngineProcess.generation, what it loaded)
         self._load_info: dict[str, Any] = {}

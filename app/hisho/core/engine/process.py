@@ -32,8 +32,10 @@ log = logging.getLogger("hisho.engine")
 class EngineProcess:
     """One engine child at a time (started again by ``start`` after it died or was closed)."""
 
-    def __init__(self, *, env: dict[str, str] | None = None, test_hooks: bool = False) -> None:
+    def __init__(self, *, env: dict[str, str] | None = None, test_hooks: bool = False,
+                 python: str | None = None) -> None:
         self._env = env
+        self._python = python  # another interpreter for the child (spawn.command); None: this one
         self._test_hooks = test_hooks
         self._proc: subprocess.Popen[bytes] | None = None
         self._stdin: IO[bytes] | None = None
@@ -72,7 +74,7 @@ class EngineProcess:
             stderr_file = paths.engine_log_file().open("ab")
             try:
                 self._proc = spawn.popen("engine", env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=stderr_file)
+                                         stderr=stderr_file, python=self._python)
             finally:
                 stderr_file.close()
             self._stdin = self._proc.stdin

@@ -71,6 +71,9 @@ class LoadParams:
     swa_full: bool = False
     seed: int = 0
     use_mmap: bool | None = None     # None: map the file unless llama.cpp repacks weights (planner/repack.py)
+    # llama.cpp's op_offload with some layers on a GPU: None until decided (planner/offload.py: a kept probe, else
+    # the engine measures at load). With none offloaded it is always off (engine.lib.llama_setup.prompt_offload).
+    op_offload: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,6 +8,7 @@
   cache row by row for a batch under 64 tokens, so a short question at long context was 2-5x slower with it, a
   decode step 2-2.6x, and a prefill slice at 4K-16K depth 1.3x. ``flash_attn`` False in the
   settings keeps it off; a quantized V cache keeps it on (llama.cpp needs it).
+- Prompt offload with a partial offload (offload.py): the engine's kept probe of this split, if there is one.
 - The configuration is priced for this machine. If it will not fit, ``PlanRefused`` (a UserError: one clear
   line, with what would fit instead) is raised, unless ``override`` is set: then the load goes ahead with a
   warning in the log. Callers that let the user insist (a "Load anyway" button, ``--force``) pass override.
@@ -27,7 +28,8 @@ from hisho.core import machine as machine_mod
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.errors import UserError
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
-from hisho.core.planner.calibrate import cached, gpu_backends
+from hisho.core.planner import offload
+from hisho.core.planner.calibrate import cached, gpu_backends, library_version
 from hisho.core.planner.memory import Calibration, Config
 from hisho.core.planner.search import Candidate, Plan, Search, as_loaded, price
 from hisho.core.units import GIB
@@ -71,6 +73,7 @@ def planned(params: LoadParams, *, want_gpu_layers: int, override: bool = False,
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
     plan = as_loaded(facts, cfg, budget, calib, cpu=m.cpu or None)
+    params = _kept_prompt_offload(params, facts, m)
     if cfg.flash_attn and not plan.config.flash_attn:
         log.info("flash attention off, %d-token ubatches: prompts and replies at long context run faster "
                  "without it on this CPU", plan.config.n_ubatch)
@@ -87,6 +90,19 @@ def planned(params: LoadParams, *, want_gpu_layers: int, override: bool = False,
         log.warning("loading anyway (override): %s", message)
         return params, plan
     raise PlanRefused(message, plan)
+
+
+def _kept_prompt_offload(params: LoadParams, facts: ModelFacts, m: machine_mod.Machine) -> LoadParams:
+    """``params`` with the kept probe's prompt offload for a partial offload (offload.py); unmeasured, the
+    engine measures it at load."""
+    if params.op_offload is not None or not offload.partial(params.n_gpu_layers, facts.n_layer):
+        return params
+    devices = [offload.device_key(d.name, d.description) for d in m.gpus]
+    kept = offload.recall(params.model_path, params.n_gpu_layers, devices, library_version())
+    if kept is None:
+        return params
+    log.info("prompt offload %s (kept probe of this split)", "on" if kept.chosen else "off")
+    return dataclasses.replace(params, op_offload=kept.chosen)
 
 
 def load_config(params: LoadParams, *, saves_kv: bool, n_gpu_layers: int | None = None) -> Config:

@@ -76,6 +76,11 @@ def _ggml() -> ctypes.CDLL:
     return ctypes.CDLL(str(library_dir() / "ggml.dll"))
 
 
+def ggml_library() -> ctypes.CDLL:
+    """libggml as llama.cpp loaded it (``_ggml``), for ggml calls llama-cpp-python does not bind."""
+    return _ggml()
+
+
 def _loaded_variant(candidates: list[pathlib.Path]) -> pathlib.Path | None:
     """The variant this process mapped (Linux: /proc/self/maps); elsewhere the best score, ggml's own rule."""
     maps = pathlib.Path("/proc/self/maps")

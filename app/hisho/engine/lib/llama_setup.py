@@ -112,8 +112,11 @@ def prompt_offload(params: LoadParams) -> bool:
     default): for a batch of 32+ tokens it copies those layers' weights to the device, op by op. Off when no
     layer is offloaded: the copies cost more than the CPU's own product (docs/vulkan.md: on a software Vulkan
     device a 225-token prompt read 20x slower with it; a real iGPU shares the CPU's memory bus, so copying the
-    weights to it gains nothing either). With layers offloaded it stays as llama.cpp sets it."""
-    return params.n_gpu_layers > 0
+    weights to it gains nothing either). With layers offloaded, as the load decided it (``op_offload``: a
+    measured probe with a partial offload, hisho.engine.measure.offload), else llama.cpp's default."""
+    if params.n_gpu_layers <= 0:
+        return False
+    return True if params.op_offload is None else params.op_offload
 
 
 def context_params(params: LoadParams) -> Any:

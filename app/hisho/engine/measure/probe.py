@@ -19,6 +19,7 @@ Commands:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import mmap
 import os
@@ -282,11 +283,16 @@ class Measured(NamedTuple):
 def load_measured(request: dict[str, Any]) -> Measured:
     """Load ``request["params"]`` as a measuring probe does: llama.cpp's log captured, the process's peak reset,
     memory read before and after the load, the load's buffer lines parsed."""
+    from hisho.engine.lib.llama_setup import prompt_offload
     from hisho.engine.model.runtime import Runtime
 
     logs = LogCapture()
     backends.init()
     params = LoadParams.from_dict(request["params"])
+    if params.op_offload is None:
+        # A partial offload's prompt-offload probe (engine.measure.offload) would make contexts of its own: their
+        # buffer lines would join the load's and their memory its peak. Measured as the planner prices it.
+        params = dataclasses.replace(params, op_offload=prompt_offload(params))
     reset_peak()
     base = memory_now()
     rt = Runtime.load(params)

@@ -1,7 +1,9 @@
 """Raw llama-cpp-python, in the calling process: the baseline that ``hisho bench decode`` compares against.
 
 Uses the plain high-level ``llama_cpp.Llama`` API the way a script would, with the same threads, context size,
-batch and flash-attention setting as the engine, and greedy sampling.
+batch, flash-attention setting and prompt offload (``op_offload``) as the engine, and greedy sampling. Prompt
+offload is the one default not kept: on a GPU build with no layer offloaded llama.cpp's default reads every
+prompt on the device (docs/vulkan.md), and the baseline would measure that instead of llama.cpp's CPU path.
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import LoadParams
-from hisho.engine.lib.llama_setup import Batch, context_params, maps_file, model_params, physical_cores
+from hisho.engine.lib.llama_setup import (
+    Batch,
+    context_params,
+    maps_file,
+    model_params,
+    physical_cores,
+    prompt_offload,
+)
 
 
 class RawModel:
@@ -23,7 +32,7 @@ class RawModel:
             n_threads=threads, n_threads_batch=params.n_threads_batch or threads, flash_attn=params.flash_attn,
             n_gpu_layers=params.n_gpu_layers, verbose=False,
             # As the engine loads it: a model whose weights get repacked is read, not mapped (held once).
-            use_mmap=maps_file(params),
+            use_mmap=maps_file(params), op_offload=prompt_offload(params),
         )
 
     def decode(self, prompt_tokens: list[int], n_tokens: int, max_seconds: float = 0.0, *,

@@ -33,9 +33,11 @@ from hisho.engine.lib.llama_setup import (
     maps_file,
     markup_tokens,
     model_params,
+    prompt_offload,
     read_metadata,
     step_kind,
 )
+from hisho.engine.measure import offload
 from hisho.engine.model.chat import BASE_MODEL_NOTICE, ChatTemplate
 from hisho.engine.model.reasoning import reasoning_format
 
@@ -62,6 +64,7 @@ class Runtime:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.load_s = load_s
         self.mmap = True
+        self.offload_probe: dict[str, Any] | None = None  # the prompt-offload probe behind params.op_offload
         self.governors = make_governors(params)
         self._bind(ctx)
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -150,8 +153,12 @@ class Runtime:
             raise RequestError(ErrorKind.MODEL_LOAD, f"the load of {params.model_path} was cancelled")
         if not model:
             raise RequestError(ErrorKind.MODEL_LOAD, f"llama.cpp could not load the model file: {params.model_path}")
-        cparams = context_params(params)
-        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        try:  # a partial offload's prompt offload, measured here unless kept (hisho.core.planner.offload)
+            params, offload_probe = offload.decide(model, params)
+        except Exception:
+            llama_cpp.llama_model_free(model)
+            raise
+        ctx = llama_cpp.llama_init_from_model(model, context_params(params))
         if not ctx:
             llama_cpp.llama_model_free(model)
             raise RequestError(
@@ -167,6 +174,7 @@ class Runtime:
             llama_cpp.llama_model_free(model)
             raise
         runtime.mmap = mapped
+        runtime.offload_probe = offload_probe
         log.info("loaded %s (%s): n_ctx %d, n_batch %d, n_seq_max %d in %.2fs", params.model_path,
                  "mmap" if mapped else "read, no mmap", runtime.n_ctx, runtime.n_batch, runtime.n_seq_max,
                  runtime.load_s)
@@ -191,6 +199,7 @@ class Runtime:
             "reasoning": self.reasoning.to_dict(),
             "load_s": self.load_s,
             "mmap": self.mmap,
+            "op_offload": prompt_offload(self.params), "offload_probe": self.offload_probe,
             "architecture": self.metadata.get("general.architecture", ""),
             "name": self.metadata.get("general.name", ""),
         }
