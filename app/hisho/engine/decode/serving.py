@@ -185,7 +185,13 @@ class ServingBatch:
     def _checkpoint(self, slot: _ServeSlot) -> None:
         """The prefill reached a mark: keep the partial state there (PrefixKeeper.checkpoint, its caps), so a
         later request that shares only this much restores it instead of prefilling from the start."""
-        self.rt.keeper.checkpoint(slot.seq, prompt=True)
+        job = slot.job
+        assert job is not None
+        keeper = self.rt.keeper
+        if slot.fed in job.marks or slot.fed == len(job.prompt) - 1 or not keeper.marks(slot.fed - 1, slot.fed + 1):
+            keeper.checkpoint(slot.seq, prompt=True)
+        else:
+            keeper.interval_checkpoint(slot.seq)  # an interval mark only
         slot.marks = [m for m in slot.marks if m > slot.fed]
         slot.pause_at = slot.marks[0] if slot.marks else -1
 
@@ -247,8 +253,10 @@ class ServingBatch:
         # before the prompt's last token (a regenerate, an edit of the last message), as the chat's turns take.
         # A dense slot reads its prompt in one go: its cells share the unified cache with the other slots'
         # anyway, so its pieces are not one request's own (docs/kv-format.md "Numerics").
+        # And at the interval marks, as every prompt reading (hisho.engine.kv.prefix "Interval checkpoints").
         slot.marks = [] if rt.keeper.dense else sorted({m for m in (*job.marks, len(job.prompt) - 1)
-                                                        if keep < m < len(job.prompt)})
+                                                        if keep < m < len(job.prompt)}
+                                                       | set(rt.keeper.marks(keep, len(job.prompt))))
         slot.pause_at = slot.marks[0] if slot.marks else -1
         slot.last, slot.out, slot.text, slot.logits_at = -1, [], [], -1
         slot.sampler = Sampler(rt, job.sampling)
