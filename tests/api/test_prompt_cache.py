@@ -58,3 +58,36 @@ def test_short_prompts_are_not_saved(tmp_path: Path) -> None:
     finally:
         stop_serve(served)
     assert kv_files(home) == []
+
+
+def test_a_follow_up_after_a_restart_reads_only_its_own_message(tmp_path: Path) -> None:
+    """The reply is part of what is saved, as the next request renders it: the follow-up does not read it again."""
+    home = tmp_path / "home"
+    first = start_serve(home)
+    try:
+        r1 = chat(first.url, first.key, first.model, "Who writes the reports?")
+        answer = r1.choices[0].message.content or ""
+        assert r1.usage is not None and r1.usage.completion_tokens >= 8 and answer
+    finally:
+        stop_serve(first)
+    second = start_serve(home)
+    try:
+        c = openai.OpenAI(base_url=second.url, api_key=second.key, max_retries=0, timeout=300)
+        r2 = c.chat.completions.create(model=second.model, max_tokens=4, temperature=0, messages=[
+            {"role": "system", "content": SYSTEM}, {"role": "user", "content": "Who writes the reports?"},
+            {"role": "assistant", "content": answer}, {"role": "user", "content": "And who checks them?"}])
+        assert r2.usage is not None
+        read = r2.usage.prompt_tokens - cached(r2)
+        # Its own words, the end of its turn and the assistant header; the reply (8+ tokens) came from the file.
+        assert 0 < read <= 14, read
+    finally:
+        stop_serve(second)
+
+
+def test_the_save_threshold_is_the_new_tokens_cost() -> None:
+    from hisho.api.cache import worth_saving
+
+    assert not worth_saving(40, 0)          # a short first prompt: a prefill is cheaper than the file
+    assert worth_saving(300, 0)
+    assert worth_saving(40, 4000)           # a short follow-up of a long conversation: read at depth, dearer
+    assert not worth_saving(0, 4000)

@@ -35,6 +35,7 @@ import llama_cpp
 from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.decode.batched import BatchStats, Item, _Slot, _step
 from hisho.engine.decode.grammar import check_grammar
+from hisho.engine.decode.replykeep import keep_reply
 from hisho.engine.lib.llama_setup import Sampler, hit_stop, token_event
 from hisho.engine.model.runtime import RequestError, Runtime
 
@@ -64,6 +65,7 @@ class Job:
     max_prompt: int = 0    # the API's prompt limit in tokens (0: the sequence's context)
     marks: tuple[int, ...] = ()  # message boundaries in ``prompt`` (message_marks): checkpoints on non-dense models
     forced: list[int] | None = None  # test hook force_text: the reply's tokens, decoded instead of sampled
+    spec: dict[str, Any] = field(default_factory=dict)  # the request's prompt fields: its messages, if any
     # A save in flight holds the "done" event back until its files are written, so the client can index them.
     lock: threading.Lock = field(default_factory=threading.Lock)
     saving: bool = False
@@ -142,8 +144,9 @@ class ServingBatch:
             if slot.pause_at >= 0 and slot.fed == slot.pause_at:
                 self._checkpoint(slot)
             if slot.logits_at >= 0:
-                if not slot.out and slot.job is not None and slot.job.save is not None:
-                    self._save(slot.seq, slot.job)  # the whole prompt is in the cells now, nothing else yet
+                job = slot.job
+                if not slot.out and job is not None and job.save is not None and not job.spec.get("messages"):
+                    self._save(slot.seq, job)  # raw tokens: the whole prompt is in the cells, nothing else yet
                 self._sample(slot)
         self._fill()
 
@@ -319,13 +322,28 @@ class ServingBatch:
         tail = slot.utf8.decode(b"", final=True) if slot.utf8 is not None else ""
         decode_s = time.perf_counter() - slot.first_at if slot.first_at else 0.0
         ttft = slot.first_at - job.arrived if slot.first_at else 0.0
-        self._done_event(job, reason, slot.out, "".join(slot.text) + tail, slot.cached, ttft, decode_s)
+        text = "".join(slot.text) + tail
+        if job.save is not None and job.spec.get("messages") and reason != "cancelled" and slot.out:
+            self._keep_reply(slot, job, text)
+        self._done_event(job, reason, slot.out, text, slot.cached, ttft, decode_s)
         if slot.sampler is not None:
             slot.sampler.free()
         # The cells stay (the next request with this prefix reuses them); only what they hold is recorded.
         self.rt.seqs[slot.seq] = slot.held
         slot.job, slot.item, slot.sampler, slot.utf8 = None, None, None, None
         slot.fed, slot.last, slot.logits_at, slot.pause_at, slot.marks = 0, -1, -1, -1, []
+
+    def _keep_reply(self, slot: _ServeSlot, job: Job, text: str) -> None:
+        """A chat request's reply is part of what is saved: the cells are made to hold what the next request
+        renders for it, up to the next user header (hisho.engine.decode.replykeep), then saved; "done" waits for
+        the files."""
+        try:
+            keep_reply(self.rt, slot.seq, job.spec, text)
+        except Exception as exc:  # the reply stands; only the save is what the cells held before
+            log.warning("serving batch: the reply was not kept for the save (%s)", exc)
+        slot.held = list(self.rt.seqs.get(slot.seq, []))
+        self.rt.seqs[slot.seq] = slot.held
+        self._save(slot.seq, job)
 
     def _done_event(self, job: Job, reason: str, tokens: list[int], text: str, cached: int, ttft: float,
                     decode_s: float) -> None:
@@ -412,7 +430,8 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         if req.sampling.grammar or req.sampling.grammar_schemas:
             check_grammar(batch.rt, req.sampling)  # now: a bad one found when it gets a sequence would end the batch
         batch.add(Job(req_id, prompt, req.sampling, emit, server.emit, restore, save,
-                      max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt), forced=forced))
+                      max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt), forced=forced,
+                      spec=req.spec()))
     except Exception as exc:
         kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
         server.error(req_id, kind, str(exc) or type(exc).__name__)
