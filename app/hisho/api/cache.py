@@ -91,9 +91,14 @@ class PromptCache:
             self.session.submit(lambda: self.session.index.touch("", keys))
 
     def record(self, extra: dict[str, Any]) -> None:
-        """Index what the engine saved for a request (``GenerationResult.extra["saved"]``), then keep the store
-        within its budget. Queued on the store lane; never raises."""
-        report = extra.get("saved")
+        """Index what the engine saved for a request (``GenerationResult.extra["saved"]``, and the prefixes it
+        saved at interval checkpoints, ``extra["snapshots"]``), then keep the store within its budget. Queued on
+        the store lane; never raises."""
+        snapshots = extra.get("snapshots")
+        for report in [*(snapshots if isinstance(snapshots, list) else []), extra.get("saved")]:
+            self._record(report)
+
+    def _record(self, report: Any) -> None:
         if not isinstance(report, dict) or not report.get("chunks"):
             if isinstance(report, dict) and report.get("error"):
                 log.warning("disk prompt cache: save failed: %s", report["error"])

@@ -68,8 +68,9 @@ class Job:
     spec: dict[str, Any] = field(default_factory=dict)  # the request's prompt fields: its messages, if any
     # A save in flight holds the "done" event back until its files are written, so the client can index them.
     lock: threading.Lock = field(default_factory=threading.Lock)
-    saving: bool = False
+    saving: int = 0        # saves in flight
     saved: dict[str, Any] | None = None
+    snapshots: list[dict[str, Any]] = field(default_factory=list)  # _snapshot's reports
     held_done: dict[str, Any] | None = None
 
 
@@ -195,19 +196,38 @@ class ServingBatch:
             keeper.checkpoint(slot.seq, prompt=True)
         else:
             keeper.interval_checkpoint(slot.seq)  # an interval mark only
+            self._snapshot(slot, job)
         slot.marks = [m for m in slot.marks if m > slot.fed]
         slot.pause_at = slot.marks[0] if slot.marks else -1
 
-    def _save(self, seq: int, job: Job) -> None:
+    def _snapshot(self, slot: _ServeSlot, job: Job) -> None:
+        """Separate KV streams (``hisho serve``) have no scratch sequence, so a save is one chunk of the whole
+        sequence and its chunk ends are no restore points. On a window or recurrent model the prefix read so far
+        is saved at each kept interval checkpoint instead (one file ``[0, mark)``; the index chains it from the
+        root like any first chunk), so a request that parts from this one after a restart restores the nearest
+        one (hisho.engine.kv.prefix "Interval checkpoints")."""
+        if self.unified or job.save is None or self.rt.keeper.interval_at(slot.seq, slot.fed) is None:
+            return
+        self._save(slot.seq, job, snapshot=True)
+
+    def _save(self, seq: int, job: Job, *, snapshot: bool = False) -> None:
         assert job.save is not None
 
         def done(report: dict[str, Any]) -> None:  # the engine thread, or the KV writer's
             with job.lock:
-                job.saved, job.saving, event = report, False, job.held_done
+                if snapshot:
+                    job.snapshots.append(report)
+                else:
+                    job.saved = report
+                job.saving -= 1
+                event = job.held_done if not job.saving else None
+                if event is not None:
+                    job.held_done = None
+                    event = self._with_saves(event, job)
             if event is not None:
-                job.emit_now({**event, "saved": report})
+                job.emit_now(event)
 
-        job.saving = True
+        job.saving += 1
         try:
             job.save(seq, done)
         except Exception as exc:  # a save that fails costs only the next prefill
@@ -354,11 +374,18 @@ class ServingBatch:
                  "raw_text": self.rt.raw_text(tokens), "threads": self.rt.threads_info()}
         with job.lock:
             if job.saving:
-                job.held_done = event  # sent by the save's callback
+                job.held_done = event  # sent by the last save's callback
                 return
-            if job.saved is not None:
-                event["saved"] = job.saved
+            event = self._with_saves(event, job)
         job.emit_now(event)
+
+    @staticmethod
+    def _with_saves(event: dict[str, Any], job: Job) -> dict[str, Any]:
+        if job.saved is not None:
+            event = {**event, "saved": job.saved}
+        if job.snapshots:
+            event = {**event, "snapshots": list(job.snapshots)}
+        return event
 
 
 QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
