@@ -293,7 +293,7 @@ class PrefixKeeper:
             self._in_position_order(data)
             self._relay(seq, data)
         ck = Checkpoint(list(held), data)
-        mine.append(ck)
+        mine[:] = [c for c in mine if c.n != ck.n] + [ck]  # one of other tokens at this length is stale
         return ck
 
     def _in_position_order(self, data: ctypes.Array[ctypes.c_uint8]) -> None:
