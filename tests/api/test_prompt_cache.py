@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -58,3 +59,77 @@ def test_short_prompts_are_not_saved(tmp_path: Path) -> None:
     finally:
         stop_serve(served)
     assert kv_files(home) == []
+
+
+def test_a_follow_up_after_a_restart_reads_only_its_own_message(tmp_path: Path) -> None:
+    """The reply is part of what is saved, as the next request renders it: the follow-up does not read it again."""
+    home = tmp_path / "home"
+    first = start_serve(home)
+    try:
+        r1 = chat(first.url, first.key, first.model, "Who writes the reports?")
+        answer = r1.choices[0].message.content or ""
+        assert r1.usage is not None and r1.usage.completion_tokens >= 8 and answer
+    finally:
+        stop_serve(first)
+    second = start_serve(home)
+    try:
+        c = openai.OpenAI(base_url=second.url, api_key=second.key, max_retries=0, timeout=300)
+        r2 = c.chat.completions.create(model=second.model, max_tokens=4, temperature=0, messages=[
+            {"role": "system", "content": SYSTEM}, {"role": "user", "content": "Who writes the reports?"},
+            {"role": "assistant", "content": answer}, {"role": "user", "content": "And who checks them?"}])
+        assert r2.usage is not None
+        read = r2.usage.prompt_tokens - cached(r2)
+        # Its own words, the end of its turn and the assistant header; the reply (8+ tokens) came from the file.
+        assert 0 < read <= 14, read
+    finally:
+        stop_serve(second)
+
+
+def test_the_save_threshold_is_the_new_tokens_cost() -> None:
+    from hisho.api.cache import worth_saving
+
+    assert not worth_saving(40, 0)          # a short first prompt: a prefill is cheaper than the file
+    assert worth_saving(300, 0)
+    assert worth_saving(40, 4000)           # a short follow-up of a long conversation: read at depth, dearer
+    assert not worth_saving(0, 4000)
+
+
+def test_a_branch_after_a_restart_restores_the_nearest_interval_on_a_window_model(tmp_path: Path) -> None:
+    """``hisho serve`` saves one file per request (one KV stream per sequence: no scratch sequence to cut chunks),
+    so on a sliding-window model it also saves the prefix at each kept interval checkpoint: a request that parts
+    from an earlier one in the middle of a message restores the nearest one, with the answer of a fresh server."""
+    from tests.fixtures.gguf_shapes import true_model
+
+    model = str(true_model("gemma-3-tiny", "Q8_0"))
+    lines = [f"Line {i}: the {('owl', 'fox', 'cat')[i % 3]} counts {i * 3} stars." for i in range(150)]
+    long_q = [{"role": "user", "content": "\n".join(lines) + "\nWhich animal is on line 4?"}]
+    branch = [{"role": "user", "content": "\n".join(lines[:100]) + "\nWhich animal is on line 7?"}]
+
+    def ask(served: Any, messages: list[dict[str, str]]) -> openai.types.chat.ChatCompletion:
+        c = openai.OpenAI(base_url=served.url, api_key=served.key, max_retries=0, timeout=300)
+        return c.chat.completions.create(model=served.model, max_tokens=12, temperature=0,
+                                         messages=messages)  # type: ignore[arg-type]
+
+    fresh = start_serve(tmp_path / "fresh", "--model", model, "--n-ctx", "4096")
+    try:
+        want = ask(fresh, branch)
+        assert cached(want) == 0
+    finally:
+        stop_serve(fresh)
+    home = tmp_path / "home"
+    first = start_serve(home, "--model", model, "--n-ctx", "4096")
+    try:
+        r1 = ask(first, long_q)
+        assert r1.usage is not None and r1.usage.prompt_tokens > 1600
+    finally:
+        stop_serve(first)
+    second = start_serve(home, "--model", model, "--n-ctx", "4096")
+    try:
+        got = ask(second, branch)
+        assert got.usage is not None and want.usage is not None
+        # The divergence is past 1024 tokens: the snapshot there, not a read from the start (nor the cut inside
+        # a message the window cannot give back).
+        assert cached(got) == 1024 < got.usage.prompt_tokens - 40
+        assert got.choices[0].message.content == want.choices[0].message.content
+    finally:
+        stop_serve(second)

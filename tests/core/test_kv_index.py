@@ -286,9 +286,12 @@ def test_exact_point_needs_the_window_before_the_point_in_the_window_cells() -> 
     chain = [_row(0, 512, swa_lo=512, n_swa=128), _row(512, 512, swa_lo=896, n_swa=128),
              _row(1024, 76, swa_lo=1024, n_swa=128)]
     assert exact_point(chain, 1100) == (3, 1100)      # the window 972..1099 is in chunks 1 and 2
-    assert exact_point(chain, 1000) == (0, 0)         # 872..999 needed, chunk 1 holds 896 on; at 512 neither
-    chain[1]["swa_lo"] = 850
-    assert exact_point(chain, 1000) == (2, 1000)      # a copy taken earlier held more of the window
+    assert exact_point(chain, 1030) == (2, 1024)      # inside a chunk: its start, where the window 896.. is held
+    chain[1]["swa_lo"] = 1000
+    assert exact_point(chain, 1030) == (0, 0)         # 896..1023 needed, chunk 1 holds 1000 on; at 512 neither
+    chain[0]["swa_lo"] = 384
+    assert exact_point(chain, 1030) == (1, 512)       # a copy taken at an interval checkpoint held the window
+    assert exact_point(chain, 500) == (0, 0)          # never inside a chunk: cells read in a longer piece
 
 
 def test_exact_point_offers_a_recurrent_state_only_at_the_end_it_was_taken() -> None:

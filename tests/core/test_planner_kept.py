@@ -48,7 +48,8 @@ def test_a_sliding_window_checkpoint_is_the_window_and_one_more_exists_at_the_pe
     # 29 sliding layers x 4 KV heads x 256 x (K + V) x 2 B per cell, the window's 1024 cells.
     window = 1024 * (29 * 4 * 256 * 2 * 2 + state.CELL_META)
     assert window <= k.per_checkpoint <= window + state.STATE_HEADERS + 8 * 8192
-    assert k.kept_per_seq == 2 and k.sequences == 1  # 116 MiB each: 256 MiB holds two
+    # 116 MiB each: 256 MiB holds two turns' and two interval checkpoints (one per 4096 tokens of 8192).
+    assert k.kept_per_seq == 4 and k.sequences == 1
     assert k.peak == (k.kept_per_seq + 1) * k.per_checkpoint
     b, without = estimate(f, cfg), estimate(f, dataclasses.replace(cfg, n_seq_max=1))
     assert b.kept == k.peak and b.resident - b.kept > 0
@@ -59,27 +60,29 @@ def test_recurrent_checkpoints_are_capped_by_bytes(tmp_path: Path) -> None:
     f = facts_of(tmp_path, GRANITE_4_H, "granite")
     k = state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False))
     assert 58060800 <= k.per_checkpoint <= 58060800 + state.STATE_HEADERS + 8 * 8192  # the whole Mamba-2 state
-    assert k.kept_per_seq == 4  # 256 MiB holds four of 55.4 MiB; the fifth is taken before the oldest goes
-    assert k.peak == 5 * k.per_checkpoint
+    # 256 MiB holds four of 55.4 MiB (the fifth is taken before the oldest goes), and four interval ones beside.
+    assert k.kept_per_seq == 8
+    assert k.peak == 9 * k.per_checkpoint
     serving = state.kept_bytes(f, Config(n_ctx=8192, n_seq_max=4, kv_unified=False))
-    assert serving.sequences == 4 and serving.peak == (4 * 4 + 1) * serving.per_checkpoint
+    assert serving.sequences == 4 and serving.peak == (4 * 8 + 1) * serving.per_checkpoint
 
 
-def test_a_recurrent_save_carries_the_state_once_with_its_last_chunk(tmp_path: Path) -> None:
+def test_a_recurrent_save_carries_a_state_only_where_a_restore_can_end(tmp_path: Path) -> None:
     f = facts_of(tmp_path, GRANITE_4_H, "granite")
     size = state.state_size(f)
     n = 8192
     chunks = n // state.CHUNK_TOKENS
     one = 512 * (size.per_token + state.CELL_META) + state.STATE_HEADERS
-    assert size.chunks(n) == [one] * (chunks - 1) + [one + size.recurrent]
-    assert size.chunked(n) == size.saved(n) + chunks * state.STATE_HEADERS  # one state, not 16 copies of 55 MiB
+    # The last chunk and every fourth (the interval checkpoints 256 MiB keeps of 8192 tokens), not 16 copies.
+    assert size.chunks(n) == ([one] * 3 + [one + size.recurrent]) * 3 + [one] * 3 + [one + size.recurrent]
+    assert size.chunked(n) == size.saved(n) + 3 * size.recurrent + chunks * state.STATE_HEADERS
     k = state.kept_bytes(f, WINDOW)
     assert k.restore == one + size.recurrent  # the largest chunk a restore maps: the one with the state
     # 120 MiB: kept for the next save. A save holds the four checkpoints and the arena, the fifth checkpoint the
     # warm arena beside it; a restore (its sequence's four dropped, given back: 55 MiB blocks are mapped, not
     # heap) the warm arena and one chunk, then its new checkpoint once the chunk is unmapped.
     assert k.arena <= state.WARM_ARENA_MAX and k.warm_arena == k.arena and not k.retained
-    assert k.peak == max(5 * k.per_checkpoint + k.arena, k.arena + max(k.restore, k.per_checkpoint))
+    assert k.peak == max(9 * k.per_checkpoint + k.arena, k.arena + max(k.restore, k.per_checkpoint))
 
 
 def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) -> None:
@@ -87,8 +90,8 @@ def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) 
     k = state.kept_bytes(f, dataclasses.replace(WINDOW, n_ctx=131072))
     assert k.arena > state.WARM_ARENA_MAX and k.warm_arena == 0
     # Only the save holds it: the checkpoint after it and the restore do not.
-    assert k.peak == 4 * k.per_checkpoint + k.arena
-    assert k.allocated == 4 * k.per_checkpoint + k.arena
+    assert k.peak == 8 * k.per_checkpoint + k.arena
+    assert k.allocated == 8 * k.per_checkpoint + k.arena
     # Two sequences saving (the API's slots): two arenas, each kept while it is at most the limit.
     two = state.Kept(per_checkpoint=0, kept_per_seq=0, sequences=4, arena=2 * 300 * MIB, restore=MIB,
                      identity=0, arenas=2)
@@ -98,7 +101,8 @@ def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) 
 def test_a_sliding_window_save_carries_the_window_only_where_the_cache_still_holds_it(tmp_path: Path) -> None:
     f = facts_of(tmp_path, LFM2_350M, "lfm2")
     size = state.state_size(f)
-    assert size.window == 0 and size.chunked(1024) == 2 * (512 * (size.per_token + 12) + 4096) + size.recurrent
+    # (its short-convolution state is tiny: every chunk end keeps one)
+    assert size.window == 0 and size.chunked(1024) == 2 * (512 * (size.per_token + 12) + 4096 + size.recurrent)
     g = facts_of(tmp_path, GEMMA3_4B, "g3")
     s = state.state_size(g)
     row = s.window_per_cell + state.CELL_META
@@ -106,7 +110,8 @@ def test_a_sliding_window_save_carries_the_window_only_where_the_cache_still_hol
     # A chunk holds the window cells of its range that the cache still has (the window is longer than a chunk:
     # all of its range), so a save carries the window layers only for the cache's last positions.
     assert s.chunked(4096, 512, window_held=4096) == full + 4096 * row
-    assert s.chunked(4096, 512, window_held=700) == full + 700 * row
+    # ... and those of the interval checkpoint kept at its end (two of 116 MiB in 256 MiB: every fourth chunk).
+    assert s.chunked(4096, 512, window_held=700) == full + 700 * row + 512 * row
     # A 128-token window (GPT-OSS): at most the last 128 cells of each chunk.
     narrow = dataclasses.replace(s, window=128)
     assert narrow.chunked(4096, 512, window_held=4096) == full + 8 * 128 * row
@@ -148,10 +153,10 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
 
     f = facts_of(tmp_path, TINY_GEMMA3, "tiny-g3")
     k = state.kept_bytes(f, WINDOW)
-    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 8
-    # Nine checkpoints' slots (the heap keeps the transient one's) beside a save's arena; a restore holds them too
-    # (8 x 2.6 MiB is under glibc's trim threshold), the warm arena and every chunk it mapped.
-    slots = 9 * k.per_checkpoint
+    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 24  # 8 turns', 16 intervals
+    # 25 checkpoints' slots (the heap keeps the transient one's) beside a save's arena; a restore holds them too
+    # (24 x 2.6 MiB is under glibc's trim threshold), the warm arena and every chunk it mapped.
+    slots = 25 * k.per_checkpoint
     assert k.peak == max(slots + max(k.arena, k.identity), slots + k.warm_arena + k.restore)
     held = swa_cells(f, 8192, WINDOW)
     assert k.restore == max(state.state_size(f).chunks(8192, 512, held))  # one chunk mapped at a time
@@ -160,7 +165,7 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
                       identity=k.identity)
     assert wide.retained and wide.peak == max(90 * state.MIB + k.arena,
                                               10 * state.MIB + k.warm_arena + k.restore)
-    assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 9 * k.per_checkpoint
+    assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 25 * k.per_checkpoint
 
 
 def test_the_plan_counts_host_memory_per_cell_of_context(tmp_path: Path) -> None:

@@ -61,6 +61,8 @@ def test_the_planner_mirrors_the_engines_limits() -> None:
 
     assert state.CHECKPOINTS_PER_SEQ == prefix.CHECKPOINTS_PER_SEQ
     assert state.CHECKPOINT_BYTES_PER_SEQ == prefix.CHECKPOINT_BYTES_PER_SEQ
+    assert state.INTERVAL_TOKENS == prefix.INTERVAL_TOKENS == state.CHUNK_TOKENS
+    assert state.INTERVAL_BYTES_PER_SEQ == prefix.INTERVAL_BYTES_PER_SEQ
     assert state.WARM_ARENA_MAX == chunkwriter.WARM_ARENA_MAX
     assert state.ARENA_ROUND == chunkwriter._ROUND
 
@@ -69,8 +71,8 @@ def test_the_planner_mirrors_the_engines_limits() -> None:
 @pytest.mark.parametrize("shape", ["llama-tiny", "gemma-3-tiny", "gpt-oss-tiny", "granite-4.0-h-tiny"])
 def test_chunked_save_and_checkpoint_match_the_engine(shape: str, tmp_path: Path) -> None:
     """What a save through the scratch sequence really copies (every chunk with its own window cells; on a
-    recurrent model the last one with the whole state) and what a checkpoint holds, against StateSize.chunked /
-    checkpoint."""
+    recurrent model each one ending at an interval checkpoint or the save with a recurrent state) and what a
+    checkpoint holds, against StateSize.chunked / checkpoint."""
     from hisho.engine.kv.chunkwriter import ChunkWriter
     from hisho.engine.kv.kvstate import KVState
 
@@ -99,5 +101,6 @@ def test_chunked_save_and_checkpoint_match_the_engine(shape: str, tmp_path: Path
     else:
         assert took and size.checkpoint(N_TOKENS) <= checkpoint <= size.checkpoint(N_TOKENS) + STATE_HEADERS
     if shape == "granite-4.0-h-tiny":
-        # The recurrent state once (the chunk that ends the save): the chunks add up to one whole state.
-        assert copied < size.saved(N_TOKENS) + chunks * STATE_HEADERS
+        # One recurrent state per chunk (the interval checkpoints at 512 and 1024, the end), never the live one
+        # copied into every chunk besides.
+        assert copied < size.saved(N_TOKENS) + (chunks - 1) * size.recurrent + chunks * STATE_HEADERS

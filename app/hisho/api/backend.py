@@ -261,7 +261,9 @@ class Backend:
                 tokens = engine.tokenize(messages=job.messages, tools=job.extras.tools,
                                          template_kwargs=job.extras.template_kwargs)
                 plan = self.cache.plan(tokens)
-                fields = {"tokens": tokens}
+                # The messages ride along: after the reply the engine renders its turn from them, so the save keeps
+                # the reply as the next request renders it (engine/decode/replykeep.py).
+                fields = {"tokens": tokens, "messages": job.messages, **template}
                 extra.update(chunks=plan.chunks or None, keep=plan.keep, save_dir=plan.save_dir)
                 self.cache.used(plan)
             stream: TokenStream = serve(Serve(sampling=job.sampling, **fields, **extra))

@@ -9,8 +9,12 @@ Rules of use:
 - Owners are ``api:<first 16 hex of the tip chunk's key>``: one per distinct prompt, so Settings → KV cache
   lists them as "API" and deleting one never touches another. Identical prompts are one file (keys are hashes
   chained over the tokens, docs/kv-format.md).
-- Only prompts that prefilled at least ``min_new_tokens`` are saved: below that a prefill costs less than
-  reading the file back would save (and every saved file costs disk).
+- A request is saved when reading its new tokens again would cost at least what ``min_new_tokens`` tokens of
+  a fresh prefill cost (``worth_saving``): a token read after ``d`` cached ones attends over them, so it costs
+  about ``1 + d / DEPTH_PARITY`` fresh ones, and a short follow-up of a long conversation is saved where a short
+  first prompt is not (below that a prefill costs less than reading the file back would save, and every saved
+  file costs disk). A chat request's save comes after its reply and keeps it (engine/decode/replykeep.py), so
+  the next request reads only its own message.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ from hisho.core.kv.stored import API_PREFIX
 log = logging.getLogger("hisho.api")
 
 MIN_NEW_TOKENS = 256
+# Cached tokens at which a new token's attention over the cache costs about what its weights do. Measured on the
+# 2-core box (1B shape): a question token at 4K cached cost ~15 ms, a token of a 512-token prefill from empty
+# ~3.3 ms (x4.5); short batches are less efficient besides. 512 rounds that toward saving.
+DEPTH_PARITY = 512
+
+
+def worth_saving(new_tokens: int, cached: int, min_new_tokens: int = MIN_NEW_TOKENS) -> bool:
+    """Whether ``new_tokens`` read after ``cached`` tokens cost at least ``min_new_tokens`` fresh ones."""
+    return new_tokens > 0 and new_tokens * (1 + cached / DEPTH_PARITY) >= min_new_tokens
 
 
 @dataclass
@@ -67,7 +80,7 @@ class PromptCache:
 
             match = session.executor.call("store", forget)
         plan = CachePlan(match.request(), match.keep, keys=[str(c["key"]) for c in match.chunks])
-        if len(tokens) - match.keep >= self.min_new_tokens:
+        if worth_saving(len(tokens) - match.keep, match.keep, self.min_new_tokens):
             plan.save_dir = str(session.kv_dir)
         return plan
 
@@ -78,9 +91,14 @@ class PromptCache:
             self.session.submit(lambda: self.session.index.touch("", keys))
 
     def record(self, extra: dict[str, Any]) -> None:
-        """Index what the engine saved for a request (``GenerationResult.extra["saved"]``), then keep the store
-        within its budget. Queued on the store lane; never raises."""
-        report = extra.get("saved")
+        """Index what the engine saved for a request (``GenerationResult.extra["saved"]``, and the prefixes it
+        saved at interval checkpoints, ``extra["snapshots"]``), then keep the store within its budget. Queued on
+        the store lane; never raises."""
+        snapshots = extra.get("snapshots")
+        for report in [*(snapshots if isinstance(snapshots, list) else []), extra.get("saved")]:
+            self._record(report)
+
+    def _record(self, report: Any) -> None:
         if not isinstance(report, dict) or not report.get("chunks"):
             if isinstance(report, dict) and report.get("error"):
                 log.warning("disk prompt cache: save failed: %s", report["error"])

@@ -186,7 +186,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
 
     def step_and_checkpoint() -> None:
         nonlocal pos, held_max
-        rt.decode_tokens(0, tokens[pos:pos + step], want_logits=False)
+        rt.decode_tokens(0, tokens[pos:pos + step], want_logits=False, checkpoints=False)
         pos += step
         before = keeper.checkpoint_bytes()
         if keeper.checkpoint(0):

@@ -154,7 +154,8 @@ class Serve(Prompt):
     sequence. Events: "queued" (its position while every sequence is busy), "token"s, one "done". ``chunks`` /
     ``keep``: a KV restore (as in ``StateLoad``) of the prompt's longest saved prefix, done when it gets a
     sequence (the disk prompt cache); ``save_dir`` / ``save_tokens``: save the prompt's first ``save_tokens``
-    tokens' KV there once prefilled (its own "saved" event). ``max_prompt``: refuse (context_full) a prompt of
+    tokens' KV there once prefilled (its own "saved" event); with ``messages`` beside ``tokens`` (what the tokens
+    render), the save comes after the reply instead and keeps it as the next request renders it. ``max_prompt``: refuse (context_full) a prompt of
     more tokens (0: what a sequence holds). ``test_hooks``: as ``Generate``'s (``force_text`` only)."""
 
     op = "serve"

@@ -394,7 +394,9 @@ def exact_point(chain: Sequence[Mapping[str, Any]], keep: int) -> tuple[int, int
     continued exactly: (chunks to load, tokens to keep). Dense rows (no window, no recurrent state) allow any
     point. A recurrent state allows only the end of a chunk whose state was taken there (``state_end``); a
     sliding window needs its last ``window`` positions before the point in the chunks' window cells
-    (``swa_lo`` on)."""
+    (``swa_lo`` on), and the point must be a chunk's end: the engine read its prompts in pieces ending there (the
+    interval marks, a prompt's end), so the cells before it are those a fresh prefill of the same tokens makes;
+    a cut inside a chunk would keep cells read in a longer piece (docs/kv-format.md "Numerics")."""
     ends = sorted({int(c["start"]) + int(c["n_tokens"]) for c in chain if int(c["start"]) + int(c["n_tokens"]) < keep},
                   reverse=True)
     for p in [keep, *ends]:
@@ -406,6 +408,8 @@ def exact_point(chain: Sequence[Mapping[str, Any]], keep: int) -> tuple[int, int
         if last.get("state_end") is not None and not p == end == int(last["state_end"]):
             continue
         window = int(last.get("n_swa") or 0)
+        if window and p != end:
+            continue
         low = max(0, p - window)
         if window and any(int(c["swa_lo"] if c.get("swa_lo") is not None else c["start"]) > max(int(c["start"]), low)
                           for c in chain[:k + 1] if int(c["start"]) + int(c["n_tokens"]) > low):

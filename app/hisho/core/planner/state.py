@@ -29,6 +29,8 @@ STATE_HEADERS = 4096
 # and the largest arena kept for the next save.
 CHECKPOINTS_PER_SEQ = 8
 CHECKPOINT_BYTES_PER_SEQ = 256 * MIB
+INTERVAL_TOKENS = 512  # interval checkpoints: one per this many tokens of a prompt's reading at most ...
+INTERVAL_BYTES_PER_SEQ = 256 * MIB  # ... and at most this many bytes of them, beside the turns' above
 CHUNK_TOKENS = 512
 ARENA_ROUND = 4 * MIB
 WARM_ARENA_MAX = 512 * MIB
@@ -66,21 +68,34 @@ class StateSize:
         """Bytes of each chunk the engine copies out for a save of ``n_tokens`` tokens in chunks of
         ``chunk_tokens``, every chunk new (``KVState.save``: each chunk through the scratch sequence). A chunk
         ``[s, e)`` holds its own full-attention rows and the window cells of its range that are inside the
-        window of ``e - 1`` and still in the window cache (its last ``window_held`` positions:
-        ``memory.swa_cells``); on a recurrent model the last chunk also holds the whole recurrent state, the
-        others none (``KVState._isolate`` drops it from their copies: a restore ends only where a save ended)."""
+        window of ``e - 1``: the chunk that ends the save those still in the window cache (its last
+        ``window_held`` positions: ``memory.swa_cells``), the others those of the interval checkpoint taken at
+        their end (engine/kv/prefix.py: the prompt's reading kept one at every chunk end, the most it keeps). On a
+        recurrent model each chunk holds one recurrent state for the same reason (a restore can end there)."""
         n = max(0, n_tokens)
         step = chunk_tokens if chunk_tokens > 0 else max(1, n)
         held_from = n - (self.window if window_held is None else window_held)
+        every = self.interval_every(n, step)
         sizes = []
-        for start in range(0, n, step):
+        for i, start in enumerate(range(0, n, step)):
             end = min(n, start + step)
             cells = end - start
-            window = max(0, end - max(start, end - self.window, held_from)) if self.window_per_cell else 0
+            marked = end < n and (i + 1) % every == 0
+            low = max(start, end - self.window, start if marked else held_from)
+            window = max(0, end - low) if self.window_per_cell else 0
             sizes.append((cells * (self.per_token + CELL_META) if self.per_token else 0)
-                         + window * (self.window_per_cell + CELL_META) + (self.recurrent if end == n else 0)
-                         + STATE_HEADERS)
+                         + window * (self.window_per_cell + CELL_META)
+                         + (self.recurrent if marked or end == n else 0) + STATE_HEADERS)
         return sizes
+
+    def interval_every(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> int:
+        """Every how many chunks of a save of ``n_tokens`` one ends at a kept interval checkpoint: the engine's
+        budget rule (PrefixKeeper.interval_spacing) for a context of ``n_tokens``; its cost rule can only space
+        them wider."""
+        if not self.window_per_cell and not self.recurrent:
+            return max(1, n_tokens)  # dense: none
+        n_max = max(1, INTERVAL_BYTES_PER_SEQ // max(1, self.checkpoint(n_tokens) + STATE_HEADERS))
+        return max(1, -(-n_tokens // (n_max * max(1, chunk_tokens))))
 
     def chunked(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS, window_held: int | None = None) -> int:
         """Bytes a save of ``n_tokens`` tokens copies out (``chunks``: its attention rows, the window cells the
@@ -193,7 +208,8 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     Checkpoints (engine/kv/prefix.py), sliding-window and recurrent models only: one holds the window part and the
     recurrent state of one sequence (``StateSize.checkpoint``: at most the whole window) and its token list; a
     sequence keeps at most ``CHECKPOINTS_PER_SEQ`` and at most ``CHECKPOINT_BYTES_PER_SEQ`` of them (never fewer
-    than one), and a new one is taken before the oldest is dropped. With KV saved (engine/kv/kvstate.py): a save of a
+    than one), and a new one is taken before the oldest is dropped; beside them the interval checkpoints of a
+    prompt's reading, at most one per ``INTERVAL_TOKENS`` of the context and ``INTERVAL_BYTES_PER_SEQ``. With KV saved (engine/kv/kvstate.py): a save of a
     whole sequence copies every chunk into one arena rounded up to 4 MiB, resident during the write and kept after
     it up to 512 MiB (larger ones are let go); a restore maps one chunk file at a time and unmaps it once loaded
     (the kernel's read-ahead of the next file is page cache, not the process's), then takes a checkpoint; the
@@ -207,6 +223,7 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     if facts.memory != "dense":
         one = size.checkpoint(seq_ctx) + STATE_HEADERS + TOKEN_REF * seq_ctx
         kept = max(1, min(CHECKPOINTS_PER_SEQ, CHECKPOINT_BYTES_PER_SEQ // one))
+        kept += seq_ctx // (INTERVAL_TOKENS * size.interval_every(seq_ctx, INTERVAL_TOKENS))  # the intervals
     arena = restore = identity = 0
     if cfg.saves_kv:
         chunks = size.chunks(seq_ctx, CHUNK_TOKENS, held)

@@ -35,6 +35,7 @@ import llama_cpp
 from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.decode.batched import BatchStats, Item, _Slot, _step
 from hisho.engine.decode.grammar import check_grammar
+from hisho.engine.decode.replykeep import keep_reply
 from hisho.engine.lib.llama_setup import Sampler, hit_stop, token_event
 from hisho.engine.model.runtime import RequestError, Runtime
 
@@ -64,10 +65,12 @@ class Job:
     max_prompt: int = 0    # the API's prompt limit in tokens (0: the sequence's context)
     marks: tuple[int, ...] = ()  # message boundaries in ``prompt`` (message_marks): checkpoints on non-dense models
     forced: list[int] | None = None  # test hook force_text: the reply's tokens, decoded instead of sampled
+    spec: dict[str, Any] = field(default_factory=dict)  # the request's prompt fields: its messages, if any
     # A save in flight holds the "done" event back until its files are written, so the client can index them.
     lock: threading.Lock = field(default_factory=threading.Lock)
-    saving: bool = False
+    saving: int = 0        # saves in flight
     saved: dict[str, Any] | None = None
+    snapshots: list[dict[str, Any]] = field(default_factory=list)  # _snapshot's reports
     held_done: dict[str, Any] | None = None
 
 
@@ -142,8 +145,9 @@ class ServingBatch:
             if slot.pause_at >= 0 and slot.fed == slot.pause_at:
                 self._checkpoint(slot)
             if slot.logits_at >= 0:
-                if not slot.out and slot.job is not None and slot.job.save is not None:
-                    self._save(slot.seq, slot.job)  # the whole prompt is in the cells now, nothing else yet
+                job = slot.job
+                if not slot.out and job is not None and job.save is not None and not job.spec.get("messages"):
+                    self._save(slot.seq, job)  # raw tokens: the whole prompt is in the cells, nothing else yet
                 self._sample(slot)
         self._fill()
 
@@ -185,20 +189,45 @@ class ServingBatch:
     def _checkpoint(self, slot: _ServeSlot) -> None:
         """The prefill reached a mark: keep the partial state there (PrefixKeeper.checkpoint, its caps), so a
         later request that shares only this much restores it instead of prefilling from the start."""
-        self.rt.keeper.checkpoint(slot.seq, prompt=True)
+        job = slot.job
+        assert job is not None
+        keeper = self.rt.keeper
+        if slot.fed in job.marks or slot.fed == len(job.prompt) - 1 or not keeper.marks(slot.fed - 1, slot.fed + 1):
+            keeper.checkpoint(slot.seq, prompt=True)
+        else:
+            keeper.interval_checkpoint(slot.seq)  # an interval mark only
+            self._snapshot(slot, job)
         slot.marks = [m for m in slot.marks if m > slot.fed]
         slot.pause_at = slot.marks[0] if slot.marks else -1
 
-    def _save(self, seq: int, job: Job) -> None:
+    def _snapshot(self, slot: _ServeSlot, job: Job) -> None:
+        """Separate KV streams (``hisho serve``) have no scratch sequence, so a save is one chunk of the whole
+        sequence and its chunk ends are no restore points. On a window or recurrent model the prefix read so far
+        is saved at each kept interval checkpoint instead (one file ``[0, mark)``; the index chains it from the
+        root like any first chunk), so a request that parts from this one after a restart restores the nearest
+        one (hisho.engine.kv.prefix "Interval checkpoints")."""
+        if self.unified or job.save is None or self.rt.keeper.interval_at(slot.seq, slot.fed) is None:
+            return
+        self._save(slot.seq, job, snapshot=True)
+
+    def _save(self, seq: int, job: Job, *, snapshot: bool = False) -> None:
         assert job.save is not None
 
         def done(report: dict[str, Any]) -> None:  # the engine thread, or the KV writer's
             with job.lock:
-                job.saved, job.saving, event = report, False, job.held_done
+                if snapshot:
+                    job.snapshots.append(report)
+                else:
+                    job.saved = report
+                job.saving -= 1
+                event = job.held_done if not job.saving else None
+                if event is not None:
+                    job.held_done = None
+                    event = self._with_saves(event, job)
             if event is not None:
-                job.emit_now({**event, "saved": report})
+                job.emit_now(event)
 
-        job.saving = True
+        job.saving += 1
         try:
             job.save(seq, done)
         except Exception as exc:  # a save that fails costs only the next prefill
@@ -247,8 +276,10 @@ class ServingBatch:
         # before the prompt's last token (a regenerate, an edit of the last message), as the chat's turns take.
         # A dense slot reads its prompt in one go: its cells share the unified cache with the other slots'
         # anyway, so its pieces are not one request's own (docs/kv-format.md "Numerics").
+        # And at the interval marks, as every prompt reading (hisho.engine.kv.prefix "Interval checkpoints").
         slot.marks = [] if rt.keeper.dense else sorted({m for m in (*job.marks, len(job.prompt) - 1)
-                                                        if keep < m < len(job.prompt)})
+                                                        if keep < m < len(job.prompt)}
+                                                       | set(rt.keeper.marks(keep, len(job.prompt))))
         slot.pause_at = slot.marks[0] if slot.marks else -1
         slot.last, slot.out, slot.text, slot.logits_at = -1, [], [], -1
         slot.sampler = Sampler(rt, job.sampling)
@@ -311,13 +342,28 @@ class ServingBatch:
         tail = slot.utf8.decode(b"", final=True) if slot.utf8 is not None else ""
         decode_s = time.perf_counter() - slot.first_at if slot.first_at else 0.0
         ttft = slot.first_at - job.arrived if slot.first_at else 0.0
-        self._done_event(job, reason, slot.out, "".join(slot.text) + tail, slot.cached, ttft, decode_s)
+        text = "".join(slot.text) + tail
+        if job.save is not None and job.spec.get("messages") and reason != "cancelled" and slot.out:
+            self._keep_reply(slot, job, text)
+        self._done_event(job, reason, slot.out, text, slot.cached, ttft, decode_s)
         if slot.sampler is not None:
             slot.sampler.free()
         # The cells stay (the next request with this prefix reuses them); only what they hold is recorded.
         self.rt.seqs[slot.seq] = slot.held
         slot.job, slot.item, slot.sampler, slot.utf8 = None, None, None, None
         slot.fed, slot.last, slot.logits_at, slot.pause_at, slot.marks = 0, -1, -1, -1, []
+
+    def _keep_reply(self, slot: _ServeSlot, job: Job, text: str) -> None:
+        """A chat request's reply is part of what is saved: the cells are made to hold what the next request
+        renders for it, up to the next user header (hisho.engine.decode.replykeep), then saved; "done" waits for
+        the files."""
+        try:
+            keep_reply(self.rt, slot.seq, job.spec, text)
+        except Exception as exc:  # the reply stands; only the save is what the cells held before
+            log.warning("serving batch: the reply was not kept for the save (%s)", exc)
+        slot.held = list(self.rt.seqs.get(slot.seq, []))
+        self.rt.seqs[slot.seq] = slot.held
+        self._save(slot.seq, job)
 
     def _done_event(self, job: Job, reason: str, tokens: list[int], text: str, cached: int, ttft: float,
                     decode_s: float) -> None:
@@ -328,11 +374,18 @@ class ServingBatch:
                  "raw_text": self.rt.raw_text(tokens), "threads": self.rt.threads_info()}
         with job.lock:
             if job.saving:
-                job.held_done = event  # sent by the save's callback
+                job.held_done = event  # sent by the last save's callback
                 return
-            if job.saved is not None:
-                event["saved"] = job.saved
+            event = self._with_saves(event, job)
         job.emit_now(event)
+
+    @staticmethod
+    def _with_saves(event: dict[str, Any], job: Job) -> dict[str, Any]:
+        if job.saved is not None:
+            event = {**event, "saved": job.saved}
+        if job.snapshots:
+            event = {**event, "snapshots": list(job.snapshots)}
+        return event
 
 
 QUICK_OPS = frozenset({"tokenize", "detokenize", "hello", "kv_info", "kv_flush", "abort"})  # run between steps
@@ -404,7 +457,8 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         if req.sampling.grammar or req.sampling.grammar_schemas:
             check_grammar(batch.rt, req.sampling)  # now: a bad one found when it gets a sequence would end the batch
         batch.add(Job(req_id, prompt, req.sampling, emit, server.emit, restore, save,
-                      max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt), forced=forced))
+                      max_prompt=req.max_prompt, marks=message_marks(batch.rt, req.spec(), prompt), forced=forced,
+                      spec=req.spec()))
     except Exception as exc:
         kind = ErrorKind.of(getattr(exc, "kind", ErrorKind.INTERNAL))
         server.error(req_id, kind, str(exc) or type(exc).__name__)

@@ -81,7 +81,7 @@ class KVState:
             path = kvf.chunk_path(kv_dir, self.fingerprint, plan.key)
             rec = {"key": plan.key, "parent": plan.parent, "start": plan.start, "n_tokens": plan.n_tokens,
                    "path": str(path), "written": False, "tokens": tokens[plan.start:plan.end],
-                   **self._resume(plan, len(tokens), pos_min)}
+                   **self._resume(seq, plan, len(tokens), pos_min)}
             old = self._existing(path)
             if old is not None and not self._better(rec, old):
                 rec.update(bytes=path.stat().st_size, **old)
@@ -128,19 +128,22 @@ class KVState:
         self._clear_scratch()
         return parts, arena
 
-    def _resume(self, plan: kvf.ChunkPlan, n_held: int, pos_min: int) -> dict[str, int | None]:
+    def _resume(self, seq: int, plan: kvf.ChunkPlan, n_held: int, pos_min: int) -> dict[str, int | None]:
         """What a restore ending at this chunk can continue from (kvf.ChunkHeader): the lowest window cell the
         copy holds (the window cache keeps ``pos_min`` on; a copy of ``[start, end)`` drops cells out of the
-        window of ``end - 1``), and the position the recurrent state has seen: only the tail carries one (the
-        sequence's, at its last position); the other chunks leave it out (``_isolate``, ``kvf.NO_STATE``)."""
+        window of ``end - 1``), and the position the recurrent state has seen: the tail carries the sequence's,
+        at its last position; a chunk ending where an interval checkpoint was taken carries that checkpoint's
+        window or state (``_isolate``); the others leave the state out (``kvf.NO_STATE``)."""
         keeper = self.keeper
         if keeper.dense:
             return {"swa_lo": None, "state_end": None, "n_swa": 0}
+        marked = plan.end != n_held and keeper.interval_at(seq, plan.end) is not None
         swa_lo = None
         if keeper.n_swa:
-            lo = max(plan.start, plan.end - keeper.n_swa, pos_min)
+            lo = max(plan.start, plan.end - keeper.n_swa, plan.start if marked else pos_min)
             swa_lo = lo if lo < plan.end else plan.end
-        state_end = (n_held if plan.end == n_held else kvf.NO_STATE) if keeper.recurrent else None
+        state_end = (n_held if plan.end == n_held else plan.end if marked else kvf.NO_STATE) \
+            if keeper.recurrent else None
         return {"swa_lo": swa_lo, "state_end": state_end, "n_swa": keeper.n_swa}
 
     def _existing(self, path: Path) -> dict[str, Any] | None:
@@ -168,15 +171,28 @@ class KVState:
         return new["swa_lo"] is not None and (old_lo is None or int(new["swa_lo"]) < int(old_lo))
 
     def _isolate(self, seq: int, plan: kvf.ChunkPlan, n_held: int) -> int:
-        """The sequence whose state is exactly ``plan``'s range: ``seq`` itself or the scratch sequence."""
+        """The sequence whose state is exactly ``plan``'s range: ``seq`` itself or the scratch sequence. A chunk
+        ending where ``seq`` has a checkpoint gets that checkpoint's partial state (the window of its end, or the
+        recurrent state there) in place of what the live sequence holds now, so a restore can end there."""
         if plan.start == 0 and plan.end == n_held:
             return seq
         if self.scratch < 0:
             raise RequestError(ErrorKind.STATE, "a partial range needs a scratch sequence (n_seq_max >= 2)")
         self._clear_scratch()
-        self.keeper.note_empty(self.scratch)
+        keeper = self.keeper
+        keeper.note_empty(self.scratch)
         llama_cpp.llama_memory_seq_cp(self.rt.memory, seq, self.scratch, plan.start, plan.end)
-        if plan.end != n_held and not self.keeper.drop_state(self.scratch) and self.keeper.recurrent:
+        if plan.end == n_held:
+            return self.scratch
+        ck = keeper.interval_at(seq, plan.end)
+        if ck is not None and keeper.load_partial(self.scratch, ck):
+            if keeper.n_swa:
+                # The checkpoint's window reaches below the chunk: those cells belong to the chunks before it (each
+                # file holds window cells of its own range only, or a restore would load a position twice).
+                llama_cpp.llama_memory_seq_rm(self.rt.memory, self.scratch, 0, plan.start)
+        elif ck is not None:
+            raise RequestError(ErrorKind.STATE, f"the checkpoint at {plan.end} did not load into the scratch sequence")
+        elif not keeper.drop_state(self.scratch) and keeper.recurrent:
             raise RequestError(ErrorKind.STATE, "could not leave the recurrent state out of a chunk")
         return self.scratch
 

@@ -25,12 +25,25 @@ usable checkpoint the sequence is cleared and the prompt prefilled whole: slower
 A window checkpoint is put in position order and loaded straight back (``_relay``): the live sequence then has
 its window cells in the slots a later restore of that checkpoint gives them, so the reply that follows and a
 regenerate round alike (docs/kv-format.md "Numerics").
+
+**Interval checkpoints.** A prompt read with ``Runtime.decode_tokens`` stops at every multiple of
+``INTERVAL_TOKENS`` (the chunk size of a save, so they fall on chunk ends) and a checkpoint is taken there
+(``interval_checkpoint``): a request that parts from a long prompt anywhere restores the newest one at or before
+the divergence and reads only the rest; a save puts each one into the chunk file that ends there
+(``hisho.engine.kv.kvstate``), so the same holds after a restart. Every reading stops at the same absolute
+positions, so a continuation from a restored one equals a fresh prefill, re-lay included. Which are *kept*
+(``interval_spacing``) is the cost rule: one is worth keeping where re-reading the tokens since the one before
+costs more than restoring it (``size / RESTORE_BYTES_PER_S`` against ``spacing / prefill speed``, the speed
+measured on this prompt's slices), and the ones a whole context would need fit ``INTERVAL_BYTES_PER_SEQ``; the
+spacing is the smallest multiple of ``INTERVAL_TOKENS`` meeting both. Keeping fewer changes no number, only how
+much a divergence re-reads.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +56,10 @@ log = logging.getLogger("hisho.engine")
 PARTIAL = int(getattr(llama_cpp, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY", 1))
 CHECKPOINTS_PER_SEQ = 8          # the newest: the last turns, then the type-ahead states after them
 CHECKPOINT_BYTES_PER_SEQ = 256 << 20
+INTERVAL_TOKENS = 512            # where every prompt reading stops for a checkpoint (= kvstate's chunk size)
+INTERVAL_BYTES_PER_SEQ = 256 << 20  # interval checkpoints kept per sequence, beside the turns' above
+RESTORE_BYTES_PER_S = 1e9        # a partial state loaded back (from memory ~10 GB/s, a cold SSD ~1-2 GB/s): low end
+PREFILL_GUESS_TOK_S = 250.0      # until a slice of this context was timed (docs/waits.md's guess)
 
 
 @dataclass
@@ -50,6 +67,7 @@ class Checkpoint:
     tokens: list[int]              # what the sequence held when it was taken (its first ``n`` tokens)
     data: ctypes.Array[ctypes.c_uint8]
     turn: bool = False             # a prompt's end or the turn boundary after a reply: evicted after type-ahead's
+    interval: bool = False         # taken at a multiple of INTERVAL_TOKENS while a prompt was read
 
     @property
     def n(self) -> int:
@@ -73,6 +91,7 @@ class PrefixKeeper:
         self._after_reply: dict[int, bool] = {}
         self.slices: dict[int, list[tuple[int, int]]] = {}  # note_slice: dense sequences' multi-token slices
         self._empty_state: ctypes.Array[ctypes.c_uint8] | None = None  # drop_state's: the state of no cells
+        self.prefill_tok_s = PREFILL_GUESS_TOK_S  # note_speed: the latest multi-token slice's speed
         self._unordered_logged = False
 
     def reset(self) -> None:
@@ -185,27 +204,97 @@ class PrefixKeeper:
         if prompt:
             self._after_reply[seq] = True
         held = self.rt.seqs.get(seq, [])
-        if not held or self.why_not(seq, len(held)) is not None:
+        same = next((c for c in self.checkpoints.get(seq, []) if c.n == len(held) and c.tokens == held), None)
+        if same is not None and same.interval:
+            same.interval, same.turn = False, turn  # a mark that is also a turn's: kept by the turns' caps
+            return True
+        ck = self._take(seq)
+        if ck is None:
             return False
+        ck.turn = turn
+        mine = self.checkpoints[seq]
+        while True:
+            turns = [i for i, c in enumerate(mine[:-1]) if not c.interval]
+            kept = [c for c in mine if not c.interval]
+            if not turns or (len(kept) <= CHECKPOINTS_PER_SEQ
+                             and sum(len(c.data) for c in kept) <= CHECKPOINT_BYTES_PER_SEQ):
+                return True
+            typed = [i for i in turns if not mine[i].turn]
+            mine.pop(typed[0] if typed else turns[0])  # the oldest type-ahead state, else the oldest turn
+
+    def marks(self, start: int, end: int) -> list[int]:
+        """The interval marks strictly between positions ``start`` and ``end`` (none for dense models)."""
+        if self.dense:
+            return []
+        first = (start // INTERVAL_TOKENS + 1) * INTERVAL_TOKENS
+        return list(range(first, end, INTERVAL_TOKENS))
+
+    def interval_checkpoint(self, seq: int) -> bool:
+        """A prompt's reading reached a mark: take a checkpoint there (taken at every mark, so every reading
+        re-lays the window at the same positions), then keep only those ``interval_spacing`` says are worth it."""
+        if self.dense:
+            return False
+        held = self.rt.seqs.get(seq, [])
+        mine = self.checkpoints.get(seq, [])
+        if any(c.n == len(held) and c.tokens == held for c in mine):
+            return True  # a turn's already (kept by the turns' caps)
+        ck = self._take(seq)
+        if ck is None:
+            return False
+        ck.interval = True
+        step = self.interval_spacing(len(ck.data))
+        kept = [c for c in self.checkpoints[seq] if not c.interval or c.n % step == 0]
+        while sum(len(c.data) for c in kept if c.interval) > INTERVAL_BYTES_PER_SEQ:
+            kept.remove(next(c for c in kept if c.interval))  # the oldest: a later one re-reads less
+        self.checkpoints[seq] = kept
+        return True
+
+    def interval_spacing(self, size: int) -> int:
+        """How far apart kept interval checkpoints of ``size`` bytes are: the smallest multiple of
+        ``INTERVAL_TOKENS`` (1) whose re-reading at the measured prefill speed takes longer than restoring one
+        (``size / RESTORE_BYTES_PER_S``), and (2) at which a sequence filling its context keeps at most
+        ``INTERVAL_BYTES_PER_SEQ`` of them."""
+        restore_s = size / RESTORE_BYTES_PER_S
+        reread = max(1, math.ceil(restore_s * self.prefill_tok_s / INTERVAL_TOKENS))
+        n_max = max(1, INTERVAL_BYTES_PER_SEQ // max(1, size))
+        fit = max(1, math.ceil(int(self.rt.n_ctx_seq) / (n_max * INTERVAL_TOKENS)))
+        return INTERVAL_TOKENS * max(reread, fit)
+
+    def note_speed(self, n_tokens: int, seconds: float) -> None:
+        """A prompt slice of ``n_tokens`` took ``seconds`` (``Runtime.decode_tokens``): the rule's prefill speed."""
+        if n_tokens >= 64 and seconds > 0:
+            self.prefill_tok_s = n_tokens / seconds
+
+    def interval_at(self, seq: int, n: int) -> Checkpoint | None:
+        """A checkpoint of ``seq`` taken when it held its first ``n`` tokens (for a save's chunk ending there)."""
+        held = self.rt.seqs.get(seq, [])
+        return next((c for c in self.checkpoints.get(seq, []) if c.n == n and held[:n] == c.tokens), None)
+
+    def load_partial(self, seq: int, ck: Checkpoint) -> bool:
+        """Load ``ck``'s partial state into ``seq`` (a save's scratch sequence); False where llama.cpp refused."""
+        return int(llama_cpp.llama_state_seq_set_data_ext(self.rt.ctx, ck.data, len(ck.data), seq, PARTIAL)) > 0
+
+    def _take(self, seq: int) -> Checkpoint | None:
+        """The partial state of ``seq`` now, appended to its checkpoints (None: not exact here, or one exists)."""
+        held = self.rt.seqs.get(seq, [])
+        if not held or self.why_not(seq, len(held)) is not None:
+            return None
         mine = self.checkpoints.setdefault(seq, [])
         if any(c.n == len(held) and c.tokens == held for c in mine):
-            return False
+            return None
         ctx = self.rt.ctx
         size = int(llama_cpp.llama_state_seq_get_size_ext(ctx, seq, PARTIAL))
         data = (ctypes.c_uint8 * max(1, size))()
         got = int(llama_cpp.llama_state_seq_get_data_ext(ctx, data, size, seq, PARTIAL))
         if got != size:
             log.warning("checkpoint of sequence %d: llama.cpp wrote %d of %d bytes", seq, got, size)
-            return False
+            return None
         if self.n_swa:
             self._in_position_order(data)
             self._relay(seq, data)
-        mine[:] = [c for c in mine if c.n != len(held)] + [Checkpoint(list(held), data, turn)]
-        while len(mine) > 1 and (len(mine) > CHECKPOINTS_PER_SEQ
-                                 or sum(len(c.data) for c in mine) > CHECKPOINT_BYTES_PER_SEQ):
-            typed = [i for i, c in enumerate(mine[:-1]) if not c.turn]
-            mine.pop(typed[0] if typed else 0)  # the oldest type-ahead state, else the oldest turn
-        return True
+        ck = Checkpoint(list(held), data)
+        mine[:] = [c for c in mine if c.n != ck.n] + [ck]  # one of other tokens at this length is stale
+        return ck
 
     def _in_position_order(self, data: ctypes.Array[ctypes.c_uint8]) -> None:
         if cellorder.by_position(data) is None and not self._unordered_logged:

@@ -255,7 +255,7 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
         # load's own peak (loaded["peak"]) is kept apart.
     else:
         for start in range(0, rt.n_ctx, rt.n_batch):
-            rt.decode_tokens(0, tokens[start:start + rt.n_batch])
+            rt.decode_tokens(0, tokens[start:start + rt.n_batch], checkpoints=False)
     fill_s = time.perf_counter() - started
     end = memory_now()
     arrays = batch_bytes(rt)
@@ -313,7 +313,7 @@ def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None
     """Fill all but the last ubatch of the context from a synthetic state, then decode the last full ubatch.
     The state is built in an anonymous mmap, so freeing it gives every page back to the OS (a malloc'd block
     may stay in the heap and would count as the engine's memory)."""
-    rt.decode_tokens(0, tokens[:1], want_logits=False)
+    rt.decode_tokens(0, tokens[:1], want_logits=False, checkpoints=False)
     one = _seq_state(rt, 0)
     rt.seq_rm(0)
     n_fill = rt.n_ctx - min(rt.n_batch, rt.n_ctx)
@@ -333,7 +333,7 @@ def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None
         raise RuntimeError(f"llama.cpp took {got} of {size} bytes of the synthetic state")
     rt.seqs[0] = list(tokens[:n_fill])
     reset_peak()  # the synthetic state is unmapped; the peak from here on is the engine's own
-    rt.decode_tokens(0, tokens[n_fill:rt.n_ctx])
+    rt.decode_tokens(0, tokens[n_fill:rt.n_ctx], checkpoints=False)
 
 
 def _seq_state(rt: Any, seq: int) -> bytes:

@@ -356,30 +356,44 @@ class Runtime:
 
     def decode_tokens(self, seq: int, tokens: list[int], *, want_logits: bool = True,
                       should_stop: Callable[[], bool] | None = None,
-                      on_progress: Callable[[int, int], None] | None = None, note_slices: bool = False) -> bool:
+                      on_progress: Callable[[int, int], None] | None = None, note_slices: bool = False,
+                      checkpoints: bool = True) -> bool:
         """Append ``tokens`` to ``seq`` in n_batch slices. Logits only for the very last token.
         Returns False if ``should_stop`` said stop between slices (the cache then holds what was done).
         ``on_progress(done, total)`` runs after every slice but the last (a long prompt's reading progress).
-        ``note_slices``: tell the keeper each slice (a reply's prompt: ``PrefixKeeper.note_slice``)."""
+        ``note_slices``: tell the keeper each slice (a reply's prompt: ``PrefixKeeper.note_slice``).
+        ``checkpoints`` (sliding-window and recurrent models): a slice also ends at every interval mark and a
+        checkpoint is taken there (``PrefixKeeper.interval_checkpoint``; off only for measurements)."""
         held = self.seqs.setdefault(seq, [])
         if len(held) + len(tokens) > self.n_ctx:
             raise RequestError(ErrorKind.CONTEXT_FULL,
                                 f"{len(held) + len(tokens)} tokens do not fit the context of {self.n_ctx}")
-        for start in range(0, len(tokens), self.n_batch):
-            if should_stop is not None and start and should_stop():
-                return False
-            part = tokens[start:start + self.n_batch]
-            self.batch.clear()
-            base = len(held)
-            last_slice = start + self.n_batch >= len(tokens)
-            for i, tok in enumerate(part):
-                self.batch.add(tok, base + i, seq, want_logits and last_slice and i == len(part) - 1)
-            self.decode_batch()
-            held.extend(part)
-            if note_slices:
-                self.keeper.note_slice(seq, base, len(held))
-            if on_progress is not None and not last_slice:
-                on_progress(start + len(part), len(tokens))
+        first = len(held)
+        # A reading that ends on a mark takes it too (not one that wants logits: its caller samples next).
+        marks = self.keeper.marks(first, first + len(tokens) + (0 if want_logits else 1)) if checkpoints else []
+        bounds = sorted({m - first for m in marks} | {len(tokens)})
+        done = 0
+        for stop in bounds:
+            while done < stop:
+                if should_stop is not None and done and should_stop():
+                    return False
+                part = tokens[done:min(stop, done + self.n_batch)]
+                self.batch.clear()
+                base = len(held)
+                last_slice = done + len(part) >= len(tokens)
+                for i, tok in enumerate(part):
+                    self.batch.add(tok, base + i, seq, want_logits and last_slice and i == len(part) - 1)
+                began = time.perf_counter()
+                self.decode_batch()
+                self.keeper.note_speed(len(part), time.perf_counter() - began)
+                held.extend(part)
+                done += len(part)
+                if note_slices:
+                    self.keeper.note_slice(seq, base, len(held))
+                if on_progress is not None and not last_slice:
+                    on_progress(done, len(tokens))
+            if first + stop in marks:
+                self.keeper.interval_checkpoint(seq)
         return True
 
     def run_step(self, batch: Batch) -> int:
