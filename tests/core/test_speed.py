@@ -102,6 +102,14 @@ def test_bench_speed_fits_its_profile_from_the_models_it_measured(tmp_path: Path
     assert abs(got.kv_factor - 2.5) < 1e-6
 
 
+def test_bench_speed_ratio_is_measured_over_predicted() -> None:
+    from hisho.bench.speed import row
+
+    r = row("m.gguf", "decode_short", predicted=10.0, measured=12.0, fitted=False)
+    assert r["ratio"] == 1.2  # faster than predicted reads above 1
+    assert row("m.gguf", "prompt", predicted=0.0, measured=5.0, fitted=False)["ratio"] is None
+
+
 def test_a_real_replys_figures_are_kept_by_depth(tmp_path: Path) -> None:
     facts = read_facts(write_shape(tmp_path / "m.gguf", TINY_LLAMA))
     speed.observe(facts, prompt_tokens=600, cached_tokens=0, completion_tokens=64, ttft_s=2.0, tokens_per_s=40.0)

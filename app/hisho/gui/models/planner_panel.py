@@ -53,14 +53,9 @@ def segments_of(plan: Plan) -> dict[str, int]:
 
 def over_trained(plan: Plan) -> str:
     """A warning when the context is longer than the model was trained on (with the file's rope scaling), or
-    ""."""
-    facts = plan.facts
-    if facts is None or not facts.context_length or plan.config.n_ctx <= facts.context_length:
-        return ""
-    rope = (f"its file sets {facts.rope_scaling} rope scaling" if facts.rope_scaling
-            else "its file sets no rope scaling")
-    return (f"<br><b>⚠ Longer than the {facts.context_length:,} tokens this model was trained on</b>: {rope}, "
-            "so replies past that length may lose the thread or repeat themselves.")
+    "" (``explain.over_trained``: ``hisho plan`` says the same)."""
+    head, detail = explain.over_trained(plan)
+    return f"<br><b>{html.escape(head)}</b>: {html.escape(detail)}" if head else ""
 
 
 class MemoryBar(QWidget):
