@@ -4,6 +4,7 @@ profile of a slow laptop: the 7B fits but is slow, so a smaller model is offered
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -120,3 +121,12 @@ def test_a_real_replys_figures_are_kept_by_depth(tmp_path: Path) -> None:
     got = speed.for_model(facts, None)
     assert got is not None and got.how == "measured"
     assert (got.decode_short, got.decode_4k, got.prompt) == (40.0, 25.0, 2000.0)
+
+
+def test_a_full_context_answers_slower_the_more_kv_it_reads(tmp_path: Path) -> None:
+    facts = read_facts(write_shape(tmp_path / "big.gguf", LLAMA_31_8B))
+    fast = speed.predict(facts, slow())
+    at = functools.partial(speed.decode_when_full, facts, fast)
+    assert abs(at(4096) - fast.decode_4k) < 1e-9 * fast.decode_4k  # the 4K figure itself
+    assert fast.decode_short > at(2048) > at(4096) > at(32768)
+    assert at(32768, "q8_0") > at(32768, "f16")  # half the KV bytes read per step
