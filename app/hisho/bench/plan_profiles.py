@@ -131,7 +131,7 @@ def profile_cell(path: Path, profile: str, parallel: int | None, n_ctx: int, kv:
                                "sequences": 1 if p["load"].kv_unified else p["load"].n_seq_max, "end_full": True}
     if profile == "summarize":
         # A map phase as documents.plan packs it: full chunks, each in its own stream, as many as fit.
-        per_seq = seq_cells(CHUNK_TARGET + SUMMARY_TOKENS + 128)
+        per_seq = min(seq_cells(CHUNK_TARGET + SUMMARY_TOKENS + 128), p["total"])
         request["job"] = [max(1, min(MAX_PARALLEL, p["total"] // per_seq)), per_seq]
     env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
     try:
