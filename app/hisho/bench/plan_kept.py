@@ -191,12 +191,18 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     held_max = 0
     pos = dict.fromkeys(seqs, n_ctx - n_ck * step - tail)
 
-    def to_full() -> None:
-        """Sequence 0 prompted up to the full context (its last ubatch attends every cell): the bare context's
-        peak, here beside the kept state."""
-        held = len(rt.seqs.get(0, []))
+    def to_full(seq: int = 0) -> None:
+        """``seq`` prompted up to the full context (its last ubatch attends every cell: the bare context's peak)
+        and a checkpoint taken there, so what is saved next is the whole context the plan prices."""
+        nonlocal held_max
+        held = len(rt.seqs.get(seq, []))
         if tail and held < n_ctx:
-            rt.decode_tokens(0, tokens[held:n_ctx], want_logits=False)
+            rt.decode_tokens(seq, tokens[held:n_ctx], want_logits=False)
+            pos[seq] = n_ctx
+            before = keeper.checkpoint_bytes()
+            if keeper.checkpoint(seq):
+                sizes.append(len(keeper.checkpoints[seq][-1].data))
+                held_max = max(held_max, before + sizes[-1])
 
     def step_and_checkpoint(seq: int = 0) -> None:
         nonlocal held_max
@@ -222,12 +228,14 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         writer = ChunkWriter()
         kv = KVState(rt, writer)
         after_kvstate = memory_now()
+        for seq in seqs:
+            to_full(seq)
         summary = kv.save(0, Path(tmp) / "kv", CHUNK_TOKENS, reports.append)
         for seq in seqs[1:]:  # the other slots' saves queued behind the first (each copies into its own arena)
             kv.save(seq, Path(tmp) / f"kv{seq}", CHUNK_TOKENS, lambda _r: None)
         writer.wait_idle()
-        # The last step's checkpoint beside the arena the writer kept (a chat's next turn after a save).
-        step_and_checkpoint()
+        if not tail:  # the last step's checkpoint beside the arena the writer kept (a chat's next turn)
+            step_and_checkpoint()
         after_save = memory_now()
         chunks = reports[0]["chunks"] if reports else []
         lows = [int(c["swa_lo"]) for c in chunks if c.get("swa_lo") is not None and c["swa_lo"] < c["start"] + c["n_tokens"]]
@@ -237,7 +245,6 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=n_ctx)
         restore_s = time.perf_counter() - t0
-        to_full()
         file_bytes = sum(int(c.get("bytes", 0)) for c in chunks)
     end = memory_now()
     arrays = batch_bytes(rt)

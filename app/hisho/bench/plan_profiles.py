@@ -10,9 +10,9 @@ figures and one measurement:
   streams and saving: the plan ``gate.apply_plan`` prices);
 - ``measured``: that load run for real in a fresh child (``python -m hisho.bench.plan_kept``, as ``--kept``
   does): the context filled by the probe's synthetic state and one real ubatch, nine 64-token steps with the
-  engine's checkpoints (serve: in each of its sequences), then, for a profile that saves KV, a save of each
-  sequence and a restore of the first; then the first sequence's last 512-token prompt up to the full context
-  (the bare context's peak, beside the kept state); for ``summarize`` then its job context
+  engine's checkpoints (serve: in each of its sequences), then each sequence's last 512-token prompt up to
+  the full context (the bare context's peak, beside the kept state) and a checkpoint there; for a profile that
+  saves KV then a save of each whole sequence and a restore of the first; for ``summarize`` its job context
   (``Runtime.job_context``) filled the same way. Peak RSS growth (VmHWM).
 
 Models: the true-shape Llama-3.2-1B Q4_0 and 3B Q4_K_M (``bench.shapes``) and the real Gemma-3-270M
