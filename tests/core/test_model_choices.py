@@ -83,3 +83,28 @@ def test_each_front_end_is_priced_for_its_own_profile(default_model_path: Path) 
         assert plan is not None
         figures[name] = plan.need
     assert figures["window"] > figures["generate"]
+
+
+def test_hisho_plan_warns_past_the_trained_context(default_model_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A context past the trained one is planned as asked, never silently cut, and said with the file's rope
+    scaling; a model's own choice past it (made on the planner page) is planned and warned about the same way."""
+    from hisho.cli.main import main
+
+    assert main(["plan", "--ctx", "16384", "--no-calibrate", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["n_ctx"] == 16384
+    assert d["warning"].startswith("⚠ Longer than the 8,192 tokens this model was trained on")
+    assert "no rope scaling" in d["warning"]  # SmolLM2's file declares none
+    assert main(["plan", "--ctx", "4096", "--no-calibrate"]) == 0
+    assert "WARNING" not in capsys.readouterr().out
+    s = settings_mod.Settings(path=paths.settings_path())
+    s.choose(default_model_path, n_ctx=12288, kv_type="f16")
+    s.save()
+    assert main(["plan", "--no-calibrate"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("WARNING    ⚠ Longer than the 8,192 tokens") and "n_ctx 12288" in text
+    # serve: 4 sequences of 4,096 each are within it, whatever the total
+    assert main(["plan", "--profile", "serve", "--parallel", "4", "--ctx", "16384", "--no-calibrate", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["n_ctx"] == 16384 and "warning" not in d

@@ -38,6 +38,18 @@ def test_dense_models_keep_no_checkpoints_only_the_save_arena(tmp_path: Path) ->
     assert k.arena <= state.WARM_ARENA_MAX and k.warm_arena == k.arena
     assert k.peak == k.arena + k.restore  # the warm arena under a restore's mapped chunk
     assert state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 0
+
+
+def test_without_a_scratch_sequence_a_save_is_one_chunk_and_a_restore_maps_it_whole(tmp_path: Path) -> None:
+    """serve's streams have no scratch sequence (engine/kv/kvstate.py): each slot's save is one chunk of its
+    whole sequence, and a restore maps all of it (the 3B Q4_K_M shape read -4 % with 512-token chunks)."""
+    f = facts_of(tmp_path, TINY_LLAMA, "llama")
+    serve = Config(n_ctx=8192, n_seq_max=2, kv_unified=False, saves_kv=True)
+    k = state.kept_bytes(f, serve)
+    whole = state.state_size(f).chunks(4096, 0)  # each stream's 4,096 tokens in one chunk
+    assert len(whole) == 1 and k.restore == whole[0]
+    assert k.restore > state.kept_bytes(f, WINDOW).restore  # more than one 512-token chunk
+    assert k.arenas == 2 and k.arena == 2 * -(-whole[0] // (4 * MIB)) * 4 * MIB
     assert estimate(f, dataclasses.replace(WINDOW, saves_kv=False)).kept == 0
 
 

@@ -4,6 +4,7 @@ profile of a slow laptop: the 7B fits but is slow, so a smaller model is offered
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -102,6 +103,14 @@ def test_bench_speed_fits_its_profile_from_the_models_it_measured(tmp_path: Path
     assert abs(got.kv_factor - 2.5) < 1e-6
 
 
+def test_bench_speed_ratio_is_measured_over_predicted() -> None:
+    from hisho.bench.speed import row
+
+    r = row("m.gguf", "decode_short", predicted=10.0, measured=12.0, fitted=False)
+    assert r["ratio"] == 1.2  # faster than predicted reads above 1
+    assert row("m.gguf", "prompt", predicted=0.0, measured=5.0, fitted=False)["ratio"] is None
+
+
 def test_a_real_replys_figures_are_kept_by_depth(tmp_path: Path) -> None:
     facts = read_facts(write_shape(tmp_path / "m.gguf", TINY_LLAMA))
     speed.observe(facts, prompt_tokens=600, cached_tokens=0, completion_tokens=64, ttft_s=2.0, tokens_per_s=40.0)
@@ -112,3 +121,12 @@ def test_a_real_replys_figures_are_kept_by_depth(tmp_path: Path) -> None:
     got = speed.for_model(facts, None)
     assert got is not None and got.how == "measured"
     assert (got.decode_short, got.decode_4k, got.prompt) == (40.0, 25.0, 2000.0)
+
+
+def test_a_full_context_answers_slower_the_more_kv_it_reads(tmp_path: Path) -> None:
+    facts = read_facts(write_shape(tmp_path / "big.gguf", LLAMA_31_8B))
+    fast = speed.predict(facts, slow())
+    at = functools.partial(speed.decode_when_full, facts, fast)
+    assert abs(at(4096) - fast.decode_4k) < 1e-9 * fast.decode_4k  # the 4K figure itself
+    assert fast.decode_short > at(2048) > at(4096) > at(32768)
+    assert at(32768, "q8_0") > at(32768, "f16")  # half the KV bytes read per step

@@ -84,3 +84,17 @@ def test_a_context_past_the_trained_one_is_allowed_with_a_visible_warning(qtbot:
     text = panel.ctx_label.text()
     assert f"Longer than the {trained:,} tokens this model was trained on" in text
     assert "no rope scaling" in text  # SmolLM2's file declares none
+
+
+def test_each_grid_cell_says_its_speed_when_the_speed_is_known(qtbot: QtBot) -> None:
+    from hisho.core.planner.speed import Speed
+
+    p, calib = make_plan(ram_gib=2)
+    panel = PlannerPanel()
+    qtbot.addWidget(panel)
+    panel.show_plan(p, calib)  # type: ignore[arg-type]
+    assert "tok/s" not in panel.grid.item(0, 0).text()  # no speed profile: memory only
+    panel.show_plan(p, calib, Speed(decode_short=100.0, decode_4k=70.0, prompt=500.0, how="measured"))  # type: ignore[arg-type]
+    speeds = [float(panel.grid.item(r, 0).text().split("~")[1].split()[0]) for r in range(panel.grid.rowCount())]
+    assert speeds == sorted(speeds, reverse=True) and len(set(speeds)) > 1  # a fuller context answers slower
+    assert "speeds measured" in panel.grid_title.text()

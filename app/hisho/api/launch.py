@@ -20,6 +20,7 @@ from hisho.api.limits import Limits
 from hisho.api.server import ApiServer
 from hisho.core import services
 from hisho.core import settings as settings_mod
+from hisho.core.engine.launch import chosen_ctx, open_model
 from hisho.core.engine.seam import Engine
 from hisho.core.models.names import ModelName
 
@@ -52,11 +53,12 @@ def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
 def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, port: int = 0,
               force: bool = False, settings: settings_mod.Settings | None = None,
               engine: Engine | None = None) -> tuple[services.Services, ApiServer, int]:
-    """Services with the model loaded for ``parallel`` sequences of ``n_ctx`` tokens (default: the setting),
-    and an unstarted server bound to ``port`` on loopback. Returns (services, server, n_ctx per sequence).
-    Raises UserError for a model or plan the user must fix; the caller closes the services."""
+    """Services with the model loaded for ``parallel`` sequences of ``n_ctx`` tokens each (default: the model's
+    own choice, as the window loads it: ``launch.chosen_ctx``), and an unstarted server bound to ``port`` on
+    loopback. Returns (services, server, n_ctx per sequence). Raises UserError for a model or plan the user must
+    fix; the caller closes the services."""
     settings = settings or settings_mod.load()
-    per_seq = int(n_ctx or settings["n_ctx"])
+    per_seq = int(n_ctx or chosen_ctx(open_model(model or str(settings["default_model"] or "") or None), settings))
     # One KV stream per sequence (docs/api.md): the serve profile plans and loads that way, for all of them together.
     app = services.build(model, "serve", n_ctx=per_seq * parallel, parallel=parallel, override=force,
                          settings=settings, engine=engine)

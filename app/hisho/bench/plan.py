@@ -78,6 +78,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cells: list[dict[str, Any]] = []
     models: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
+    if getattr(args, "profiles", False):
+        from hisho.bench.plan_profiles import PROFILE_CTX, profile_cells
+
+        return profile_cells(getattr(args, "only", None), PROFILE_CTX, getattr(args, "kv_type", None) or "f16",
+                             machine)
     if getattr(args, "kept", False):
         from hisho.bench.plan_kept import kept_cells
 

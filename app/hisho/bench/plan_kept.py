@@ -170,32 +170,56 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     n_ck, step = int(request.get("checkpoints", 9)), int(request.get("step", 64))
     probe = load_measured(request)
     rt, base, loaded, buffers, tokens = probe.rt, probe.base, probe.loaded, probe.buffers, probe.tokens
-    n_ctx = rt.n_ctx
+    full_ctx = rt.n_ctx
+    n_ctx = rt.n_ctx_seq  # one sequence's cells: all of them, or its own stream's (the API's slots)
     # The probe's synthetic fill (a state built in an anonymous mmap, unmapped before the peak is reset, then one
     # real ubatch), told the context ends where the checkpoints' steps begin.
     caches = request.get("kv_caches")
-    rt.n_ctx = n_ctx - n_ck * step
+    # ``sequences``: how many a front end fills at once (serve's slots, each in its own stream); one otherwise.
+    seqs = range(int(request.get("sequences", 1)))
+    # ``end_full``: the first sequence's last prompt ubatch ends at the full context at the end, beside what the
+    # engine keeps (a long chat's next prompt after a save and a restore); otherwise the steps end there.
+    tail = rt.n_batch if request.get("end_full") else 0
+    rt.n_ctx = n_ctx - n_ck * step - tail
     try:
-        _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches))
+        for seq in seqs:
+            _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches), seq)
     finally:
-        rt.n_ctx = n_ctx
+        rt.n_ctx = full_ctx
     keeper = rt.keeper
     sizes: list[int] = []
     held_max = 0
-    pos = n_ctx - n_ck * step
+    pos = dict.fromkeys(seqs, n_ctx - n_ck * step - tail)
 
-    def step_and_checkpoint() -> None:
-        nonlocal pos, held_max
-        rt.decode_tokens(0, tokens[pos:pos + step], want_logits=False, checkpoints=False)
-        pos += step
+    def to_full(seq: int = 0) -> None:
+        """``seq`` prompted up to the full context (its last ubatch attends every cell: the bare context's peak)
+        and a checkpoint taken there, so what is saved next is the whole context the plan prices."""
+        nonlocal held_max
+        held = len(rt.seqs.get(seq, []))
+        if tail and held < n_ctx:
+            rt.decode_tokens(seq, tokens[held:n_ctx], want_logits=False, checkpoints=False)
+            pos[seq] = n_ctx
+            before = keeper.checkpoint_bytes()
+            if keeper.checkpoint(seq):
+                sizes.append(len(keeper.checkpoints[seq][-1].data))
+                held_max = max(held_max, before + sizes[-1])
+
+    def step_and_checkpoint(seq: int = 0) -> None:
+        nonlocal held_max
+        rt.decode_tokens(seq, tokens[pos[seq]:pos[seq] + step], want_logits=False, checkpoints=False)
+        pos[seq] += step
         before = keeper.checkpoint_bytes()
-        if keeper.checkpoint(0):
-            sizes.append(len(keeper.checkpoints[0][-1].data))
+        if keeper.checkpoint(seq):
+            sizes.append(len(keeper.checkpoints[seq][-1].data))
             held_max = max(held_max, before + sizes[-1])
 
     for _ in range(n_ck - 1):
-        step_and_checkpoint()
+        for seq in seqs:
+            step_and_checkpoint(seq)
     after_checkpoints = memory_now()
+    if not request.get("save", True):  # a front end that saves no KV (generate, summarize): no save, no restore
+        to_full()
+        return _unsaved(request, probe, sizes, held_max, memory_now())
     reports: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hisho-kept-") as tmp:
         # The first save of a model file hashes every byte of it (its identity, then cached on disk): measured
@@ -204,10 +228,14 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         writer = ChunkWriter()
         kv = KVState(rt, writer)
         after_kvstate = memory_now()
+        for seq in seqs:
+            to_full(seq)
         summary = kv.save(0, Path(tmp) / "kv", CHUNK_TOKENS, reports.append)
+        for seq in seqs[1:]:  # the other slots' saves queued behind the first (each copies into its own arena)
+            kv.save(seq, Path(tmp) / f"kv{seq}", CHUNK_TOKENS, lambda _r: None)
         writer.wait_idle()
-        # The last step's checkpoint beside the arena the writer kept (a chat's next turn after a save).
-        step_and_checkpoint()
+        if not tail:  # the last step's checkpoint beside the arena the writer kept (a chat's next turn)
+            step_and_checkpoint()
         after_save = memory_now()
         chunks = reports[0]["chunks"] if reports else []
         lows = [int(c["swa_lo"]) for c in chunks if c.get("swa_lo") is not None and c["swa_lo"] < c["start"] + c["n_tokens"]]
@@ -215,14 +243,14 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         kept_checkpoints = len(keeper.checkpoints.get(0, []))
         kept_bytes = keeper.checkpoint_bytes()
         t0 = time.perf_counter()
-        restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=rt.n_ctx)
+        restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=n_ctx)
         restore_s = time.perf_counter() - t0
         file_bytes = sum(int(c.get("bytes", 0)) for c in chunks)
     end = memory_now()
     arrays = batch_bytes(rt)
     kind = keeper.kind
     rt.close()
-    return {"ok": True, "n_ctx": rt.n_ctx, "filled": rt.n_ctx, "kind": kind, "step": step, "load_s": rt.load_s, "mmap": rt.mmap,
+    return {"ok": True, "n_ctx": rt.n_ctx, "filled": n_ctx, "kind": kind, "step": step, "load_s": rt.load_s, "mmap": rt.mmap,
             "baseline_rss": base["rss"], "peak_growth": max(end["peak"], loaded["peak"]) - base["rss"],
             "load_peak_growth": loaded["peak"] - base["rss"],
             "after_checkpoints_peak": after_checkpoints["peak"] - base["rss"],
@@ -236,6 +264,39 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
             "chunk_payload_bytes": [int(c.get("bytes", 0)) for c in chunks], "chunk_file_bytes": file_bytes,
             "warm_arena": warm, "restored": int(restored["restored"]), "restore_s": restore_s,
             "buffers": buffers, "our_arrays": arrays}
+
+
+def _unsaved(request: dict[str, Any], probe: Any, sizes: list[int], held_max: int,
+             after_checkpoints: dict[str, int]) -> dict[str, Any]:
+    """The end of a cell for a front end that saves no KV. With ``job`` ([sequences, cells each]) the summary
+    job's context is then swapped in (``Runtime.job_context``: one KV stream per sequence, within the chat
+    context's cells) and its first sequence filled as the context was: the job's peak beside the chat's."""
+    from hisho.engine.measure.probe import _fill_by_state, batch_bytes, memory_now
+
+    rt, base, loaded = probe.rt, probe.base, probe.loaded
+    peak = max(after_checkpoints["peak"], loaded["peak"])
+    job = request.get("job")
+    job_peak = 0
+    if job:
+        caches = request.get("kv_caches")
+        with rt.job_context(int(job[0]), int(job[1])) as jrt:
+            full = jrt.n_ctx
+            jrt.n_ctx = jrt.n_ctx_seq
+            try:
+                _fill_by_state(jrt, probe.tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches))
+            finally:
+                jrt.n_ctx = full
+            job_peak = memory_now()["peak"] - base["rss"]
+    end = memory_now()
+    arrays = batch_bytes(rt)
+    kind = rt.keeper.kind
+    rt.close()
+    return {"ok": True, "n_ctx": rt.n_ctx, "filled": rt.n_ctx_seq, "kind": kind, "load_s": rt.load_s,
+            "mmap": rt.mmap, "baseline_rss": base["rss"],
+            "peak_growth": max(peak - base["rss"], job_peak, end["peak"] - base["rss"]),
+            "context_peak": peak - base["rss"], "job_peak": job_peak,
+            "load_peak_growth": loaded["peak"] - base["rss"], "checkpoint_sizes": sizes,
+            "checkpoint_bytes_max_held": held_max, "buffers": probe.buffers, "our_arrays": arrays}
 
 
 def main(argv: list[str]) -> int:

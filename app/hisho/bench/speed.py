@@ -51,11 +51,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         guess = speed.predict(facts, profile)
         for figure in speed.FIGURES:
             predicted, got = getattr(guess, figure), seen[figure]
-            rows.append({"model": Path(facts.source).name, "figure": figure, "predicted_tok_s": round(predicted, 2),
-                         "measured_tok_s": round(got, 2), "ratio": round(predicted / got, 3) if got else None,
-                         "fitted": spec in PROFILE_MODELS and not args.model})
+            rows.append(row(Path(facts.source).name, figure, predicted, got,
+                            fitted=spec in PROFILE_MODELS and not args.model))
             speed.record(facts, figure, got)
     return {"rows": rows, "profile": profile.to_dict()}
+
+
+def row(model: str, figure: str, predicted: float, measured: float, *, fitted: bool) -> dict[str, Any]:
+    """One row of the JSON; ``ratio`` is measured ÷ predicted (above 1: faster than predicted)."""
+    return {"model": model, "figure": figure, "predicted_tok_s": round(predicted, 2),
+            "measured_tok_s": round(measured, 2), "ratio": round(measured / predicted, 3) if predicted else None,
+            "fitted": fitted}
 
 
 def profile_from(runs: list[tuple[ModelFacts, dict[str, float]]]) -> speed.SpeedProfile:

@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=None,
                    help="interleaved repetitions (median reported; default 6 for decode, else 3)")
     p.add_argument("--cold", action="store_true", help="resume: drop the KV files from the page cache first")
-    p.add_argument("--kv-type", choices=("f16", "q8_0"), default=None, help="resume: KV cache type")
+    p.add_argument("--kv-type", choices=("f16", "q8_0"), default=None, help="resume, plan --profiles: KV cache type")
     p.add_argument("--background", type=_busy_count, default=0, metavar="N",
                    help="decode, resume: also measure beside N busy processes (other programs using the CPU)")
     p.add_argument("--model", help="model store name or GGUF path (default: the bundled model); reasoning: a "
@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kept", action="store_true",
                    help="plan --matrix: sliding-window and hybrid shapes, the peak with the engine's checkpoints "
                         "and one KV save + restore")
+    p.add_argument("--profiles", action="store_true",
+                   help="plan: each front end's plan (window, serve --parallel 2, generate, summarize) against its "
+                        "own load's peak, on the 1B, 3B and Gemma-3-270M files (--only picks, e.g. gemma-3-270m@serve)")
     p.add_argument("--fa-both", action="store_true",
                    help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
     p.add_argument("--quick", action="store_true", help="peers, peers-resume: tiny sizes (a smoke run on the bundled model)")

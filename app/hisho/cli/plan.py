@@ -19,6 +19,8 @@ from hisho.core.units import GIB
 
 if TYPE_CHECKING:
     from hisho.core.machine import Machine
+    from hisho.core.planner import Plan
+    from hisho.core.settings import Settings
 
 # planner.profiles.PLAN_PROFILES, spelled here so that building the parser imports no planner (tests compare)
 PLAN_PROFILES = ("window", "serve", "generate", "summarize")
@@ -47,19 +49,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from hisho.core import machine as machine_mod
     from hisho.core import settings as settings_mod
     from hisho.core.errors import UserError
-    from hisho.core.planner import check_budget, make_plan
+    from hisho.core.planner import check_budget, explain, make_plan
 
     s = settings_mod.load()
     min_ctx = int(args.min_ctx if args.min_ctx is not None else s["min_ctx"])
     if min_ctx < 256:
         raise UserError(f"--min-ctx must be at least 256 tokens, not {min_ctx}")
-    target = max(int(args.ctx if args.ctx is not None else s["n_ctx"]), min_ctx)
+    parallel = args.parallel
+    if parallel is None and args.profile == "serve":
+        from hisho.cli.serve import DEFAULT_PARALLEL
+
+        parallel = DEFAULT_PARALLEL  # what ``hisho serve`` loads without --parallel
+    target = max(int(args.ctx if args.ctx is not None else front_end_ctx(args.models, s, args.profile, parallel)),
+                 min_ctx)
     machine = machine_mod.detect()
     budget = check_budget(machine, args.ram_gib, args.gpu_gib, args.uma)
     plan = make_plan(args.models, machine, budget, min_ctx=min_ctx, target_ctx=target,
                      calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
-                     n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=args.parallel)
+                     n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=parallel)
+    plan = past_trained(plan, target, calibrate=not args.no_calibrate)
     data = plan.to_dict()
+    head, detail = explain.over_trained(plan)
+    if head:
+        data["warning"] = f"{head}: {detail}"
     data["device"] = _device(machine)
     if args.json:
         from hisho.cli.output import emit_json
@@ -68,6 +80,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(data))
     return 0
+
+
+def front_end_ctx(specs: list[str], s: Settings, profile: str, parallel: int | None) -> int:
+    """The context the front end would load one local model with (``launch.chosen_ctx``: the model's own choice,
+    else the settings' capped at its trained context; ``serve``: that per request, times its sequences); the
+    settings' ``n_ctx`` for several files or a hub repository."""
+    from hisho.core.engine.launch import chosen_ctx, open_model
+    from hisho.core.errors import UserError
+
+    per_seq = int(s["n_ctx"])
+    if len(specs) <= 1 and not any(spec.startswith("hf:") for spec in specs):
+        try:
+            per_seq = chosen_ctx(open_model(specs[0] if specs else None), s)
+        except UserError:
+            pass  # the plan itself reports a bad file
+    return per_seq * (max(1, parallel or 1) if profile == "serve" else 1)
+
+
+def past_trained(plan: Plan, target: int, *, calibrate: bool) -> Plan:
+    """``plan`` at ``target`` tokens when that is longer than the model was trained on (the search stops at the
+    trained context): a longer context is allowed, priced as the load runs it, and the plan says so
+    (``explain.over_trained``)."""
+    import dataclasses
+
+    from hisho.core.planner import as_loaded, calibration_for, explain
+
+    facts = plan.facts
+    if facts is None or target <= plan.config.n_ctx:
+        return plan
+    cfg = dataclasses.replace(plan.requested, n_ctx=target)
+    if not explain.over_trained(dataclasses.replace(plan, config=cfg))[0]:
+        return plan  # shorter only because it does not fit: the search said why
+    calib = calibration_for(facts, run=calibrate, n_ubatch=cfg.n_ubatch)
+    longer = as_loaded(facts, cfg, plan.budget, calib, cpu=plan.cpu)
+    return dataclasses.replace(longer, profile=plan.profile, alternatives=plan.alternatives,
+                               reason=f"{target} tokens as asked, past the trained context; {longer.reason}")
 
 
 def _device(machine: Machine) -> dict[str, Any] | None:
@@ -85,6 +133,7 @@ def render(d: dict[str, Any]) -> str:
 
     b = d["breakdown"]
     lines = [
+        *([f"WARNING    {d['warning']}"] if d.get("warning") else []),
         f"model      {d['model']}",
         f"choice     {d['quant']}  n_ctx {d['n_ctx']}  KV {d['type_k']}/{d['type_v']}  "
         f"flash_attn {'on' if d['flash_attn'] else 'off'}  gpu layers {d['n_gpu_layers']}",

@@ -50,7 +50,9 @@ def register(sub: Any) -> None:
     p.add_argument("--model", help="model store name or GGUF path (default: the settings' model)")
     p.add_argument("--parallel", type=_parallel, default=DEFAULT_PARALLEL,
                    help=f"requests decoded at once; more wait in order (default {DEFAULT_PARALLEL})")
-    p.add_argument("--n-ctx", type=int, default=None, help="context per request (default: settings)")
+    p.add_argument("--n-ctx", "--ctx", type=int, default=None,
+                   help="context per request (default: the model's own choice on the Memory planner page, else "
+                        "the settings' context capped at what the model was trained on)")
     p.add_argument("--force", action="store_true", help="load even if the memory plan says it will not fit")
     p.add_argument("--max-wait-s", type=_seconds, default=None,
                    help="longest a request waits while the engine works on something sent before it; then 503 "

@@ -47,7 +47,7 @@ def planned_load(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int =
     flash = bool(s["flash_attn"]) or kv != "f16"  # quantized V needs flash attention
     params = LoadParams(
         model_path=str(model_path),
-        n_ctx=int(n_ctx or own.get("n_ctx") or default_ctx(model_path, int(s["n_ctx"]))),
+        n_ctx=int(n_ctx or chosen_ctx(model_path, s)),
         n_batch=int(s["n_batch"]),
         n_ubatch=int(s["n_batch"]),
         n_threads=int(s["n_threads"]),
@@ -60,6 +60,14 @@ def planned_load(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int =
     )
     return planned(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override, saves_kv=saves_kv,
                    machine=machine)
+
+
+def chosen_ctx(model_path: str | Path, settings: settings_mod.Settings) -> int:
+    """The context a model loads with unless a front end names one: its own choice (settings ``model_choices``,
+    the planner page's "Use this context"), else ``default_ctx``. ``hisho serve`` takes it per request, the
+    window for its chats."""
+    own = settings.choice_for(model_path).get("n_ctx")
+    return int(own) if own else default_ctx(model_path, int(settings["n_ctx"]))
 
 
 def default_ctx(model_path: str | Path, n_ctx: int) -> int:

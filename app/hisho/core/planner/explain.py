@@ -96,3 +96,17 @@ def _kept_label(plan: Any) -> str:
     if k.arena:
         bits.append(f"a {k.arena / MIB:.0f} MiB buffer that saving a chat's KV copies it into")
     return "saving and resuming chats: " + (", ".join(bits) or "restore mappings")
+
+
+def over_trained(plan: Any) -> tuple[str, str]:
+    """(headline, detail) when one sequence's context in ``plan`` (a ``search.Plan``) is longer than the model
+    was trained on, naming the file's rope scaling or its absence; ("", "") otherwise. The planner page and
+    ``hisho plan`` both say it: such a context is allowed, as the user's choice, never silently."""
+    facts, c = plan.facts, plan.config
+    per_seq = c.n_ctx if c.kv_unified or c.n_seq_max <= 1 else c.n_ctx // c.n_seq_max
+    if facts is None or not facts.context_length or per_seq <= facts.context_length:
+        return "", ""
+    rope = (f"its file sets {facts.rope_scaling} rope scaling" if facts.rope_scaling
+            else "its file sets no rope scaling")
+    return (f"⚠ Longer than the {facts.context_length:,} tokens this model was trained on",
+            f"{rope}, so replies past that length may lose the thread or repeat themselves.")

@@ -113,7 +113,10 @@ class Search:
 
     def ctx_range(self, facts: ModelFacts, cap: int | None = None) -> tuple[int, int]:
         """(smallest acceptable, largest wanted) n_ctx for this model."""
-        train = facts.context_length or self.target_ctx
+        b = self.base
+        # With one KV stream per sequence (serve's slots) each sequence gets n_ctx / n_seq_max: that is what the
+        # trained context bounds.
+        train = facts.context_length * (1 if b.kv_unified else max(1, b.n_seq_max)) or self.target_ctx
         hi = min(cap or self.target_ctx, train)
         lo = min(self.min_ctx, train)
         return lo, max(lo, hi)
@@ -216,7 +219,7 @@ class Search:
         _fa, lo = cfg.flash_attn, self.ctx_range(cand.facts)[0]
         if cfg.type_k != "f16":
             parts.append(f"f16 KV would not reach {lo} tokens")
-        top = cand.facts.context_length or cfg.n_ctx
+        top = self.ctx_range(cand.facts, cap=1 << 30)[1]  # the trained context, for every sequence
         for tk in ("q8_0", "f16"):
             n = self.max_ctx(cand, True, tk, tk, cfg.n_gpu_layers, cap=top)
             alternatives.append({"what": f"max context with {tk} KV", "type_k": tk, "type_v": tk, "n_ctx": n})

@@ -133,6 +133,18 @@ def predict(facts: ModelFacts, profile: SpeedProfile, *, type_kv: str = "f16") -
                  how="predicted")
 
 
+def decode_when_full(facts: ModelFacts, fast: Speed, n_ctx: int, type_kv: str = "f16") -> float:
+    """Decode tok/s with ``n_ctx`` tokens of ``type_kv`` KV in the chat, from ``fast`` (measured or predicted,
+    short and 4K deep with f16 KV): a step's time grows with the KV it reads (the window's cells only, on a
+    sliding-window model), so the time per token is extrapolated along the KV bytes."""
+    if fast.decode_short <= 0 or fast.decode_4k <= 0:
+        return 0.0
+    short, deep = 1.0 / fast.decode_short, 1.0 / fast.decode_4k
+    at_4k = kv_4k_bytes(facts)
+    read = kv_bytes(facts, Config(n_ctx=n_ctx, type_k=type_kv, type_v=type_kv))
+    return 1.0 / (short + max(0.0, deep - short) * (read / at_4k if at_4k else 0.0))
+
+
 def prompt_speed(profile: SpeedProfile, weight_type: str, elements: int) -> float:
     """Prompt tok/s of a model with ``elements`` multiply-adds per token, mostly of ``weight_type``."""
     rate = profile.prompt_rate.get(weight_type) or profile.prompt_rate.get("all")

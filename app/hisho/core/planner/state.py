@@ -226,7 +226,11 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
         kept += seq_ctx // (INTERVAL_TOKENS * size.interval_every(seq_ctx, INTERVAL_TOKENS))  # the intervals
     arena = restore = identity = 0
     if cfg.saves_kv:
-        chunks = size.chunks(seq_ctx, CHUNK_TOKENS, held)
+        # Chunks go through the scratch sequence of a unified cache of two or more; without one (serve's
+        # streams, a single sequence) a save is one chunk of the whole sequence, and a restore maps all of it
+        # (measured: serve --parallel 2 on the 3B Q4_K_M shape read -4 % with 512-token chunks assumed).
+        scratch = cfg.n_seq_max >= 2 and cfg.kv_unified
+        chunks = size.chunks(seq_ctx, CHUNK_TOKENS if scratch else 0, held)
         arena = -(-sum(chunks) // ARENA_ROUND) * ARENA_ROUND * min(2, n_seq)
         restore = max(chunks, default=0)
         identity = min(IDENTITY_WINDOW, facts.weights_bytes)

@@ -309,13 +309,13 @@ def batch_bytes(rt: Any) -> int:
     return cap * (4 + 4 + 4 + 1 + 8) + (cap + 1) * 8 + cap * 4 * int(rt.n_seq_max)
 
 
-def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None = None) -> None:
-    """Fill all but the last ubatch of the context from a synthetic state, then decode the last full ubatch.
-    The state is built in an anonymous mmap, so freeing it gives every page back to the OS (a malloc'd block
-    may stay in the heap and would count as the engine's memory)."""
-    rt.decode_tokens(0, tokens[:1], want_logits=False, checkpoints=False)
-    one = _seq_state(rt, 0)
-    rt.seq_rm(0)
+def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None = None, seq: int = 0) -> None:
+    """Fill all but the last ubatch of sequence ``seq``'s context from a synthetic state, then decode the last
+    full ubatch. The state is built in an anonymous mmap, so freeing it gives every page back to the OS (a
+    malloc'd block may stay in the heap and would count as the engine's memory)."""
+    rt.decode_tokens(seq, tokens[:1], want_logits=False, checkpoints=False)
+    one = _seq_state(rt, seq)
+    rt.seq_rm(seq)
     n_fill = rt.n_ctx - min(rt.n_batch, rt.n_ctx)
     size = sum(len(piece) * times for piece, times in synthetic_state(one, n_fill, n_swa, kv_caches))
     mm = mmap.mmap(-1, size)
@@ -323,7 +323,7 @@ def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None
         for _ in range(times):
             mm.write(piece)
     buf = (ctypes.c_uint8 * size).from_buffer(mm)
-    got = llama_cpp.llama_state_seq_set_data(rt.ctx, buf, size, 0)
+    got = llama_cpp.llama_state_seq_set_data(rt.ctx, buf, size, seq)
     del buf
     mm.close()
     # The decoded cell's state holds a hybrid model's whole recurrent state (55 MiB on Granite-4-H-1B): drop it
@@ -331,9 +331,9 @@ def _fill_by_state(rt: Any, tokens: list[int], n_swa: int, kv_caches: int | None
     del one
     if got != size:
         raise RuntimeError(f"llama.cpp took {got} of {size} bytes of the synthetic state")
-    rt.seqs[0] = list(tokens[:n_fill])
+    rt.seqs[seq] = list(tokens[:n_fill])
     reset_peak()  # the synthetic state is unmapped; the peak from here on is the engine's own
-    rt.decode_tokens(0, tokens[n_fill:rt.n_ctx], checkpoints=False)
+    rt.decode_tokens(seq, tokens[n_fill:rt.n_ctx], checkpoints=False)
 
 
 def _seq_state(rt: Any, seq: int) -> bytes:

@@ -1,5 +1,6 @@
 """The planner page's "what fits" grid: the model priced at a few contexts (rows) and KV types (columns), each
-cell the memory needed and whether it fits the budget; a click shows that cell on the bar.
+cell the memory needed and whether it fits the budget, and, where the model's speed here is known, how fast a
+reply comes once that context is full; a click shows that cell on the bar.
 
 Rules of use: ``FitGrid.show_for(plan, calibration)`` on the GUI thread: it only does the planner's arithmetic
 (``as_loaded``, microseconds a cell). ``chosen(n_ctx, kv_type)`` is emitted on a click.
@@ -12,6 +13,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
 from hisho.core.planner import Calibration, Config, Plan, as_loaded
+from hisho.core.planner.speed import Speed, decode_when_full
 from hisho.core.units import GIB
 from hisho.gui.shell import theme
 
@@ -41,7 +43,9 @@ class FitGrid(QTableWidget):
         self.cellClicked.connect(self._clicked)
         self.contexts: list[int] = []
 
-    def show_for(self, plan: Plan, calib: Calibration | None) -> None:
+    def show_for(self, plan: Plan, calib: Calibration | None, fast: Speed | None = None) -> None:
+        """Price every cell; with ``fast`` (the model's speed here) each also says how fast a reply comes once
+        that context is full (``speed.decode_when_full``)."""
         if plan.facts is None:
             self.setRowCount(0)
             return
@@ -52,12 +56,16 @@ class FitGrid(QTableWidget):
         for row, n_ctx in enumerate(self.contexts):
             for col, kv in enumerate(KV_TYPES):
                 p = as_loaded(plan.facts, ask(plan, n_ctx, kv), plan.budget, calib, cpu=plan.cpu)
-                item = QTableWidgetItem(f"{p.need / GIB:.2f} GiB · " + ("fits" if p.fits else "does not fit"))
+                text = f"{p.need / GIB:.2f} GiB · " + ("fits" if p.fits else "does not fit")
+                if fast is not None:
+                    text += f"\n~{decode_when_full(plan.facts, fast, n_ctx, kv):.0f} tok/s when full"
+                item = QTableWidgetItem(text)
                 if not p.fits:  # fits: the palette's text colour, which follows a theme change
                     item.setForeground(QColor(theme.current().error))
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 item.setToolTip(p.reason)
                 self.setItem(row, col, item)
+        self.resizeRowsToContents()
         height = self.horizontalHeader().height() + sum(self.rowHeight(r) for r in range(self.rowCount())) + 4
         self.setFixedHeight(height)
 

@@ -118,7 +118,7 @@ class PlannerPage(PlannerPanel):
         if key != self.planned_for:
             return  # another model was asked for since
         plan, calib, fast = result
-        self.show_plan(plan, calib)
+        self.show_plan(plan, calib, fast)
         if fast is not None:  # how fast it answers here, said beside what it needs
             self.reason.setText(f"Speed here ({fast.how}): {fast.label()}, ~{fast.decode_4k:.0f} tok/s 4K tokens "
                                 f"into a chat\n{self.reason.text()}")

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from hisho.core.planner import Calibration, Plan, as_loaded, explain
 from hisho.core.planner.memory import CELL_PAD
+from hisho.core.planner.speed import Speed
 from hisho.core.settings import MAX_CTX
 from hisho.core.units import GIB
 from hisho.gui.models.fit_grid import FitGrid, ask
@@ -53,14 +54,9 @@ def segments_of(plan: Plan) -> dict[str, int]:
 
 def over_trained(plan: Plan) -> str:
     """A warning when the context is longer than the model was trained on (with the file's rope scaling), or
-    ""."""
-    facts = plan.facts
-    if facts is None or not facts.context_length or plan.config.n_ctx <= facts.context_length:
-        return ""
-    rope = (f"its file sets {facts.rope_scaling} rope scaling" if facts.rope_scaling
-            else "its file sets no rope scaling")
-    return (f"<br><b>⚠ Longer than the {facts.context_length:,} tokens this model was trained on</b>: {rope}, "
-            "so replies past that length may lose the thread or repeat themselves.")
+    "" (``explain.over_trained``: ``hisho plan`` says the same)."""
+    head, detail = explain.over_trained(plan)
+    return f"<br><b>{html.escape(head)}</b>: {html.escape(detail)}" if head else ""
 
 
 class MemoryBar(QWidget):
@@ -171,8 +167,9 @@ class PlannerPanel(QWidget):
         self.grid_title.hide()
         layout.addStretch(1)
 
-    def show_plan(self, plan: Plan, calib: Calibration | None = None) -> None:
-        """Show ``plan``; the slider spans 256 tokens to the model's trained context."""
+    def show_plan(self, plan: Plan, calib: Calibration | None = None, fast: Speed | None = None) -> None:
+        """Show ``plan``; the slider spans 256 tokens to the model's trained context; ``fast``: the model's
+        speed here, for the grid's cells."""
         self.plan, self.calib = plan, calib
         for widget in (self.bar, self.legend, self.slider, self.controls, self.grid, self.grid_title):
             widget.show()
@@ -189,7 +186,9 @@ class PlannerPanel(QWidget):
         self.slider.setEnabled(plan.facts is not None)
         self.kv_type.setEnabled(plan.facts is not None)
         self.reason.setText(plan.reason + "\n" + plan.budget.explain)
-        self.grid.show_for(plan, calib)
+        self.grid.show_for(plan, calib, fast)
+        self.grid_title.setText("What fits at other contexts and KV types (click one to see it above)" + (
+            f"; speeds {fast.how} for this computer" if fast is not None else ""))
         self._show(plan)
 
     def show_remote(self, engine: dict[str, Any], loaded: dict[str, Any]) -> None:
