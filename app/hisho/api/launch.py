@@ -12,8 +12,6 @@ Rules of use:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from hisho.api.backend import Backend
 from hisho.api.cache import PromptCache
 from hisho.api.limits import Limits
@@ -30,13 +28,10 @@ def origins(text: str) -> list[str]:
 
 
 def model_name(app: services.Services) -> ModelName:
-    """The model answering now, as the API names it: the one the chat service answers with, which follows a
+    """The model answering now, as the API names it: the app's state (``Services.state``), which follows a
     switch and a remote connect (a remote model is known by its server's id)."""
-    local = app.model_name
-    answering = app.chat.model_name
-    if not answering or answering == local.id:
-        return local if local.id else ModelName("hisho", "hisho")
-    return ModelName(answering, answering, Path(answering).stem)
+    model = app.state.now.model
+    return model if model.id else ModelName("hisho", "hisho")
 
 
 def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:

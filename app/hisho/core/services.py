@@ -14,6 +14,8 @@ Rules of use:
 - What is running is changed here only: ``restore_engine`` at start (the saved local/remote choice, window and
   ``hisho chat`` alike), ``switch_model`` (a local model, planned and loaded as at start-up), ``connect`` /
   ``disconnect`` (a remote engine). Each runs on the caller's engine lane, between turns.
+- ``state`` (``core/appstate.py``) says what answers now, for every screen and front end; only the methods here
+  change it (and the after-turn hook, with the speeds measured). Read ``state.now``, or ``state.subscribe``.
 - The chat hooks and their order are declared in ``install_hooks`` and nowhere else.
 - ``close()`` once at exit: KV saves in flight land, the lanes stop, the engine exits, the database closes.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core import settings as settings_mod
+from hisho.core.appstate import AppState
 from hisho.core.conversations.chat import ChatService, TurnResult
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
@@ -40,7 +43,8 @@ from hisho.core.errors import EngineCrashed, EngineError, LoadStopped, UserError
 from hisho.core.executor import Executor, Post
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.chat_hooks import attach as attach_kv
-from hisho.core.models.names import ModelName, name_of
+from hisho.core.models.names import ModelName, name_of, remote_name
+from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
 from hisho.core.remote.http import Endpoint
@@ -104,6 +108,8 @@ class Services:
     profile: Profile = field(default_factory=lambda: PROFILES["window"])
     n_ctx: int | None = None             # the front end's context length (None: the settings')
     closing: bool = False                # the app is quitting: nothing is loaded any more (``begin_close``)
+    state: AppState = field(default_factory=AppState)   # what answers now (written here only)
+    models: ModelStore = field(default_factory=ModelStore)   # the model registry: the app's one
     _named: tuple[Path | None, ModelName] | None = field(default=None, repr=False)
 
     @property
@@ -111,7 +117,7 @@ class Services:
         """The loaded (or chosen) local model's one identity and display name (read from the model store once
         per model, so the GUI thread may ask)."""
         if self._named is None or self._named[0] != self.model_path:
-            self._named = (self.model_path, name_of(self.model_path))
+            self._named = (self.model_path, name_of(self.model_path, self.models))
         return self._named[1]
 
     def load(self, params: LoadParams | None = None) -> dict[str, Any]:
@@ -120,7 +126,23 @@ class Services:
         params = params or self.load_params
         if params is None:
             raise UserError(self.model_problem or "no model to load")
-        return load_engine(self.engine, params)
+        self.state.loading()
+        try:
+            info = load_engine(self.engine, params)
+        except BaseException:
+            self.state.unloaded()
+            raise
+        self._answering_local(info)
+        return info
+
+    def _answering_local(self, info: dict[str, Any]) -> None:
+        """The state once this computer's model answers (``info``: what its load reported)."""
+        params = self.engine.load_params or self.load_params
+        kv = "" if params is None else (params.type_k if params.type_k == params.type_v
+                                        else f"{params.type_k}/{params.type_v}")
+        self.state.answering(self.model_name, path=str(self.model_path or ""),
+                             n_ctx=int(info.get("n_ctx", 0) or (params.n_ctx if params else 0)), kv_type=kv,
+                             base=bool(info.get("base_model")))
 
     # ----- what is running: each on the engine lane, between turns ---------------------------------------
 
@@ -131,24 +153,30 @@ class Services:
         plan is ``PlanRefused`` (``override`` loads anyway). On success ``model_path`` and ``load_params`` name
         the new model (the API page, documents and a later reload use them)."""
         self.disconnect()
-        path = open_model(name or None)
+        path = open_model(name or None, self.models)
         params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
                                  n_seq_max=self.profile.n_seq_max, override=override,
                                  kv_unified=self.profile.kv_unified, saves_kv=self.profile.kv)
         previous = self.engine.load_params
+        self.state.loading(name_of(path, self.models), str(path))
         try:
             info = load_engine(self.engine, params)
         except LoadStopped as exc:
             raise self._stopped(exc, previous) from None
+        except BaseException:
+            self.state.unloaded(self.model_name, str(self.model_path or ""))
+            raise
         self.model_path, self.load_params = path, params
         self.model_problem, self.plan_refused = "", False
         self.chat.model_name = self.model_name.id
+        self._answering_local(info)
         return info
 
     def _stopped(self, exc: LoadStopped, previous: LoadParams | None) -> LoadStopped:
         """A switch the user stopped: the model that answered before is loaded again (the engine freed it to
         make room for the new one), so the chat goes on as it was; without one nothing is loaded, and the
         message says so. Stopping this second load too leaves none."""
+        self.state.unloaded(self.model_name, str(self.model_path or ""))
         if previous is None or self.closing:  # quitting: nothing to answer any more, nothing to wait for
             return LoadStopped(f"{exc}: no model is loaded")
         try:
@@ -156,6 +184,7 @@ class Services:
         except UserError as again:
             return LoadStopped(f"{exc}, and {Path(previous.model_path).name} did not load again ({again}): "
                                "no model is loaded")
+        self._answering_local(info)
         back = LoadStopped(f"{exc}; {self.model_name.display} answers again")
         back.restored = info
         return back
@@ -175,6 +204,8 @@ class Services:
         if previous is not self.local_engine:
             previous.close()
         save_choice(endpoint.name, model)
+        self.state.answering(remote_name(model, endpoint.name), engine=endpoint.name,
+                             n_ctx=int(info.get("n_ctx", 0)))
         return info
 
     def disconnect(self) -> None:
@@ -187,6 +218,10 @@ class Services:
         use_engine(self, local, self.model_name.id)
         remote.close()
         save_choice(LOCAL)
+        if local.load_params is not None:   # its model, still loaded, answers again
+            self._answering_local(dict(local.load_info))
+        else:
+            self.state.unloaded(self.model_name, str(self.model_path or ""))
 
     def saved_remote(self) -> tuple[Endpoint, str] | None:
         """The remote engine and model chosen last (``connect``), if it is still configured; None: local."""
@@ -228,6 +263,7 @@ class Services:
         if self.local_engine is not None and self.local_engine is not self.engine:
             self.local_engine.close()
         self.store.close()
+        self.models.db.close()
 
 
 def load_engine(engine: Engine, params: LoadParams) -> dict[str, Any]:
@@ -293,12 +329,16 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None,
 
 
 def record_speed(services: Services, out: TurnResult) -> None:
-    """An ``after_turn`` hook: what the local model's reply measured, kept for its file (never a remote one's)."""
+    """An ``after_turn`` hook: what the reply measured, in the app's state (any engine) and kept for the local
+    model's file (never a remote one's)."""
     from hisho.core.models.gguf_facts import read_facts
     from hisho.core.planner import speed
 
     r = out.engine
-    if r is None or out.error or services.model_path is None or services.engine is not services.local_engine:
+    if r is None or out.error:
+        return
+    services.state.measured(r.tokens_per_s, r.ttft_s)
+    if services.model_path is None or services.engine is not services.local_engine:
         return
     try:
         speed.observe(read_facts(services.model_path), prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
@@ -318,11 +358,12 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     n_seq_max, kv, strict, kv_unified = chosen.n_seq_max, chosen.kv, chosen.strict, chosen.kv_unified
     settings = settings or settings_mod.load()
     store, problem = open_store(db_path)
+    models = ModelStore()   # the one registry (its own connection to the app's database)
     model_problem, plan_refused = "", False
     model_path: Path | None = None
     params: LoadParams | None = None
     try:
-        model_path = open_model(model or str(settings["default_model"] or "") or None)
+        model_path = open_model(model or str(settings["default_model"] or "") or None, models)
         params = load_params_for(model_path, n_ctx=n_ctx, settings=settings, n_seq_max=n_seq_max,
                                  override=override, kv_unified=kv_unified, saves_kv=kv)
     except UserError as exc:
@@ -332,7 +373,7 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
         model_problem, plan_refused = str(exc), isinstance(exc, PlanRefused)
     engine = engine or make_engine()
     executor = Executor(post)
-    named = name_of(model_path)
+    named = name_of(model_path, models)
     chat = ChatService(store, engine, model_name=named.id,
                        write=lambda fn: executor.call("store", fn),
                        default_system_prompt=lambda: str(settings["default_system_prompt"]))
@@ -343,7 +384,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
                           write=lambda fn: executor.call("store", fn))
     app = Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
-                   _named=(model_path, named))
+                   models=models, _named=(model_path, named))
+    app.state.chosen(named, str(model_path or ""))
     install_hooks(chat, documents, kv_chat, measured=functools.partial(record_speed, app))
     return app
 

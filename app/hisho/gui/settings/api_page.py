@@ -172,6 +172,10 @@ class ApiPage(QWidget):
         self.enabled.toggled.connect(self.apply)
         self.port.editingFinished.connect(self._restart)
         self.cors.editingFinished.connect(self._restart)
+        window.state.changed.connect(self._answering)   # the model it serves follows a switch
+        self._show()
+
+    def _answering(self, _now: object) -> None:
         self._show()
 
     def _save(self) -> None:

@@ -34,7 +34,6 @@ from PySide6.QtWidgets import QApplication, QPushButton
 from hisho.core.conversations.chat import FitReport, Turn
 from hisho.core.conversations.store import Conversation
 from hisho.core.errors import EngineError, LoadStopped, UserError
-from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.units import MIB
 from hisho.gui.chat.context_fit import ContextFit
@@ -75,8 +74,7 @@ class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
     def show_model_status(self, text: str, n_ctx: int | None = None) -> None: ...
     def show_load_stop(self, shown: bool) -> None: ...
     def disable_load_stop(self) -> None: ...
-    def show_local_model(self, name: str, n_ctx: int, engine_info: dict[str, object], gpu_layers: int,
-                         pid: int | None, base: bool = False) -> None: ...
+    def show_local_engine(self, engine_info: dict[str, object], gpu_layers: int, pid: int | None) -> None: ...
 
 
 class ChatController(QObject):
@@ -245,10 +243,9 @@ class ChatController(QObject):
         self._end_load_notice()
         self.model_ready, self.model_failed = True, False
         params = self.ctx.engine.load_params
-        name = self.ctx.model_name.display
-        self.w.show_local_model(name, int(info.get("n_ctx", 0)), self.ctx.engine.engine_info,
-                                params.n_gpu_layers if params else 0, self.ctx.engine.pid,
-                                base=bool(info.get("base_model")))
+        # the model's name, context and figures follow the app's state; this adds where the engine runs
+        self.w.show_local_engine(self.ctx.engine.engine_info, params.n_gpu_layers if params else 0,
+                                 self.ctx.engine.pid)
         self.fit.known.clear()  # another model counts differently
         self.fit.show_for(self.current.id if self.current else None)
         self.fit.update()
@@ -290,10 +287,10 @@ class ChatController(QObject):
         if self.current is None:
             self.toast("Start a chat first.")
             return
-        models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
+        models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in self.ctx.models.list()]
         dialog = ConversationSettingsDialog(self.current, models, self.w.window(),
                                             presets=list(self.ctx.settings["system_prompt_presets"]),
-                                            reasoning=self.service.reasoning)
+                                            reasoning=self.service.reasoning, answering=self.ctx.state.now)
         accepted = dialog.exec()
         if dialog.new_preset is not None:
             self.add_preset(dialog.new_preset)

@@ -21,9 +21,11 @@ from PySide6.QtWidgets import QLabel, QMessageBox, QStatusBar, QWidget
 
 if TYPE_CHECKING:
     from hisho.api.server import ApiServer
+    from hisho.core.appstate import Now
     from hisho.gui.chat.sidebar import Sidebar
     from hisho.gui.shell.context import AppContext
     from hisho.gui.shell.controller import ChatController
+    from hisho.gui.shell.state_bridge import StateBridge
     from hisho.gui.shell.status_bar import StatusBar
 
 
@@ -34,6 +36,14 @@ class HasContext(Protocol):
     def ctx(self) -> AppContext: ...
 
 
+class HasState(HasContext, Protocol):
+    """The services and the app's one state on the GUI thread (``state.now``, ``state.changed``): what
+    answers now, for a screen to show and follow instead of keeping its own copy."""
+
+    @property
+    def state(self) -> StateBridge: ...
+
+
 class HasController(HasContext, Protocol):
     """The services and the chat presenter (toasts, errors, engine jobs, the chat on screen)."""
 
@@ -41,7 +51,7 @@ class HasController(HasContext, Protocol):
     def controller(self) -> ChatController: ...
 
 
-class ApiWindow(HasContext, Protocol):
+class ApiWindow(HasState, Protocol):
     """Settings → API: the server it runs for the window, and its label in the status bar."""
 
     _api_server: ApiServer | None
@@ -64,7 +74,7 @@ class SettingsWindow(ApiWindow, DataWindow, Protocol):
     """The Settings page and every section on it (``window()``: the page's parent)."""
 
 
-class RemoteWindow(HasController, Protocol):
+class RemoteWindow(HasController, HasState, Protocol):
     """Switching between the local engine and a remote one: what it shows where, and its dialog."""
 
     _cache_shown: bool                 # the status bar follows a remote server's cache figures (connected once)
@@ -78,6 +88,8 @@ class RemoteWindow(HasController, Protocol):
 
     @property
     def empty_subtitle(self) -> QLabel: ...
+
+    def show_state(self, now: Now) -> None: ...   # what answers now: the header, the status bar
 
     @property
     def sidebar(self) -> Sidebar: ...

@@ -22,7 +22,6 @@ from PySide6.QtWidgets import QMessageBox
 
 from hisho.core import services as services_mod
 from hisho.core.hub import QuantFile
-from hisho.core.models.names import remote_name
 from hisho.core.remote.endpoints import load_endpoints, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
@@ -80,13 +79,10 @@ def waiting(window: HasController) -> Callable[[str], None]:
 def connected(window: RemoteWindow, ep: Endpoint, model: str, info: dict[str, Any]) -> None:
     """The window once ``model`` on ``ep`` answers (GUI thread)."""
     ctx, c = window.ctx, window.controller
-    n_ctx = int(info.get("n_ctx", 0))
     c.model_ready, c.model_failed = True, False
     c.sending.connecting = ""
     window.show_banner(ctx.problem)          # a local model's load problem is not this engine's
-    name = remote_name(model, ep.name).display
-    window.model_label.setText(name)
-    window.status.set_model(name, n_ctx)
+    window.show_state(ctx.state.now)         # its name, as the app's state says (Services.connect set it)
     window.status.device.setText(ep.name)
     window.status.device.setToolTip(f"{info.get('kind', '')} at {ep.root}")
     window.empty_subtitle.setText(f"Chatting with {model}, running on {ep.name} ({ep.root}).")
