@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -52,6 +52,7 @@ from hisho.gui.models.hub_tab import badge_style, verdict_colour
 LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
 
 if TYPE_CHECKING:
+    from hisho.core.appstate import Now
     from hisho.gui.shell.main_window import MainWindow
 
 log = logging.getLogger("hisho.gui")
@@ -278,6 +279,11 @@ class FirstStartCard(QFrame):
         self.status.setText(f"Downloading {self.file.name}: the Downloads tab shows progress; Load now switches "
                             "to it when it is verified.")
 
+    def follow(self, now: Now) -> None:
+        """Visible while the demo is what answers (a switch to a downloaded model hides it; the app's state)."""
+        demo = not now.remote and bool(now.path) and is_demo(now.path)
+        self.setVisible(demo and not self.dismissed)
+
     def not_now(self) -> None:
         self.dismissed = True
         self.hide()
@@ -318,16 +324,7 @@ def attach_first_start(window: MainWindow) -> FirstStartCard | None:
     box.insertWidget(box.indexOf(window.empty_subtitle) + 1, card, 0, Qt.AlignmentFlag.AlignHCenter)
     card.hide()
 
-    def follow() -> None:
-        """Visible while the demo is what answers (a switch to a downloaded model hides it)."""
-        params = window.ctx.engine.load_params or window.ctx.load_params
-        demo = params is not None and is_demo(params.model_path)
-        card.setVisible(demo and not card.dismissed)
-
-    timer = QTimer(card)
-    timer.setInterval(1000)
-    timer.timeout.connect(follow)
-    timer.start()
-    follow()
+    window.state.changed.connect(card.follow)
+    card.follow(window.state.now)
     window.first_start = card  # type: ignore[attr-defined]  # tests and screenshots reach it here
     return card
