@@ -168,3 +168,40 @@ def test_no_module_over_500_lines_in_core_and_cli() -> None:
     long = [f"{p.relative_to(APP)}: {n}" for p in _modules(APP / "core") + _modules(APP / "cli")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
     assert not long, long
+
+
+# Who may construct the model registry and the download queue: the composition root, once per process (each
+# ModelStore and Downloader opens its own database connection). A child process is its own root; benchmarks and
+# the developer tools build what they measure or show. Everything else is given one (``Services.models``,
+# ``Services.downloads``, ``services.open_models()`` for a command that needs only the registry).
+REGISTRY_CLASSES = ("ModelStore", "Downloader")
+REGISTRY_ROOTS = ("hisho/core/services.py", "hisho/core/hub/child.py", "hisho/bench/", "hisho_dev/")
+
+
+def _constructions(path: Path, classes: tuple[str, ...]) -> list[int]:
+    """Lines of ``path`` that call one of ``classes`` (by name or as ``module.Name``)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in classes:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_model_registry_and_downloads_are_built_only_by_the_root() -> None:
+    bad = []
+    for path in _modules(APP) + _modules(DEV):
+        where = path.relative_to(APP.parent).as_posix()
+        if where.startswith(REGISTRY_ROOTS):
+            continue
+        bad += [f"{where}:{line}" for line in _constructions(path, REGISTRY_CLASSES)]
+    assert not bad, f"ModelStore/Downloader built outside the composition root: {bad}"
+
+
+def test_the_construction_scan_sees_calls_by_name_and_attribute(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text("from x import ModelStore\nimport y\n\ndef f():\n    a = ModelStore()\n    return y.Downloader(a)\n"
+                      "\nclass ModelStoreUser:\n    store: ModelStore\n")
+    assert _constructions(sample, REGISTRY_CLASSES) == [5, 6]

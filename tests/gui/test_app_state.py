@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
@@ -138,3 +139,20 @@ def test_the_planner_says_installed_for_a_hub_file_already_here(qtbot: QtBot, wi
     assert page.apply.text() == "✓ Installed as tiny-here · Load"
     assert "installed here as" in page.subject.text() and "not downloaded" not in page.subject.text()
     wait_idle(qtbot, w)
+
+
+def test_the_root_owns_the_api_server_and_stops_it_at_exit(qtbot: QtBot, window: MainWindow) -> None:
+    """The window's Settings → API switch asks the root to serve; the root replaces it on a restart and
+    stops it when the services close, whoever closes them (no server outlives the engine it runs on)."""
+    w = window
+    w.ctx.settings.set("api_port", free_port())
+    first = start_api(w)
+    assert w.ctx.served is first
+    second = start_api(w)                      # a restart (a changed limit) replaces it on the same port
+    assert w.ctx.served is second and first is not second
+    url = second.url
+    assert httpx.get(f"{url}/models", timeout=10, headers={"Authorization": "Bearer x"}).status_code == 401
+    w.ctx.close()
+    assert w.ctx.served is None
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{url}/models", timeout=2)

@@ -48,6 +48,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from hisho.core import settings as settings_mod
     from hisho.core.errors import UserError
     from hisho.core.planner import check_budget, make_plan
+    from hisho.core.services import open_models
 
     s = settings_mod.load()
     min_ctx = int(args.min_ctx if args.min_ctx is not None else s["min_ctx"])
@@ -58,7 +59,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     budget = check_budget(machine, args.ram_gib, args.gpu_gib, args.uma)
     plan = make_plan(args.models, machine, budget, min_ctx=min_ctx, target_ctx=target,
                      calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
-                     n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=args.parallel)
+                     n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=args.parallel,
+                     store=open_models())
     data = plan.to_dict()
     data["device"] = _device(machine)
     if args.json:

@@ -5,7 +5,8 @@ worker lanes), the chat service, KV persistence and documents. The window (``his
 ``hisho summarize`` and ``hisho generate`` all get theirs here, so a chat resumes from its saved KV and a
 question about a long document gets its relevant parts whichever front end sends it. Nothing else constructs
 an ``EngineClient``, a ``KVSession`` or a ``ChatService`` for the app (benchmarks and tests may, to measure or
-isolate one part).
+isolate one part), nor a ``ModelStore`` or ``Downloader`` (``open_models`` / ``open_downloads``: one each per
+process, each a database connection; ``Services.models`` and ``Services.downloads`` for a front end).
 
 Rules of use:
 - A front end names its ``Profile`` (``PROFILES``: window, chat, generate, summarize, serve); the profile says
@@ -17,7 +18,10 @@ Rules of use:
 - ``state`` (``core/appstate.py``) says what answers now, for every screen and front end; only the methods here
   change it (and the after-turn hook, with the speeds measured). Read ``state.now``, or ``state.subscribe``.
 - The chat hooks and their order are declared in ``install_hooks`` and nowhere else.
-- ``close()`` once at exit: KV saves in flight land, the lanes stop, the engine exits, the database closes.
+- A server over the services (the API) is started, replaced and stopped here (``serve`` / ``stop_serving``),
+  whichever front end asked for it: ``close`` stops it before the engine it runs on.
+- ``close()`` once at exit: the API stops, KV saves in flight land, the lanes stop, the engine exits, the
+  databases close.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hisho.core import settings as settings_mod
 from hisho.core.appstate import AppState
@@ -48,6 +52,9 @@ from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
 from hisho.core.remote.http import Endpoint
+
+if TYPE_CHECKING:
+    from hisho.core.hub.download import Downloader
 
 log = logging.getLogger("hisho.services")
 
@@ -77,6 +84,14 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("summarize", n_seq_max=1, kv=False, strict=True),
     Profile("serve", n_seq_max=1, kv=True, strict=True, kv_unified=False),  # n_seq_max: the server's ``parallel``
 )}
+
+
+class Served(Protocol):
+    """A server over the services (the API, ``hisho.api.server.ApiServer``): the root starts it, replaces it and
+    stops it before the engine closes, whichever front end asked for it."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 @dataclass
@@ -109,7 +124,9 @@ class Services:
     n_ctx: int | None = None             # the front end's context length (None: the settings')
     closing: bool = False                # the app is quitting: nothing is loaded any more (``begin_close``)
     state: AppState = field(default_factory=AppState)   # what answers now (written here only)
-    models: ModelStore = field(default_factory=ModelStore)   # the model registry: the app's one
+    models: ModelStore = field(default_factory=lambda: open_models())   # the model registry: the app's one
+    _downloads: Downloader | None = field(default=None, repr=False)
+    served: Served | None = None        # the API server running over these services (``serve``), if any
     _named: tuple[Path | None, ModelName] | None = field(default=None, repr=False)
 
     @property
@@ -119,6 +136,25 @@ class Services:
         if self._named is None or self._named[0] != self.model_path:
             self._named = (self.model_path, name_of(self.model_path, self.models))
         return self._named[1]
+
+    @property
+    def downloads(self) -> Downloader:
+        """The download queue over ``models`` (made on first use: most front ends never download)."""
+        if self._downloads is None:
+            self._downloads = open_downloads(self.models)
+        return self._downloads
+
+    def serve(self, server: Served) -> None:
+        """Start ``server`` over these services, in place of one that runs (stopped first: one port, one
+        server); it runs until ``stop_serving`` or ``close``. A server that does not start raises and is not kept."""
+        self.stop_serving()
+        server.start()
+        self.served = server
+
+    def stop_serving(self) -> None:
+        server, self.served = self.served, None
+        if server is not None:
+            server.stop()
 
     def load(self, params: LoadParams | None = None) -> dict[str, Any]:
         """Load ``params`` (default: the planned ones) into the engine; a file the engine cannot load is the
@@ -256,6 +292,7 @@ class Services:
     def close(self, timeout: float = 30.0) -> None:
         """App exit: KV saves in flight land and are indexed, the lanes stop, the engine exits, the store
         closes. Safe to call twice."""
+        self.stop_serving()   # its requests end before the engine they run on
         if self.kv is not None:
             self.kv.close(timeout)
         self.executor.shutdown(timeout)
@@ -293,6 +330,20 @@ def open_store(path: Path | None = None) -> tuple[ConversationStore, str]:
             log.error("read-only open failed too: %s", exc2)
     return ConversationStore(Database(":memory:")), f"{problem}. Starting with an empty chat list; " \
                                                      "nothing is saved this session."
+
+
+def open_models() -> ModelStore:
+    """The process's model registry (its own connection to the app's database). ``build`` makes the one a front
+    end's ``Services`` holds; a command that needs only the registry (``hisho models``, ``hisho plan``) calls
+    this once. Nothing else constructs a ``ModelStore`` (tests/core/test_architecture.py)."""
+    return ModelStore()
+
+
+def open_downloads(models: ModelStore) -> Downloader:
+    """The process's download queue, registering into (and sharing the connection of) ``models``."""
+    from hisho.core.hub.download import Downloader
+
+    return Downloader(models)
 
 
 def make_engine() -> Engine:
@@ -358,7 +409,7 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     n_seq_max, kv, strict, kv_unified = chosen.n_seq_max, chosen.kv, chosen.strict, chosen.kv_unified
     settings = settings or settings_mod.load()
     store, problem = open_store(db_path)
-    models = ModelStore()   # the one registry (its own connection to the app's database)
+    models = open_models()
     model_problem, plan_refused = "", False
     model_path: Path | None = None
     params: LoadParams | None = None

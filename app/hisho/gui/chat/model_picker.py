@@ -58,9 +58,9 @@ def _label(e: ModelEntry, base: bool = False) -> str:
     return f"{entry_name(e).display}    {bits}"
 
 
-def _listing() -> tuple[list[ModelEntry], set[str]]:
+def _listing(store: ModelStore) -> tuple[list[ModelEntry], set[str]]:
     """The installed models and which are base models (their headers say; read on the store lane)."""
-    entries = ModelStore().list()
+    entries = store.list()
     return entries, {str(e.path) for e in entries if is_base_model(e.path)}
 
 
@@ -119,7 +119,8 @@ class ModelPicker(QToolButton):
         self._elide()
 
     def refresh(self) -> None:
-        self.window_.ctx.executor.submit("store", _listing, done=self._listed)
+        models = self.window_.ctx.models
+        self.window_.ctx.executor.submit("store", lambda: _listing(models), done=self._listed)
         from hisho.gui.shell.remote_switch import reachable
 
         self.window_.ctx.executor.submit("remote", reachable, done=self._reached, key="picker")

@@ -154,13 +154,14 @@ class FirstStartCard(QFrame):
         self.download.hide()  # a disabled primary button still looks pressable
         self.retry.hide()
 
+        models = self.w.ctx.models
+
         def work() -> Estimated:
-            from hisho.core.models.store import ModelStore
             from hisho.core.planner import speed
 
             budget, _opts = planner_budget()
             profile = speed.load_profile()
-            installed = frozenset(Path(e.path).name for e in ModelStore().list())  # never offered again
+            installed = frozenset(Path(e.path).name for e in models.list())  # never offered again
             pick = suggest(budget, profile, installed)
             return Estimated(pick, {c.file: estimate(c, budget) for c in CANDIDATES}, profile,
                              why_not_larger(pick, budget, profile) if pick is not None else "")

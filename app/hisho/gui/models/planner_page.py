@@ -93,11 +93,12 @@ class PlannerPage(PlannerPanel):
         spec = [key]
 
         loaded_ctx = self.w.state.now.n_ctx or None
+        models = self.w.ctx.models
 
         def work() -> Planned:
             from hisho.core.planner import facts_for
 
-            return _plan_for(facts_for(spec)[0], loaded_ctx)
+            return _plan_for(facts_for(spec, models)[0], loaded_ctx)
 
         self.w.ctx.executor.submit("engine", work, done=lambda r: self._planned(key, r), failed=self._failed)
 

@@ -48,7 +48,6 @@ from hisho.gui.shell.status_bar import ContextMeter, ElidedLabel, StatusBar
 from hisho.gui.shell.toast import Toast
 
 if TYPE_CHECKING:
-    from hisho.api.server import ApiServer
     from hisho.core.appstate import Now
     from hisho.gui.chat.kv_status import KVUsageView
     from hisho.gui.models.models_page import ModelsPage
@@ -74,7 +73,6 @@ class MainWindow(QMainWindow):
     kv_usage: KVUsageView | None = None          # hisho.gui.chat.kv_status.wire
     last_restore_notice = ""                     # hisho.gui.chat.waits.watch_restores: the last "Restored …"
     remove_data_on_exit = False                  # Settings → Your data
-    _api_server: ApiServer | None = None         # Settings → API: serves while the window is open
     _api_label: QLabel | None = None
     _models_page: ModelsPage | None = None       # the pages, once built (hisho.gui.shell.page_setup)
     _preferences: PreferencesDialog | None = None

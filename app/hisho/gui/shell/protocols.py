@@ -8,7 +8,7 @@ can hand it anything that has those members.
 Where a part needs the window as a Qt parent (of a dialog, a page, a helper QObject) it asks for ``window()``:
 ``QWidget.window()`` of the main window is the main window itself (it is top-level).
 
-Private names (``_api_server``…) are things a part keeps on the window for the window's life; ``MainWindow``
+Private names (``_api_label``…) are things a part keeps on the window for the window's life; ``MainWindow``
 declares each one so that these Protocols can name it.
 """
 
@@ -20,7 +20,6 @@ from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QLabel, QMessageBox, QStatusBar, QWidget
 
 if TYPE_CHECKING:
-    from hisho.api.server import ApiServer
     from hisho.core.appstate import Now
     from hisho.gui.chat.sidebar import Sidebar
     from hisho.gui.shell.context import AppContext
@@ -52,9 +51,8 @@ class HasController(HasContext, Protocol):
 
 
 class ApiWindow(HasState, Protocol):
-    """Settings → API: the server it runs for the window, and its label in the status bar."""
+    """Settings → API: its label in the status bar (the server itself is the root's: ``ctx.served``)."""
 
-    _api_server: ApiServer | None
     _api_label: QLabel | None
 
     def statusBar(self) -> QStatusBar: ...  # noqa: N802 - Qt naming
