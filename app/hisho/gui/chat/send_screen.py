@@ -21,8 +21,7 @@ from PySide6.QtWidgets import QWidget
 
 from hisho.core.conversations.chat import ChatService, FitReport, Turn, TurnResult
 from hisho.core.conversations.store import Conversation, ConversationStore, Message
-from hisho.gui.shell.protocols import HasContext
-from hisho.gui.shell.toast import TOAST_MS
+from hisho.gui.shell.protocols import TOAST_MS, HasContext
 
 if TYPE_CHECKING:
     from hisho.gui.chat.chat_view import ChatView

@@ -44,8 +44,7 @@ from hisho.gui.chat.sending import Sending
 from hisho.gui.chat.title_edit import InlineTitle
 from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
 from hisho.gui.shell import theme
-from hisho.gui.shell.protocols import RemoteWindow
-from hisho.gui.shell.toast import TOAST_MS
+from hisho.gui.shell.protocols import TOAST_MS, RemoteWindow
 
 if TYPE_CHECKING:
     from hisho.gui.shell.status_bar import ContextMeter

@@ -44,8 +44,9 @@ from hisho.gui.shell.context import AppContext
 from hisho.gui.shell.controller import ChatController
 from hisho.gui.shell.pages import CHATS, NavRail, PageHost
 from hisho.gui.shell.state_bridge import StateBridge
-from hisho.gui.shell.status_bar import ContextMeter, ElidedLabel, StatusBar
+from hisho.gui.shell.status_bar import ContextMeter, StatusBar
 from hisho.gui.shell.toast import Toast
+from hisho.gui.shell.widgets import ElidedLabel
 
 if TYPE_CHECKING:
     from hisho.core.appstate import Now

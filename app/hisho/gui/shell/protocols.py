@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from hisho.gui.shell.status_bar import StatusBar
 
 
+TOAST_MS = 8000   # how long a toast stays unless its caller says otherwise (``show_toast``'s ``ms``)
+
+
 class HasContext(Protocol):
     """The app's services (``AppContext``): settings, the executor's lanes, the engine."""
 
