@@ -22,7 +22,7 @@ import html
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
@@ -48,12 +48,13 @@ from hisho.core.models.suggest import (
 )
 from hisho.core.planner.speed import SpeedProfile
 from hisho.gui.models.hub_tab import badge_style, verdict_colour
+from hisho.gui.shell.pages import ShowsPages
+from hisho.gui.shell.protocols import HasState
 
 LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
 
 if TYPE_CHECKING:
     from hisho.core.appstate import Now
-    from hisho.gui.shell.main_window import MainWindow
 
 log = logging.getLogger("hisho.gui")
 CARD_WIDTH = 600
@@ -72,8 +73,19 @@ class Estimated:
     not_larger: str                   # why a larger candidate that fits is not offered
 
 
+class FirstStartWindow(ShowsPages, HasState, Protocol):
+    """What the card uses of the main window: the empty chat page it sits on (under its subtitle), the pages it
+    opens, the services and the app's state (shown while the demo model answers)."""
+
+    @property
+    def empty(self) -> QWidget: ...
+
+    @property
+    def empty_subtitle(self) -> QLabel: ...
+
+
 class FirstStartCard(QFrame):
-    def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
+    def __init__(self, window: FirstStartWindow, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.setObjectName("DemoCard")
@@ -298,7 +310,7 @@ class FirstStartCard(QFrame):
         self.w.ctx.executor.submit("store", work)
 
 
-def _empty_page_box(window: MainWindow) -> QVBoxLayout | None:
+def _empty_page_box(window: FirstStartWindow) -> QVBoxLayout | None:
     """The empty chat page's column (title, subtitle, suggestions), found from its subtitle."""
     page_layout = window.empty.layout()
     stack: list[QLayout] = [page_layout] if page_layout is not None else []
@@ -314,7 +326,7 @@ def _empty_page_box(window: MainWindow) -> QVBoxLayout | None:
     return None
 
 
-def attach_first_start(window: MainWindow) -> FirstStartCard | None:
+def attach_first_start(window: FirstStartWindow) -> FirstStartCard | None:
     """Put the card on the empty chat page; it shows while the model in use is the bundled demo."""
     if bool(window.ctx.settings["demo_card_dismissed"]):
         return None

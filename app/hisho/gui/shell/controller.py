@@ -47,7 +47,7 @@ from hisho.gui.shell import theme
 from hisho.gui.shell.protocols import TOAST_MS, RemoteWindow
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.status_bar import ContextMeter
+    from hisho.gui.shell.status_bar import ContextMeter, StatusBar
 
 log = logging.getLogger("hisho.gui")
 
@@ -63,6 +63,9 @@ class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
 
     @property
     def context_meter(self) -> ContextMeter: ...
+
+    @property
+    def status(self) -> StatusBar: ...   # what the send's StatusLine and the remote switch use of it, and more
 
     @property
     def settings_button(self) -> QPushButton: ...
