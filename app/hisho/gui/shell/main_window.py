@@ -37,11 +37,11 @@ from hisho.gui.chat.attach import AttachController
 from hisho.gui.chat.chat_view import ChatView
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.documents import DocumentsController
-from hisho.gui.chat.model_picker import NAME_MAX, ModelNameLabel, ModelPicker
 from hisho.gui.chat.sidebar import Sidebar
 from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
 from hisho.gui.shell.controller import ChatController
+from hisho.gui.shell.model_picker import NAME_MAX, ModelNameLabel, ModelPicker
 from hisho.gui.shell.pages import CHATS, NavRail, PageHost
 from hisho.gui.shell.state_bridge import StateBridge
 from hisho.gui.shell.status_bar import ContextMeter, StatusBar
@@ -70,7 +70,7 @@ class MainWindow(QMainWindow):
 
     # What the parts plugged in from other modules keep on the window (their Protocols name these,
     # hisho.gui.shell.protocols); each is set by the part named.
-    model_picker: ModelPicker | None = None      # hisho.gui.chat.model_picker.attach_picker
+    model_picker: ModelPicker | None = None      # hisho.gui.shell.model_picker.attach_picker
     kv_usage: KVUsageView | None = None          # hisho.gui.chat.kv_status.wire
     last_restore_notice = ""                     # hisho.gui.chat.waits.watch_restores: the last "Restored …"
     remove_data_on_exit = False                  # Settings → Your data
@@ -104,7 +104,7 @@ class MainWindow(QMainWindow):
         self._build_shortcuts()
         # the paperclip and files dropped on the message box: attach them to this chat
         self.attach = AttachController(self, self.controller, self.composer, self.documents)
-        from hisho.gui.chat.model_picker import attach_picker
+        from hisho.gui.shell.model_picker import attach_picker
 
         attach_picker(self)  # header: switch model in one click
         from hisho.gui.shell.page_setup import add_pages
