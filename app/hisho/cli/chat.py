@@ -55,7 +55,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"hisho: warning: {running.fallback}\n")
             if running.endpoint is not None:
                 sys.stderr.write(f"hisho: chatting with {running.model} on {running.endpoint.name}\n")
-        if app.kv is not None and app.engine is app.local_engine and args.conversation is not None:
+        if app.kv is not None and not app.state.now.remote and args.conversation is not None:
             app.kv.selected(args.conversation)  # restore its saved KV while the user types, as the window does
         return TerminalChat(app.chat, args.conversation, sys.stdin, sys.stdout).loop()
     finally:

@@ -315,7 +315,8 @@ class ChatController(QObject):
     def _settings_saved(self, conv: Conversation, old_model: str) -> None:
         if self.current is not None and self.current.id == conv.id:
             self.current = conv
-        loaded = self.ctx.model_name if self.ctx.engine is self.ctx.local_engine else None
+        now = self.ctx.state.now
+        loaded = None if now.remote else now.model
         # Only a different model needs a reload; the system prompt and sampling apply to the next reply.
         if conv.model != old_model and conv.model and (loaded is None or not loaded.accepts(conv.model)):
             self.switch_model(conv.model)

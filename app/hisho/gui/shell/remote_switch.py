@@ -26,7 +26,7 @@ from hisho.core.remote.endpoints import load_endpoints, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
 from hisho.core.remote.probe import ServerInfo, probe
-from hisho.gui.shell.protocols import HasContext, HasController, RemoteWindow
+from hisho.gui.shell.protocols import HasController, RemoteWindow
 
 if TYPE_CHECKING:
     from hisho.gui.models.hub_tab import HubTab
@@ -42,10 +42,6 @@ def reachable() -> list[tuple[Endpoint, ServerInfo]]:
         if info.ok:
             out.append((ep, info))
     return out
-
-
-def current_engine_name(window: HasContext) -> str:
-    return str(window.ctx.engine.engine_info.get("engine") or "local")
 
 
 def use_remote(window: RemoteWindow, ep: Endpoint, model: str,
@@ -108,7 +104,7 @@ def show_server_cache(window: RemoteWindow, _result: Any = None) -> None:
     reused of the prompt; llama-server ``timings.cache_n``, else ``usage.prompt_tokens_details.cached_tokens``)."""
     eng = window.ctx.engine
     reply = getattr(eng, "last_reply", None)
-    if not eng.engine_info.get("remote") or reply is None:
+    if not window.state.now.remote or reply is None:
         return
     name = eng.engine_info.get("engine", "")
     read = int(reply.extra.get("prompt_n", 0))
