@@ -17,7 +17,8 @@ Rules of use:
   ``disconnect`` (a remote engine). Each runs on the caller's engine lane, between turns.
 - ``state`` (``core/appstate.py``) says what answers now, for every screen and front end; only the methods here
   change it (and the after-turn hook, with the speeds measured). Read ``state.now``, or ``state.subscribe``.
-- The chat hooks and their order are declared in ``install_hooks`` and nowhere else.
+- The chat hooks and their order are declared in ``install_hooks`` (``core/wiring.py``, used only here) and
+  nowhere else.
 - A server over the services (the API) is started, replaced and stopped here (``serve`` / ``stop_serving``),
   whichever front end asked for it: ``close`` stops it before the engine it runs on.
 - ``close()`` once at exit: the API stops, KV saves in flight land, the lanes stop, the engine exits, the
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hisho.core import settings as settings_mod
 from hisho.core.appstate import AppState
-from hisho.core.conversations.chat import ChatService, TurnResult
+from hisho.core.conversations.chat import ChatService
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
 from hisho.core.documents.service import Documents
@@ -52,6 +53,7 @@ from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
 from hisho.core.remote.http import Endpoint
+from hisho.core.wiring import install_hooks, record_speed, use_engine
 
 if TYPE_CHECKING:
     from hisho.core.hub.download import Downloader
@@ -353,51 +355,6 @@ def make_engine() -> Engine:
     return EngineClient()
 
 
-def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None,
-                  measured: Callable[[TurnResult], None] | None = None) -> None:
-    """The chat service's hooks, in the order they run. Declared here only.
-
-    while the turn's prompt is built (the turn's worker thread, ``before_prompt``):
-      1. documents: a long attached document's relevant parts are added to the outgoing question — this
-         changes the prompt, so it runs before the prompt is tokenized;
-    once the prompt is tokenized, before the reply (``restore_prompt``):
-      1. kv: the saved KV of those exact tokens is restored (the engine then generates from the same tokens).
-    after the reply is saved:
-      1. kv: the sequence is saved for the next turn;
-      2. measured: a local model's reply speeds are kept (planner.speed: measured beats predicted).
-    wherever a chat's prompt is built (prompt_context): documents attached to the chat that fit go in its
-    system message.
-    """
-    chat.before_prompt[:] = [documents.before_prompt]
-    chat.prompt_context[:] = [documents.prompt_context]
-    chat.restore_prompt[:] = []
-    chat.after_turn[:] = []
-    if kv is not None:
-        chat.restore_prompt.append(kv.restore)
-        chat.after_turn.append(kv.after_turn)
-    if measured is not None:
-        chat.after_turn.append(measured)
-
-
-def record_speed(services: Services, out: TurnResult) -> None:
-    """An ``after_turn`` hook: what the reply measured, in the app's state (any engine) and kept for the local
-    model's file (never a remote one's)."""
-    from hisho.core.models.gguf_facts import read_facts
-    from hisho.core.planner import speed
-
-    r = out.engine
-    if r is None or out.error:
-        return
-    services.state.measured(r.tokens_per_s, r.ttft_s)
-    if services.model_path is None or services.engine is not services.local_engine:
-        return
-    try:
-        speed.observe(read_facts(services.model_path), prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
-                      completion_tokens=r.completion_tokens, ttft_s=r.ttft_s, tokens_per_s=r.tokens_per_s)
-    except (UserError, OSError) as exc:  # a speed not kept never fails a turn
-        log.warning("reply speed not kept: %s", exc)
-
-
 def build(model: str | None = None, profile: str = "window", *, db_path: Path | None = None,
           post: Post | None = None, n_ctx: int | None = None, parallel: int | None = None, override: bool = False,
           engine: Engine | None = None, settings: settings_mod.Settings | None = None) -> Services:
@@ -439,15 +396,3 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     app.state.chosen(named, str(model_path or ""))
     install_hooks(chat, documents, kv_chat, measured=functools.partial(record_speed, app))
     return app
-
-
-def use_engine(services: Services, engine: Engine, model_name: str) -> None:
-    """Answer from now on with ``engine`` (a remote one, or ``services.local_engine`` again). Call on the
-    ``engine`` lane between turns. KV persistence follows the engine's capabilities: a remote server keeps its
-    own cache (docs/remote-engines.md), so the local KV hooks step aside while it answers."""
-    services.engine = engine
-    services.chat.engine = engine
-    services.chat.model_name = model_name
-    services.documents.engine = engine
-    kv = services.kv if Capability.KV_STATE.value in engine.capabilities else None
-    install_hooks(services.chat, services.documents, kv, measured=functools.partial(record_speed, services))
