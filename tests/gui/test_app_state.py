@@ -35,11 +35,18 @@ def chat_settings_model(w: MainWindow) -> tuple[str, str]:
     """Open the chat's settings as the user does (the header's button) and read its model row and the line
     that says which model answers; the dialog is then cancelled."""
     seen: list[tuple[str, str]] = []
+    tries = [0]
 
     def read() -> None:
         dialog = QApplication.activeModalWidget()
         if not isinstance(dialog, ConversationSettingsDialog):
-            QTimer.singleShot(50, read)
+            tries[0] += 1
+            if tries[0] < 400:                  # 20 s, then whatever opened is closed: the wait has an end
+                QTimer.singleShot(50, read)
+            else:
+                for w in QApplication.topLevelWidgets():
+                    if isinstance(w, ConversationSettingsDialog):
+                        w.reject()
             return
         seen.append((str(dialog.model.currentData()), dialog.answering.text()))
         dialog.reject()
