@@ -170,11 +170,10 @@ def main(argv: list[str]) -> int:
     window.grab().save(str(out / "3-conversation-dark.png"))
     theme.apply(app, theme.LIGHT)
     assert c.current is not None
-    from hisho.core.models.store import ModelStore
     from hisho.core.units import MIB
 
-    models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
-    dialog = ConversationSettingsDialog(c.current, models, window)
+    models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in window.ctx.models.list()]
+    dialog = ConversationSettingsDialog(c.current, models, window, answering=window.ctx.state.now)
     dialog.system.setPlainText("You are a concise assistant for Python questions.")
     dialog.show()
     wait_until(app, lambda: False, timeout=0.3)

@@ -168,3 +168,79 @@ def test_no_module_over_500_lines_in_core_and_cli() -> None:
     long = [f"{p.relative_to(APP)}: {n}" for p in _modules(APP / "core") + _modules(APP / "cli")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
     assert not long, long
+
+
+# Who may construct the model registry and the download queue: the composition root, once per process (each
+# ModelStore and Downloader opens its own database connection). A child process is its own root; benchmarks and
+# the developer tools build what they measure or show. Everything else is given one (``Services.models``,
+# ``Services.downloads``, ``services.open_models()`` for a command that needs only the registry).
+REGISTRY_CLASSES = ("ModelStore", "Downloader")
+REGISTRY_ROOTS = ("hisho/core/services.py", "hisho/core/hub/child.py", "hisho/bench/", "hisho_dev/")
+
+
+def _constructions(path: Path, classes: tuple[str, ...]) -> list[int]:
+    """Lines of ``path`` that call one of ``classes`` (by name or as ``module.Name``)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name in classes:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_model_registry_and_downloads_are_built_only_by_the_root() -> None:
+    bad = []
+    for path in _modules(APP) + _modules(DEV):
+        where = path.relative_to(APP.parent).as_posix()
+        if where.startswith(REGISTRY_ROOTS):
+            continue
+        bad += [f"{where}:{line}" for line in _constructions(path, REGISTRY_CLASSES)]
+    assert not bad, f"ModelStore/Downloader built outside the composition root: {bad}"
+
+
+def test_the_construction_scan_sees_calls_by_name_and_attribute(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text("from x import ModelStore\nimport y\n\ndef f():\n    a = ModelStore()\n    return y.Downloader(a)\n"
+                      "\nclass ModelStoreUser:\n    store: ModelStore\n")
+    assert _constructions(sample, REGISTRY_CLASSES) == [5, 6]
+
+
+# The frame hosts screens; a screen (gui/chat, gui/models, gui/settings) imports of gui/shell only its public
+# surface: the Protocols naming what it uses of the window, the pages' opener protocol, the app's state on the GUI
+# thread, the theme, the text prompt and the small shared widgets. Type-only imports count too: a screen that
+# names the controller or the main window depends on the frame's insides all the same.
+SCREENS = ("chat", "models", "settings")
+SHELL_PUBLIC = frozenset({"protocols", "pages", "state_bridge", "theme", "text_dialog", "widgets"})
+
+
+def _shell_modules_named(path: Path) -> set[str]:
+    """The gui/shell modules ``path`` imports (anywhere in it, TYPE_CHECKING blocks included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "hisho.gui.shell":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hisho.gui.shell."):
+            found.add(node.module.split(".")[3])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[3] for a in node.names if a.name.startswith("hisho.gui.shell."))
+    return found
+
+
+def test_screens_import_only_the_frame_s_public_surface() -> None:
+    bad = []
+    for screen in SCREENS:
+        for path in _modules(APP / "gui" / screen):
+            inner = _shell_modules_named(path) - SHELL_PUBLIC
+            if inner:
+                bad.append(f"{path.relative_to(APP)}: gui/shell/{sorted(inner)}")
+    assert not bad, bad
+
+
+def test_the_screen_scan_sees_type_only_and_package_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text("from typing import TYPE_CHECKING\nfrom hisho.gui.shell import theme, toast\n"
+                      "if TYPE_CHECKING:\n    from hisho.gui.shell.controller import ChatController\n"
+                      "def f():\n    import hisho.gui.shell.main_window\n")
+    assert _shell_modules_named(sample) == {"theme", "toast", "controller", "main_window"}

@@ -23,7 +23,6 @@ from gguf import GGMLQuantizationType
 from hisho.core.errors import UserError
 from hisho.core.hub import (
     DiskFull,
-    Downloader,
     GatedRepo,
     HashMismatch,
     HubError,
@@ -40,6 +39,7 @@ from hisho.core.hub import fetch as fetch_mod
 from hisho.core.hub import token as token_mod
 from hisho.core.machine import Machine
 from hisho.core.models.store import ModelStore
+from hisho.core.services import open_downloads, open_models
 from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import (
     big_model,
@@ -147,7 +147,7 @@ def test_remote_plan_reads_only_the_header(hub: FakeHub, tmp_path: Path) -> None
 def test_download_with_progress_registers_a_verified_model(hub: FakeHub, tmp_path: Path) -> None:
     src = serve_tiny(hub, tmp_path, 6)
     seen: list[download_mod.Progress] = []
-    entry = pull(f"{REPO}:tiny-Q4_K_M.gguf", progress=seen.append)
+    entry = pull(f"{REPO}:tiny-Q4_K_M.gguf", open_downloads(open_models()), progress=seen.append)
     assert Path(entry.path).read_bytes() == src.read_bytes()
     assert entry.source == f"hub:{REPO}" and entry.revision == hub.repos[REPO].commit
     assert entry.sha256 == hub.repos[REPO].files["tiny-Q4_K_M.gguf"].sha256
@@ -156,7 +156,7 @@ def test_download_with_progress_registers_a_verified_model(hub: FakeHub, tmp_pat
     assert [p.done for p in seen] == sorted(p.done for p in seen) and len(seen) >= 2
     assert not list(Path(entry.path).parent.glob(".*.part"))
     assert ModelStore().get(entry.name) is not None
-    assert Downloader().unfinished() == []
+    assert open_downloads(open_models()).unfinished() == []
 
 
 def test_a_killed_download_resumes_without_sending_much_again(hub: FakeHub, tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ def test_a_killed_download_resumes_without_sending_much_again(hub: FakeHub, tmp_
     assert size // 2 <= kept < size
     sent_before = hub.served[f"{REPO}/tiny-Q4_K_M.gguf"]
     hub.throttle = None
-    dl = Downloader()
+    dl = open_downloads(open_models())
     [job] = dl.unfinished()
     assert job.state == "paused"  # the dead process left it 'running'
     seen: list[download_mod.Progress] = []
@@ -195,11 +195,11 @@ def test_a_damaged_download_is_caught_by_the_hash(hub: FakeHub, tmp_path: Path) 
     serve_tiny(hub, tmp_path, 2)
     hub.corrupt.add(f"{REPO}/tiny-Q4_K_M.gguf")
     with pytest.raises(HashMismatch, match="sha256 differs"):
-        pull(f"{REPO}:tiny-Q4_K_M.gguf")
+        pull(f"{REPO}:tiny-Q4_K_M.gguf", open_downloads(open_models()))
     folder = download_mod.target_dir(REPO)
     assert not list(folder.glob("*")) and not list(folder.glob(".*"))
     assert all(e.source == "bundled" for e in ModelStore().list())
-    [job] = Downloader().unfinished()
+    [job] = open_downloads(open_models()).unfinished()
     assert job.state == "failed" and "damaged" in job.error
 
 
@@ -208,7 +208,7 @@ def test_a_full_disk_is_refused_with_the_shortfall(hub: FakeHub, tmp_path: Path,
     src = serve_tiny(hub, tmp_path, 2)
     monkeypatch.setattr(fetch_mod, "free_bytes", lambda folder: 10 * MIB)
     with pytest.raises(DiskFull) as err:
-        pull(f"{REPO}:tiny-Q4_K_M.gguf")
+        pull(f"{REPO}:tiny-Q4_K_M.gguf", open_downloads(open_models()))
     short = src.stat().st_size + fetch_mod.RESERVE - 10 * MIB
     assert f"({short / MIB:.0f} MiB short)" in str(err.value)
     assert hub.served.get(f"{REPO}/tiny-Q4_K_M.gguf", 0) == 0  # nothing was fetched
@@ -220,13 +220,13 @@ def test_gated_repository_needs_a_token(hub: FakeHub, tmp_path: Path, caplog: py
     serve_tiny(hub, tmp_path, 1, repo="meta/Gated-GGUF")
     assert repo_files("meta/Gated-GGUF")  # the listing is public, the files are not
     with pytest.raises(GatedRepo, match="gated"):
-        pull("meta/Gated-GGUF:tiny-Q4_K_M.gguf")
+        pull("meta/Gated-GGUF:tiny-Q4_K_M.gguf", open_downloads(open_models()))
     token_mod.set_token("hf_wrong")
     with pytest.raises(GatedRepo):
-        pull("meta/Gated-GGUF:tiny-Q4_K_M.gguf")
+        pull("meta/Gated-GGUF:tiny-Q4_K_M.gguf", open_downloads(open_models()))
     where = token_mod.set_token(hub.token)
     assert stat.S_IMODE(os.stat(where).st_mode) == 0o600
-    entry = pull("meta/Gated-GGUF:tiny-Q4_K_M.gguf")
+    entry = pull("meta/Gated-GGUF:tiny-Q4_K_M.gguf", open_downloads(open_models()))
     assert entry.source == "hub:meta/Gated-GGUF"
     assert hub.token not in caplog.text and "hf_wrong" not in caplog.text
 
@@ -238,15 +238,15 @@ def test_server_going_away_keeps_the_partial_for_a_resume(hub: FakeHub, tmp_path
     hub.die_after = size // 2
     monkeypatch.setattr("time.sleep", lambda s: None)  # http_get waits 1 s between its 5 retries
     with pytest.raises(HubOffline, match="cannot reach the hub|broke off"):  # refused, or reset mid-body
-        pull(f"{REPO}:tiny-Q4_K_M.gguf")
-    [job] = Downloader().unfinished()
+        pull(f"{REPO}:tiny-Q4_K_M.gguf", open_downloads(open_models()))
+    [job] = open_downloads(open_models()).unfinished()
     assert job.state == "failed"
     part = next(download_mod.target_dir(REPO).glob(".*.part"))
     assert part.stat().st_size == size // 2
     with FakeHub() as again:  # the hub is back (on another port)
         again.add_file(REPO, "tiny-Q4_K_M.gguf", src)
         monkeypatch.setenv("HF_ENDPOINT", again.url)
-        entry = Downloader().run(job.id)
+        entry = open_downloads(open_models()).run(job.id)
         assert again.served[f"{REPO}/tiny-Q4_K_M.gguf"] == size - size // 2
     assert Path(entry.path).read_bytes() == src.read_bytes()
 
@@ -254,7 +254,7 @@ def test_server_going_away_keeps_the_partial_for_a_resume(hub: FakeHub, tmp_path
 def test_pause_then_cancel_removes_the_partial(hub: FakeHub, tmp_path: Path) -> None:
     serve_tiny(hub, tmp_path, 8)
     hub.throttle = 4 * MIB
-    dl = Downloader()
+    dl = open_downloads(open_models())
     job = dl.enqueue(next(f for f in repo_files(REPO)))
     t, got = run_in_thread(lambda: dl.run(job.id))
     while not dl.running(job.id) or not list(download_mod.target_dir(REPO).glob(".*.part")):
@@ -292,13 +292,13 @@ def test_spec_errors(hub: FakeHub, tmp_path: Path) -> None:
     serve_tiny(hub, tmp_path, 1)
     serve_tiny(hub, tmp_path, 1, name="tiny-Q8_0.gguf")
     with pytest.raises(UserError, match="expected REPO"):
-        pull("nothing")
+        pull("nothing", open_downloads(open_models()))
     with pytest.raises(UserError, match="name one as"):
-        pull(REPO)
+        pull(REPO, open_downloads(open_models()))
     with pytest.raises(UserError, match="no GGUF file 'x.gguf'"):
-        pull(f"{REPO}:x.gguf")
+        pull(f"{REPO}:x.gguf", open_downloads(open_models()))
     with pytest.raises(HubError, match="no such repository"):
-        pull("org/absent:x.gguf")
+        pull("org/absent:x.gguf", open_downloads(open_models()))
 
 
 # ----- registry and CLI ------------------------------------------------------------------------------------------

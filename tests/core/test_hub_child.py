@@ -16,6 +16,7 @@ from hisho.core.hub import child as child_mod
 from hisho.core.hub.child import run_child
 from hisho.core.hub.download import target_dir
 from hisho.core.models.store import ModelStore
+from hisho.core.services import open_downloads, open_models
 from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import hub, write_payload_gguf
 
@@ -47,7 +48,7 @@ def in_thread(dl: Downloader, job_id: int, seen: list[Progress]) -> tuple[thread
 def test_child_download_pauses_resumes_and_registers(hub: FakeHub, tmp_path: Path) -> None:
     src = serve(hub, tmp_path, 8)
     hub.throttle = 4 * MIB
-    dl = Downloader()
+    dl = open_downloads(open_models())
     job = dl.enqueue(repo_files(REPO)[0])
     seen: list[Progress] = []
     t, got = in_thread(dl, job.id, seen)
@@ -72,7 +73,7 @@ def test_child_download_pauses_resumes_and_registers(hub: FakeHub, tmp_path: Pat
 def test_child_failures_keep_their_kind(hub: FakeHub, tmp_path: Path) -> None:
     serve(hub, tmp_path, 2)
     hub.corrupt.add(f"{REPO}/tiny-Q4_K_M.gguf")
-    dl = Downloader()
+    dl = open_downloads(open_models())
     job = dl.enqueue(repo_files(REPO)[0])
     with pytest.raises(HashMismatch, match="arrived damaged"):
         run_child(dl, job.id)
@@ -87,7 +88,7 @@ def test_a_child_that_dies_is_one_line_and_the_job_can_resume(hub: FakeHub, tmp_
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     src = serve(hub, tmp_path, 8)
     hub.throttle = MIB  # 8 s for the whole file: the kill lands before the end also on a loaded machine
-    dl = Downloader()
+    dl = open_downloads(open_models())
     job = dl.enqueue(repo_files(REPO)[0])
     pids: list[int] = []
     real = child_mod.subprocess.Popen

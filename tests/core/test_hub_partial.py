@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.hub import Downloader, Stopped, pull, repo_files
+from hisho.core.hub import Stopped, pull, repo_files
 from hisho.core.hub import download as download_mod
 from hisho.core.hub import partial as partial_mod
 from hisho.core.hub import receive as receive_mod
 from hisho.core.hub.fetch import partial_path
+from hisho.core.services import open_downloads, open_models
 from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import hub, run_in_thread, write_payload_gguf
 
@@ -52,7 +53,7 @@ def test_within_one_boot_the_whole_partial_is_kept(hub: FakeHub, tmp_path: Path)
     src = serve(hub, tmp_path)
     data = src.read_bytes()
     leave_partial(hub, src, data[:len(data) // 2], {"boot": partial_mod.boot_id(), "durable": 0})
-    entry = pull(SPEC)
+    entry = pull(SPEC, open_downloads(open_models()))
     assert Path(entry.path).read_bytes() == data
     assert hub.served[KEY] == len(data) - len(data) // 2  # a kill in this boot: nothing is fetched twice
     assert not list(Path(entry.path).parent.glob(".*"))  # partial and ledger gone
@@ -66,7 +67,7 @@ def test_after_a_restart_the_partial_is_cut_to_its_last_durable_length(hub: Fake
     crashed = data[:quarter] + bytes(len(data) // 2)
     part = leave_partial(hub, src, crashed, {"boot": "a-boot-before-the-crash", "durable": quarter})
     assert partial_mod.trusted_length(part) == quarter
-    entry = pull(SPEC)  # trusting the whole partial would end in "arrived damaged"
+    entry = pull(SPEC, open_downloads(open_models()))  # trusting the whole partial would end in "arrived damaged"
     assert Path(entry.path).read_bytes() == data
     assert hub.served[KEY] == len(data) - quarter
 
@@ -76,7 +77,7 @@ def test_a_partial_without_a_ledger_is_not_trusted(hub: FakeHub, tmp_path: Path)
     data = src.read_bytes()
     part = leave_partial(hub, src, bytes(len(data) // 2), None)
     assert partial_mod.trusted_length(part) == 0
-    entry = pull(SPEC)
+    entry = pull(SPEC, open_downloads(open_models()))
     assert Path(entry.path).read_bytes() == data
     assert hub.served[KEY] == len(data)
 
@@ -86,7 +87,7 @@ def test_checkpoints_record_what_was_made_durable(hub: FakeHub, tmp_path: Path,
     serve(hub, tmp_path, 8)
     monkeypatch.setattr(partial_mod, "CHECKPOINT", MIB)
     hub.throttle = 4 * MIB
-    dl = Downloader()
+    dl = open_downloads(open_models())
     job = dl.enqueue(next(f for f in repo_files(REPO)))
     t, got = run_in_thread(lambda: dl.run(job.id))
     folder = download_mod.target_dir(REPO)
@@ -111,14 +112,14 @@ def test_body_from_the_socket_and_through_httpx_give_the_same_file(hub: FakeHub,
     seen: list[bool] = []
     plain = receive_mod._plain_socket
     monkeypatch.setattr(receive_mod, "_plain_socket", lambda r: seen.append(plain(r) is not None) or plain(r))
-    entry = pull(SPEC)
+    entry = pull(SPEC, open_downloads(open_models()))
     assert Path(entry.path).read_bytes() == src.read_bytes()
     assert seen == [True]  # a plain HTTP/1.1 answer with a length: read from the socket
     from hisho.core.models.store import ModelStore
 
     ModelStore().remove(entry.name)
     monkeypatch.setattr(receive_mod, "RAW", False)
-    entry = pull(SPEC)
+    entry = pull(SPEC, open_downloads(open_models()))
     assert Path(entry.path).read_bytes() == src.read_bytes()
     assert seen == [True]  # not asked: httpx read the body
 
@@ -128,6 +129,6 @@ def test_a_server_that_ignores_the_range_starts_the_file_again(hub: FakeHub, tmp
     data = src.read_bytes()
     leave_partial(hub, src, data[:len(data) // 3], {"boot": partial_mod.boot_id(), "durable": 0})
     hub.ignore_range.add(KEY)
-    entry = pull(SPEC)
+    entry = pull(SPEC, open_downloads(open_models()))
     assert Path(entry.path).read_bytes() == data
     assert hub.served[KEY] == len(data)

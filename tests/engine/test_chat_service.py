@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hisho.cli.chat import TerminalChat
-from hisho.core.conversations.chat import ChatService, Turn, TurnResult
+from hisho.core.conversations.chat import ChatService, FitReport, Turn, TurnResult
 from hisho.core.conversations.store import DONE, FAILED, STOPPED, ChatSettings, ConversationStore
 from hisho.core.db import Database
 from hisho.core.engine.client import EngineClient
@@ -152,3 +152,20 @@ def test_terminal_chat_session(service: ChatService, store: ConversationStore) -
     assert "# old" in text and "tok/s" in text and "unknown command /bogus" in text
     branch = store.branch(store_conv.id)
     assert [m.role for m in branch] == ["user", "assistant"] and len(store.siblings(branch[1].id)) == 2
+
+
+def test_terminal_chat_sends_through_the_window_s_one_path(service: ChatService, store: ConversationStore,
+                                                           engine: EngineClient) -> None:
+    """``hisho chat`` sends as the window does (``send_if_fits``: the prompt built and tokenized once, then
+    ``run`` with it): the same engine requests for the same send, none spent preparing the prompt twice."""
+    window_chat = store.create(settings=SHORT).id
+    before = engine.requests
+    made = service.send_if_fits(window_chat, "Hello there")
+    assert not isinstance(made, FitReport)
+    service.run(made[0], None, made[1])
+    window_requests = engine.requests - before
+    terminal_chat = store.create(settings=SHORT).id
+    before = engine.requests
+    assert TerminalChat(service, terminal_chat, io.StringIO("Hello there\n"), io.StringIO()).loop() == 0
+    assert engine.requests - before == window_requests
+    assert [m.role for m in store.branch(terminal_chat)] == ["user", "assistant"]

@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from hisho.api import keys
 from hisho.core.conversations.store import ChatSettings
-from hisho.gui.settings.api_page import ApiPage, api_status, stop_api
+from hisho.gui.settings.api_page import ApiPage, api_status, serving, stop_api
 from hisho.gui.settings.preferences import PreferencesDialog
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import wait_for, wait_idle
@@ -54,10 +54,12 @@ def test_api_switch_serves_the_window_engine(qtbot: QtBot, window: MainWindow) -
         page.limits["api_max_queued"].setValue(3)
         page.limits["api_max_queued"].editingFinished.emit()
         assert w.ctx.settings["api_max_queued"] == 3
-        assert w._api_server.backend.limits.max_queued == 3  # type: ignore[attr-defined]
+        server = serving(w)
+        assert server is not None and server.backend.limits.max_queued == 3
         page.limits["api_max_wait_s"].setValue(900)  # generous: the request below may wait for the window's reply
         page.limits["api_max_wait_s"].editingFinished.emit()
-        assert w._api_server.backend.waits.max_wait_s == 900  # type: ignore[attr-defined]
+        server = serving(w)
+        assert server is not None and server.backend.waits.max_wait_s == 900
         model = w.ctx.model_path.stem if w.ctx.model_path else ""
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=page.key.text(), max_retries=0,
                                timeout=300)

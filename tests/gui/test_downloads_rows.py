@@ -11,13 +11,15 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.core.executor import Executor
-from hisho.core.hub import Downloader, repo_files
+from hisho.core.hub import repo_files
+from hisho.core.services import open_downloads, open_models
 from hisho.gui.models.downloads_tab import VERIFIED
 from hisho.gui.models.models_page import ModelsPage
 from hisho.gui.shell.bridge import Bridge
 from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import hub, write_payload_gguf
 from tests.gui.conftest import QT_NOISE
+from tests.gui.test_models_page import registry
 
 __all__ = ["hub"]
 MIB = 1024**2
@@ -33,7 +35,7 @@ def loads() -> list[str]:
 def page(qtbot: QtBot, hub: FakeHub, loads: list[str]) -> Iterator[ModelsPage]:
     bridge = Bridge()
     workers = Executor(bridge.post)
-    p = ModelsPage(workers, load=loads.append)
+    p = ModelsPage(workers, *registry(), load=loads.append)
     qtbot.addWidget(p)
     p.show()
     yield p
@@ -69,11 +71,11 @@ def test_finished_row_stays_verified_and_load_now_loads_it(qtbot: QtBot, page: M
 def test_a_download_left_by_an_earlier_run_is_a_calm_line(qtbot: QtBot, hub: FakeHub, tmp_path: Path) -> None:
     hub.add_file(REPO, "tiny-Q4_K_M.gguf", write_payload_gguf(tmp_path / "tiny-Q4_K_M.gguf", 2))
     [f] = repo_files(REPO)
-    job = Downloader().enqueue(f)
-    Downloader().pause(job.id)
+    job = open_downloads(open_models()).enqueue(f)
+    open_downloads(open_models()).pause(job.id)
     bridge = Bridge()
     workers = Executor(bridge.post)
-    page = ModelsPage(workers)
+    page = ModelsPage(workers, *registry())
     qtbot.addWidget(page)
     try:
         qtbot.waitUntil(lambda: page.downloads.job_table.rowCount() == 1 and page.downloads.note.text() != "",

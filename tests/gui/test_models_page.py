@@ -11,7 +11,9 @@ from PySide6.QtWidgets import QLabel, QMessageBox, QProgressBar
 from pytestqt.qtbot import QtBot
 
 from hisho.core.executor import Executor
+from hisho.core.hub.download import Downloader
 from hisho.core.models.store import ModelStore
+from hisho.core.services import open_downloads, open_models
 from hisho.gui.models.downloads_tab import PAUSED_BY_USER, VERIFIED
 from hisho.gui.models.models_page import ModelsPage
 from hisho.gui.shell.bridge import Bridge
@@ -23,11 +25,17 @@ MIB = 1024**2
 REPO = "org/Tiny-GGUF"
 
 
+def registry() -> tuple[ModelStore, Downloader]:
+    """The model registry and the download queue, made as the composition root makes them."""
+    models = open_models()
+    return models, open_downloads(models)
+
+
 @pytest.fixture
 def page(qtbot: QtBot, hub: FakeHub) -> Iterator[ModelsPage]:
     bridge = Bridge()
     workers = Executor(bridge.post)
-    p = ModelsPage(workers)
+    p = ModelsPage(workers, *registry())
     qtbot.addWidget(p)
     p.show()
     yield p
@@ -256,7 +264,7 @@ def test_hub_tab_opens_on_the_models_best_for_this_computer(qtbot: QtBot, hub: F
     bridge = Bridge()
     workers = Executor(bridge.post)
     try:
-        p = ModelsPage(workers)
+        p = ModelsPage(workers, *registry())
         qtbot.addWidget(p)
         p.hub.budget = lambda: (machine.budget(), {})  # type: ignore[method-assign]
         hub_best.show_best(p.hub)

@@ -140,7 +140,7 @@ def test_the_token_count_of_a_sent_edit_leaves_with_it(qtbot: QtBot, window: Mai
 
 def test_at_1280_px_a_running_summary_leaves_whole_figures_not_cut_ones(qtbot: QtBot, window: MainWindow) -> None:
     from hisho.core.documents.job import JobProgress
-    from hisho.gui.shell.status_bar import ElidedLabel
+    from hisho.gui.shell.widgets import ElidedLabel
 
     w = window
     open_chat(qtbot, w, SHORT, title="Colours and stories")

@@ -12,8 +12,6 @@ Rules of use:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from hisho.api.backend import Backend
 from hisho.api.cache import PromptCache
 from hisho.api.limits import Limits
@@ -31,13 +29,10 @@ def origins(text: str) -> list[str]:
 
 
 def model_name(app: services.Services) -> ModelName:
-    """The model answering now, as the API names it: the one the chat service answers with, which follows a
+    """The model answering now, as the API names it: the app's state (``Services.state``), which follows a
     switch and a remote connect (a remote model is known by its server's id)."""
-    local = app.model_name
-    answering = app.chat.model_name
-    if not answering or answering == local.id:
-        return local if local.id else ModelName("hisho", "hisho")
-    return ModelName(answering, answering, Path(answering).stem)
+    model = app.state.now.model
+    return model if model.id else ModelName("hisho", "hisho")
 
 
 def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
@@ -58,10 +53,12 @@ def build_api(model: str | None, *, parallel: int, n_ctx: int | None, key: str, 
     loopback. Returns (services, server, n_ctx per sequence). Raises UserError for a model or plan the user must
     fix; the caller closes the services."""
     settings = settings or settings_mod.load()
-    per_seq = int(n_ctx or chosen_ctx(open_model(model or str(settings["default_model"] or "") or None), settings))
+    models = services.open_models()
+    per_seq = int(n_ctx or chosen_ctx(open_model(model or str(settings["default_model"] or "") or None, models),
+                                      settings))
     # One KV stream per sequence (docs/api.md): the serve profile plans and loads that way, for all of them together.
     app = services.build(model, "serve", n_ctx=per_seq * parallel, parallel=parallel, override=force,
-                         settings=settings, engine=engine)
+                         settings=settings, engine=engine, models=models)
     try:
         assert app.load_params is not None and app.model_path is not None
         assert not app.load_params.kv_unified  # the serve profile's plan

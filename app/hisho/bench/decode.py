@@ -28,6 +28,7 @@ from hisho.bench.background import busy_processes
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import Sampling, common_prefix
+from hisho.core.models.store import ModelStore
 
 log = logging.getLogger("hisho.bench")
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n_tokens = max(128, args.tokens or 256)
     repeat = max(1, args.repeat)
     background = max(0, int(getattr(args, "background", 0) or 0))
-    model_path = open_model(args.model)
+    model_path = open_model(args.model, ModelStore())
     params = load_params_for(model_path, n_ctx=2048)
     if getattr(args, "gpu_layers", None) is not None:
         params = dataclasses.replace(params, n_gpu_layers=max(0, int(args.gpu_layers)))

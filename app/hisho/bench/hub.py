@@ -115,13 +115,14 @@ def _curl(url: str, out: Path) -> float:
 
 
 def _ours(spec: str) -> float:
-    from hisho.core.hub import pull
+    from hisho.core.hub import Downloader, pull
     from hisho.core.models.store import ModelStore
 
+    store = ModelStore()   # a benchmark is its own root
     t = time.perf_counter()
-    entry = pull(spec)
+    entry = pull(spec, Downloader(store))
     s = time.perf_counter() - t
-    ModelStore().remove(entry.name)
+    store.remove(entry.name)
     return s
 
 
@@ -148,13 +149,13 @@ def _resume(hub: Any, spec: str, size: int, key: str) -> dict[str, Any]:
     hub.throttle = None
     if not kept:
         raise RuntimeError("the pull finished before it could be killed at 50 %")
-    dl = Downloader()
+    from hisho.core.models.store import ModelStore
+
+    dl = Downloader(ModelStore())   # a benchmark is its own root
     [job] = [j for j in dl.unfinished() if j.spec == spec]
     entry = dl.run(job.id)
     sent = hub.served[key] - before
-    from hisho.core.models.store import ModelStore
-
-    ModelStore().remove(entry.name)
+    dl.store.remove(entry.name)
     return {"killed_at_bytes": kept, "bytes_sent_total": sent, "resume_resent_ratio": round((sent - size) / size, 6)}
 
 
@@ -169,8 +170,12 @@ def _gui_stall(spec_big_repo: str, spec_dl: str) -> float:
     from hisho.gui.shell.bridge import Bridge
 
     app = QApplication.instance() or QApplication([])
+    from hisho.core.hub import Downloader
+    from hisho.core.models.store import ModelStore
+
     workers = Executor(Bridge().post)
-    page = ModelsPage(workers)
+    store = ModelStore()   # a benchmark is its own root
+    page = ModelsPage(workers, store, Downloader(store))
     page.show()
     clock = QElapsedTimer()
     clock.start()

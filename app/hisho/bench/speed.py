@@ -25,6 +25,7 @@ from hisho.core.engine.client import EngineClient
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import Sampling
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
+from hisho.core.models.store import ModelStore
 from hisho.core.planner import speed
 
 MODELS = ("", "shape:llama-3.2-1b:Q4_0", "shape:llama-3.2-3b:Q4_K_M")
@@ -82,7 +83,7 @@ def measure(spec: str, *, repeat: int = 3) -> tuple[ModelFacts, dict[str, float]
     """The three figures of one model, loaded as ``hisho generate`` loads it (one sequence, no KV kept)."""
     from hisho.bench.shapes import resolve
 
-    path = resolve(spec) or open_model(spec or None)
+    path = resolve(spec) or open_model(spec or None, ModelStore())
     facts = read_facts(path)
     params = load_params_for(path, n_ctx=speed.DEPTH_4K + 256)
     with EngineClient() as client:

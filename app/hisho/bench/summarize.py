@@ -31,6 +31,7 @@ from hisho.core.engine.client import EngineClient
 from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.ops import BatchGenerate
 from hisho.core.engine.protocol import Sampling
+from hisho.core.models.store import ModelStore
 
 WORDS = ("river council budget library road repair school harvest market bridge winter summer report "
          "committee mayor approved rejected funding museum train station hospital clinic teacher farmer "
@@ -56,14 +57,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from hisho.bench.reading import run_reading
 
         quick = bool(getattr(args, "quick", False))
-        model = str(open_model(args.model))
+        model = str(open_model(args.model, ModelStore()))
         figures = run_reading(model, 2048 if quick else 4096, 8 if quick else 20, 24 if quick else 60,
                               64 if quick else P.FINAL_TOKENS, 32 if quick else P.SUMMARY_TOKENS, 16 if quick else 64)
         return {"model": model, **figures}
     n_tokens = max(32, args.tokens or 128)
     doc_tokens = max(2048, getattr(args, "doc_tokens", None) or 8192)
     repeat = max(1, args.repeat)
-    model_path = open_model(args.model)
+    model_path = open_model(args.model, ModelStore())
     per_seq = P.seq_cells(P.CHUNK_TARGET + 128 + P.SUMMARY_TOKENS)
     n_ctx = max(8 * per_seq, 8 * P.seq_cells(64 + n_tokens), 4096)
     params = load_params_for(model_path, n_ctx=n_ctx, n_seq_max=2)  # as the window loads it

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 from hisho.core.errors import UserError
 
 if TYPE_CHECKING:  # imported in cmd_chat: every `hisho` start builds this parser, few run chat
-    from hisho.core.conversations.chat import ChatService, Turn
+    from hisho.core.conversations.chat import ChatService, PreparedPrompt, Turn
 
 HELP = """commands:
   /new            start a new conversation
@@ -55,7 +55,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"hisho: warning: {running.fallback}\n")
             if running.endpoint is not None:
                 sys.stderr.write(f"hisho: chatting with {running.model} on {running.endpoint.name}\n")
-        if app.kv is not None and app.engine is app.local_engine and args.conversation is not None:
+        if app.kv is not None and not app.state.now.remote and args.conversation is not None:
             app.kv.selected(args.conversation)  # restore its saved KV while the user types, as the window does
         return TerminalChat(app.chat, args.conversation, sys.stdin, sys.stdout).loop()
     finally:
@@ -147,18 +147,21 @@ class TerminalChat:
         if self.cid is None:
             self.cid = self.service.new_conversation().id   # the app-wide default system prompt, as the window
             self.say(f"(conversation {self.cid})\n")
-        fit = self.service.check_fit(self.cid, text)
-        drop = False
-        if not fit.fits:
-            self.say(f"this conversation ({fit.prompt_tokens} tokens) no longer fits the context ({fit.n_ctx}).\n"
-                     "send anyway leaving out the oldest turns? [y/N] ")
-            if self.inp.readline().strip().lower() not in ("y", "yes"):
-                self.say("not sent\n")
-                return
-            drop = True
-        self.run(self.service.send(self.cid, text, drop_oldest=drop))
+        from hisho.core.conversations.chat import FitReport
 
-    def run(self, turn: Turn) -> None:
+        # The window's one send path: the prompt is built and tokenized once, for the fit and the reply.
+        sent = self.service.send_if_fits(self.cid, text)
+        if not isinstance(sent, FitReport):
+            self.run(*sent)
+            return
+        self.say(f"this conversation ({sent.prompt_tokens} tokens) no longer fits the context ({sent.n_ctx}).\n"
+                 "send anyway leaving out the oldest turns? [y/N] ")
+        if self.inp.readline().strip().lower() not in ("y", "yes"):
+            self.say("not sent\n")
+            return
+        self.run(self.service.send(self.cid, text, drop_oldest=True))
+
+    def run(self, turn: Turn, prompt: PreparedPrompt | None = None) -> None:
         # Ctrl+C or SIGTERM while a reply streams stops the engine; run() then saves the partial reply as
         # "stopped". The engine runs in its own session, so the terminal's SIGINT does not kill it.
         # After a SIGTERM the session ends once the reply is saved.
@@ -169,7 +172,7 @@ class TerminalChat:
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)} \
             if _main_thread() else {}
         try:
-            result = self.service.run(turn, self.say)
+            result = self.service.run(turn, self.say, prompt)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

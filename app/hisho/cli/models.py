@@ -60,9 +60,10 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from hisho.core.models.names import entry_name
-    from hisho.core.models.store import ModelStore, is_base_model
+    from hisho.core.models.store import is_base_model
+    from hisho.core.services import open_models
 
-    entries = ModelStore().list()
+    entries = open_models().list()
     base = {e.name for e in entries if is_base_model(e.path)}
     if args.json:
         _emit([{**e.to_dict(), "id": entry_name(e).id, "display_name": entry_name(e).display,
@@ -155,7 +156,8 @@ class _Bar:
 
 def _pull(args: argparse.Namespace) -> int:
     from hisho.core.hub import fit_files, pull
-    from hisho.core.hub.download import Downloader, resolve_spec
+    from hisho.core.hub.download import resolve_spec
+    from hisho.core.services import open_downloads, open_models
 
     def choose(files: list[Any]) -> Any:
         budget, opts = _budget(None)
@@ -164,12 +166,13 @@ def _pull(args: argparse.Namespace) -> int:
         return best.file
 
     bar = _Bar()
+    downloads = open_downloads(open_models())
     try:
-        entry = pull(args.target, progress=bar, choose=choose)
+        entry = pull(args.target, downloads, progress=bar, choose=choose)
     except KeyboardInterrupt:
         bar.end()
         repo, _ = resolve_spec(args.target)
-        done = [j for j in Downloader().jobs() if j.repo == repo and j.state == "paused"]
+        done = [j for j in downloads.jobs() if j.repo == repo and j.state == "paused"]
         got = f" ({done[-1].done_bytes / MIB:,.0f} MiB kept)" if done else ""
         sys.stderr.write(f"hisho: download paused{got}; run the same command again to continue\n")
         return 130
@@ -182,9 +185,9 @@ def _pull(args: argparse.Namespace) -> int:
 
 
 def _downloads(args: argparse.Namespace) -> int:
-    from hisho.core.hub import Downloader
+    from hisho.core.services import open_downloads, open_models
 
-    jobs = Downloader().unfinished()
+    jobs = open_downloads(open_models()).unfinished()
     if args.json:
         _emit([j.to_dict() for j in jobs])
         return 0
@@ -199,9 +202,9 @@ def _downloads(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hisho.core.models.store import ModelStore
+    from hisho.core.services import open_models
 
-    entry = ModelStore().add(Path(args.target), name=args.name, copy=args.copy, link=args.link)
+    entry = open_models().add(Path(args.target), name=args.name, copy=args.copy, link=args.link)
     if args.json:
         _emit(entry.to_dict())
     else:
@@ -211,9 +214,9 @@ def _import(args: argparse.Namespace) -> int:
 
 def _rm(args: argparse.Namespace) -> int:
     from hisho.core.models.removal import remove_model
-    from hisho.core.models.store import ModelStore
+    from hisho.core.services import open_models
 
-    store = ModelStore()
+    store = open_models()
     entry = store.get(args.target)
     done = remove_model(args.target, store)
     if args.json:

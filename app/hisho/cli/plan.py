@@ -19,6 +19,7 @@ from hisho.core.units import GIB
 
 if TYPE_CHECKING:
     from hisho.core.machine import Machine
+    from hisho.core.models.store import ModelStore
     from hisho.core.planner import Plan
     from hisho.core.settings import Settings
 
@@ -50,8 +51,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from hisho.core import settings as settings_mod
     from hisho.core.errors import UserError
     from hisho.core.planner import check_budget, explain, make_plan
+    from hisho.core.services import open_models
 
     s = settings_mod.load()
+    store = open_models()       # one registry for the command: the context's choice and the plan read it
     min_ctx = int(args.min_ctx if args.min_ctx is not None else s["min_ctx"])
     if min_ctx < 256:
         raise UserError(f"--min-ctx must be at least 256 tokens, not {min_ctx}")
@@ -60,13 +63,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from hisho.cli.serve import DEFAULT_PARALLEL
 
         parallel = DEFAULT_PARALLEL  # what ``hisho serve`` loads without --parallel
-    target = max(int(args.ctx if args.ctx is not None else front_end_ctx(args.models, s, args.profile, parallel)),
-                 min_ctx)
+    chosen = int(args.ctx) if args.ctx is not None else front_end_ctx(args.models, s, args.profile, parallel, store)
+    target = max(chosen, min_ctx)
     machine = machine_mod.detect()
     budget = check_budget(machine, args.ram_gib, args.gpu_gib, args.uma)
     plan = make_plan(args.models, machine, budget, min_ctx=min_ctx, target_ctx=target,
                      calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
-                     n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=parallel)
+                     n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=parallel,
+                     store=store)
     plan = past_trained(plan, target, calibrate=not args.no_calibrate)
     data = plan.to_dict()
     head, detail = explain.over_trained(plan)
@@ -82,7 +86,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def front_end_ctx(specs: list[str], s: Settings, profile: str, parallel: int | None) -> int:
+def front_end_ctx(specs: list[str], s: Settings, profile: str, parallel: int | None, store: ModelStore) -> int:
     """The context the front end would load one local model with (``launch.chosen_ctx``: the model's own choice,
     else the settings' capped at its trained context; ``serve``: that per request, times its sequences); the
     settings' ``n_ctx`` for several files or a hub repository."""
@@ -92,7 +96,7 @@ def front_end_ctx(specs: list[str], s: Settings, profile: str, parallel: int | N
     per_seq = int(s["n_ctx"])
     if len(specs) <= 1 and not any(spec.startswith("hf:") for spec in specs):
         try:
-            per_seq = chosen_ctx(open_model(specs[0] if specs else None), s)
+            per_seq = chosen_ctx(open_model(specs[0] if specs else None, store), s)
         except UserError:
             pass  # the plan itself reports a bad file
     return per_seq * (max(1, parallel or 1) if profile == "serve" else 1)

@@ -24,7 +24,9 @@ Step = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def _model(ctx: dict[str, Any]) -> dict[str, Any]:
-    ctx["model_path"] = open_model(None)
+    from hisho.core.services import open_models
+
+    ctx["model_path"] = open_model(None, open_models())
     return {"path": str(ctx["model_path"])}
 
 

@@ -5,7 +5,8 @@ worker lanes), the chat service, KV persistence and documents. The window (``his
 ``hisho summarize`` and ``hisho generate`` all get theirs here, so a chat resumes from its saved KV and a
 question about a long document gets its relevant parts whichever front end sends it. Nothing else constructs
 an ``EngineClient``, a ``KVSession`` or a ``ChatService`` for the app (benchmarks and tests may, to measure or
-isolate one part).
+isolate one part), nor a ``ModelStore`` or ``Downloader`` (``open_models`` / ``open_downloads``: one each per
+process, each a database connection; ``Services.models`` and ``Services.downloads`` for a front end).
 
 Rules of use:
 - A front end names its ``Profile`` (``PROFILES``: window, chat, generate, summarize, serve); the profile says
@@ -14,8 +15,14 @@ Rules of use:
 - What is running is changed here only: ``restore_engine`` at start (the saved local/remote choice, window and
   ``hisho chat`` alike), ``switch_model`` (a local model, planned and loaded as at start-up), ``connect`` /
   ``disconnect`` (a remote engine). Each runs on the caller's engine lane, between turns.
-- The chat hooks and their order are declared in ``install_hooks`` and nowhere else.
-- ``close()`` once at exit: KV saves in flight land, the lanes stop, the engine exits, the database closes.
+- ``state`` (``core/appstate.py``) says what answers now, for every screen and front end; only the methods here
+  change it (and the after-turn hook, with the speeds measured). Read ``state.now``, or ``state.subscribe``.
+- The chat hooks and their order are declared in ``install_hooks`` (``core/wiring.py``, used only here) and
+  nowhere else.
+- A server over the services (the API) is started, replaced and stopped here (``serve`` / ``stop_serving``),
+  whichever front end asked for it: ``close`` stops it before the engine it runs on.
+- ``close()`` once at exit: the API stops, KV saves in flight land, the lanes stop, the engine exits, the
+  databases close.
 """
 
 from __future__ import annotations
@@ -26,10 +33,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hisho.core import settings as settings_mod
-from hisho.core.conversations.chat import ChatService, TurnResult
+from hisho.core.appstate import AppState
+from hisho.core.conversations.chat import ChatService
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
 from hisho.core.documents.service import Documents
@@ -40,10 +48,15 @@ from hisho.core.errors import EngineCrashed, EngineError, LoadStopped, UserError
 from hisho.core.executor import Executor, Post
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.chat_hooks import attach as attach_kv
-from hisho.core.models.names import ModelName, name_of
+from hisho.core.models.names import ModelName, name_of, remote_name
+from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
 from hisho.core.remote.http import Endpoint
+from hisho.core.wiring import install_hooks, record_speed, use_engine
+
+if TYPE_CHECKING:
+    from hisho.core.hub.download import Downloader
 
 log = logging.getLogger("hisho.services")
 
@@ -75,6 +88,14 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
 )}
 
 
+class Served(Protocol):
+    """A server over the services (the API, ``hisho.api.server.ApiServer``): the root starts it, replaces it and
+    stops it before the engine closes, whichever front end asked for it."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Running:
     """What answers after ``restore_engine`` / ``connect``: the load's info, the remote endpoint (None: this
@@ -104,6 +125,10 @@ class Services:
     profile: Profile = field(default_factory=lambda: PROFILES["window"])
     n_ctx: int | None = None             # the front end's context length (None: the settings')
     closing: bool = False                # the app is quitting: nothing is loaded any more (``begin_close``)
+    state: AppState = field(default_factory=AppState)   # what answers now (written here only)
+    models: ModelStore = field(default_factory=lambda: open_models())   # the model registry: the app's one
+    _downloads: Downloader | None = field(default=None, repr=False)
+    served: Served | None = None        # the API server running over these services (``serve``), if any
     _named: tuple[Path | None, ModelName] | None = field(default=None, repr=False)
 
     @property
@@ -111,8 +136,27 @@ class Services:
         """The loaded (or chosen) local model's one identity and display name (read from the model store once
         per model, so the GUI thread may ask)."""
         if self._named is None or self._named[0] != self.model_path:
-            self._named = (self.model_path, name_of(self.model_path))
+            self._named = (self.model_path, name_of(self.model_path, self.models))
         return self._named[1]
+
+    @property
+    def downloads(self) -> Downloader:
+        """The download queue over ``models`` (made on first use: most front ends never download)."""
+        if self._downloads is None:
+            self._downloads = open_downloads(self.models)
+        return self._downloads
+
+    def serve(self, server: Served) -> None:
+        """Start ``server`` over these services, in place of one that runs (stopped first: one port, one
+        server); it runs until ``stop_serving`` or ``close``. A server that does not start raises and is not kept."""
+        self.stop_serving()
+        server.start()
+        self.served = server
+
+    def stop_serving(self) -> None:
+        server, self.served = self.served, None
+        if server is not None:
+            server.stop()
 
     def load(self, params: LoadParams | None = None) -> dict[str, Any]:
         """Load ``params`` (default: the planned ones) into the engine; a file the engine cannot load is the
@@ -120,7 +164,23 @@ class Services:
         params = params or self.load_params
         if params is None:
             raise UserError(self.model_problem or "no model to load")
-        return load_engine(self.engine, params)
+        self.state.loading()
+        try:
+            info = load_engine(self.engine, params)
+        except BaseException:
+            self.state.unloaded()
+            raise
+        self._answering_local(info)
+        return info
+
+    def _answering_local(self, info: dict[str, Any]) -> None:
+        """The state once this computer's model answers (``info``: what its load reported)."""
+        params = self.engine.load_params or self.load_params
+        kv = "" if params is None else (params.type_k if params.type_k == params.type_v
+                                        else f"{params.type_k}/{params.type_v}")
+        self.state.answering(self.model_name, path=str(self.model_path or ""),
+                             n_ctx=int(info.get("n_ctx", 0) or (params.n_ctx if params else 0)), kv_type=kv,
+                             base=bool(info.get("base_model")))
 
     # ----- what is running: each on the engine lane, between turns ---------------------------------------
 
@@ -131,24 +191,30 @@ class Services:
         plan is ``PlanRefused`` (``override`` loads anyway). On success ``model_path`` and ``load_params`` name
         the new model (the API page, documents and a later reload use them)."""
         self.disconnect()
-        path = open_model(name or None)
+        path = open_model(name or None, self.models)
         params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
                                  n_seq_max=self.profile.n_seq_max, override=override,
                                  kv_unified=self.profile.kv_unified, saves_kv=self.profile.kv)
         previous = self.engine.load_params
+        self.state.loading(name_of(path, self.models), str(path))
         try:
             info = load_engine(self.engine, params)
         except LoadStopped as exc:
             raise self._stopped(exc, previous) from None
+        except BaseException:
+            self.state.unloaded(self.model_name, str(self.model_path or ""))
+            raise
         self.model_path, self.load_params = path, params
         self.model_problem, self.plan_refused = "", False
         self.chat.model_name = self.model_name.id
+        self._answering_local(info)
         return info
 
     def _stopped(self, exc: LoadStopped, previous: LoadParams | None) -> LoadStopped:
         """A switch the user stopped: the model that answered before is loaded again (the engine freed it to
         make room for the new one), so the chat goes on as it was; without one nothing is loaded, and the
         message says so. Stopping this second load too leaves none."""
+        self.state.unloaded(self.model_name, str(self.model_path or ""))
         if previous is None or self.closing:  # quitting: nothing to answer any more, nothing to wait for
             return LoadStopped(f"{exc}: no model is loaded")
         try:
@@ -156,6 +222,7 @@ class Services:
         except UserError as again:
             return LoadStopped(f"{exc}, and {Path(previous.model_path).name} did not load again ({again}): "
                                "no model is loaded")
+        self._answering_local(info)
         back = LoadStopped(f"{exc}; {self.model_name.display} answers again")
         back.restored = info
         return back
@@ -175,6 +242,8 @@ class Services:
         if previous is not self.local_engine:
             previous.close()
         save_choice(endpoint.name, model)
+        self.state.answering(remote_name(model, endpoint.name), engine=endpoint.name,
+                             n_ctx=int(info.get("n_ctx", 0)))
         return info
 
     def disconnect(self) -> None:
@@ -187,6 +256,10 @@ class Services:
         use_engine(self, local, self.model_name.id)
         remote.close()
         save_choice(LOCAL)
+        if local.load_params is not None:   # its model, still loaded, answers again
+            self._answering_local(dict(local.load_info))
+        else:
+            self.state.unloaded(self.model_name, str(self.model_path or ""))
 
     def saved_remote(self) -> tuple[Endpoint, str] | None:
         """The remote engine and model chosen last (``connect``), if it is still configured; None: local."""
@@ -221,6 +294,7 @@ class Services:
     def close(self, timeout: float = 30.0) -> None:
         """App exit: KV saves in flight land and are indexed, the lanes stop, the engine exits, the store
         closes. Safe to call twice."""
+        self.stop_serving()   # its requests end before the engine they run on
         if self.kv is not None:
             self.kv.close(timeout)
         self.executor.shutdown(timeout)
@@ -228,6 +302,7 @@ class Services:
         if self.local_engine is not None and self.local_engine is not self.engine:
             self.local_engine.close()
         self.store.close()
+        self.models.db.close()
 
 
 def load_engine(engine: Engine, params: LoadParams) -> dict[str, Any]:
@@ -259,6 +334,20 @@ def open_store(path: Path | None = None) -> tuple[ConversationStore, str]:
                                                      "nothing is saved this session."
 
 
+def open_models() -> ModelStore:
+    """The process's model registry (its own connection to the app's database). ``build`` makes the one a front
+    end's ``Services`` holds; a command that needs only the registry (``hisho models``, ``hisho plan``) calls
+    this once. Nothing else constructs a ``ModelStore`` (tests/core/test_architecture.py)."""
+    return ModelStore()
+
+
+def open_downloads(models: ModelStore) -> Downloader:
+    """The process's download queue, registering into (and sharing the connection of) ``models``."""
+    from hisho.core.hub.download import Downloader
+
+    return Downloader(models)
+
+
 def make_engine() -> Engine:
     """The engine the app runs on: the local child process (the one implementation so far)."""
     from hisho.core.engine.client import EngineClient
@@ -266,63 +355,25 @@ def make_engine() -> Engine:
     return EngineClient()
 
 
-def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None,
-                  measured: Callable[[TurnResult], None] | None = None) -> None:
-    """The chat service's hooks, in the order they run. Declared here only.
-
-    while the turn's prompt is built (the turn's worker thread, ``before_prompt``):
-      1. documents: a long attached document's relevant parts are added to the outgoing question — this
-         changes the prompt, so it runs before the prompt is tokenized;
-    once the prompt is tokenized, before the reply (``restore_prompt``):
-      1. kv: the saved KV of those exact tokens is restored (the engine then generates from the same tokens).
-    after the reply is saved:
-      1. kv: the sequence is saved for the next turn;
-      2. measured: a local model's reply speeds are kept (planner.speed: measured beats predicted).
-    wherever a chat's prompt is built (prompt_context): documents attached to the chat that fit go in its
-    system message.
-    """
-    chat.before_prompt[:] = [documents.before_prompt]
-    chat.prompt_context[:] = [documents.prompt_context]
-    chat.restore_prompt[:] = []
-    chat.after_turn[:] = []
-    if kv is not None:
-        chat.restore_prompt.append(kv.restore)
-        chat.after_turn.append(kv.after_turn)
-    if measured is not None:
-        chat.after_turn.append(measured)
-
-
-def record_speed(services: Services, out: TurnResult) -> None:
-    """An ``after_turn`` hook: what the local model's reply measured, kept for its file (never a remote one's)."""
-    from hisho.core.models.gguf_facts import read_facts
-    from hisho.core.planner import speed
-
-    r = out.engine
-    if r is None or out.error or services.model_path is None or services.engine is not services.local_engine:
-        return
-    try:
-        speed.observe(read_facts(services.model_path), prompt_tokens=r.prompt_tokens, cached_tokens=r.cached_tokens,
-                      completion_tokens=r.completion_tokens, ttft_s=r.ttft_s, tokens_per_s=r.tokens_per_s)
-    except (UserError, OSError) as exc:  # a speed not kept never fails a turn
-        log.warning("reply speed not kept: %s", exc)
-
-
 def build(model: str | None = None, profile: str = "window", *, db_path: Path | None = None,
           post: Post | None = None, n_ctx: int | None = None, parallel: int | None = None, override: bool = False,
-          engine: Engine | None = None, settings: settings_mod.Settings | None = None) -> Services:
+          engine: Engine | None = None, settings: settings_mod.Settings | None = None,
+          models: ModelStore | None = None) -> Services:
     """Make and wire every service for front end ``profile`` (``PROFILES``). ``model``: a store id or path (None:
-    the settings' default model). ``parallel``: the ``serve`` profile's sequences."""
+    the settings' default model). ``parallel``: the ``serve`` profile's sequences. ``models``: the registry the
+    command already opened to decide its arguments (``open_models``), else one opened here."""
     chosen = PROFILES[profile]
     if parallel is not None:
         chosen = dataclasses.replace(chosen, n_seq_max=max(1, parallel))
     n_seq_max, kv, strict, kv_unified = chosen.n_seq_max, chosen.kv, chosen.strict, chosen.kv_unified
     settings = settings or settings_mod.load()
     store, problem = open_store(db_path)
+    models = models or open_models()
     model_problem, plan_refused = "", False
     model_path: Path | None = None
     params: LoadParams | None = None
     try:
-        model_path = open_model(model or str(settings["default_model"] or "") or None)
+        model_path = open_model(model or str(settings["default_model"] or "") or None, models)
         params = load_params_for(model_path, n_ctx=n_ctx, settings=settings, n_seq_max=n_seq_max,
                                  override=override, kv_unified=kv_unified, saves_kv=kv)
     except UserError as exc:
@@ -332,7 +383,7 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
         model_problem, plan_refused = str(exc), isinstance(exc, PlanRefused)
     engine = engine or make_engine()
     executor = Executor(post)
-    named = name_of(model_path)
+    named = name_of(model_path, models)
     chat = ChatService(store, engine, model_name=named.id,
                        write=lambda fn: executor.call("store", fn),
                        default_system_prompt=lambda: str(settings["default_system_prompt"]))
@@ -343,18 +394,7 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
                           write=lambda fn: executor.call("store", fn))
     app = Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
-                   _named=(model_path, named))
+                   models=models, _named=(model_path, named))
+    app.state.chosen(named, str(model_path or ""))
     install_hooks(chat, documents, kv_chat, measured=functools.partial(record_speed, app))
     return app
-
-
-def use_engine(services: Services, engine: Engine, model_name: str) -> None:
-    """Answer from now on with ``engine`` (a remote one, or ``services.local_engine`` again). Call on the
-    ``engine`` lane between turns. KV persistence follows the engine's capabilities: a remote server keeps its
-    own cache (docs/remote-engines.md), so the local KV hooks step aside while it answers."""
-    services.engine = engine
-    services.chat.engine = engine
-    services.chat.model_name = model_name
-    services.documents.engine = engine
-    kv = services.kv if Capability.KV_STATE.value in engine.capabilities else None
-    install_hooks(services.chat, services.documents, kv, measured=functools.partial(record_speed, services))

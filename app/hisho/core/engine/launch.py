@@ -19,9 +19,10 @@ if TYPE_CHECKING:
     from hisho.core.planner.search import Plan
 
 
-def open_model(name_or_path: str | None) -> Path:
-    """Resolve a store name or path (None: the default model) to a validated GGUF path."""
-    return ModelStore().resolve(name_or_path)
+def open_model(name_or_path: str | None, store: ModelStore) -> Path:
+    """Resolve a store name or path (None: the default model) to a validated GGUF path, in registry ``store``
+    (the root's, ``Services.models``)."""
+    return store.resolve(name_or_path)
 
 
 def load_params_for(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int = 1,

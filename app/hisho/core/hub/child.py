@@ -42,8 +42,6 @@ def _drain(stream: IO[str], tail: deque[str]) -> None:
 def run_child(dl: Downloader, job_id: int, progress: Callable[[Progress], None] | None = None) -> Any:
     """``dl.run(job_id, progress)`` in a child process: the same outcome (the ModelEntry, ``Stopped``, or the same
     one-line UserError) and the same progress reports; ``dl.pause``/``dl.cancel`` reach it."""
-    from hisho.core.models.store import ModelStore
-
     proc = subprocess.Popen(spawn.command("download", str(job_id)), env=spawn.child_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             bufsize=1)
@@ -75,7 +73,7 @@ def run_child(dl: Downloader, job_id: int, progress: Callable[[Progress], None] 
         drain.join(5)
         stdin.close()
     if "done" in outcome:
-        entry = ModelStore(dl.db).get(outcome["done"])
+        entry = dl.store.get(outcome["done"])
         if entry is None:
             raise HubError(f"the download finished but {outcome['done']} is not in the model list")
         return entry
@@ -94,7 +92,9 @@ def run_child(dl: Downloader, job_id: int, progress: Callable[[Progress], None] 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     job_id = int(argv[0])
-    dl = Downloader()
+    from hisho.core.models.store import ModelStore
+
+    dl = Downloader(ModelStore())   # this child process's own root: one registry, one queue, one connection
     word: list[str | None] = [None]
 
     def emit(msg: dict[str, Any]) -> None:

@@ -125,20 +125,15 @@ class _Run:
 
 
 class Downloader:
-    """The download queue. One Downloader per process is enough; several share the database safely."""
+    """The download queue, over the model registry ``store`` it registers finished files in (and whose database
+    connection it shares). The composition root makes the one a process uses (``services.open_downloads``)."""
 
-    def __init__(self, db: Database | None = None, store: Any = None) -> None:
-        self.db = db or Database()
+    def __init__(self, store: ModelStore) -> None:
+        self.store = store
+        self.db: Database = store.db
         self.db.migrate(COMPONENT, [_v1])
-        self._store = store
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
-
-    @property
-    def store(self) -> Any:
-        if self._store is None:
-            self._store = ModelStore(self.db)
-        return self._store
 
     # ----- the queue -------------------------------------------------------------------------------------
 
@@ -358,7 +353,7 @@ def pick(files: list[QuantFile], repo: str, filename: str) -> QuantFile | None:
     raise UserError(f"{repo} has no GGUF file {filename!r} (it has: {listing})")
 
 
-def pull(spec: str, *, store: Any = None, progress: Callable[[Progress], None] | None = None,
+def pull(spec: str, dl: Downloader, *, progress: Callable[[Progress], None] | None = None,
          choose: Callable[[list[QuantFile]], QuantFile] | None = None) -> Any:
     """``REPO[:FILE]`` -> a downloaded, verified, registered ModelEntry. Without FILE and with several files,
     ``choose`` picks (the CLI picks the planner's recommendation)."""
@@ -372,6 +367,5 @@ def pull(spec: str, *, store: Any = None, progress: Callable[[Progress], None] |
             listing = ", ".join(q.name for q in files[:12])
             raise UserError(f"{repo} has {len(files)} GGUF models ({listing}); name one as {repo}:FILE")
         f = choose(files)
-    dl = Downloader(store.db if store is not None else None, store)
     job = dl.enqueue(f)
     return dl.run(job.id, progress)

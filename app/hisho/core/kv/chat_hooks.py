@@ -1,7 +1,7 @@
 """KV persistence wired to the chat service: restore on send, save after a turn, prefetch, type-ahead. No Qt.
 
 Its ``restore`` / ``after_turn`` are hooks of ``hisho.core.conversations.chat.ChatService``; the composition root
-installs them (``hisho.core.services.install_hooks``, which declares their order). The window calls
+installs them (``hisho.core.wiring.install_hooks``, which declares their order). The window calls
 ``selected(cid)``, ``draft(cid, text)`` and ``deleted(cid)`` from its signals; those only queue work on the
 executor's lanes (engine for prefetch and type-ahead, store for the index) and return at once (safe on the GUI
 thread).

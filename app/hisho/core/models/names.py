@@ -34,12 +34,12 @@ class ModelName:
 NO_MODEL = ModelName("", "")
 
 
-def name_of(path: str | Path | None, store: ModelStore | None = None) -> ModelName:
-    """The name of the model in file ``path`` (None: no model)."""
+def name_of(path: str | Path | None, store: ModelStore) -> ModelName:
+    """The name of the model in file ``path`` (None: no model), as registry ``store`` knows it."""
     if path is None or not str(path):
         return NO_MODEL
     file = Path(path)
-    entry = (store or ModelStore()).find_path(file)
+    entry = store.find_path(file)
     return ModelName(file.stem, file.stem, file.stem) if entry is None else entry_name(entry)
 
 

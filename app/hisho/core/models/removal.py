@@ -93,9 +93,8 @@ def _entry_identity(entry: ModelEntry, sizes: set[int]) -> dict[str, object] | N
         return None
 
 
-def plan_removal(name: str, store: ModelStore | None = None, index: KVIndex | None = None) -> Removal:
+def plan_removal(name: str, store: ModelStore, index: KVIndex | None = None) -> Removal:
     """What deleting ``name`` frees and which KV snapshots go with it. Changes nothing."""
-    store = store or ModelStore()
     index = index or KVIndex()
     entry = store.get(name)
     if entry is None:
@@ -117,10 +116,9 @@ def plan_removal(name: str, store: ModelStore | None = None, index: KVIndex | No
     return Removal(entry.name, entry.path, file_bytes, fps, n, kv_bytes, kept_for)
 
 
-def remove_model(name: str, store: ModelStore | None = None, index: KVIndex | None = None) -> Removal:
+def remove_model(name: str, store: ModelStore, index: KVIndex | None = None) -> Removal:
     """Delete the entry (and its file when it is ours) and, unless another registered model is the same file,
     its KV snapshots. Returns what was done (asked again here: the KV may have changed since the question)."""
-    store = store or ModelStore()
     index = index or KVIndex()
     plan = plan_removal(name, store, index)
     store.remove(name)

@@ -42,21 +42,26 @@ __all__ = ["Breakdown", "Calibration", "Config", "Plan", "Search", "as_loaded", 
 
 
 
-def facts_for(specs: Sequence[str]) -> list[ModelFacts]:
+def facts_for(specs: Sequence[str], store: ModelStore | None = None) -> list[ModelFacts]:
     """Facts for model specs: a GGUF path, a model store name, or ``hf:OWNER/REPO`` (every GGUF in the repo,
-    headers only) or ``hf:OWNER/REPO/FILE.gguf``. Empty: the default model."""
+    headers only) or ``hf:OWNER/REPO/FILE.gguf``. Empty: the default model. A store name or the default needs
+    the registry ``store`` (the root's); a path does not."""
     out: list[ModelFacts] = []
     for spec in specs or [""]:
         if spec.startswith("hf:"):
             out.extend(_hub_facts(spec[3:]))
         else:
-            out.append(read_facts(_local_path(ModelStore(), spec)))
+            out.append(read_facts(_local_path(store, spec)))
     return out
 
 
-def _local_path(store: ModelStore, spec: str) -> Path:
+def _local_path(store: ModelStore | None, spec: str) -> Path:
     """A path or store name -> a file path, without the store's full validation (read_facts checks the header
     and caches it; re-validating a large vocabulary on every plan would take seconds)."""
+    if store is None:   # a path (read_facts says when it is not a file)
+        if not spec:
+            raise UserError("no model given, and no model list to find the default model in")
+        return Path(spec).expanduser()
     if not spec:
         entry = store.ensure_default()
         if entry is None:
@@ -124,10 +129,11 @@ def check_budget(machine: Machine, ram_gib: float | None, gpu_gib: float | None,
 
 def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx: int = 4096,
               target_ctx: int | None = None, calibrate_missing: bool = True, n_batch: int = 512,
-              n_ubatch: int = 512, profile: str = "window", parallel: int | None = None) -> Plan:
+              n_ubatch: int = 512, profile: str = "window", parallel: int | None = None,
+              store: ModelStore | None = None) -> Plan:
     """The best plan for ``specs`` (``facts_for``) on ``machine`` within ``budget``, for front end ``profile``
     (``profiles.SHAPES``: its sequences, and whether it saves KV: docs/planner.md "Kept state")."""
-    return plan_facts(facts_for(specs), machine, budget, min_ctx=min_ctx, target_ctx=target_ctx,
+    return plan_facts(facts_for(specs, store), machine, budget, min_ctx=min_ctx, target_ctx=target_ctx,
                       calibrate_missing=calibrate_missing, n_batch=n_batch, n_ubatch=n_ubatch, profile=profile,
                       parallel=parallel)
 

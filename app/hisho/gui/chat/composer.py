@@ -32,7 +32,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from hisho.gui.shell import theme
-from hisho.gui.shell.status_bar import ElidedLabel
+from hisho.gui.shell.widgets import ElidedLabel
 
 HINT = "Enter to send · Shift+Enter for a new line"
 DROP_HINT = "Drop to attach to this chat"

@@ -14,22 +14,44 @@ Rules of use:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hisho.core.conversations.chat import FitReport
+from hisho.gui.chat.send_screen import PresenterBase
 
 if TYPE_CHECKING:
     from hisho.gui.chat.composer import Composer
-    from hisho.gui.shell.controller import ChatController
-    from hisho.gui.shell.status_bar import ContextMeter
+    from hisho.gui.chat.sending import Sending
 
 log = logging.getLogger("hisho.gui")
+
+
+class Meter(Protocol):
+    """The header's context meter (the frame's ``ContextMeter``): a count, or that there is none yet."""
+
+    def show_fit(self, fit: FitReport, live: bool = False) -> None: ...
+    def show_unknown(self, text: str = "") -> None: ...
+
+
+class FitHost(PresenterBase, Protocol):
+    """What the counts use of the chat presenter: whether a model answers, the engine lane, the reply
+    streaming (its tokens so far)."""
+
+    @property
+    def model_ready(self) -> bool: ...
+
+    @property
+    def sending(self) -> Sending: ...
+
+    def engine_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None,
+                   failed: Callable[[BaseException], Any] | None = None) -> None: ...
 
 
 class ContextFit:
     """Shows figures on the header's context ``meter`` and under the ``composer`` (the draft's tokens)."""
 
-    def __init__(self, chat: ChatController, meter: ContextMeter, composer: Composer) -> None:
+    def __init__(self, chat: FitHost, meter: Meter, composer: Composer) -> None:
         self.c = chat
         self.service = chat.service
         self.meter, self.composer = meter, composer

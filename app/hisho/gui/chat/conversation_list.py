@@ -16,13 +16,16 @@ from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QFileDialog, QLabel, QLineEdit, QWidget
 
 from hisho.core.conversations import exchange as conversation_io
-from hisho.core.conversations.store import Conversation, Message
+from hisho.core.conversations.store import Conversation, ConversationStore, Message
+from hisho.gui.chat.send_screen import PresenterBase
 
 if TYPE_CHECKING:
     from hisho.gui.chat.chat_view import ChatView
     from hisho.gui.chat.composer import Composer
+    from hisho.gui.chat.context_fit import ContextFit
+    from hisho.gui.chat.sending import Sending
     from hisho.gui.chat.sidebar import Sidebar
-    from hisho.gui.shell.controller import ChatController
+    from hisho.gui.chat.title_edit import InlineTitle
 
 log = logging.getLogger("hisho.gui")
 
@@ -63,8 +66,25 @@ class ListWindow(Protocol):
     def window(self) -> QWidget: ...
 
 
+class ListHost(PresenterBase, Protocol):
+    """What the list uses of the chat presenter: the store, the chat's context figures, its title editor, the
+    send (a chat with a reply streaming or messages waiting)."""
+
+    @property
+    def sending(self) -> Sending: ...
+
+    @property
+    def store(self) -> ConversationStore: ...
+
+    @property
+    def fit(self) -> ContextFit: ...
+
+    @property
+    def title_editor(self) -> InlineTitle: ...
+
+
 class ConversationList:
-    def __init__(self, chat: ChatController, window: ListWindow) -> None:
+    def __init__(self, chat: ListHost, window: ListWindow) -> None:
         self.c = chat
         self.w = window
         self.store = chat.store

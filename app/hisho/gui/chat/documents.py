@@ -36,9 +36,8 @@ from PySide6.QtWidgets import (
 
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
-from hisho.gui.shell.protocols import HasContext
-from hisho.gui.shell.status_bar import ElidedLabel
-from hisho.gui.shell.toast import TOAST_MS
+from hisho.gui.shell.protocols import TOAST_MS, HasContext
+from hisho.gui.shell.widgets import ElidedLabel
 
 log = logging.getLogger("hisho.gui")
 

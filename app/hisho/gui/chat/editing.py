@@ -8,24 +8,40 @@ Nothing in a chat whose reply is streaming can be deleted until the reply ends o
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QMessageBox
 
-from hisho.core.conversations.store import DeletedMessages
+from hisho.core.conversations.store import ConversationStore, DeletedMessages
+from hisho.gui.chat.send_screen import PresenterBase
 
 if TYPE_CHECKING:
     from hisho.gui.chat.chat_view import ChatView
     from hisho.gui.chat.composer import Composer
-    from hisho.gui.shell.controller import ChatController
+    from hisho.gui.chat.conversation_list import ConversationList
+    from hisho.gui.chat.sending import Sending
 
 log = logging.getLogger("hisho.gui")
+
+
+class EditHost(PresenterBase, Protocol):
+    """What the message actions use of the chat presenter: the store, the list (to show a chat again) and the
+    send (a reply streaming here blocks deletes)."""
+
+    @property
+    def store(self) -> ConversationStore: ...
+
+    @property
+    def listing(self) -> ConversationList: ...
+
+    @property
+    def sending(self) -> Sending: ...
 
 
 class Editing:
     """Acts on the messages of the chat ``view``; an edit happens in the ``composer``."""
 
-    def __init__(self, chat: ChatController, view: ChatView, composer: Composer) -> None:
+    def __init__(self, chat: EditHost, view: ChatView, composer: Composer) -> None:
         self.c = chat
         self.view, self.composer = view, composer
         self.store = chat.store

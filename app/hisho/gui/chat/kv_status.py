@@ -24,7 +24,7 @@ from hisho.core.kv.usage import Usage
 from hisho.core.units import format_bytes
 from hisho.gui.chat.waits import RestoreWindow, watch_restores
 from hisho.gui.shell.protocols import HasContext
-from hisho.gui.shell.status_bar import ElidedLabel
+from hisho.gui.shell.widgets import ElidedLabel
 
 if TYPE_CHECKING:
     from hisho.gui.chat.sidebar import Sidebar

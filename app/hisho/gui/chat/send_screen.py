@@ -21,14 +21,12 @@ from PySide6.QtWidgets import QWidget
 
 from hisho.core.conversations.chat import ChatService, FitReport, Turn, TurnResult
 from hisho.core.conversations.store import Conversation, ConversationStore, Message
-from hisho.gui.shell.protocols import HasContext
-from hisho.gui.shell.toast import TOAST_MS
+from hisho.gui.shell.protocols import TOAST_MS, HasContext
 
 if TYPE_CHECKING:
     from hisho.gui.chat.chat_view import ChatView
     from hisho.gui.chat.composer import Composer
     from hisho.gui.chat.sidebar import Sidebar
-    from hisho.gui.shell.status_bar import StatusBar
 
 QueuedItem = tuple[int, str, str]  # (queue key, text, what it waits for), as the view lists it under the chat
 
@@ -110,6 +108,16 @@ class SendHost(PresenterBase, HasContext, Protocol):
     def select(self, cid: int) -> None: ...
 
 
+class StatusLine(Protocol):
+    """The window's status bar, as a send uses it: a passing message, and the reply's figures."""
+
+    def showMessage(self, text: str, timeout: int = 0) -> None: ...  # noqa: N802 - Qt naming
+    def currentMessage(self) -> str: ...  # noqa: N802 - Qt naming
+    def clearMessage(self) -> None: ...  # noqa: N802 - Qt naming
+    def set_reply_figures(self, tokens_per_s: float | None, ttft_s: float | None, live: bool = False,
+                          answer_s: float | None = None) -> None: ...
+
+
 class SendWindow(Protocol):
     """The window's widgets a ``ChatScreen`` is made of."""
 
@@ -120,7 +128,7 @@ class SendWindow(Protocol):
     def composer(self) -> Composer: ...
 
     @property
-    def status(self) -> StatusBar: ...
+    def status(self) -> StatusLine: ...
 
     @property
     def sidebar(self) -> Sidebar: ...

@@ -22,9 +22,9 @@ import html
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -48,11 +48,13 @@ from hisho.core.models.suggest import (
 )
 from hisho.core.planner.speed import SpeedProfile
 from hisho.gui.models.hub_tab import badge_style, verdict_colour
+from hisho.gui.shell.pages import ShowsPages
+from hisho.gui.shell.protocols import HasState
 
 LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.main_window import MainWindow
+    from hisho.core.appstate import Now
 
 log = logging.getLogger("hisho.gui")
 CARD_WIDTH = 600
@@ -71,8 +73,19 @@ class Estimated:
     not_larger: str                   # why a larger candidate that fits is not offered
 
 
+class FirstStartWindow(ShowsPages, HasState, Protocol):
+    """What the card uses of the main window: the empty chat page it sits on (under its subtitle), the pages it
+    opens, the services and the app's state (shown while the demo model answers)."""
+
+    @property
+    def empty(self) -> QWidget: ...
+
+    @property
+    def empty_subtitle(self) -> QLabel: ...
+
+
 class FirstStartCard(QFrame):
-    def __init__(self, window: MainWindow, parent: QWidget | None = None) -> None:
+    def __init__(self, window: FirstStartWindow, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.setObjectName("DemoCard")
@@ -153,13 +166,14 @@ class FirstStartCard(QFrame):
         self.download.hide()  # a disabled primary button still looks pressable
         self.retry.hide()
 
+        models = self.w.ctx.models
+
         def work() -> Estimated:
-            from hisho.core.models.store import ModelStore
             from hisho.core.planner import speed
 
             budget, _opts = planner_budget()
             profile = speed.load_profile()
-            installed = frozenset(Path(e.path).name for e in ModelStore().list())  # never offered again
+            installed = frozenset(Path(e.path).name for e in models.list())  # never offered again
             pick = suggest(budget, profile, installed)
             return Estimated(pick, {c.file: estimate(c, budget) for c in CANDIDATES}, profile,
                              why_not_larger(pick, budget, profile) if pick is not None else "")
@@ -278,6 +292,11 @@ class FirstStartCard(QFrame):
         self.status.setText(f"Downloading {self.file.name}: the Downloads tab shows progress; Load now switches "
                             "to it when it is verified.")
 
+    def follow(self, now: Now) -> None:
+        """Visible while the demo is what answers (a switch to a downloaded model hides it; the app's state)."""
+        demo = not now.remote and bool(now.path) and is_demo(now.path)
+        self.setVisible(demo and not self.dismissed)
+
     def not_now(self) -> None:
         self.dismissed = True
         self.hide()
@@ -291,7 +310,7 @@ class FirstStartCard(QFrame):
         self.w.ctx.executor.submit("store", work)
 
 
-def _empty_page_box(window: MainWindow) -> QVBoxLayout | None:
+def _empty_page_box(window: FirstStartWindow) -> QVBoxLayout | None:
     """The empty chat page's column (title, subtitle, suggestions), found from its subtitle."""
     page_layout = window.empty.layout()
     stack: list[QLayout] = [page_layout] if page_layout is not None else []
@@ -307,7 +326,7 @@ def _empty_page_box(window: MainWindow) -> QVBoxLayout | None:
     return None
 
 
-def attach_first_start(window: MainWindow) -> FirstStartCard | None:
+def attach_first_start(window: FirstStartWindow) -> FirstStartCard | None:
     """Put the card on the empty chat page; it shows while the model in use is the bundled demo."""
     if bool(window.ctx.settings["demo_card_dismissed"]):
         return None
@@ -318,16 +337,7 @@ def attach_first_start(window: MainWindow) -> FirstStartCard | None:
     box.insertWidget(box.indexOf(window.empty_subtitle) + 1, card, 0, Qt.AlignmentFlag.AlignHCenter)
     card.hide()
 
-    def follow() -> None:
-        """Visible while the demo is what answers (a switch to a downloaded model hides it)."""
-        params = window.ctx.engine.load_params or window.ctx.load_params
-        demo = params is not None and is_demo(params.model_path)
-        card.setVisible(demo and not card.dismissed)
-
-    timer = QTimer(card)
-    timer.setInterval(1000)
-    timer.timeout.connect(follow)
-    timer.start()
-    follow()
+    window.state.changed.connect(card.follow)
+    card.follow(window.state.now)
     window.first_start = card  # type: ignore[attr-defined]  # tests and screenshots reach it here
     return card

@@ -33,13 +33,12 @@ class Line:
 
 def best_lines(tab: HubTab) -> tuple[list[Line], str]:
     """The candidates, best for this computer first, and a one-line heading (runs on the hub lane)."""
-    from hisho.core.models.store import ModelStore
     from hisho.core.models.suggest import CANDIDATES, estimate, speed_of, suggest, why_not_larger
     from hisho.core.planner import speed
 
     budget, _opts = tab.budget()
     profile = speed.load_profile()
-    installed = frozenset(Path(e.path).name for e in ModelStore().list())
+    installed = frozenset(Path(e.path).name for e in tab.models.list())
     pick = suggest(budget, profile, installed)
     order = ([pick] if pick is not None else []) + [c for c in reversed(CANDIDATES) if c is not pick]
     lines = []

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from hisho.core.executor import Executor
 from hisho.core.hub import Fit, GatedRepo, QuantFile, RepoSummary
+from hisho.core.models.store import ModelStore
 from hisho.core.units import format_bytes
 from hisho.gui.shell import theme
 
@@ -87,10 +88,11 @@ class HubTab(QWidget):
     token_requested = Signal()
     run_remote_requested = Signal(object, str)   # (QuantFile, remote engine name)
 
-    def __init__(self, workers: Executor, budget: Callable[[], tuple[Any, dict[str, Any]]],
+    def __init__(self, workers: Executor, budget: Callable[[], tuple[Any, dict[str, Any]]], models: ModelStore,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.workers = workers
+        self.models = models              # the app's model registry (read on worker lanes)
         self.budget = budget              # () -> (Budget, planner options); called on the hub lane
         self._seq = 0
         self._page = 0

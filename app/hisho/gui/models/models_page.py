@@ -56,9 +56,9 @@ log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
 
 
-def _entries_and_base_models() -> tuple[list[ModelEntry], set[str]]:
+def _entries_and_base_models(store: ModelStore) -> tuple[list[ModelEntry], set[str]]:
     """The store's entries and the names of those that are base models (header facts, cached per file)."""
-    entries = ModelStore().list()
+    entries = store.list()
     return entries, {e.name for e in entries if is_base_model(e.path)}
 
 
@@ -74,7 +74,8 @@ def planner_budget() -> tuple[Any, dict[str, Any]]:
 
 
 class ModelsPage(QWidget):
-    def __init__(self, workers: Executor, *, load: Callable[[str], None] | None = None,
+    def __init__(self, workers: Executor, models: ModelStore, downloads: Downloader, *,
+                 load: Callable[[str], None] | None = None,
                  toast: Callable[[str], None] | None = None, kv: KVSession | None = None,
                  in_use: Callable[[], str | None] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -85,13 +86,14 @@ class ModelsPage(QWidget):
         self.workers = workers
         self.load_model = load
         self.toast = toast or (lambda text: self.say(text))
-        self.downloader = Downloader()
+        self.models = models          # the app's registry and download queue (the root's: Services)
+        self.downloader = downloads
         self.entries: list[ModelEntry] = []
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.tabs = QTabWidget()
         self.installed = self._build_installed()
-        self.hub = HubTab(workers, planner_budget)
+        self.hub = HubTab(workers, planner_budget, models)
         show_best(self.hub)  # the Hub tab opens on the models best for this computer
         self.hub.download_requested.connect(self.download)
         self.hub.token_requested.connect(self.ask_token)
@@ -150,7 +152,7 @@ class ModelsPage(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self.workers.submit("store", _entries_and_base_models, done=self._listed)
+        self.workers.submit("store", lambda: _entries_and_base_models(self.models), done=self._listed)
 
     def _listed(self, listed: tuple[list[ModelEntry], set[str]]) -> None:
         entries, base = listed
@@ -187,7 +189,7 @@ class ModelsPage(QWidget):
             try:
                 p = make_plan([name], opts["machine"], budget, min_ctx=opts["min_ctx"],
                               target_ctx=opts["target_ctx"], calibrate_missing=False, n_batch=opts["n_batch"],
-                              n_ubatch=opts["n_batch"])
+                              n_ubatch=opts["n_batch"], store=self.models)
                 wanted = min(opts["target_ctx"], p.facts.context_length if p.facts else opts["target_ctx"])
                 v, why = verdict(p, budget, wanted or opts["target_ctx"])
                 fast = speed.for_model(p.facts, profile) if p.facts is not None else None
@@ -268,7 +270,7 @@ class ModelsPage(QWidget):
                      "then delete it.")
             return
         self.say(f"Looking up what goes with {name}…")
-        self.workers.submit("store", lambda: plan_removal(name, index=self._index()), done=self._confirm_delete,
+        self.workers.submit("store", lambda: plan_removal(name, self.models, self._index()), done=self._confirm_delete,
                             failed=lambda exc: self.say(f"Not deleted: {exc}"))
 
     def _confirm_delete(self, plan: Removal) -> None:
@@ -277,7 +279,7 @@ class ModelsPage(QWidget):
         if answer != QMessageBox.StandardButton.Yes:
             return
         name = plan.name
-        self.workers.submit("store", lambda: remove_model(name, index=self._index()), done=self._deleted,
+        self.workers.submit("store", lambda: remove_model(name, self.models, self._index()), done=self._deleted,
                             failed=lambda exc: self.toast(str(exc)))
 
     def _deleted(self, done: Removal) -> None:
@@ -310,7 +312,7 @@ class ModelsPage(QWidget):
         if not mode:
             return
         self.say(f"Importing {path.name}…")
-        self.workers.submit("store", lambda: ModelStore().add(path, copy=mode == "copy", link=mode == "link"),
+        self.workers.submit("store", lambda: self.models.add(path, copy=mode == "copy", link=mode == "link"),
                             done=lambda e: self._after(f"Imported {e.name}"),
                             failed=lambda exc: self.say(f"Not imported: {exc}"))
 
@@ -371,4 +373,5 @@ def offer_unfinished(window: OffersDownloads) -> None:
 
             window.controller.toast(f"{len(jobs)} model download(s) did not finish.", show, label="Show downloads")
 
-    window.ctx.executor.submit("store", lambda: Downloader().unfinished(), done=found)
+    downloads = window.ctx.downloads
+    window.ctx.executor.submit("store", downloads.unfinished, done=found)

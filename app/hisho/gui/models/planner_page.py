@@ -20,11 +20,12 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from hisho.core.hub import QuantFile
 from hisho.core.models.gguf_facts import ModelFacts
+from hisho.core.models.store import ModelEntry
 from hisho.core.planner import Calibration, Plan
 from hisho.core.planner.speed import Speed
 from hisho.gui.models.planner_panel import PlannerPanel
 from hisho.gui.shell.pages import ShowsPages
-from hisho.gui.shell.protocols import HasController
+from hisho.gui.shell.protocols import HasController, HasState
 
 if TYPE_CHECKING:
     from hisho.gui.models.hub_tab import HubTab
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hisho.gui")
 
 
-class PlannerWindow(ShowsPages, HasController, Protocol):
+class PlannerWindow(ShowsPages, HasController, HasState, Protocol):
     """What the page uses of the main window."""
 
 
@@ -58,6 +59,13 @@ class PlannerPage(PlannerPanel):
         lay.setContentsMargins(24, 16, 24, 16)
         lay.insertLayout(0, head)
         self.apply_requested.connect(self.use_shown)
+        self.installed_as = ""                    # the hub file planned is installed already, under this name
+        window.state.changed.connect(self._answering)
+
+    def _answering(self, _now: object) -> None:
+        """Another model answers: a page in sight plans it at once (hidden, it does when shown)."""
+        if self.isVisible():
+            self.follow_loaded()
 
     # ----- what is planned -------------------------------------------------------------------------------
 
@@ -67,18 +75,14 @@ class PlannerPage(PlannerPanel):
             self.plan_loaded()
 
     def _loaded_key(self) -> str:
-        engine = self.w.ctx.engine
-        if engine.engine_info.get("remote"):
-            return f"remote:{engine.engine_info.get('engine', '')}:{engine.load_info.get('model', '')}"
-        params = engine.load_params or self.w.ctx.load_params
-        return str(params.model_path) if params is not None else ""
+        return self.w.state.now.key   # what answers now: the local file, or remote:<engine>:<model>
 
     def plan_loaded(self) -> None:
         self.hub_file = None
         self.back_to_loaded.hide()
         self.planned_for = key = self._loaded_key()
         engine = self.w.ctx.engine
-        if engine.engine_info.get("remote"):
+        if self.w.state.now.remote:
             self.show_remote(dict(engine.engine_info), dict(engine.load_info))
             return
         if not key:
@@ -88,31 +92,43 @@ class PlannerPage(PlannerPanel):
         self.choice.setText("Planning…")
         spec = [key]
 
-        params = engine.load_params or self.w.ctx.load_params
-        loaded_ctx = params.n_ctx if params is not None else None
+        loaded_ctx = self.w.state.now.n_ctx or None
+        models = self.w.ctx.models
 
         def work() -> Planned:
             from hisho.core.planner import facts_for
 
-            return _plan_for(facts_for(spec)[0], loaded_ctx)
+            return _plan_for(facts_for(spec, models)[0], loaded_ctx)
 
         self.w.ctx.executor.submit("engine", work, done=lambda r: self._planned(key, r), failed=self._failed)
 
     def plan_hub_file(self, f: QuantFile) -> None:
         """Plan ``f`` (not downloaded: its header is read from the hub) and show it here."""
         self.hub_file = f
+        self.installed_as = ""
         self.planned_for = key = f"hf:{f.repo}/{f.name}"
         self.back_to_loaded.show()
         self.subject.setText(f"Planning for <b>{html.escape(f.name)}</b> · {html.escape(f.repo)} on the hub, "
                              "not downloaded")
         self.choice.setText("Reading its header from the hub…")
 
-        def work() -> Planned:
+        models = self.w.ctx.models
+
+        def work() -> tuple[Planned, str]:
             from hisho.core.hub.fit import file_facts
 
-            return _plan_for(file_facts(f)[0])
+            return _plan_for(file_facts(f)[0]), installed_name(models.list(), f)
 
-        self.w.ctx.executor.submit("hub", work, done=lambda r: self._planned(key, r), failed=self._failed)
+        def done(result: tuple[Planned, str]) -> None:
+            if key != self.planned_for:
+                return
+            self.installed_as = result[1]
+            if self.installed_as:
+                self.subject.setText(f"Planning for <b>{html.escape(f.name)}</b> · {html.escape(f.repo)}, "
+                                     f"installed here as <b>{html.escape(self.installed_as)}</b> (same sha256)")
+            self._planned(key, result[0])
+
+        self.w.ctx.executor.submit("hub", work, done=done, failed=self._failed)
 
     def _planned(self, key: str, result: Planned) -> None:
         if key != self.planned_for:
@@ -122,7 +138,11 @@ class PlannerPage(PlannerPanel):
         if fast is not None:  # how fast it answers here, said beside what it needs
             self.reason.setText(f"Speed here ({fast.how}): {fast.label()}, ~{fast.decode_4k:.0f} tok/s 4K tokens "
                                 f"into a chat\n{self.reason.text()}")
-        self.apply.setText("Download this file" if self.hub_file is not None else "Use this context and KV type")
+        if self.hub_file is None:
+            self.apply.setText("Use this context and KV type")
+        else:   # the same bytes are on this computer already: loading them is what is left to do
+            self.apply.setText(f"✓ Installed as {self.installed_as} · Load" if self.installed_as
+                               else "Download this file")
         self.plans += 1
 
     def _failed(self, exc: BaseException) -> None:
@@ -131,6 +151,9 @@ class PlannerPage(PlannerPanel):
     # ----- using what is shown ---------------------------------------------------------------------------
 
     def use_shown(self, n_ctx: int, kv_type: str) -> None:
+        if self.hub_file is not None and self.installed_as:
+            self.w.controller.switch_model(self.installed_as)
+            return
         if self.hub_file is not None:
             from hisho.gui.models.models_page import open_models
 
@@ -151,6 +174,14 @@ class PlannerPage(PlannerPanel):
 
 
 Planned = tuple[Plan, Calibration | None, Speed | None]  # the plan, its calibration, its speed here
+
+
+def installed_name(entries: list[ModelEntry], f: QuantFile) -> str:
+    """The installed model with the same bytes as hub file ``f`` (the same sha256 for every part), or ""."""
+    if not f.sha256 or not all(f.sha256):
+        return ""
+    wanted = ",".join(f.sha256)
+    return next((e.name for e in entries if e.sha256 == wanted), "")
 
 
 def _plan_for(facts: ModelFacts, n_ctx: int | None = None) -> Planned:

@@ -7,9 +7,10 @@ sent meanwhile runs when the batch is empty). The key is shown and can be regene
 origins are listed. The limits on what one request may cost (docs/api.md) are set here too; a change restarts
 a running server. A label in the status bar says when API requests are running.
 
-Rules of use: GUI thread only. The server lives on the window (``window._api_server``), not on the page, so it
-keeps serving after the dialog closes; ``stop_api(window)`` at exit. ``ApiServer.start`` waits (≤ 10 s, usually
-~50 ms) for uvicorn to listen.
+Rules of use: GUI thread only. The composition root owns the server's lifetime (``Services.serve`` /
+``stop_serving``; ``Services.close`` stops it before the engine), not the page or the window, so it keeps
+serving after the page closes and stops at exit whatever closed the app; ``serving(window)`` is the one
+running. ``ApiServer.start`` waits (≤ 10 s, usually ~50 ms) for uvicorn to listen.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from hisho.api.launch import api_server, origins
 from hisho.api.server import ApiServer
 from hisho.core import settings as settings_mod
 from hisho.core.errors import UserError
-from hisho.gui.shell.protocols import ApiWindow
+from hisho.gui.shell.protocols import ApiWindow, HasContext
 
 log = logging.getLogger("hisho.gui")
 
@@ -49,12 +50,17 @@ LIMITS = (
 )
 
 
+def serving(window: HasContext) -> ApiServer | None:
+    """The API server running over the window's services, if any."""
+    server = window.ctx.served
+    return server if isinstance(server, ApiServer) else None
+
+
 def start_api(window: ApiWindow) -> ApiServer:
     """Serve the API from the window's engine (replacing a running server). Raises UserError (port taken)."""
     stop_api(window)
     server = api_server(window.ctx, keys.api_key(), port=int(window.ctx.settings["api_port"]))
-    server.start()
-    window._api_server = server
+    window.ctx.serve(server)
     _indicator(window)
     return server
 
@@ -70,10 +76,7 @@ def start_at_launch(window: ApiWindow) -> None:
 
 
 def stop_api(window: ApiWindow) -> None:
-    server = window._api_server
-    if server is not None:
-        server.stop()
-        window._api_server = None
+    window.ctx.stop_serving()
     label = window._api_label
     if label is not None:
         label.hide()
@@ -99,7 +102,7 @@ def _indicator(window: ApiWindow) -> None:
         timer.setInterval(REFRESH_MS)
 
         def refresh() -> None:
-            server = window._api_server
+            server = serving(window)
             busy = server.backend.busy if server is not None else 0
             waiting = int(server.backend.waits.snapshot()["waiting"]) if server is not None else 0
             label.setText(api_status(busy, waiting))
@@ -126,7 +129,7 @@ class ApiPage(QWidget):
                        "on disk. Only programs on this computer can connect.")
         intro.setWordWrap(True)
         self.enabled = QCheckBox("Serve the API while Hisho is open")
-        self.enabled.setChecked(window._api_server is not None)
+        self.enabled.setChecked(serving(window) is not None)
         self.port = QSpinBox()
         self.port.setRange(1024, 65535)
         self.port.setValue(int(self.settings["api_port"]))
@@ -172,6 +175,10 @@ class ApiPage(QWidget):
         self.enabled.toggled.connect(self.apply)
         self.port.editingFinished.connect(self._restart)
         self.cors.editingFinished.connect(self._restart)
+        window.state.changed.connect(self._answering)   # the model it serves follows a switch
+        self._show()
+
+    def _answering(self, _now: object) -> None:
         self._show()
 
     def _save(self) -> None:
@@ -211,7 +218,7 @@ class ApiPage(QWidget):
             self.apply()  # the running server checks the new key from now on
 
     def _show(self) -> None:
-        server = self.w._api_server
+        server = serving(self.w)
         if server is None:
             self.status.setText("Off.")
         else:

@@ -25,13 +25,13 @@ from PySide6.QtWidgets import (
 from hisho.core.remote import endpoints as store
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.probe import ServerInfo, probe
-from hisho.gui.shell.protocols import HasContext
+from hisho.gui.shell.protocols import HasState
 
 NEW = "+ Add a remote engine"
 
 
 class EnginesPage(QWidget):
-    def __init__(self, window: HasContext, parent: QWidget | None = None) -> None:
+    def __init__(self, window: HasState, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.w = window
         self.endpoints: list[Endpoint] = store.load_endpoints()
@@ -91,21 +91,29 @@ class EnginesPage(QWidget):
         self.url.textEdited.connect(self._follow_address)
         self.proxy.clicked.connect(self._chose_proxy)
         self._fill(0)
+        window.state.changed.connect(self._label_rows)   # a switch or a connect renames the rows at once
 
     # ----- list ----------------------------------------------------------------------------------------
 
     def _fill(self, row: int) -> None:
-        ctx = self.w.ctx
         self.list.blockSignals(True)
         self.list.clear()
-        local = ctx.model_name.display if getattr(ctx, "model_path", None) else "no model"
-        self.list.addItem(f"Local — this computer ({local})")
-        for ep in self.endpoints:
-            self.list.addItem(f"{ep.name} — {ep.root}")
+        for _ in range(len(self.endpoints) + 1):
+            self.list.addItem("")
+        self._label_rows()
         self.list.addItem(NEW)
         self.list.blockSignals(False)
         self.list.setCurrentRow(row)
         self._show(row)
+
+    def _label_rows(self, *_: object) -> None:
+        """Each engine's row, naming the model that answers where it answers (the app's one state)."""
+        now = self.w.state.now
+        local = "not answering" if now.remote else (now.model.display or "no model")
+        self.list.item(0).setText(f"Local — this computer ({local})")
+        for i, ep in enumerate(self.endpoints, start=1):
+            answering = f" · answering: {now.model.id}" if now.engine == ep.name else ""
+            self.list.item(i).setText(f"{ep.name} — {ep.root}{answering}")
 
     def _selected(self) -> Endpoint | None:
         row = self.list.currentRow()

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from hisho.core.appstate import Now
 from hisho.core.conversations.store import ChatSettings, Conversation
 from hisho.core.formats.reasoning import ReasoningFormat
 from hisho.core.settings import PRESET_NAME_MAX
@@ -33,10 +34,12 @@ from hisho.gui.shell.text_dialog import ask_text
 
 class ConversationSettingsDialog(QDialog):
     def __init__(self, conv: Conversation, models: list[tuple[str, str]], parent: QWidget | None = None,
-                 presets: list[dict[str, str]] | None = None, reasoning: ReasoningFormat | None = None) -> None:
-        """``models``: (store name, label) pairs; the first is the default. ``presets``: {"name", "prompt"}.
-        ``reasoning``: how the model answering now reasons (a Thinking row where its template lets it be
-        chosen)."""
+                 presets: list[dict[str, str]] | None = None, reasoning: ReasoningFormat | None = None,
+                 answering: Now | None = None) -> None:
+        """``models``: (store name, label) pairs. ``presets``: {"name", "prompt"}. ``reasoning``: how the model
+        answering now reasons (a Thinking row where its template lets it be chosen). ``answering``: the app's
+        state: a chat that names no model of its own shows the one answering, and the dialog says which
+        answers."""
         super().__init__(parent)
         self.presets = list(presets or [])
         self.new_preset: dict[str, str] | None = None
@@ -46,8 +49,13 @@ class ConversationSettingsDialog(QDialog):
         self.model = QComboBox()
         for name, label in models:
             self.model.addItem(label, name)
-        index = self.model.findData(conv.model) if conv.model else 0
+        now = answering or Now()
+        local = "" if now.remote else now.model.id
+        index = self.model.findData(conv.model or local) if (conv.model or local) else 0
         self.model.setCurrentIndex(max(0, index))
+        self.answering = QLabel(f"Answering now: {now.model.display}" + (" (not loaded)" if not now.loaded else "")
+                                if now.model.id else "No model is loaded.")
+        self.answering.setObjectName("Meta")
         self.system = QPlainTextEdit(conv.system_prompt)
         self.system.setPlaceholderText("e.g. You are a concise assistant. Answer in English.")
         self.system.setFixedHeight(110)
@@ -79,6 +87,7 @@ class ConversationSettingsDialog(QDialog):
         form = QFormLayout()
         form.setSpacing(10)
         form.addRow("Model", self.model)
+        form.addRow("", self.answering)
         form.addRow("Preset", preset_row)
         form.addRow("System prompt", self.system)
         form.addRow("Temperature", self.temperature)

@@ -34,7 +34,6 @@ from PySide6.QtWidgets import QApplication, QPushButton
 from hisho.core.conversations.chat import FitReport, Turn
 from hisho.core.conversations.store import Conversation
 from hisho.core.errors import EngineError, LoadStopped, UserError
-from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.units import MIB
 from hisho.gui.chat.context_fit import ContextFit
@@ -45,11 +44,10 @@ from hisho.gui.chat.sending import Sending
 from hisho.gui.chat.title_edit import InlineTitle
 from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
 from hisho.gui.shell import theme
-from hisho.gui.shell.protocols import RemoteWindow
-from hisho.gui.shell.toast import TOAST_MS
+from hisho.gui.shell.protocols import TOAST_MS, RemoteWindow
 
 if TYPE_CHECKING:
-    from hisho.gui.shell.status_bar import ContextMeter
+    from hisho.gui.shell.status_bar import ContextMeter, StatusBar
 
 log = logging.getLogger("hisho.gui")
 
@@ -67,6 +65,9 @@ class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
     def context_meter(self) -> ContextMeter: ...
 
     @property
+    def status(self) -> StatusBar: ...   # what the send's StatusLine and the remote switch use of it, and more
+
+    @property
     def settings_button(self) -> QPushButton: ...
 
     def show_toast(self, text: str, undo: Callable[[], None] | None, label: str, ms: int) -> None: ...
@@ -75,8 +76,7 @@ class ChatWindow(ListWindow, SendWindow, RemoteWindow, Protocol):
     def show_model_status(self, text: str, n_ctx: int | None = None) -> None: ...
     def show_load_stop(self, shown: bool) -> None: ...
     def disable_load_stop(self) -> None: ...
-    def show_local_model(self, name: str, n_ctx: int, engine_info: dict[str, object], gpu_layers: int,
-                         pid: int | None, base: bool = False) -> None: ...
+    def show_local_engine(self, engine_info: dict[str, object], gpu_layers: int, pid: int | None) -> None: ...
 
 
 class ChatController(QObject):
@@ -245,10 +245,9 @@ class ChatController(QObject):
         self._end_load_notice()
         self.model_ready, self.model_failed = True, False
         params = self.ctx.engine.load_params
-        name = self.ctx.model_name.display
-        self.w.show_local_model(name, int(info.get("n_ctx", 0)), self.ctx.engine.engine_info,
-                                params.n_gpu_layers if params else 0, self.ctx.engine.pid,
-                                base=bool(info.get("base_model")))
+        # the model's name, context and figures follow the app's state; this adds where the engine runs
+        self.w.show_local_engine(self.ctx.engine.engine_info, params.n_gpu_layers if params else 0,
+                                 self.ctx.engine.pid)
         self.fit.known.clear()  # another model counts differently
         self.fit.show_for(self.current.id if self.current else None)
         self.fit.update()
@@ -290,10 +289,10 @@ class ChatController(QObject):
         if self.current is None:
             self.toast("Start a chat first.")
             return
-        models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in ModelStore().list()]
+        models = [(e.name, f"{e.name}  ({e.size / MIB:,.0f} MiB)") for e in self.ctx.models.list()]
         dialog = ConversationSettingsDialog(self.current, models, self.w.window(),
                                             presets=list(self.ctx.settings["system_prompt_presets"]),
-                                            reasoning=self.service.reasoning)
+                                            reasoning=self.service.reasoning, answering=self.ctx.state.now)
         accepted = dialog.exec()
         if dialog.new_preset is not None:
             self.add_preset(dialog.new_preset)
@@ -316,7 +315,8 @@ class ChatController(QObject):
     def _settings_saved(self, conv: Conversation, old_model: str) -> None:
         if self.current is not None and self.current.id == conv.id:
             self.current = conv
-        loaded = self.ctx.model_name if self.ctx.engine is self.ctx.local_engine else None
+        now = self.ctx.state.now
+        loaded = None if now.remote else now.model
         # Only a different model needs a reload; the system prompt and sampling apply to the next reply.
         if conv.model != old_model and conv.model and (loaded is None or not loaded.accepts(conv.model)):
             self.switch_model(conv.model)

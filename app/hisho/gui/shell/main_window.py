@@ -37,17 +37,19 @@ from hisho.gui.chat.attach import AttachController
 from hisho.gui.chat.chat_view import ChatView
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.documents import DocumentsController
-from hisho.gui.chat.model_picker import NAME_MAX, ModelNameLabel, ModelPicker
 from hisho.gui.chat.sidebar import Sidebar
 from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
 from hisho.gui.shell.controller import ChatController
+from hisho.gui.shell.model_picker import NAME_MAX, ModelNameLabel, ModelPicker
 from hisho.gui.shell.pages import CHATS, NavRail, PageHost
-from hisho.gui.shell.status_bar import ContextMeter, ElidedLabel, StatusBar
+from hisho.gui.shell.state_bridge import StateBridge
+from hisho.gui.shell.status_bar import ContextMeter, StatusBar
 from hisho.gui.shell.toast import Toast
+from hisho.gui.shell.widgets import ElidedLabel
 
 if TYPE_CHECKING:
-    from hisho.api.server import ApiServer
+    from hisho.core.appstate import Now
     from hisho.gui.chat.kv_status import KVUsageView
     from hisho.gui.models.models_page import ModelsPage
     from hisho.gui.settings.preferences import PreferencesDialog
@@ -68,20 +70,21 @@ class MainWindow(QMainWindow):
 
     # What the parts plugged in from other modules keep on the window (their Protocols name these,
     # hisho.gui.shell.protocols); each is set by the part named.
-    model_picker: ModelPicker | None = None      # hisho.gui.chat.model_picker.attach_picker
+    model_picker: ModelPicker | None = None      # hisho.gui.shell.model_picker.attach_picker
     kv_usage: KVUsageView | None = None          # hisho.gui.chat.kv_status.wire
     last_restore_notice = ""                     # hisho.gui.chat.waits.watch_restores: the last "Restored …"
     remove_data_on_exit = False                  # Settings → Your data
-    _api_server: ApiServer | None = None         # Settings → API: serves while the window is open
     _api_label: QLabel | None = None
     _models_page: ModelsPage | None = None       # the pages, once built (hisho.gui.shell.page_setup)
     _preferences: PreferencesDialog | None = None
     _cache_shown = False                         # hisho.gui.shell.remote_switch
     _remote_help: QMessageBox | None = None
+    _state_key = ""                              # what the shown reply figures were measured on
 
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
         self.ctx = ctx
+        self.state = StateBridge(ctx.state, ctx.executor.post, self)   # what answers now, for every screen
         self.setWindowTitle("Hisho")
         self.resize(1240, 820)
         # Its own minimum, not its layout's (the chat list beside the chat): narrower, the list collapses to
@@ -101,7 +104,7 @@ class MainWindow(QMainWindow):
         self._build_shortcuts()
         # the paperclip and files dropped on the message box: attach them to this chat
         self.attach = AttachController(self, self.controller, self.composer, self.documents)
-        from hisho.gui.chat.model_picker import attach_picker
+        from hisho.gui.shell.model_picker import attach_picker
 
         attach_picker(self)  # header: switch model in one click
         from hisho.gui.shell.page_setup import add_pages
@@ -112,6 +115,7 @@ class MainWindow(QMainWindow):
         attach_first_start(self)  # the bundled model is a demo: offer one that fits
         if ctx.problem:
             self.show_banner(ctx.problem)
+        self.state.changed.connect(self.show_state)
 
     # ----- layout ----------------------------------------------------------------------------------------
 
@@ -296,19 +300,31 @@ class MainWindow(QMainWindow):
         """The load's Stop was clicked: it stays in sight, greyed, until the load ends."""
         self.status.stop_load.setEnabled(False)
 
-    def show_local_model(self, name: str, n_ctx: int, engine_info: dict[str, object], gpu_layers: int,
-                         pid: int | None, base: bool = False) -> None:
-        """A model loaded on this computer answers: its name in the header, status bar and empty chat.
-        ``base``: a base model (no chat template): marked as such, since it continues text, not answers it."""
-        self.sidebar.set_engine_note("")  # this computer answers: its saved KV is used again
-        self.status.set_model(name, n_ctx)
-        self.status.set_reply_figures(None, None)  # the last model's speed is not this one's
+    def show_local_engine(self, engine_info: dict[str, object], gpu_layers: int, pid: int | None) -> None:
+        """This computer's engine answers: where it runs (CPU or GPU offload) and its process, in the status
+        bar; its saved KV is used again. The model's name comes from the app's state (``show_state``)."""
+        self.sidebar.set_engine_note("")
         self.status.set_device(engine_info, gpu_layers)
         self.status.engine_pid = pid
-        self.model_label.setText(f"{name} · base model" if base else name)
-        self.empty_subtitle.setText(
-            f"{name} is a base model, not a chat model: it continues the text you send rather than answering it."
-            if base else f"Chatting with {name}, on this computer. Nothing leaves it.")
+        self.show_state(self.state.now)
+
+    def show_state(self, now: Now) -> None:
+        """What answers now (the app's one state, ``hisho.core.appstate``): its name in the header, the status
+        bar and the empty chat. A load, or another model, clears the reply figures until it has answered: the
+        last model's speed is not this one's. ``now.base``: a base model (no chat template), marked as such,
+        since it continues text rather than answering it."""
+        if now.key != self._state_key or not now.loaded:
+            self.status.set_reply_figures(None, None)
+        self._state_key = now.key if now.loaded else ""
+        if not now.loaded:
+            return   # the controller says that it loads, or why nothing answers
+        name = now.model.display
+        self.status.set_model(name, now.n_ctx or None)
+        self.model_label.setText(f"{name} · base model" if now.base else name)
+        if not now.remote:   # a remote engine's line names its server too (remote_switch.connected)
+            self.empty_subtitle.setText(
+                f"{name} is a base model, not a chat model: it continues the text you send rather than answering "
+                "it." if now.base else f"Chatting with {name}, on this computer. Nothing leaves it.")
 
     def add_status_widget(self, widget: QWidget) -> None:
         self.status.addPermanentWidget(widget)

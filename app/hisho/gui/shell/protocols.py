@@ -8,7 +8,7 @@ can hand it anything that has those members.
 Where a part needs the window as a Qt parent (of a dialog, a page, a helper QObject) it asks for ``window()``:
 ``QWidget.window()`` of the main window is the main window itself (it is top-level).
 
-Private names (``_api_server``…) are things a part keeps on the window for the window's life; ``MainWindow``
+Private names (``_api_label``…) are things a part keeps on the window for the window's life; ``MainWindow``
 declares each one so that these Protocols can name it.
 """
 
@@ -20,11 +20,15 @@ from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QLabel, QMessageBox, QStatusBar, QWidget
 
 if TYPE_CHECKING:
-    from hisho.api.server import ApiServer
+    from hisho.core.appstate import Now
     from hisho.gui.chat.sidebar import Sidebar
     from hisho.gui.shell.context import AppContext
     from hisho.gui.shell.controller import ChatController
+    from hisho.gui.shell.state_bridge import StateBridge
     from hisho.gui.shell.status_bar import StatusBar
+
+
+TOAST_MS = 8000   # how long a toast stays unless its caller says otherwise (``show_toast``'s ``ms``)
 
 
 class HasContext(Protocol):
@@ -34,6 +38,14 @@ class HasContext(Protocol):
     def ctx(self) -> AppContext: ...
 
 
+class HasState(HasContext, Protocol):
+    """The services and the app's one state on the GUI thread (``state.now``, ``state.changed``): what
+    answers now, for a screen to show and follow instead of keeping its own copy."""
+
+    @property
+    def state(self) -> StateBridge: ...
+
+
 class HasController(HasContext, Protocol):
     """The services and the chat presenter (toasts, errors, engine jobs, the chat on screen)."""
 
@@ -41,10 +53,9 @@ class HasController(HasContext, Protocol):
     def controller(self) -> ChatController: ...
 
 
-class ApiWindow(HasContext, Protocol):
-    """Settings → API: the server it runs for the window, and its label in the status bar."""
+class ApiWindow(HasState, Protocol):
+    """Settings → API: its label in the status bar (the server itself is the root's: ``ctx.served``)."""
 
-    _api_server: ApiServer | None
     _api_label: QLabel | None
 
     def statusBar(self) -> QStatusBar: ...  # noqa: N802 - Qt naming
@@ -64,7 +75,7 @@ class SettingsWindow(ApiWindow, DataWindow, Protocol):
     """The Settings page and every section on it (``window()``: the page's parent)."""
 
 
-class RemoteWindow(HasController, Protocol):
+class RemoteWindow(HasController, HasState, Protocol):
     """Switching between the local engine and a remote one: what it shows where, and its dialog."""
 
     _cache_shown: bool                 # the status bar follows a remote server's cache figures (connected once)
@@ -78,6 +89,8 @@ class RemoteWindow(HasController, Protocol):
 
     @property
     def empty_subtitle(self) -> QLabel: ...
+
+    def show_state(self, now: Now) -> None: ...   # what answers now: the header, the status bar
 
     @property
     def sidebar(self) -> Sidebar: ...

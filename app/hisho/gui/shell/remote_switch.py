@@ -22,12 +22,11 @@ from PySide6.QtWidgets import QMessageBox
 
 from hisho.core import services as services_mod
 from hisho.core.hub import QuantFile
-from hisho.core.models.names import remote_name
 from hisho.core.remote.endpoints import load_endpoints, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
 from hisho.core.remote.probe import ServerInfo, probe
-from hisho.gui.shell.protocols import HasContext, HasController, RemoteWindow
+from hisho.gui.shell.protocols import HasController, RemoteWindow
 
 if TYPE_CHECKING:
     from hisho.gui.models.hub_tab import HubTab
@@ -43,10 +42,6 @@ def reachable() -> list[tuple[Endpoint, ServerInfo]]:
         if info.ok:
             out.append((ep, info))
     return out
-
-
-def current_engine_name(window: HasContext) -> str:
-    return str(window.ctx.engine.engine_info.get("engine") or "local")
 
 
 def use_remote(window: RemoteWindow, ep: Endpoint, model: str,
@@ -80,13 +75,10 @@ def waiting(window: HasController) -> Callable[[str], None]:
 def connected(window: RemoteWindow, ep: Endpoint, model: str, info: dict[str, Any]) -> None:
     """The window once ``model`` on ``ep`` answers (GUI thread)."""
     ctx, c = window.ctx, window.controller
-    n_ctx = int(info.get("n_ctx", 0))
     c.model_ready, c.model_failed = True, False
     c.sending.connecting = ""
     window.show_banner(ctx.problem)          # a local model's load problem is not this engine's
-    name = remote_name(model, ep.name).display
-    window.model_label.setText(name)
-    window.status.set_model(name, n_ctx)
+    window.show_state(ctx.state.now)         # its name, as the app's state says (Services.connect set it)
     window.status.device.setText(ep.name)
     window.status.device.setToolTip(f"{info.get('kind', '')} at {ep.root}")
     window.empty_subtitle.setText(f"Chatting with {model}, running on {ep.name} ({ep.root}).")
@@ -112,7 +104,7 @@ def show_server_cache(window: RemoteWindow, _result: Any = None) -> None:
     reused of the prompt; llama-server ``timings.cache_n``, else ``usage.prompt_tokens_details.cached_tokens``)."""
     eng = window.ctx.engine
     reply = getattr(eng, "last_reply", None)
-    if not eng.engine_info.get("remote") or reply is None:
+    if not window.state.now.remote or reply is None:
         return
     name = eng.engine_info.get("engine", "")
     read = int(reply.extra.get("prompt_n", 0))

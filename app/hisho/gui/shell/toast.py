@@ -14,7 +14,8 @@ from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QEnterEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
-TOAST_MS = 8000
+from hisho.gui.shell.protocols import TOAST_MS
+
 GAP = 10   # between the toast and the message box, and above the toast for what it must not cover
 
 

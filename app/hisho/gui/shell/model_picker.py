@@ -20,7 +20,7 @@ from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import GIB, format_bytes
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import RemoteWindow
-from hisho.gui.shell.status_bar import ElidedLabel
+from hisho.gui.shell.widgets import ElidedLabel
 
 
 class ModelNameLabel(ElidedLabel):
@@ -58,9 +58,9 @@ def _label(e: ModelEntry, base: bool = False) -> str:
     return f"{entry_name(e).display}    {bits}"
 
 
-def _listing() -> tuple[list[ModelEntry], set[str]]:
+def _listing(store: ModelStore) -> tuple[list[ModelEntry], set[str]]:
     """The installed models and which are base models (their headers say; read on the store lane)."""
-    entries = ModelStore().list()
+    entries = store.list()
     return entries, {str(e.path) for e in entries if is_base_model(e.path)}
 
 
@@ -119,7 +119,8 @@ class ModelPicker(QToolButton):
         self._elide()
 
     def refresh(self) -> None:
-        self.window_.ctx.executor.submit("store", _listing, done=self._listed)
+        models = self.window_.ctx.models
+        self.window_.ctx.executor.submit("store", lambda: _listing(models), done=self._listed)
         from hisho.gui.shell.remote_switch import reachable
 
         self.window_.ctx.executor.submit("remote", reachable, done=self._reached, key="picker")
@@ -135,23 +136,20 @@ class ModelPicker(QToolButton):
     def _fill(self) -> None:
         m = self.menu_
         m.clear()
-        params = self.window_.ctx.engine.load_params
-        current = str(params.model_path) if params is not None else ""
-        remote_on = bool(self.window_.ctx.engine.engine_info.get("remote"))
+        now = self.window_.state.now   # what answers (or loads) now is the ticked entry
         if self.remote:
             m.addSection("This computer")
         for e in self.entries:
             act = m.addAction(_label(e, str(e.path) in self.base))
             act.setCheckable(True)
-            act.setChecked(bool(current) and same_file(e.path, current) and not remote_on)
+            act.setChecked(not now.remote and bool(now.path) and same_file(e.path, now.path))
             act.triggered.connect(lambda _=False, entry=e: self.choose(entry))
         for ep, info in self.remote:               # grouped by engine (Settings → Engines)
             m.addSection(f"{ep.name} — {info.kind}")
             for model in info.models:
                 act = m.addAction(model)
                 act.setCheckable(True)
-                act.setChecked(remote_on and current == model and
-                               self.window_.ctx.engine.engine_info.get("engine") == ep.name)
+                act.setChecked(now.engine == ep.name and now.model.id == model)
                 act.triggered.connect(lambda _=False, ep=ep, model=model: self.choose_remote(ep, model))
         if self.entries:
             m.addSeparator()
@@ -165,9 +163,8 @@ class ModelPicker(QToolButton):
         use_remote(self.window_, ep, model)
 
     def choose(self, e: ModelEntry) -> None:
-        params = self.window_.ctx.engine.load_params
-        remote_on = bool(self.window_.ctx.engine.engine_info.get("remote"))
-        if params is not None and same_file(str(params.model_path), e.path) and not remote_on:
+        now = self.window_.state.now
+        if not now.remote and now.path and same_file(now.path, e.path):
             return
         c = self.window_.controller
         c.switch_model(e.name)                      # the built-in engine answers again (Services.switch_model)
@@ -180,6 +177,7 @@ def attach_picker(window: PickerHost) -> ModelPicker:
     picker = ModelPicker(window)
 
     window.model_label.changed.connect(picker.show_name)
+    window.state.changed.connect(lambda _now: picker._fill())   # the tick follows a switch at once
     header = window.model_label.parentWidget()
     lay = header.layout() if header is not None else None
     assert isinstance(lay, QBoxLayout)   # the header's row
