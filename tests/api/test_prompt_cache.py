@@ -133,3 +133,34 @@ def test_a_branch_after_a_restart_restores_the_nearest_interval_on_a_window_mode
         assert got.choices[0].message.content == want.choices[0].message.content
     finally:
         stop_serve(second)
+
+
+def test_replies_that_end_while_others_decode_are_kept_without_disturbing_them(tmp_path: Path) -> None:
+    """Four saved conversations decoding side by side, each ending at another step: keeping one reply (reading
+    what the next request renders for it) happens after every sequence sampled that step's logits, so the
+    others go on (keeping it mid-step left them sampling outputs that were gone: the engine aborted)."""
+    import threading
+
+    served = start_serve(tmp_path / "home")
+    try:
+        out: dict[int, openai.types.chat.ChatCompletion] = {}
+
+        def ask(i: int, n: int) -> None:
+            c = openai.OpenAI(base_url=served.url, api_key=served.key, max_retries=0, timeout=300)
+            out[i] = c.chat.completions.create(model=served.model, max_tokens=n, temperature=0, messages=[
+                {"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Question {i}: who signs?"}])
+
+        threads = [threading.Thread(target=ask, args=(i, n)) for i, n in enumerate((2, 10, 18, 26))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert sorted(out) == [0, 1, 2, 3]
+        tokens = [r.usage.completion_tokens if r.usage else 0 for r in (out[i] for i in range(4))]
+        assert tokens[0] == 2 and all(n > 2 for n in tokens[1:]), tokens   # the others went on after the first
+        health = openai.OpenAI(base_url=served.url, api_key=served.key, max_retries=0).with_options(timeout=30)
+        assert health.models.list().data                 # the same engine still answers
+        assert served.proc.poll() is None
+    finally:
+        stop_serve(served)
+    assert kv_files(tmp_path / "home")

@@ -97,6 +97,9 @@ class ServingBatch:
             slot.held = list(rt.seqs.get(slot.seq, []))
         self.waiting: deque[Job] = deque()
         self.stats = BatchStats(n_parallel=n)
+        # Replies to keep once every slot has sampled from this step's logits (a decode in between would leave
+        # the slots after it sampling from outputs that are gone): (slot, job, reply text).
+        self._keeps: list[tuple[_ServeSlot, Job, str]] = []
 
     @property
     def busy(self) -> bool:
@@ -129,6 +132,7 @@ class ServingBatch:
         for slot in self.slots:
             if slot.job is not None and cancelled(slot.job.req_id):
                 self._finish(slot, "cancelled")
+        self._keep_replies()
         self._fill()
 
     def step(self) -> None:
@@ -149,6 +153,7 @@ class ServingBatch:
                 if not slot.out and job is not None and job.save is not None and not job.spec.get("messages"):
                     self._save(slot.seq, job)  # raw tokens: the whole prompt is in the cells, nothing else yet
                 self._sample(slot)
+        self._keep_replies()
         self._fill()
 
     def cells(self) -> dict[int, list[int]]:
@@ -242,6 +247,7 @@ class ServingBatch:
         for slot in self.slots:
             if slot.job is not None:
                 self._finish(slot, reason)
+        self._keep_replies()
 
     # ----- slots -----------------------------------------------------------------------------------------
 
@@ -344,7 +350,9 @@ class ServingBatch:
         ttft = slot.first_at - job.arrived if slot.first_at else 0.0
         text = "".join(slot.text) + tail
         if job.save is not None and job.spec.get("messages") and reason != "cancelled" and slot.out:
-            self._keep_reply(slot, job, text)
+            with job.lock:
+                job.saving += 1     # "done" waits for the reply's save, which runs after this step's sampling
+            self._keeps.append((slot, job, text))
         self._done_event(job, reason, slot.out, text, slot.cached, ttft, decode_s)
         if slot.sampler is not None:
             slot.sampler.free()
@@ -353,17 +361,28 @@ class ServingBatch:
         slot.job, slot.item, slot.sampler, slot.utf8 = None, None, None, None
         slot.fed, slot.last, slot.logits_at, slot.pause_at, slot.marks = 0, -1, -1, -1, []
 
-    def _keep_reply(self, slot: _ServeSlot, job: Job, text: str) -> None:
+    def _keep_replies(self) -> None:
         """A chat request's reply is part of what is saved: the cells are made to hold what the next request
         renders for it, up to the next user header (hisho.engine.decode.replykeep), then saved; "done" waits for
-        the files."""
-        try:
-            keep_reply(self.rt, slot.seq, job.spec, text)
-        except Exception as exc:  # the reply stands; only the save is what the cells held before
-            log.warning("serving batch: the reply was not kept for the save (%s)", exc)
-        slot.held = list(self.rt.seqs.get(slot.seq, []))
-        self.rt.seqs[slot.seq] = slot.held
-        self._save(slot.seq, job)
+        the files. Run after every slot sampled (keeping reads tokens: its own llama_decode) and before a freed
+        slot takes a new request."""
+        keeps, self._keeps = self._keeps, []
+        for slot, job, text in keeps:
+            try:
+                keep_reply(self.rt, slot.seq, job.spec, text)
+            except Exception as exc:  # the reply stands; only the save is what the cells held before
+                log.warning("serving batch: the reply was not kept for the save (%s)", exc)
+            slot.held = list(self.rt.seqs.get(slot.seq, []))
+            self.rt.seqs[slot.seq] = slot.held
+            self._save(slot.seq, job)
+            with job.lock:                   # the reservation _finish made
+                job.saving -= 1
+                event = job.held_done if not job.saving else None
+                if event is not None:
+                    job.held_done = None
+                    event = self._with_saves(event, job)
+            if event is not None:
+                job.emit_now(event)
 
     def _done_event(self, job: Job, reason: str, tokens: list[int], text: str, cached: int, ttft: float,
                     decode_s: float) -> None:
