@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho_dev.qt_wait import wait_until
-from hisho_dev.shots_common import place
+from hisho_dev.shots_common import offscreen_1280x720, place
 
 SIZES = (("1280x720", 1280, 720), ("700px", 700, 720))
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "speed" / "slow_laptop.json"
@@ -45,12 +45,7 @@ def _planner(app: Any, window: Any, out: Path, tag: str) -> None:
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "screenshots").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    if os.environ["QT_QPA_PLATFORM"] == "offscreen":
-        screens = Path(tempfile.mkdtemp(prefix="hisho-shots-screen-")) / "screens.json"
-        screens.write_text('{"screens": [{"name": "shots", "x": 0, "y": 0, "width": 1280, "height": 720, '
-                           '"logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}', encoding="utf-8")
-        os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={screens}"
+    offscreen_1280x720()
     os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
     from hisho.core.planner import speed
 

@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 from hisho_dev.qt_wait import wait_until
-from hisho_dev.shots_common import SAMPLE_FOLLOWUP, SAMPLE_REPLY, SAMPLE_REPLY2, SAMPLE_USER, place
+from hisho_dev.shots_common import (
+    SAMPLE_FOLLOWUP,
+    SAMPLE_REPLY,
+    SAMPLE_REPLY2,
+    SAMPLE_USER,
+    offscreen_1280x720,
+    place,
+)
 
 OTHER_TITLES = [("Trip ideas for a long weekend", 0), ("Explain attention in transformers", 1),
                 ("Regex for ISO dates", 3), ("Birthday message for Sam", 12), ("Rust lifetimes, simply", 40)]
@@ -138,13 +145,7 @@ def _attach_shots(app: object, window: object, out: Path, cid: int) -> None:
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "screenshots").resolve()
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    if os.environ["QT_QPA_PLATFORM"] == "offscreen":
-        # A 1280×720 screen (the offscreen default is 800×800), so "within the screen" is checked at that size.
-        screens = Path(tempfile.mkdtemp(prefix="hisho-shots-screen-")) / "screens.json"
-        screens.write_text('{"screens": [{"name": "shots", "x": 0, "y": 0, "width": 1280, "height": 720, '
-                           '"logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}', encoding="utf-8")
-        os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={screens}"
+    offscreen_1280x720()
     os.environ["HISHO_HOME"] = tempfile.mkdtemp(prefix="hisho-shots-")
     from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
     from hisho.gui.shell import theme

@@ -54,6 +54,17 @@ def place(window: Any, width: int, height: int) -> None:
     window.move(free.topLeft())
 
 
+def offscreen_1280x720() -> None:
+    """On Qt's offscreen platform, a 1280×720 screen (its default is 800×800), so "within the screen" is checked
+    at that size. Call before the application is made."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if os.environ["QT_QPA_PLATFORM"] == "offscreen":
+        screens = Path(tempfile.mkdtemp(prefix="hisho-shots-screen-")) / "screens.json"
+        screens.write_text('{"screens": [{"name": "shots", "x": 0, "y": 0, "width": 1280, "height": 720, '
+                           '"logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}', encoding="utf-8")
+        os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={screens}"
+
+
 def run_alone(argv: list[str], shots: Callable[[Any, Any, Path], None], pattern: str) -> int:
     """One shot module by itself (``python -m hisho_dev.NAME OUT_DIR``): a throw-away HISHO_HOME, the window at
     1280×720 with the bundled model loaded, ``shots(app, window, out)``, then a line saying how many PNGs

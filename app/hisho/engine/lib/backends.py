@@ -181,3 +181,37 @@ def extra_buffers_allowed() -> bool:
                     "loading without extra buffer types (no repacked weights; slower prompts). Rebuild "
                     "llama-cpp-python without AMX (make install does) for full speed", amx[0])
     return not amx
+
+
+@dataclass(frozen=True)
+class Device:
+    """One of ggml's devices: ``type`` 0 cpu, 1 gpu (discrete), 2 igpu (shares system RAM), 3 accel."""
+
+    name: str
+    description: str
+    type: int
+    free: int
+    total: int
+
+
+def device_list(lib: ctypes.CDLL) -> list[Device]:
+    """ggml's devices as registered in ``lib`` (a libggml handle: ``ggml_library``, or the probe's own)."""
+    size = ctypes.c_size_t
+    lib.ggml_backend_dev_count.restype = size
+    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
+    lib.ggml_backend_dev_get.argtypes = [size]
+    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+        getattr(lib, fn).restype = ctypes.c_char_p
+        getattr(lib, fn).argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_type.restype = ctypes.c_int
+    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(size), ctypes.POINTER(size)]
+    out = []
+    for i in range(int(lib.ggml_backend_dev_count())):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = size(0), size(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append(Device((lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
+                          (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+                          int(lib.ggml_backend_dev_type(dev)), int(free.value), int(total.value)))
+    return out

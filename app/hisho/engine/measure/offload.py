@@ -11,7 +11,6 @@ device: ~8 s for 64 tokens on a 2-core box, ~30 s while it is loaded), and it ru
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import time
@@ -103,19 +102,5 @@ def gpu_keys() -> list[str]:
     """The GPU devices ggml sees, as ``rule.device_key`` names them (the planner keys the same list)."""
     from hisho.core.planner.offload import device_key
 
-    lib = backends.ggml_library()
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(lib, fn).restype = ctypes.c_char_p
-        getattr(lib, fn).argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    out = []
-    for i in range(int(lib.ggml_backend_dev_count())):
-        dev = lib.ggml_backend_dev_get(i)
-        if int(lib.ggml_backend_dev_type(dev)) in (1, 2):  # GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU
-            out.append(device_key((lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
-                                  (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace")))
-    return out
+    return [device_key(d.name, d.description) for d in backends.device_list(backends.ggml_library())
+            if d.type in (1, 2)]  # GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU

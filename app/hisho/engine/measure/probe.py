@@ -195,28 +195,8 @@ def _last_error(text: str) -> str:
 def devices() -> dict[str, Any]:
     """ggml's device list. Types: cpu, gpu (discrete), igpu (shares system RAM), accel."""
     backends.init()
-    lib = _ggml()
-    lib.ggml_backend_dev_count.restype = ctypes.c_size_t
-    lib.ggml_backend_dev_get.restype = ctypes.c_void_p
-    lib.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
-    for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
-        getattr(lib, fn).restype = ctypes.c_char_p
-        getattr(lib, fn).argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                            ctypes.POINTER(ctypes.c_size_t)]
-    out = []
-    for i in range(int(lib.ggml_backend_dev_count())):
-        dev = lib.ggml_backend_dev_get(i)
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        out.append({
-            "name": (lib.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
-            "description": (lib.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
-            "type": _DEV_TYPES.get(int(lib.ggml_backend_dev_type(dev)), "unknown"),
-            "free": int(free.value), "total": int(total.value),
-        })
+    out = [{"name": d.name, "description": d.description, "type": _DEV_TYPES.get(d.type, "unknown"),
+            "free": d.free, "total": d.total} for d in backends.device_list(_ggml())]
     from hisho.engine.lib.llama_setup import cpu_features
 
     return {"ok": True, "library": library_version(), "cpu_features": sorted(cpu_features()),
