@@ -103,6 +103,26 @@ def test_bench_speed_fits_its_profile_from_the_models_it_measured(tmp_path: Path
     assert abs(got.kv_factor - 2.5) < 1e-6
 
 
+def test_a_weight_type_measured_once_predicts_other_sizes_of_it(tmp_path: Path) -> None:
+    """A k-quant's kernels do more work per byte than Q4_0's: one model of the type measured here gives its own
+    decode bandwidth and prompt rate, which then predict another size of that type; other types keep the
+    machine's figures."""
+    q4_0 = GGMLQuantizationType.Q4_0
+    small_k = read_facts(write_shape(tmp_path / "small_k.gguf", TINY_LLAMA))          # Q4_K by default
+    big_k = read_facts(write_shape(tmp_path / "big_k.gguf", LLAMA_31_8B))
+    big_0 = read_facts(write_shape(tmp_path / "big_0.gguf", replace(LLAMA_31_8B, weight_type=q4_0, file_type=2)))
+    base = speed.SpeedProfile(bandwidth=20e9, step_s=0.004, prompt_rate={"all": 6e10}, prompt_step_s=0.002)
+    truth = replace(base, prompt_rate={"all": 6e10, "Q4_K": 3e10}, type_bandwidth={"Q4_K": 12e9})
+    seen = speed.predict(small_k, truth)
+    got = speed.with_type(base, small_k, seen.decode_short, seen.prompt)
+    assert abs(got.type_bandwidth["Q4_K"] - 12e9) / 12e9 < 1e-6 and abs(got.prompt_rate["Q4_K"] - 3e10) / 3e10 < 1e-6
+    for figure in speed.FIGURES:
+        assert abs(getattr(speed.predict(big_k, got), figure) / getattr(speed.predict(big_k, truth), figure) - 1) < 1e-6
+        assert getattr(speed.predict(big_0, got), figure) == getattr(speed.predict(big_0, base), figure)
+    assert speed.predict(big_k, got).prompt < speed.predict(big_k, base).prompt     # slower than Q4_0's rate said
+    assert speed.SpeedProfile.from_dict(got.to_dict()) == got
+
+
 def test_bench_speed_ratio_is_measured_over_predicted() -> None:
     from hisho.bench.speed import row
 

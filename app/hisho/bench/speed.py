@@ -3,12 +3,15 @@
 First the machine's speed profile (``core/planner/speed.py``) is measured, unless one is stored and ``--model``
 picks a single file: decode and prompt speed of the bundled model and the true-shape Llama-3.2-1B Q4_0 give
 memory bandwidth as decode sees it and the fixed cost of a step (two sizes), and the prompt rate of their weight
-types. It is stored, so the window's badges and the first-run card can use it. Then each model (the bundled one,
-the true-shape 1B Q4_0 and 3B Q4_K_M; ``--model`` picks one) is loaded as ``hisho generate`` loads it and
+types; then the true-shape 1B Q4_K_M gives the k-quants' own decode bandwidth and prompt rate (their kernels do
+more work per byte than Q4_0's repacked ones: without it the 3B Q4_K_M read prompts at half the predicted speed).
+It is stored, so the window's badges and the first-run card can use it. Then each model (the bundled one, the
+true-shape 1B Q4_0 and Q4_K_M and 3B Q4_K_M; ``--model`` picks one) is loaded as ``hisho generate`` loads it and
 measured: ``decode_short`` (64 tokens after a short prompt), ``decode_4k`` (32 tokens after a 4,096-token
 prompt), ``prompt`` (a 512-token prompt). Each row is the prediction, the measurement and their ratio; a row
 whose model the profile was fitted on says ``fitted`` (decode short and prompt lie on lines through two points,
-so their ratio is 1 by construction; decode at 4K shares one factor between the two); the 3B is held out. The measured figures are recorded for the model (measured beats predicted).
+so their ratio is 1 by construction; decode at 4K shares one factor between the two); the 3B is held out (another
+size of a measured type). The measured figures are recorded for the model (measured beats predicted).
 
 JSON: ``{"rows": [{"model", "figure", "predicted_tok_s", "measured_tok_s", "ratio", "fitted"}…], "profile"}``.
 """
@@ -28,8 +31,9 @@ from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.models.store import ModelStore
 from hisho.core.planner import speed
 
-MODELS = ("", "shape:llama-3.2-1b:Q4_0", "shape:llama-3.2-3b:Q4_K_M")
-PROFILE_MODELS = MODELS[:2]
+MODELS = ("", "shape:llama-3.2-1b:Q4_0", "shape:llama-3.2-1b:Q4_K_M", "shape:llama-3.2-3b:Q4_K_M")
+PROFILE_MODELS = MODELS[:2]          # the machine's bandwidth, step costs and prompt rate: two sizes
+TYPE_MODELS = MODELS[2:3]            # then one model per weight type whose kernels run at their own speed
 TEXT = ("The lighthouse keeper kept a log of every ship that passed, the weather, the colour of the sea at dawn "
         "and the birds that rested on the gallery rail. ")
 PROMPT_TOKENS = 512
@@ -43,6 +47,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for spec in PROFILE_MODELS:
             measured[spec] = measure(spec, repeat=max(1, args.repeat or 3))
         profile = profile_from([measured[s] for s in PROFILE_MODELS])
+        for spec in TYPE_MODELS:
+            measured[spec] = measure(spec, repeat=max(1, args.repeat or 3))
+            facts, seen = measured[spec]
+            profile = speed.with_type(profile, facts, seen["decode_short"], seen["prompt"])
         speed.save_profile(profile)
     rows: list[dict[str, Any]] = []
     for spec in specs:
@@ -53,7 +61,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for figure in speed.FIGURES:
             predicted, got = getattr(guess, figure), seen[figure]
             rows.append(row(Path(facts.source).name, figure, predicted, got,
-                            fitted=spec in PROFILE_MODELS and not args.model))
+                            fitted=spec in (*PROFILE_MODELS, *TYPE_MODELS) and not args.model))
             speed.record(facts, figure, got)
     return {"rows": rows, "profile": profile.to_dict()}
 

@@ -52,6 +52,10 @@ class SpeedProfile:
     prompt_step_s: float = 0.0        # seconds per prompt token beyond its multiply-adds
     kv_factor: float = 1.0            # attention at depth over reading its KV (1: only the bytes)
     source: str = "measured"          # measured (hisho bench speed) | a fixture's name
+    # Weight type -> bytes/s as decode reads that type, where a model mostly of it was measured: a k-quant's
+    # dot products cost more per byte than Q4_0's repacked kernels, so on few cores its decode is not bound by
+    # memory alone. Other types read at ``bandwidth``.
+    type_bandwidth: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,7 +66,8 @@ class SpeedProfile:
                    prompt_rate={str(k): float(v) for k, v in dict(data.get("prompt_rate", {})).items()},
                    threads=int(data.get("threads", 0)), source=str(data.get("source", "measured")),
                    prompt_step_s=float(data.get("prompt_step_s", 0.0)),
-                   kv_factor=float(data.get("kv_factor", 1.0)))
+                   kv_factor=float(data.get("kv_factor", 1.0)),
+                   type_bandwidth={str(k): float(v) for k, v in dict(data.get("type_bandwidth", {})).items()})
 
 
 @dataclass(frozen=True)
@@ -124,13 +129,29 @@ def predict(facts: ModelFacts, profile: SpeedProfile, *, type_kv: str = "f16") -
     """Predicted decode (short, at 4K) and prompt tok/s of ``facts`` on a machine with ``profile``."""
     weights = weights_read_per_token(facts)
     kv_4k = kv_4k_bytes(facts, type_kv)
+    kind = main_type(facts)
+    weight_bw = profile.type_bandwidth.get(kind, profile.bandwidth)
 
     def decode(kv: int) -> float:
-        return 1.0 / (profile.step_s + (weights + profile.kv_factor * kv) / profile.bandwidth)
+        return 1.0 / (profile.step_s + weights / weight_bw + profile.kv_factor * kv / profile.bandwidth)
 
-    return Speed(decode_short=decode(0), decode_4k=decode(kv_4k), prompt=prompt_speed(profile, main_type(facts),
+    return Speed(decode_short=decode(0), decode_4k=decode(kv_4k), prompt=prompt_speed(profile, kind,
                                                                                       matmul_elements(facts)),
                  how="predicted")
+
+
+def with_type(profile: SpeedProfile, facts: ModelFacts, decode_short: float, prompt: float) -> SpeedProfile:
+    """``profile`` plus the decode bandwidth and prompt rate of ``facts``'s main weight type, from one model of
+    that type measured here (its step and per-token costs are the machine's, already fitted)."""
+    import dataclasses
+
+    kind = main_type(facts)
+    rates, bandwidths = dict(profile.prompt_rate), dict(profile.type_bandwidth)
+    if prompt > 0 and 1.0 / prompt > profile.prompt_step_s:
+        rates[kind] = matmul_elements(facts) / (1.0 / prompt - profile.prompt_step_s)
+    if decode_short > 0 and 1.0 / decode_short > profile.step_s:
+        bandwidths[kind] = weights_read_per_token(facts) / (1.0 / decode_short - profile.step_s)
+    return dataclasses.replace(profile, prompt_rate=rates, type_bandwidth=bandwidths)
 
 
 def decode_when_full(facts: ModelFacts, fast: Speed, n_ctx: int, type_kv: str = "f16") -> float:
