@@ -224,13 +224,7 @@ class ServingBatch:
                     job.snapshots.append(report)
                 else:
                     job.saved = report
-                job.saving -= 1
-                event = job.held_done if not job.saving else None
-                if event is not None:
-                    job.held_done = None
-                    event = self._with_saves(event, job)
-            if event is not None:
-                job.emit_now(event)
+            self._one_save_less(job)
 
         job.saving += 1
         try:
@@ -375,14 +369,18 @@ class ServingBatch:
             slot.held = list(self.rt.seqs.get(slot.seq, []))
             self.rt.seqs[slot.seq] = slot.held
             self._save(slot.seq, job)
-            with job.lock:                   # the reservation _finish made
-                job.saving -= 1
-                event = job.held_done if not job.saving else None
-                if event is not None:
-                    job.held_done = None
-                    event = self._with_saves(event, job)
+            self._one_save_less(job)         # the reservation _finish made
+
+    def _one_save_less(self, job: Job) -> None:
+        """A save of ``job`` ended (or a reservation for one was let go): the last one sends the held "done"."""
+        with job.lock:
+            job.saving -= 1
+            event = job.held_done if not job.saving else None
             if event is not None:
-                job.emit_now(event)
+                job.held_done = None
+                event = self._with_saves(event, job)
+        if event is not None:
+            job.emit_now(event)
 
     def _done_event(self, job: Job, reason: str, tokens: list[int], text: str, cached: int, ttft: float,
                     decode_s: float) -> None:
