@@ -105,9 +105,8 @@ class ProbeFailed(RuntimeError):
 
 
 def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n_threads: int) -> dict[str, Any]:
-    from hisho.core import spawn
     from hisho.core.planner.memory import estimate
-    from hisho.core.planner.state import HEAP_RETAINS, HEAP_TRIM, kept_bytes
+    from hisho.core.planner.state import kept_bytes
     from hisho.core.units import MIB
 
     cpu = machine.cpu or None
@@ -119,18 +118,7 @@ def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n
                         n_seq_max=cfg.n_seq_max, use_mmap=predicted.mmap if cpu else None)
     caches = {"dense": 1, "swa": 2, "hybrid": 2 if any(facts.swa_layers) else 1, "recurrent": 0}[facts.memory]
     request = {"params": params.to_dict(), "n_swa": facts.n_swa, "kv_caches": caches}
-    try:
-        # glibc's mmap threshold at its dynamic maximum from the start: the state a long session reaches (freed
-        # checkpoints up to 32 MiB stay in the heap), not the fresh process's 128 KiB.
-        env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
-        proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        raise ProbeFailed(f"the kept-state probe took longer than {PROBE_TIMEOUT_S} s") from None
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        raise ProbeFailed(f"the kept-state probe failed: {tail[0]}")
-    m = json.loads(lines[-1])
+    m = run_kept_probe(request)
     buffers = m["buffers"]
     reported = sum(sum(buffers.get(k, {}).values()) for k in ("model", "KV", "RS", "compute", "output"))
     arena = -(-int(m["save_copied_bytes"]) // (4 << 20)) * (4 << 20)
@@ -142,9 +130,9 @@ def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n
         "n_ctx": cfg.n_ctx, "type_k": cfg.type_k, "type_v": cfg.type_v, "flash_attn": cfg.flash_attn,
         "memory": facts.memory, "kind": m["kind"], "mmap": m["mmap"],
         "predicted_resident": predicted.resident, "measured_resident": measured,
-        "resident_error_pct": _pct(predicted.resident, measured),
+        "resident_error_pct": pct_error(predicted.resident, measured),
         "predicted_committed": predicted.committed, "measured_committed": measured_committed,
-        "committed_error_pct": _pct(predicted.committed, measured_committed),
+        "committed_error_pct": pct_error(predicted.committed, measured_committed),
         "predicted_kept": predicted.kept, "predicted_checkpoint": k.per_checkpoint,
         "predicted_checkpoints_kept": k.kept_per_seq, "predicted_arena": k.arena,
         "measured_checkpoint": max(m["checkpoint_sizes"], default=0), "measured_checkpoints_kept": m["checkpoints_kept"],
@@ -156,7 +144,28 @@ def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n
     }
 
 
-def _pct(predicted: int, measured: int) -> float:
+def run_kept_probe(request: dict[str, Any]) -> dict[str, Any]:
+    """``measure_kept(request)`` in a fresh child (``spawn`` role "kept-probe"); its last JSON line. Raises
+    ProbeFailed when it times out or prints none."""
+    from hisho.core import spawn
+    from hisho.core.planner.state import HEAP_RETAINS, HEAP_TRIM
+
+    try:
+        # glibc's mmap threshold at its dynamic maximum from the start: the state a long session reaches (freed
+        # checkpoints up to 32 MiB stay in the heap), not the fresh process's 128 KiB.
+        env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
+        proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        raise ProbeFailed(f"the kept-state probe took longer than {PROBE_TIMEOUT_S} s") from None
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        raise ProbeFailed(f"the kept-state probe failed: {tail[0]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def pct_error(predicted: int, measured: int) -> float:
     return round(100.0 * (predicted - measured) / measured, 3) if measured else 0.0
 
 

@@ -25,17 +25,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from hisho.bench.plan_kept import ProbeFailed, pct_error, run_kept_probe
 
 log = logging.getLogger("hisho.bench")
 
 PROFILE_MODELS = ("llama-3.2-1b:Q4_0", "llama-3.2-3b:Q4_K_M", "gemma-3-270m")
 PROFILE_RUNS = (("window", None), ("serve", 2), ("generate", None), ("summarize", None))
 PROFILE_CTX = 4096  # per sequence: serve --parallel 2 loads two streams of it
-PROBE_TIMEOUT_S = 3600
 TOLERANCE_PCT, UNDER_PCT = 5.0, 2.0
 
 
@@ -94,10 +94,6 @@ def profile_cells(only: str | None, n_ctx: int, kv: str, machine: Any) -> dict[s
     return out
 
 
-class ProbeFailed(RuntimeError):
-    pass
-
-
 def planned(path: Path, profile: str, parallel: int | None, n_ctx: int, kv: str, machine: Any) -> dict[str, Any]:
     """The two figures for one cell: ``hisho plan --profile``'s and the front end's load's, with its params."""
     from hisho.core import settings as settings_mod
@@ -119,9 +115,7 @@ def planned(path: Path, profile: str, parallel: int | None, n_ctx: int, kv: str,
 
 def profile_cell(path: Path, profile: str, parallel: int | None, n_ctx: int, kv: str, machine: Any,
                  ) -> dict[str, Any]:
-    from hisho.core import spawn
     from hisho.core.documents.plan import CHUNK_TARGET, MAX_PARALLEL, SUMMARY_TOKENS, seq_cells
-    from hisho.core.planner.state import HEAP_RETAINS, HEAP_TRIM
 
     p = planned(path, profile, parallel, n_ctx, kv, machine)
     plan, params, facts = p["plan"], p["params"], p["plan"].facts
@@ -133,16 +127,7 @@ def profile_cell(path: Path, profile: str, parallel: int | None, n_ctx: int, kv:
         # A map phase as documents.plan packs it: full chunks, each in its own stream, as many as fit.
         per_seq = min(seq_cells(CHUNK_TARGET + SUMMARY_TOKENS + 128), p["total"])
         request["job"] = [max(1, min(MAX_PARALLEL, p["total"] // per_seq)), per_seq]
-    env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
-    try:
-        proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        raise ProbeFailed(f"the probe took longer than {PROBE_TIMEOUT_S} s") from None
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        raise ProbeFailed(f"the probe failed: {tail[0]}")
-    m = json.loads(lines[-1])
+    m = run_kept_probe(request)
     measured = int(m["peak_growth"])
     c, cli = plan.config, p["cli"]
     return {
@@ -151,11 +136,11 @@ def profile_cell(path: Path, profile: str, parallel: int | None, n_ctx: int, kv:
         "type_k": c.type_k, "flash_attn": c.flash_attn, "n_ubatch": c.n_ubatch, "memory": facts.memory,
         "mmap": m.get("mmap"), "job": request.get("job"),
         "cli_resident": cli.breakdown.resident, "load_resident": plan.breakdown.resident,
-        "cli_vs_load_pct": _pct(cli.breakdown.resident, plan.breakdown.resident),
+        "cli_vs_load_pct": pct_error(cli.breakdown.resident, plan.breakdown.resident),
         "cli_config_same": (cli.config.n_ctx, cli.config.type_k, cli.config.flash_attn, cli.config.n_ubatch)
         == (c.n_ctx, c.type_k, c.flash_attn, c.n_ubatch),
         "predicted_resident": plan.breakdown.resident, "predicted_kept": plan.breakdown.kept,
-        "measured_resident": measured, "resident_error_pct": _pct(plan.breakdown.resident, measured),
+        "measured_resident": measured, "resident_error_pct": pct_error(plan.breakdown.resident, measured),
         "predicted_committed": plan.breakdown.committed,
         "measured": {k: m[k] for k in ("context_peak", "job_peak", "after_checkpoints_peak", "after_save_peak",
                                        "load_peak_growth", "save_copied_bytes", "checkpoint_bytes_max_held")
@@ -166,7 +151,3 @@ def profile_cell(path: Path, profile: str, parallel: int | None, n_ctx: int, kv:
                                                                               "output")},
         "estimate": plan.breakdown.estimate,
     }
-
-
-def _pct(predicted: int, measured: int) -> float:
-    return round(100.0 * (predicted - measured) / measured, 3) if measured else 0.0
