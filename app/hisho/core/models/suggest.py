@@ -82,6 +82,27 @@ def suggest(budget: Budget, profile: SpeedProfile | None = None, installed: froz
     return fast[-1] if fast else (fitting[0] if fitting else None)
 
 
+def ranked(budget: Budget, profile: SpeedProfile | None = None, installed: frozenset[str] = frozenset(),
+           floor: float = SPEED_FLOOR) -> list[Candidate]:
+    """Every candidate, best for this machine first: the one ``suggest`` offers, then those that fit and answer at
+    ``floor`` tok/s or faster (larger first), then those that fit but are slower here, then tight ones, then the
+    ones that do not fit."""
+    pick = suggest(budget, profile, installed, floor)
+
+    def rank(c: Candidate) -> tuple[int, float]:
+        verdict = estimate(c, budget)
+        slow = is_slow(c, profile, floor)
+        group = 0 if c is pick else {"fits": 1, "tight": 3, "wont_fit": 4}[verdict] + (verdict == "fits" and slow)
+        return group, -c.params_b
+
+    return sorted(CANDIDATES, key=rank)
+
+
+def is_slow(c: Candidate, profile: SpeedProfile | None, floor: float = SPEED_FLOOR) -> bool:
+    """Whether ``c`` would answer slower than ``floor`` tok/s here (False where this machine's speed is unknown)."""
+    return profile is not None and speed_of(c, profile).decode_short < floor
+
+
 def why_not_larger(pick: Candidate, budget: Budget, profile: SpeedProfile | None,
                    floor: float = SPEED_FLOOR) -> str:
     """Why a larger candidate that fits was not offered (it would answer slower than ``floor`` here), or ""."""

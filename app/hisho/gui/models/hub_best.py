@@ -2,8 +2,9 @@
 
 The well-known instruct models of ``core.models.suggest`` (no request: the estimate comes from their published
 sizes), the one the first-run card would offer first: the best that fits and, where this machine's speed is
-measured (``planner.speed``), answers at 8 tok/s or faster. Each line says its fit and speed; one already
-installed says so. Picking one opens its repository, whose files the planner then judges from their headers.
+measured (``planner.speed``), answers at 8 tok/s or faster; then the others that fit and are fast enough here,
+then those that fit but would answer slower (said on their line), then the ones that do not fit
+(``suggest.ranked``). Each line says its fit and speed; one already installed says so. Picking one opens its repository, whose files the planner then judges from their headers.
 
 Rules of use: ``show_best(tab)`` on the GUI thread; the estimate runs on the ``hub`` lane and is dropped when a
 search or a repository was asked for meanwhile (the tab's sequence number).
@@ -33,19 +34,22 @@ class Line:
 
 def best_lines(tab: HubTab) -> tuple[list[Line], str]:
     """The candidates, best for this computer first, and a one-line heading (runs on the hub lane)."""
-    from hisho.core.models.suggest import CANDIDATES, estimate, speed_of, suggest, why_not_larger
+    from hisho.core.models.suggest import estimate, is_slow, ranked, speed_of, suggest, why_not_larger
     from hisho.core.planner import speed
+    from hisho.core.planner.speed import SPEED_FLOOR
 
     budget, _opts = tab.budget()
     profile = speed.load_profile()
     installed = frozenset(Path(e.path).name for e in tab.models.list())
     pick = suggest(budget, profile, installed)
-    order = ([pick] if pick is not None else []) + [c for c in reversed(CANDIDATES) if c is not pick]
+    order = ranked(budget, profile, installed)
     lines = []
     for c in order:
         bits = [WORDS[estimate(c, budget)]]
         if profile is not None:
             bits.append(speed_of(c, profile).label())
+            if is_slow(c, profile):
+                bits.append(f"slower than {SPEED_FLOOR:.0f} tok/s here")
         if c.file in installed:
             bits.append("installed")
         star = "★ " if c is pick else ""
