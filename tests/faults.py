@@ -67,16 +67,16 @@ class EngineFreeze:
     test's Stop (or its look at a "Reading…"/"Loading…" text) lands while the work is really in flight (on a fast
     machine a 1B file or a few hundred prompt tokens otherwise finish within the window's next tick). ``thaw``
     (also on leaving the ``with``) lets the process go on, where it reads the cancel first. ``op``: "load",
-    "prefill" (type-ahead) or "generate" (a reply reading its prompt).
+    "prefill" (type-ahead), "generate" (a reply reading its prompt), or None: whatever reports progress first.
     """
 
-    def __init__(self, engine: EngineClient, op: str = "load", timeout_s: float = 120.0) -> None:
+    def __init__(self, engine: EngineClient, op: str | None = "load", timeout_s: float = 120.0) -> None:
         self._engine = engine
         self._op = op
         self._timeout_s = timeout_s
         self._pid: int | None = None
         self.frozen = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name=f"{op}-freeze", daemon=True)
+        self._thread = threading.Thread(target=self._watch, name=f"{op or 'engine'}-freeze", daemon=True)
 
     def __enter__(self) -> EngineFreeze:
         self._thread.start()
@@ -90,7 +90,7 @@ class EngineFreeze:
         while time.monotonic() < end:
             p = self._engine.progress()
             pid = self._engine.pid
-            if p is not None and p.op == self._op and 0 < p.done < p.total and pid is not None:
+            if p is not None and self._op in (None, p.op) and 0 < p.done < p.total and pid is not None:
                 os.kill(pid, signal.SIGSTOP)
                 self._pid = pid
                 self.frozen.set()

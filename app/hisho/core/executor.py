@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -108,18 +109,19 @@ class Executor:
 
     def shutdown(self, timeout: float = 10.0) -> bool:
         """Stop taking work, drop what waits (except ``call``s a worker waits on), and wait up to ``timeout`` s
-        for running jobs. False if one is still running."""
+        in all for running jobs. False if one is still running (a second call waits for it again)."""
         with self._cv:
             self.closed = True
             keyed = list(self._keyed.values())
         for job in keyed:
             job.drop()
         done = True
+        deadline = time.monotonic() + timeout
         for lane, pool in self._pools.items():
             pool.shutdown(wait=False)  # queued jobs are dropped by _Job._run, ``call``s still run
             # ThreadPoolExecutor has no timed shutdown; join its threads ourselves.
             for t in list(getattr(pool, "_threads", ())):
-                t.join(timeout)
+                t.join(max(0.0, deadline - time.monotonic()))
                 if t.is_alive():
                     log.warning("%s lane still busy after %.1fs at shutdown", lane, timeout)
                     done = False

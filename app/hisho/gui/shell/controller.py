@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hisho.gui")
 
-CLOSE_WAIT_S = 10.0
+CLOSE_WAIT_S = 2.0  # the lanes' work, once cancelled, is given this long twice: before and after a kill
 ERROR_MS = 15000   # errors stay longer than confirmations
 MODEL_FIELDS = ("model",)  # chat settings whose change needs another model loaded
 
@@ -366,6 +366,10 @@ class ChatController(QObject):
         self.ctx.begin_close()  # a model still loading gives up at once: the quit does not wait for it
         self.w.view.detach_stream()
         if not self.executor.shutdown(CLOSE_WAIT_S):
-            self.ctx.engine.kill()  # a reply did not stop in time; its text so far is saved already
+            # A reply or a summary did not stop in time (an engine deep in a long batch, or not answering): its
+            # text so far is saved already. Killing the engine fails every request in flight at once, so the
+            # lanes' jobs end now.
+            self.ctx.engine.kill()
+            self.executor.shutdown(CLOSE_WAIT_S)
         self.ctx.engine.close()
         log.info("window closed in %.2fs", time.perf_counter() - start)
