@@ -1,6 +1,8 @@
 """``hisho gui``: the QApplication, the theme (following the system unless set), the context and the window.
 
-``run_app`` is the entry point (cli/main.py calls it). ``open_window`` is the same without the event loop, for tests
+``run_app`` is the entry point (cli/main.py calls it). SIGTERM and SIGINT (a logout, ``kill``, Ctrl+C in the
+terminal that started it) close the window as its close button does: the draft and the reply so far are saved, KV
+saves land, the engine and the API stop (``quit_on_signals``). ``open_window`` is the same without the event loop, for tests
 and the screenshot script. A failure before the window is up is never a silent exit: ``startup_failed`` writes
 the traceback to the log and says so in a message box (one stderr line where there is no display); Qt's own
 fatal messages (a platform plugin that cannot load) reach the log through a message handler first.
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
 import sys
 import time
 from functools import partial
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, Qt, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QEvent, QObject, QSocketNotifier, Qt, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QGuiApplication, QIcon
 from PySide6.QtWidgets import QApplication, QMessageBox, QWidget
 
@@ -27,6 +31,8 @@ from hisho.gui.shell.main_window import MainWindow
 from hisho.gui.shell.single import FirstInstance
 
 log = logging.getLogger("hisho.gui")
+
+_KEPT: list[object] = []  # quit_on_signals' sockets and notifier
 
 
 def application() -> QApplication:
@@ -72,6 +78,7 @@ def run_app(model: str | None = None) -> int:
         welcome_second_launches(first, window)
         _report_first_paint(window)
         window.show()
+        quit_on_signals(app, window)
     except Exception as exc:
         return startup_failed(exc)
     from hisho.gui.settings.api_page import start_at_launch
@@ -81,6 +88,32 @@ def run_app(model: str | None = None) -> int:
     first.close()
     close(window)
     return code
+
+
+def quit_on_signals(app: QApplication, window: QWidget) -> None:
+    """SIGTERM and SIGINT close ``window`` and end the event loop. Python runs a signal handler only between
+    bytecodes, never while Qt's loop waits in C++, so the C-level handler writes to a socket (``set_wakeup_fd``)
+    that a socket notifier in the loop reads."""
+    ours, theirs = socket.socketpair()  # a socket, not a pipe: Windows' set_wakeup_fd takes only sockets
+    for end in (ours, theirs):
+        end.setblocking(False)
+    signal.set_wakeup_fd(theirs.fileno())
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_args: None)  # handled below, once the loop reads the wake-up byte
+    notifier = QSocketNotifier(ours.fileno(), QSocketNotifier.Type.Read, app)
+
+    def woken() -> None:
+        try:
+            got = ours.recv(64)
+        except BlockingIOError:
+            return
+        names = ", ".join(signal.Signals(b).name for b in got if b in signal.valid_signals())
+        log.info("quitting on %s", names or "a signal")
+        window.close()
+        app.quit()
+
+    notifier.activated.connect(woken)
+    _KEPT.extend((ours, theirs, notifier))  # alive as long as the process: the fd must outlive the loop
 
 
 def welcome_second_launches(first: FirstInstance, window: MainWindow) -> None:
