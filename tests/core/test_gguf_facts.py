@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from hisho.core.errors import ModelFileError
-from hisho.core.models.gguf_facts import facts_from_ranges, list_hub_ggufs, read_facts, read_hub_facts
+from hisho.core.models.gguf_facts import read_facts
+from hisho.core.models.gguf_hub import facts_from_ranges, list_hub_ggufs, read_hub_facts
 from tests.fixtures.gguf_shapes import GEMMA3_4B, LLAMA_31_8B, TINY_LLAMA, Shape, tensor_bytes, write_shape
 
 
@@ -137,7 +138,7 @@ def test_ranges_grow_until_header_complete(tmp_path: Path) -> None:
         calls.append(end)
         return data[start:end]
 
-    import hisho.core.models.gguf_facts as gf
+    import hisho.core.models.gguf_hub as gf
 
     old = gf.HEADER_FIRST_FETCH
     gf.HEADER_FIRST_FETCH = 64

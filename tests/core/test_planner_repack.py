@@ -67,7 +67,7 @@ def test_estimate_prices_repacked_weights_once_without_mmap(tmp_path: Path) -> N
 
 
 def test_hub_plan_uses_the_same_rule(tmp_path: Path) -> None:
-    from hisho.core.models.gguf_facts import read_hub_facts
+    from hisho.core.models.gguf_hub import read_hub_facts
     from tests.core.test_gguf_facts import FakeHub
 
     (tmp_path / "hub").mkdir()

@@ -2,7 +2,7 @@
 before anything is downloaded.
 
 For each ``QuantFile`` the header of every part is read (1 MiB first, more only if the header is longer: see
-``gguf_facts.facts_from_ranges``; a split model's tensor table is spread over its parts), the facts are merged
+``gguf_hub.facts_from_ranges``; a split model's tensor table is spread over its parts), the facts are merged
 and ``planner.plan_facts`` prices it for this machine's budget with the rules and the dry run the downloaded
 file will get (docs/planner.md "One plan"). The verdict:
 
@@ -29,7 +29,8 @@ from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.errors import GatedRepo, HubError, endpoint, gated, hub_call
 from hisho.core.hub.token import get_token
 from hisho.core.machine import Budget, Machine
-from hisho.core.models.gguf_facts import ModelFacts, read_hub_facts
+from hisho.core.models.gguf_facts import ModelFacts
+from hisho.core.models.gguf_hub import read_hub_facts
 from hisho.core.planner import speed
 from hisho.core.planner.speed import SPEED_FLOOR
 from hisho.core.units import GIB

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from hisho.core.errors import UserError
 from hisho.core.machine import Budget, Machine
-from hisho.core.models.gguf_facts import ModelFacts, list_hub_ggufs, read_facts, read_hub_facts
+from hisho.core.models.gguf_facts import ModelFacts, read_facts
+from hisho.core.models.gguf_hub import list_hub_ggufs, read_hub_facts
 from hisho.core.models.store import ModelStore
 from hisho.core.planner import profiles
 from hisho.core.planner.calibrate import ProbeFailed, cached, calibrate, can_calibrate

@@ -27,7 +27,8 @@ from typing import Any
 
 from hisho.core import paths, spawn
 from hisho.core.atomic import write_text_atomic
-from hisho.core.models.gguf_facts import ModelFacts, hub_header_path
+from hisho.core.models.gguf_facts import ModelFacts
+from hisho.core.models.gguf_hub import hub_header_path
 from hisho.core.planner.memory import Calibration
 from hisho.core.units import padded_cells
 
