@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from hisho.bench.shapes import model_file
-from hisho.core.engine.client import EngineClient, Stream
+from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import ErrorKind, LoadParams, Sampling
+from hisho.core.engine.stream import Stream
 from hisho.core.errors import EngineClosed, EngineCrashed, EngineError
 from tests.faults import LoadFreeze
 

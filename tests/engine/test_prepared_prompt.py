@@ -10,9 +10,10 @@ from typing import Any
 from hisho.core.conversations.chat import ChatService, FitReport
 from hisho.core.conversations.store import ChatSettings, ConversationStore
 from hisho.core.db import Database
-from hisho.core.engine.client import EngineClient, Stream
+from hisho.core.engine.client import EngineClient
 from hisho.core.engine.ops import Generate, Request, StateLoad, Tokenize
 from hisho.core.engine.protocol import LoadParams
+from hisho.core.engine.stream import Stream
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession

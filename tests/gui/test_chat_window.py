@@ -14,7 +14,8 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
 
 from hisho.core.conversations.store import DONE, FAILED, STOPPED, ChatSettings
-from hisho.core.engine.client import EngineClient, Stream
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.stream import Stream
 from hisho.gui.chat.sidebar import SNIPPET_ROLE
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window, wait_for, wait_idle

@@ -19,7 +19,8 @@ from pytestqt.qtbot import QtBot
 
 from hisho.bench.shapes import model_file
 from hisho.core.conversations.store import DONE, ChatSettings
-from hisho.core.engine.client import EngineClient, Stream
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.stream import Stream
 from hisho.gui.shell.main_window import MainWindow
 from tests.gui.conftest import make_window, wait_for, wait_idle, wait_reply
 
