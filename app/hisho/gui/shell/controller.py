@@ -36,6 +36,7 @@ from hisho.core.conversations.store import Conversation
 from hisho.core.errors import EngineError, LoadStopped, UserError
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.units import MIB
+from hisho.gui import ops
 from hisho.gui.chat.context_fit import ContextFit
 from hisho.gui.chat.conversation_list import ConversationList, ListWindow
 from hisho.gui.chat.editing import Editing
@@ -115,11 +116,11 @@ class ChatController(QObject):
     # ----- plumbing --------------------------------------------------------------------------------------
 
     def store_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None) -> None:
-        self.executor.submit("store", fn, done=done)
+        ops.database(self.executor, fn).success(done).run()
 
     def engine_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None,
                    failed: Callable[[BaseException], Any] | None = None) -> None:
-        self.executor.submit("engine", fn, done=done, failed=failed)
+        ops.engine(self.executor, fn).success(done).failure(failed).run()
 
     def report(self, exc: BaseException) -> None:
         """Errors of background operations: the user's (one line) or a bug (logged, short message)."""
@@ -310,7 +311,7 @@ class ChatController(QObject):
         except ValueError as exc:
             self.toast(f"The preset was not saved: {exc}")
             return
-        self.ctx.executor.submit("store", self.ctx.settings.save, failed=self.report)
+        ops.save_settings(self.executor, self.ctx.settings).failure(self.report).run()
 
     def _settings_saved(self, conv: Conversation, old_model: str) -> None:
         if self.current is not None and self.current.id == conv.id:

@@ -26,6 +26,7 @@ from hisho.core.remote.endpoints import load_endpoints, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
 from hisho.core.remote.probe import ServerInfo, probe
+from hisho.gui import ops
 from hisho.gui.shell.protocols import HasController, RemoteWindow
 
 if TYPE_CHECKING:
@@ -144,8 +145,8 @@ def restore_choice(window: RemoteWindow) -> bool:
 def offer_remote(window: RemoteWindow, hub: HubTab) -> None:
     """The Models page's Hub tab offers "Run on <engine>" for files too big here, when engines are configured."""
     hub.run_remote_requested.connect(lambda f, name: run_hub_model(window, f, name))
-    window.ctx.executor.submit("remote", lambda: [e.name for e in load_endpoints()],
-                               done=lambda names: setattr(hub, "remote_names", names))
+    ops.remote(window.ctx.executor, lambda: [e.name for e in load_endpoints()]) \
+        .success(lambda names: setattr(hub, "remote_names", names)).run()
 
 
 def run_hub_model(window: RemoteWindow, f: QuantFile, name: str) -> None:
@@ -177,4 +178,4 @@ def run_hub_model(window: RemoteWindow, f: QuantFile, name: str) -> None:
         box.open()
         window._remote_help = box   # kept for tests and so it is not collected while open
 
-    window.ctx.executor.submit("remote", lambda: probe(with_key(ep), timeout=5.0), done=done, failed=c.report)
+    ops.remote(window.ctx.executor, lambda: probe(with_key(ep), timeout=5.0)).success(done).failure(c.report).run()
