@@ -8,8 +8,9 @@
 - ``hisho.gui.chat.context_fit.ContextFit``: the context meter and the draft's token count, per chat.
 
 Rules:
-- Engine work (load, token counts, replies) runs on the ``engine`` lane, one at a time; store reads and writes
-  the window waits for run on the ``store`` lane. Results come back on the GUI thread through the bridge.
+- Background work goes through the op layer (``hisho.gui.ops``): ``store_job`` / ``engine_job`` here are the
+  parts' shorthands for its ``database`` and ``engine`` ops (engine work one at a time; store reads and writes
+  the window waits for on the database's one writer). Results come back on the GUI thread through the bridge.
 - The presenter and its parts take narrow views of the window, never the window itself: ``ChatWindow`` (here)
   names what they use of it, ``Sending`` sees the screen only as ``SendScreen`` (named methods, made by
   ``ChatScreen``), ``ConversationList`` takes ``ListWindow``, ``Editing`` and ``ContextFit`` the widgets.
@@ -45,7 +46,8 @@ from hisho.gui.chat.sending import Sending
 from hisho.gui.chat.title_edit import InlineTitle
 from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
 from hisho.gui.shell import theme
-from hisho.gui.shell.protocols import TOAST_MS, RemoteWindow
+from hisho.gui.shell.protocols import TOAST_MS
+from hisho.gui.shell.remote_switch import RemoteWindow
 
 if TYPE_CHECKING:
     from hisho.gui.shell.status_bar import ContextMeter, StatusBar

@@ -20,7 +20,7 @@ from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import GIB, format_bytes
 from hisho.gui import ops
 from hisho.gui.shell.pages import ShowsPages
-from hisho.gui.shell.protocols import RemoteWindow
+from hisho.gui.shell.remote_switch import RemoteWindow
 from hisho.gui.shell.widgets import ElidedLabel
 
 
