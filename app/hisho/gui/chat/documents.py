@@ -224,7 +224,7 @@ class DocumentsController(QObject):
         job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self.ask_password,
                         confirm=self._confirm_long)
         self.job = job
-        result = job.run()
+        result = docs.run(job)
         cid, note = docs.open_result(result)
         return result, cid, note
 
