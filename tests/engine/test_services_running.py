@@ -124,3 +124,18 @@ def test_each_front_end_names_a_profile(default_model_path: Path) -> None:
         assert app.model_problem and app.load_params is None
     finally:
         app.close()
+
+
+def test_the_queue_shows_a_load_while_it_runs_and_documents_report_to_it(default_model_path: Path) -> None:
+    app = services.build(None, "chat")
+    seen: list[tuple[str, ...]] = []
+    app.state.subscribe(lambda now: seen.append(now.queue.jobs))
+    try:
+        app.load()
+        assert ("loading " + app.model_name.display,) in seen
+        assert app.state.now.queue.idle and app.state.now.loaded
+        with app.documents.working("summarizing report.pdf"):   # the root handed Documents its queue
+            assert app.state.now.queue.jobs == ("summarizing report.pdf",)
+        assert app.state.now.queue.idle
+    finally:
+        app.close()

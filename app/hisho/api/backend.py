@@ -215,13 +215,16 @@ class Backend:
         self.max_tokens = max_tokens
         self.limits = limits or Limits()
         self.admission = Admission(self.limits.max_queued)
-        self.waits = waits.WaitQueue(self.limits.max_wait_s)
+        self.waits = waits.WaitQueue(self.limits.max_wait_s, on_change=lambda _n: self._queue_changed())
         self._busy = 0
         self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away, or its time ran out)
         self.timed_out = 0  # of those, the ones cancelled by the time limit
         self._lock = threading.Lock()
         self.on_busy: Callable[[int], None] | None = None  # the window's indicator (any thread)
         self.on_result: Callable[[GenerationResult], None] | None = None  # each finished request (bench)
+        # (running, waiting) after each change (any thread): the app's queue (``AppState.api_queue``, set by
+        # api/launch.py for the composition root).
+        self.on_queue: Callable[[int, int], None] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -245,6 +248,14 @@ class Backend:
             n = self._busy
         if self.on_busy is not None:
             self.on_busy(n)
+        self._queue_changed()
+
+    def _queue_changed(self) -> None:
+        """Tell ``on_queue`` how many requests the engine is on and how many wait behind other work (one
+        admitted but not yet sent waits too: it is not counted busy yet)."""
+        if self.on_queue is not None:
+            waiting = self.waits.waiting
+            self.on_queue(max(0, self._busy - waiting), waiting)
 
     def _start(self, engine: Engine, job: Job, n_ctx_seq: int) -> TokenStream:
         fields: dict[str, Any] = {"messages": job.messages} if job.kind == "chat" else {"prompt": job.prompt}

@@ -42,6 +42,7 @@ def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
     cache = PromptCache(app.kv.session) if app.kv is not None else None  # the same KV store as the chats
     backend = Backend(lambda: app.engine, lambda: model_name(app), defaults, int(settings["max_tokens"]), cache,
                       Limits.from_settings(settings))
+    backend.on_queue = app.state.api_queue   # the app's queue says what the API runs and what waits
     return ApiServer(backend, key, port=port, cors_origins=origins(str(settings["api_cors_origins"])))
 
 

@@ -9,6 +9,7 @@ Rules of use:
 - ``WaitQueue(max_wait_s)``; ``enter()`` when a request is admitted, ``leave(ticket)`` once the engine is on it
   (nothing it waits behind is left), has answered, or the request is refused or gone. ``snapshot()`` is what
   ``/health`` and the window's status bar show. Thread-safe (the window reads it on the GUI thread).
+  ``on_change(waiting)`` (optional) is told each new count, on the thread that changed it.
 - ``behind(engine, before)`` says what the request waits behind: the oldest request in flight that was sent
   before request id ``before`` (None: before anything sent from now on) and is not itself an API request or a
   quick op. An engine that does not report its requests (a remote one) has nothing to wait behind: its own
@@ -22,6 +23,7 @@ import itertools
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hisho.api.shapes import ApiError
@@ -86,8 +88,9 @@ def busy_error(what: str, waited: float, retry: int) -> ApiError:
 class WaitQueue:
     """Requests waiting behind the engine's other work (see the module docstring)."""
 
-    def __init__(self, max_wait_s: float) -> None:
+    def __init__(self, max_wait_s: float, on_change: Callable[[int], None] | None = None) -> None:
         self.max_wait_s = max_wait_s
+        self.on_change = on_change
         self.refused = 0  # requests answered 503 because their wait passed the bound
         self._tickets = itertools.count(1)
         self._since: dict[int, float] = {}
@@ -97,11 +100,25 @@ class WaitQueue:
         with self._lock:
             ticket = next(self._tickets)
             self._since[ticket] = time.monotonic()
+            waiting = len(self._since)
+        self._changed(waiting)
         return ticket
 
     def leave(self, ticket: int) -> None:
         with self._lock:
-            self._since.pop(ticket, None)
+            left = self._since.pop(ticket, None) is not None
+            waiting = len(self._since)
+        if left:   # a request leaves once; its second leave (the ``finally``) changes nothing
+            self._changed(waiting)
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._since)
+
+    def _changed(self, waiting: int) -> None:
+        if self.on_change is not None:
+            self.on_change(waiting)
 
     def waited(self, ticket: int) -> float:
         with self._lock:

@@ -92,7 +92,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             running.append(job)
             if asked.is_set():
                 job.cancel()
-            result = job.run()
+            result = app.documents.run(job)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -14,19 +14,61 @@ Rules of use:
   writer's thread (usually the ``engine`` lane) after every change, so a GUI moves it onto its own thread in one
   place (``gui/shell/state_bridge.py``). A subscriber's exception is logged, never the writer's problem.
 - A change of model or engine clears the speeds: the last model's tok/s are not the next one's.
+- ``now.queue`` says what the engine works on and what waits for it ("summarizing report.pdf · 2 waiting").
+  The root writes it too, in its own methods (``working`` around a load) and through callbacks it hands out and
+  owns: ``Documents.working`` (a summary, documents being attached) and the API backend's ``on_queue``
+  (``api/launch.py``: requests running, requests waiting behind other work, ``api/waits.py``). A change of
+  model keeps the queue: the work goes on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from hisho.core.models.names import NO_MODEL, ModelName
 
 log = logging.getLogger("hisho.state")
+
+
+@dataclass(frozen=True)
+class Queue:
+    """What the engine works on and what waits for it. ``jobs``: the app's own engine work under way, oldest
+    first, in words ("loading Qwen3-4B", "summarizing report.pdf"); the first runs, the others wait for the
+    engine. ``api_running`` / ``api_waiting``: API requests the engine is on / that wait behind other work."""
+
+    jobs: tuple[str, ...] = ()
+    api_running: int = 0
+    api_waiting: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return not (self.jobs or self.api_running or self.api_waiting)
+
+    @property
+    def waiting(self) -> int:
+        return max(0, len(self.jobs) - 1) + self.api_waiting
+
+    @property
+    def label(self) -> str:
+        """One short line: what runs, then how many wait ("summarizing report.pdf · 2 waiting",
+        "API request · 1 waiting", "2 waiting"); "" when idle."""
+        if self.jobs:
+            running = self.jobs[0]
+        elif self.api_running:
+            running = "API request" if self.api_running == 1 else f"{self.api_running} API requests"
+        else:
+            running = ""
+        waiting = f"{self.waiting} waiting" if self.waiting else ""
+        return " · ".join(part for part in (running, waiting) if part)
+
+
+IDLE = Queue()
 
 
 @dataclass(frozen=True)
@@ -45,6 +87,7 @@ class Now:
     base: bool = False
     tokens_per_s: float | None = None
     ttft_s: float | None = None
+    queue: Queue = field(default=IDLE)
 
     @property
     def remote(self) -> bool:
@@ -66,6 +109,8 @@ class AppState:
         self._now = now or Now()
         self._lock = threading.Lock()
         self._watchers: list[Watcher] = []
+        self._jobs: dict[int, str] = {}   # the root's engine work under way, by ticket (oldest first)
+        self._tickets = itertools.count(1)
 
     @property
     def now(self) -> Now:
@@ -113,10 +158,48 @@ class AppState:
             now = dataclasses.replace(self._now, tokens_per_s=tokens_per_s, ttft_s=ttft_s)
         self._set(now)
 
-    def _set(self, now: Now) -> None:
+    # ----- the queue (the root's own work, and the callbacks it owns) --------------------------------------
+
+    @contextmanager
+    def working(self, what: str) -> Iterator[None]:
+        """``what`` is engine work under way until the block ends (whatever way it ends)."""
         with self._lock:
-            self._now = now
+            ticket = next(self._tickets)
+            self._jobs[ticket] = what
+        self._set_queue(jobs=True)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._jobs.pop(ticket, None)
+            self._set_queue(jobs=True)
+
+    def api_queue(self, running: int, waiting: int) -> None:
+        """The API's requests: ``running`` on the engine, ``waiting`` behind other work (any thread)."""
+        self._set_queue(api=(max(0, running), max(0, waiting)))
+
+    def _set_queue(self, *, jobs: bool = False, api: tuple[int, int] | None = None) -> None:
+        with self._lock:
+            queue = self._now.queue
+            if jobs:
+                queue = dataclasses.replace(queue, jobs=tuple(self._jobs.values()))
+            if api is not None:
+                queue = dataclasses.replace(queue, api_running=api[0], api_waiting=api[1])
+            if queue == self._now.queue:
+                return
+            now = self._now = dataclasses.replace(self._now, queue=queue)
             watchers = list(self._watchers)
+        self._tell(watchers, now)
+
+    def _set(self, now: Now) -> None:
+        """A new model state; the queue goes on (a load does not end the work waiting for the engine)."""
+        with self._lock:
+            now = self._now = dataclasses.replace(now, queue=self._now.queue)
+            watchers = list(self._watchers)
+        self._tell(watchers, now)
+
+    @staticmethod
+    def _tell(watchers: list[Watcher], now: Now) -> None:
         for fn in watchers:
             try:
                 fn(now)

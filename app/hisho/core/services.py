@@ -166,7 +166,8 @@ class Services:
             raise UserError(self.model_problem or "no model to load")
         self.state.loading()
         try:
-            info = load_engine(self.engine, params)
+            with self.state.working(f"loading {self.model_name.display}"):
+                info = load_engine(self.engine, params)
         except BaseException:
             self.state.unloaded()
             raise
@@ -196,9 +197,11 @@ class Services:
                                  n_seq_max=self.profile.n_seq_max, override=override,
                                  kv_unified=self.profile.kv_unified, saves_kv=self.profile.kv)
         previous = self.engine.load_params
-        self.state.loading(name_of(path, self.models), str(path))
+        named = name_of(path, self.models)
+        self.state.loading(named, str(path))
         try:
-            info = load_engine(self.engine, params)
+            with self.state.working(f"loading {named.display}"):
+                info = load_engine(self.engine, params)
         except LoadStopped as exc:
             raise self._stopped(exc, previous) from None
         except BaseException:
@@ -206,7 +209,6 @@ class Services:
             raise
         self.model_path, self.load_params = path, params
         self.model_problem, self.plan_refused = "", False
-        self.chat.model_name = self.model_name.id
         self._answering_local(info)
         return info
 
@@ -236,9 +238,10 @@ class Services:
 
         eng = RemoteEngine(with_key(endpoint))
         eng.on_wait = on_wait
-        info = eng.load(LoadParams(model_path=model, n_ctx=int(self.n_ctx or self.settings["n_ctx"])))
+        with self.state.working(f"connecting to {endpoint.name}"):
+            info = eng.load(LoadParams(model_path=model, n_ctx=int(self.n_ctx or self.settings["n_ctx"])))
         previous = self.engine
-        use_engine(self, eng, model)
+        use_engine(self, eng)
         if previous is not self.local_engine:
             previous.close()
         save_choice(endpoint.name, model)
@@ -253,7 +256,7 @@ class Services:
         if local is None or local is self.engine:
             return
         remote = self.engine
-        use_engine(self, local, self.model_name.id)
+        use_engine(self, local)
         remote.close()
         save_choice(LOCAL)
         if local.load_params is not None:   # its model, still loaded, answers again
@@ -384,7 +387,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     engine = engine or make_engine()
     executor = Executor(post)
     named = name_of(model_path, models)
-    chat = ChatService(store, engine, model_name=named.id,
+    state = AppState()
+    chat = ChatService(store, engine, answering=lambda: state.now.model.id,
                        write=lambda fn: executor.call("store", fn),
                        default_system_prompt=lambda: str(settings["default_system_prompt"]))
     kv_chat = None
@@ -394,7 +398,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
                           write=lambda fn: executor.call("store", fn))
     app = Services(settings, store, engine, executor, chat, documents, kv_chat, model_path, params, problem,
                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
-                   models=models, _named=(model_path, named))
+                   models=models, _named=(model_path, named), state=state)
     app.state.chosen(named, str(model_path or ""))
+    documents.working = app.state.working   # a summary or an attach is engine work the queue shows
     install_hooks(chat, documents, kv_chat, measured=functools.partial(record_speed, app))
     return app

@@ -71,13 +71,12 @@ def record_speed(services: Services, out: TurnResult) -> None:
         log.warning("reply speed not kept: %s", exc)
 
 
-def use_engine(services: Services, engine: Engine, model_name: str) -> None:
+def use_engine(services: Services, engine: Engine) -> None:
     """Answer from now on with ``engine`` (a remote one, or ``services.local_engine`` again). Call on the
     ``engine`` lane between turns. KV persistence follows the engine's capabilities: a remote server keeps its
     own cache (docs/remote-engines.md), so the local KV hooks step aside while it answers."""
     services.engine = engine
     services.chat.engine = engine
-    services.chat.model_name = model_name
     services.documents.engine = engine
     kv = services.kv if Capability.KV_STATE.value in engine.capabilities else None
     install_hooks(services.chat, services.documents, kv, measured=functools.partial(record_speed, services))

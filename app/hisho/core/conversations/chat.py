@@ -155,10 +155,13 @@ def sampling_for(settings: Any, n_ctx: int | None = None, *, reasons: bool = Fal
 
 class ChatService:
     def __init__(self, store: ConversationStore, engine: Engine, *, model_name: str = "",
+                 answering: Callable[[], str] | None = None,
                  write: Write | None = None, default_system_prompt: Callable[[], str] = lambda: "") -> None:
         self.store = store
         self.engine = engine
-        self.model_name = model_name
+        # The model a reply is stamped with: ``answering()`` at each reply (the composition root passes the
+        # app's state, so no second copy of "what answers now" can lag behind it); alone, ``model_name``.
+        self._answering = answering or (lambda: model_name)
         self.write: Write = write or _inline
         # What a new chat's system prompt starts as; the composition root reads it from the settings
         # (Settings → System prompts), so the window and ``hisho chat`` start chats alike.
@@ -173,6 +176,11 @@ class ChatService:
         self.after_turn: list[Callable[[TurnResult], None]] = []
         self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
         self._unsaved_lock = threading.Lock()
+
+    @property
+    def model_name(self) -> str:
+        """The id of the model that answers now (what a reply is stamped with)."""
+        return self._answering()
 
     # ----- prompts and fit -----------------------------------------------------------------------------
 

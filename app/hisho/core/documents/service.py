@@ -14,6 +14,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,8 @@ class Documents:
         self._cache: SummaryCache | None = None
         self._chat: ChatDocuments | None = None
         self._open_lock = threading.RLock()  # cache() and chat_documents() are opened once, whichever lane asks first
+        # Engine work under way, for the app's queue (the root sets it to ``AppState.working``; alone: nothing).
+        self.working: Callable[[str], AbstractContextManager[object]] = lambda _what: nullcontext()
 
     def cache(self) -> SummaryCache:
         """The summary cache in the conversations database (raises DatabaseUnavailable if it cannot be)."""
@@ -75,6 +78,12 @@ class Documents:
         first question prefills only itself. ``progress(name, done, total)`` reports each file's reading (PDF
         pages, a DOCX's body in bytes; (0, 0) when it starts, and when its tokens are being counted);
         ``stop()`` is asked between pages and blocks: True leaves the file, and those after it, unattached."""
+        with self.working(f"reading {_names(files)}"):
+            return self._attach(conversation_id, files, ask_password, prompt, progress, stop)
+
+    def _attach(self, conversation_id: int, files: Sequence[Path], ask_password: AskPassword | None,
+                prompt: Callable[[int], list[dict[str, str]]] | None, progress: ReadProgress | None,
+                stop: Callable[[], bool]) -> tuple[list[ChatDocument], list[str]]:
         chat = self.chat_documents()
         added: list[ChatDocument] = []
         refused: list[str] = []
@@ -126,6 +135,11 @@ class Documents:
         options.setdefault("kv", self.kv if self._keeps_kv() else None)
         options.setdefault("read_whole", self._keeps_kv())
         return SummaryJob(self.engine, files, cache=self.cache(), write=self.write, **options)
+
+    def run(self, job: SummaryJob) -> JobResult:
+        """Run ``job`` (the engine lane), shown in the app's queue while it runs."""
+        with self.working(f"summarizing {_names(job.files)}"):
+            return job.run()
 
     def open_result(self, result: JobResult) -> tuple[int | None, str]:
         """Open a finished job as a conversation with its documents attached. A document read whole keeps
@@ -181,3 +195,8 @@ def _reading(name: str, progress: ReadProgress | None, stop: Callable[[], bool])
         if progress is not None:
             progress(name, done, total)
     return page
+
+
+def _names(files: Sequence[Path | str]) -> str:
+    """"report.pdf", or "3 documents"."""
+    return Path(files[0]).name if len(files) == 1 else f"{len(files)} documents"

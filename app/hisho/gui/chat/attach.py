@@ -27,6 +27,7 @@ from PySide6.QtWidgets import QFileDialog
 from hisho.core.conversations.store import Conversation
 from hisho.core.documents.attached import ChatDocument
 from hisho.core.units import format_bytes
+from hisho.gui import ops
 from hisho.gui.chat.composer import Composer
 from hisho.gui.chat.doc_sources import DocSources, SourcesWindow
 from hisho.gui.chat.documents import FILTER
@@ -110,8 +111,8 @@ class AttachController(QObject):
             return
         cid = c.current.id
         gone = next((d.name for d in self.shown.get(cid, []) if d.id == document_id), "the document")
-        self.ctx.executor.submit("store", lambda: self.ctx.documents.chat_documents().remove(document_id),
-                                 done=lambda _: self._removed(cid, gone), failed=c.report)
+        ops.database(self.ctx.executor, lambda: self.ctx.documents.chat_documents().remove(document_id)) \
+            .success(lambda _: self._removed(cid, gone)).failure(c.report).run()
 
     # ----- the work --------------------------------------------------------------------------------------
 
@@ -142,8 +143,8 @@ class AttachController(QObject):
             return self.ctx.documents.attach_to_chat(cid, files, ask_password=self.summary.ask_password,
                                                       prompt=prompt, progress=progress, stop=stop.is_set)
 
-        self.ctx.executor.submit("engine", job, done=lambda out: self._attached(cid, names, out),
-                                 failed=lambda exc: self._failed(cid, names, exc))
+        ops.engine(self.ctx.executor, job).success(lambda out: self._attached(cid, names, out)) \
+            .failure(lambda exc: self._failed(cid, names, exc)).run()
         log.info("attaching %s to conversation %s", ", ".join(names), cid)
 
     def stop_reading(self) -> None:
@@ -211,7 +212,7 @@ class AttachController(QObject):
             self.shown[cid] = docs
             self._show(cid)
 
-        self.ctx.executor.submit("store", read, done=shown, failed=lambda exc: log.info("no attachments: %s", exc))
+        ops.database(self.ctx.executor, read).success(shown).quiet("no attachments").run()
 
     def _show(self, cid: int) -> None:
         current = self.c.current

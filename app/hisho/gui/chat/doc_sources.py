@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, SignalInstance
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from hisho.core.documents.extras import Found, Group, Shown, read_extras
+from hisho.gui import ops
 from hisho.gui.chat.composer import themed_paperclip
 from hisho.gui.chat.doc_viewer import DocumentViewer
 from hisho.gui.chat.flow import FlowLayout
@@ -162,7 +163,7 @@ class DocSources(QObject):
         def work() -> Found:
             return read_extras(docs_of, cid, messages)
 
-        self.ctx.executor.submit("store", work, done=self._show, failed=lambda exc: log.info("no sources: %s", exc))
+        ops.database(self.ctx.executor, work).success(self._show).quiet("no sources").run()
 
     def _show(self, found: Found) -> None:
         self.reads += 1

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
+from hisho.gui import ops
 from hisho.gui.shell.protocols import TOAST_MS, HasContext
 from hisho.gui.shell.widgets import ElidedLabel
 
@@ -210,7 +211,7 @@ class DocumentsController(QObject):
         self.action.setEnabled(False)
         self.running = True
         self.job_name = files[0].name if len(files) == 1 else f"{len(files)} documents"
-        self.ctx.executor.submit("engine", lambda: self._run(files), done=self._done, failed=self._job_failed)
+        ops.engine(self.ctx.executor, lambda: self._run(files)).success(self._done).failure(self._job_failed).run()
         log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
 
     def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
@@ -223,7 +224,7 @@ class DocumentsController(QObject):
         job = docs.job(files, on_progress=self._progress_from_worker, ask_password=self.ask_password,
                         confirm=self._confirm_long)
         self.job = job
-        result = job.run()
+        result = docs.run(job)
         cid, note = docs.open_result(result)
         return result, cid, note
 

@@ -22,6 +22,7 @@ from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.stored import conversation_usage
 from hisho.core.kv.usage import Usage
 from hisho.core.units import format_bytes
+from hisho.gui import ops
 from hisho.gui.chat.waits import RestoreWindow, watch_restores
 from hisho.gui.shell.protocols import HasContext
 from hisho.gui.shell.widgets import ElidedLabel
@@ -147,8 +148,8 @@ class KVUsageView(QObject):
 
     def _compute(self) -> None:
         index = self.kv.session.index
-        self.w.ctx.executor.submit("store", lambda: conversation_usage(index), done=self._apply,
-                                   failed=lambda exc: log.warning("KV usage not computed: %s", exc))
+        ops.database(self.w.ctx.executor, lambda: conversation_usage(index)).success(self._apply) \
+            .failure(lambda exc: log.warning("KV usage not computed: %s", exc)).run()
 
     def _apply(self, usage: dict[int, Usage]) -> None:
         self.usage = usage

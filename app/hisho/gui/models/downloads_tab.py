@@ -34,6 +34,7 @@ from hisho.core.hub import Downloader, GatedRepo, Job, Progress, QuantFile, Stop
 from hisho.core.hub.child import run_child
 from hisho.core.models.store import ModelEntry
 from hisho.core.units import MIB, format_bytes
+from hisho.gui import ops
 from hisho.gui.models.hub_tab import table
 
 log = logging.getLogger("hisho.gui")
@@ -111,7 +112,7 @@ class DownloadsTab(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self.workers.submit("store", self.downloader.unfinished, done=self._show_jobs)
+        ops.database(self.workers, self.downloader.unfinished).success(self._show_jobs).run()
 
     def _show_jobs(self, jobs: list[Job]) -> None:
         self.jobs = {j.id: j for j in jobs}
@@ -221,7 +222,7 @@ class DownloadsTab(QWidget):
 
     def download(self, f: QuantFile) -> None:
         """Queue ``f`` and start it on the download lane (one download at a time)."""
-        self.workers.submit("store", lambda: self.downloader.enqueue(f), done=lambda job: self.resume(job.id))
+        ops.database(self.workers, lambda: self.downloader.enqueue(f)).success(lambda job: self.resume(job.id)).run()
 
     def resume(self, job_id: int) -> None:
         if job_id in self.queued:
@@ -239,9 +240,8 @@ class DownloadsTab(QWidget):
             entry: ModelEntry = run_child(self.downloader, job_id, progress)
             return entry
 
-        self.workers.submit("download", work,
-                            done=lambda entry: self._finished(job_id, entry),
-                            failed=lambda exc: self._stopped(job_id, exc))
+        ops.download(self.workers, work).success(lambda entry: self._finished(job_id, entry)) \
+            .failure(lambda exc: self._stopped(job_id, exc)).run()
         self.refresh()
 
     def _progress(self, p: Progress) -> None:

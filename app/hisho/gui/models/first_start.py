@@ -47,6 +47,7 @@ from hisho.core.models.suggest import (
     why_not_larger,
 )
 from hisho.core.planner.speed import SpeedProfile
+from hisho.gui import ops
 from hisho.gui.models.hub_tab import badge_style, verdict_colour
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasState
@@ -178,7 +179,7 @@ class FirstStartCard(QFrame):
             return Estimated(pick, {c.file: estimate(c, budget) for c in CANDIDATES}, profile,
                              why_not_larger(pick, budget, profile) if pick is not None else "")
 
-        self.w.ctx.executor.submit("hub", work, done=self._estimated, failed=self._lookup_failed)
+        ops.hub(self.w.ctx.executor, work).success(self._estimated).failure(self._lookup_failed).run()
 
     def rung(self, cand: Candidate, verdict: str, why: str, planned: bool = False) -> None:
         """One candidate's badge under the offer: "3B Fits", in the Models page's verdict colours: outlined
@@ -248,7 +249,7 @@ class FirstStartCard(QFrame):
                     return cand, files[0], fit
             return None
 
-        self.w.ctx.executor.submit("hub", work, done=self._found, failed=self._lookup_failed)
+        ops.hub(self.w.ctx.executor, work).success(self._found).failure(self._lookup_failed).run()
 
     def _found(self, found: tuple[Candidate, QuantFile, Fit] | None) -> None:
         self.lookups += 1
@@ -307,7 +308,7 @@ class FirstStartCard(QFrame):
             s.set("demo_card_dismissed", True)
             s.save()
 
-        self.w.ctx.executor.submit("store", work)
+        ops.database(self.w.ctx.executor, work).run()
 
 
 def _empty_page_box(window: FirstStartWindow) -> QVBoxLayout | None:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QListWidgetItem
 
+from hisho.gui import ops
+
 if TYPE_CHECKING:
     from hisho.gui.models.hub_tab import HubTab
 
@@ -80,4 +82,4 @@ def show_best(tab: HubTab) -> None:
             tab.results.addItem(item)
         tab.say(heading)
 
-    tab.workers.submit("hub", lambda: best_lines(tab), done=done, failed=lambda exc: None)
+    ops.hub(tab.workers, lambda: best_lines(tab)).success(done).quiet("no best-fit lines").run()

@@ -38,6 +38,7 @@ from hisho.core.executor import Executor
 from hisho.core.hub import Fit, GatedRepo, QuantFile, RepoSummary
 from hisho.core.models.store import ModelStore
 from hisho.core.units import format_bytes
+from hisho.gui import ops
 from hisho.gui.shell import theme
 
 log = logging.getLogger("hisho.gui")
@@ -261,8 +262,8 @@ class HubTab(QWidget):
         self._seq += 1
         seq, text, page, sort = self._seq, self._text, self._page, str(self.sort.currentData())
         self.say("Searching…")
-        self.workers.submit("hub", lambda: search(text, sort=sort, page=page),
-                            done=lambda rows: self._found(seq, rows), failed=self._failed(seq, self._fetch))
+        ops.hub(self.workers, lambda: search(text, sort=sort, page=page)) \
+            .success(lambda rows: self._found(seq, rows)).failure(self._failed(seq, self._fetch)).run()
 
     def _found(self, seq: int, rows: list[RepoSummary]) -> None:
         if seq != self._seq:
@@ -304,14 +305,13 @@ class HubTab(QWidget):
             self.say(f"{len(files)} GGUF models; reading their headers to check the fit…" if files
                      else "This repository has no GGUF files.")
             if files:
-                self.workers.submit("hub", lambda: self._plan(files), done=lambda fits: self._planned(seq, fits),
-                                    failed=self._failed(seq, retry))
+                ops.hub(self.workers, lambda: self._plan(files)).success(lambda fits: self._planned(seq, fits)) \
+                    .failure(self._failed(seq, retry)).run()
 
-        self.workers.submit("hub", lambda: repo_files(repo), done=listed, failed=self._failed(seq, retry))
-        self.workers.submit("hub", lambda: model_card(repo),
-                            done=lambda text: self.card.setMarkdown(text or "*No model card.*")
-                            if seq == self._seq else None,
-                            failed=lambda exc: None)
+        ops.hub(self.workers, lambda: repo_files(repo)).success(listed).failure(self._failed(seq, retry)).run()
+        ops.hub(self.workers, lambda: model_card(repo)) \
+            .success(lambda text: self.card.setMarkdown(text or "*No model card.*") if seq == self._seq else None) \
+            .quiet("no model card").run()
 
     def _plan(self, files: list[QuantFile]) -> list[Fit]:
         from hisho.core.hub import fit_files

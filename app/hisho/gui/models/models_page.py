@@ -46,6 +46,7 @@ from hisho.core.models.names import entry_name
 from hisho.core.models.removal import Removal, plan_removal, remove_model
 from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import format_bytes
+from hisho.gui import ops
 from hisho.gui.models.downloads_tab import DownloadsTab
 from hisho.gui.models.hub_best import show_best
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
@@ -152,7 +153,7 @@ class ModelsPage(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        self.workers.submit("store", lambda: _entries_and_base_models(self.models), done=self._listed)
+        ops.database(self.workers, lambda: _entries_and_base_models(self.models)).success(self._listed).run()
 
     def _listed(self, listed: tuple[list[ModelEntry], set[str]]) -> None:
         entries, base = listed
@@ -175,7 +176,7 @@ class ModelsPage(QWidget):
             t.setCellWidget(row, FIT_COL, pending)
         self._selection_changed()
         names = [e.name for e in entries]
-        self.workers.submit("hub", lambda: self._fits(names), done=self._show_fits, failed=lambda exc: None)
+        ops.hub(self.workers, lambda: self._fits(names)).success(self._show_fits).quiet("no fit badges").run()
 
     def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
         """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
@@ -250,7 +251,7 @@ class ModelsPage(QWidget):
             s.set("default_model", name)
             s.save()
 
-        self.workers.submit("store", work, done=lambda _r: self.toast(f"{name} is the default model now"))
+        ops.database(self.workers, work).success(lambda _r: self.toast(f"{name} is the default model now")).run()
 
     def _index(self) -> KVIndex:
         """The window's KV index (its database connection) when there is one; else the data folder's."""
@@ -270,8 +271,8 @@ class ModelsPage(QWidget):
                      "then delete it.")
             return
         self.say(f"Looking up what goes with {name}…")
-        self.workers.submit("store", lambda: plan_removal(name, self.models, self._index()), done=self._confirm_delete,
-                            failed=lambda exc: self.say(f"Not deleted: {exc}"))
+        ops.database(self.workers, lambda: plan_removal(name, self.models, self._index())) \
+            .success(self._confirm_delete).failure(lambda exc: self.say(f"Not deleted: {exc}")).run()
 
     def _confirm_delete(self, plan: Removal) -> None:
         self.say("")
@@ -279,8 +280,8 @@ class ModelsPage(QWidget):
         if answer != QMessageBox.StandardButton.Yes:
             return
         name = plan.name
-        self.workers.submit("store", lambda: remove_model(name, self.models, self._index()), done=self._deleted,
-                            failed=lambda exc: self.toast(str(exc)))
+        ops.database(self.workers, lambda: remove_model(name, self.models, self._index())) \
+            .success(self._deleted).failure(lambda exc: self.toast(str(exc))).run()
 
     def _deleted(self, done: Removal) -> None:
         if self.kv is not None and done.snapshots and not done.kept_for:
@@ -312,9 +313,9 @@ class ModelsPage(QWidget):
         if not mode:
             return
         self.say(f"Importing {path.name}…")
-        self.workers.submit("store", lambda: self.models.add(path, copy=mode == "copy", link=mode == "link"),
-                            done=lambda e: self._after(f"Imported {e.name}"),
-                            failed=lambda exc: self.say(f"Not imported: {exc}"))
+        ops.database(self.workers, lambda: self.models.add(path, copy=mode == "copy", link=mode == "link")) \
+            .success(lambda e: self._after(f"Imported {e.name}")) \
+            .failure(lambda exc: self.say(f"Not imported: {exc}")).run()
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt naming
         urls = event.mimeData().urls()
@@ -335,8 +336,8 @@ class ModelsPage(QWidget):
                                         "(stored in the system keyring when available):",
                                         QLineEdit.EchoMode.Password)
         if ok and text.strip():
-            self.workers.submit("store", lambda: token.set_token(text), done=self.hub.token_stored,
-                                failed=lambda exc: self.hub.say(f"Token not stored: {exc}"))
+            ops.database(self.workers, lambda: token.set_token(text)).success(self.hub.token_stored) \
+                .failure(lambda exc: self.hub.say(f"Token not stored: {exc}")).run()
 
     # ----- Downloads -------------------------------------------------------------------------------------
 
@@ -374,4 +375,4 @@ def offer_unfinished(window: OffersDownloads) -> None:
             window.controller.toast(f"{len(jobs)} model download(s) did not finish.", show, label="Show downloads")
 
     downloads = window.ctx.downloads
-    window.ctx.executor.submit("store", downloads.unfinished, done=found)
+    ops.database(window.ctx.executor, downloads.unfinished).success(found).run()

@@ -23,6 +23,7 @@ from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.models.store import ModelEntry
 from hisho.core.planner import Calibration, Plan
 from hisho.core.planner.speed import Speed
+from hisho.gui import ops
 from hisho.gui.models.planner_panel import PlannerPanel
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasController, HasState
@@ -100,7 +101,7 @@ class PlannerPage(PlannerPanel):
 
             return _plan_for(facts_for(spec, models)[0], loaded_ctx)
 
-        self.w.ctx.executor.submit("engine", work, done=lambda r: self._planned(key, r), failed=self._failed)
+        ops.engine(self.w.ctx.executor, work).success(lambda r: self._planned(key, r)).failure(self._failed).run()
 
     def plan_hub_file(self, f: QuantFile) -> None:
         """Plan ``f`` (not downloaded: its header is read from the hub) and show it here."""
@@ -128,7 +129,7 @@ class PlannerPage(PlannerPanel):
                                      f"installed here as <b>{html.escape(self.installed_as)}</b> (same sha256)")
             self._planned(key, result[0])
 
-        self.w.ctx.executor.submit("hub", work, done=done, failed=self._failed)
+        ops.hub(self.w.ctx.executor, work).success(done).failure(self._failed).run()
 
     def _planned(self, key: str, result: Planned) -> None:
         if key != self.planned_for:
@@ -168,7 +169,7 @@ class PlannerPage(PlannerPanel):
         except ValueError as exc:
             c.toast(f"Not saved: {exc}")
             return
-        self.w.ctx.executor.submit("store", settings.save, failed=c.report)
+        ops.save_settings(self.w.ctx.executor, settings).failure(c.report).run()
         c.toast(f"{Path(model).name}: context {n_ctx:,} tokens and {kv_type} KV from its next load.",
                 lambda: c.switch_model(model), label="Reload now", ms=15_000)
 

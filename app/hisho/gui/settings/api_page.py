@@ -35,6 +35,7 @@ from hisho.api.launch import api_server, origins
 from hisho.api.server import ApiServer
 from hisho.core import settings as settings_mod
 from hisho.core.errors import UserError
+from hisho.gui import ops
 from hisho.gui.shell.protocols import ApiWindow, HasContext
 
 log = logging.getLogger("hisho.gui")
@@ -188,7 +189,7 @@ class ApiPage(QWidget):
         for name, _, _ in LIMITS:
             self.settings.set(name, self.limits[name].value())
         values = self.settings
-        self.w.ctx.executor.submit("store", values.save)
+        ops.save_settings(self.w.ctx.executor, values).run()
 
     def apply(self) -> None:
         self._save()

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from hisho.core.remote import endpoints as store
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.probe import ServerInfo, probe
+from hisho.gui import ops
 from hisho.gui.shell.protocols import HasState
 
 NEW = "+ Add a remote engine"
@@ -194,8 +195,8 @@ class EnginesPage(QWidget):
         self.result.setText(f"Testing {ep.root}…")
         self.test_btn.setEnabled(False)
         target = ep.with_(name=ep.name or "this engine", api_key=key)
-        self.w.ctx.executor.submit("remote", lambda: probe(target), done=self._tested,
-                                   failed=lambda exc: self._tested(ServerInfo(error=str(exc))))
+        ops.remote(self.w.ctx.executor, lambda: probe(target)).success(self._tested) \
+            .failure(lambda exc: self._tested(ServerInfo(error=str(exc)))).run()
 
     def _tested(self, info: ServerInfo) -> None:
         self.test_btn.setEnabled(True)

@@ -17,6 +17,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QWidget
 
 from hisho.core import settings as settings_mod
+from hisho.gui import ops
 from hisho.gui.settings.settings_page import page_layout
 from hisho.gui.shell.protocols import HasContext
 
@@ -98,5 +99,5 @@ class PerformancePage(QWidget):
         if n == self.settings["n_threads"]:
             return
         self.settings.set("n_threads", n)
-        self.w.ctx.executor.submit("store", self.settings.save)
+        ops.save_settings(self.w.ctx.executor, self.settings).run()
         self.refresh()

@@ -44,6 +44,7 @@ from hisho.core import settings as settings_mod
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.stored import StoreReport, list_stored
 from hisho.core.units import GIB, format_bytes
+from hisho.gui import ops
 from hisho.gui.chat.kv_status import human_seconds
 from hisho.gui.settings.performance_page import PerformancePage
 from hisho.gui.settings.settings_page import confirm_destructive, page_layout
@@ -204,8 +205,8 @@ class KVCachePage(QWidget):
         if self.kv is None:
             return
         session = self.kv.session
-        self.w.ctx.executor.submit("store", lambda: list_stored(session.index, session.budget_bytes),
-                                   done=self._show, failed=self._failed)
+        ops.database(self.w.ctx.executor, lambda: list_stored(session.index, session.budget_bytes)) \
+            .success(self._show).failure(self._failed).run()
 
     def _show(self, report: StoreReport) -> None:
         if self.kv is None:
@@ -259,7 +260,7 @@ class KVCachePage(QWidget):
             settings.save()
             return session.set_budget(value)
 
-        self.w.ctx.executor.submit("store", job, done=self._evicted, failed=self._failed)
+        ops.database(self.w.ctx.executor, job).success(self._evicted).failure(self._failed).run()
 
     def _evicted(self, dropped: list[str]) -> None:
         if self.kv is None:
@@ -272,13 +273,13 @@ class KVCachePage(QWidget):
         if name == self.settings["kv_type"]:
             return
         self.settings.set("kv_type", name)
-        self.w.ctx.executor.submit("store", self.settings.save, failed=self._failed)
+        ops.save_settings(self.w.ctx.executor, self.settings).failure(self._failed).run()
         self.status.setText(f"KV cache type {name}: used from the next model load.")
 
     def delete(self, owner: str) -> None:
         if self.kv is not None:
             session = self.kv.session
-            self.w.ctx.executor.submit("store", lambda: session.delete(owner), failed=self._failed)
+            ops.database(self.w.ctx.executor, lambda: session.delete(owner)).failure(self._failed).run()
 
     def clear_all(self) -> None:
         if self.kv is None:
@@ -289,7 +290,7 @@ class KVCachePage(QWidget):
                                    "Delete all", "ConfirmClearKV") or self.kv is None:
             return
         # The kv lane: clearing waits for saves in flight (kv), then deletes through the store lane.
-        self.w.ctx.executor.submit("kv", self.kv.session.clear, done=self._cleared, failed=self._failed)
+        ops.kv_files(self.w.ctx.executor, self.kv.session.clear).success(self._cleared).failure(self._failed).run()
 
     def _failed(self, exc: BaseException) -> None:
         log.warning("KV storage action failed: %s", exc)

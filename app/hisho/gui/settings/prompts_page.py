@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core import settings as settings_mod
+from hisho.gui import ops
 from hisho.gui.shell.protocols import HasContext
 
 log = logging.getLogger("hisho.gui")
@@ -198,7 +199,7 @@ class PromptsPage(QWidget):
         return True
 
     def _save_file(self) -> None:
-        self.w.ctx.executor.submit("store", self.settings.save, failed=self._failed)
+        ops.save_settings(self.w.ctx.executor, self.settings).failure(self._failed).run()
 
     def _failed(self, exc: BaseException) -> None:
         log.warning("could not save the system prompt settings: %s", exc)

@@ -2,8 +2,9 @@
 
 Rules of use (napari's ``ensure_main_thread``):
 - Long work runs on the app executor's named lanes (``hisho.core.executor``, made by the composition root with
-  ``post=bridge.post``): ``executor.submit(lane, fn, done=..., failed=...)`` runs ``fn`` on the lane, then
-  ``done(result)`` or ``failed(exc)`` on the GUI thread through this ``Bridge``. Widgets never start threads.
+  ``post=bridge.post``), reached through the op layer (``hisho.gui.ops``: ``ops.database(ex, fn).success(done)
+  .run()``): ``fn`` runs on the lane of what it touches, then ``done(result)`` or ``failed(exc)`` on the GUI
+  thread through this ``Bridge``. Widgets never start threads.
 - ``Bridge.post(fn)`` may be called from any thread; ``fn`` runs later on the GUI thread. If the bridge is gone
   (window closed), posted callables are dropped.
 - Streaming text does not go through the bridge token by token: it has one owner, the running ``Turn``

@@ -8,8 +8,9 @@
 - ``hisho.gui.chat.context_fit.ContextFit``: the context meter and the draft's token count, per chat.
 
 Rules:
-- Engine work (load, token counts, replies) runs on the ``engine`` lane, one at a time; store reads and writes
-  the window waits for run on the ``store`` lane. Results come back on the GUI thread through the bridge.
+- Background work goes through the op layer (``hisho.gui.ops``): ``store_job`` / ``engine_job`` here are the
+  parts' shorthands for its ``database`` and ``engine`` ops (engine work one at a time; store reads and writes
+  the window waits for on the database's one writer). Results come back on the GUI thread through the bridge.
 - The presenter and its parts take narrow views of the window, never the window itself: ``ChatWindow`` (here)
   names what they use of it, ``Sending`` sees the screen only as ``SendScreen`` (named methods, made by
   ``ChatScreen``), ``ConversationList`` takes ``ListWindow``, ``Editing`` and ``ContextFit`` the widgets.
@@ -36,6 +37,7 @@ from hisho.core.conversations.store import Conversation
 from hisho.core.errors import EngineError, LoadStopped, UserError
 from hisho.core.planner.gate import PlanRefused
 from hisho.core.units import MIB
+from hisho.gui import ops
 from hisho.gui.chat.context_fit import ContextFit
 from hisho.gui.chat.conversation_list import ConversationList, ListWindow
 from hisho.gui.chat.editing import Editing
@@ -44,7 +46,8 @@ from hisho.gui.chat.sending import Sending
 from hisho.gui.chat.title_edit import InlineTitle
 from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
 from hisho.gui.shell import theme
-from hisho.gui.shell.protocols import TOAST_MS, RemoteWindow
+from hisho.gui.shell.protocols import TOAST_MS
+from hisho.gui.shell.remote_switch import RemoteWindow
 
 if TYPE_CHECKING:
     from hisho.gui.shell.status_bar import ContextMeter, StatusBar
@@ -115,11 +118,11 @@ class ChatController(QObject):
     # ----- plumbing --------------------------------------------------------------------------------------
 
     def store_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None) -> None:
-        self.executor.submit("store", fn, done=done)
+        ops.database(self.executor, fn).success(done).run()
 
     def engine_job(self, fn: Callable[[], Any], done: Callable[[Any], Any] | None = None,
                    failed: Callable[[BaseException], Any] | None = None) -> None:
-        self.executor.submit("engine", fn, done=done, failed=failed)
+        ops.engine(self.executor, fn).success(done).failure(failed).run()
 
     def report(self, exc: BaseException) -> None:
         """Errors of background operations: the user's (one line) or a bug (logged, short message)."""
@@ -310,7 +313,7 @@ class ChatController(QObject):
         except ValueError as exc:
             self.toast(f"The preset was not saved: {exc}")
             return
-        self.ctx.executor.submit("store", self.ctx.settings.save, failed=self.report)
+        ops.save_settings(self.executor, self.ctx.settings).failure(self.report).run()
 
     def _settings_saved(self, conv: Conversation, old_model: str) -> None:
         if self.current is not None and self.current.id == conv.id:

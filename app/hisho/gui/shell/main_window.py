@@ -312,7 +312,9 @@ class MainWindow(QMainWindow):
         """What answers now (the app's one state, ``hisho.core.appstate``): its name in the header, the status
         bar and the empty chat. A load, or another model, clears the reply figures until it has answered: the
         last model's speed is not this one's. ``now.base``: a base model (no chat template), marked as such,
-        since it continues text rather than answering it."""
+        since it continues text rather than answering it. The engine's queue goes to the status bar, read
+        fresh (changes from two threads may arrive out of order; the last word is the state's)."""
+        self.status.show_queue(self.state.now.queue)
         if now.key != self._state_key or not now.loaded:
             self.status.set_reply_figures(None, None)
         self._state_key = now.key if now.loaded else ""

@@ -18,8 +18,9 @@ from PySide6.QtWidgets import QBoxLayout, QMenu, QSizePolicy, QToolButton
 from hisho.core.models.names import entry_name
 from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import GIB, format_bytes
+from hisho.gui import ops
 from hisho.gui.shell.pages import ShowsPages
-from hisho.gui.shell.protocols import RemoteWindow
+from hisho.gui.shell.remote_switch import RemoteWindow
 from hisho.gui.shell.widgets import ElidedLabel
 
 
@@ -120,10 +121,11 @@ class ModelPicker(QToolButton):
 
     def refresh(self) -> None:
         models = self.window_.ctx.models
-        self.window_.ctx.executor.submit("store", lambda: _listing(models), done=self._listed)
+        ex = self.window_.ctx.executor
+        ops.database(ex, lambda: _listing(models)).success(self._listed).run()
         from hisho.gui.shell.remote_switch import reachable
 
-        self.window_.ctx.executor.submit("remote", reachable, done=self._reached, key="picker")
+        ops.remote(ex, reachable).success(self._reached).latest("picker").run()
 
     def _reached(self, found: list[Any]) -> None:
         self.remote = found

@@ -14,7 +14,8 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QWidget
 
 from hisho.gui.shell.pages import CHATS, NavRail, PageHost, ShowsPages
-from hisho.gui.shell.protocols import RemoteWindow, SettingsWindow
+from hisho.gui.shell.protocols import SettingsWindow
+from hisho.gui.shell.remote_switch import RemoteWindow
 
 if TYPE_CHECKING:
     from hisho.gui.chat.composer import Composer

@@ -14,18 +14,15 @@ declares each one so that these Protocols can name it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtCore import SignalInstance
-from PySide6.QtWidgets import QLabel, QMessageBox, QStatusBar, QWidget
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 if TYPE_CHECKING:
-    from hisho.core.appstate import Now
-    from hisho.gui.chat.sidebar import Sidebar
+    from hisho.core.conversations.store import Conversation
     from hisho.gui.shell.context import AppContext
-    from hisho.gui.shell.controller import ChatController
     from hisho.gui.shell.state_bridge import StateBridge
-    from hisho.gui.shell.status_bar import StatusBar
 
 
 TOAST_MS = 8000   # how long a toast stays unless its caller says otherwise (``show_toast``'s ``ms``)
@@ -46,11 +43,23 @@ class HasState(HasContext, Protocol):
     def state(self) -> StateBridge: ...
 
 
+class Presenter(Protocol):
+    """What a screen uses of the chat presenter (``ChatController``, which a screen never names): the chat on
+    screen, toasts, the report of a failed operation, and switching the model."""
+
+    current: Conversation | None
+
+    def toast(self, text: str, undo: Callable[[], None] | None = None, label: str = "Undo",
+              ms: int = TOAST_MS) -> None: ...
+    def report(self, exc: BaseException) -> None: ...
+    def switch_model(self, name: str, override: bool = False) -> None: ...
+
+
 class HasController(HasContext, Protocol):
-    """The services and the chat presenter (toasts, errors, engine jobs, the chat on screen)."""
+    """The services and the chat presenter, as far as a screen uses it (``Presenter``)."""
 
     @property
-    def controller(self) -> ChatController: ...
+    def controller(self) -> Presenter: ...
 
 
 class ApiWindow(HasState, Protocol):
@@ -73,31 +82,3 @@ class DataWindow(Protocol):
 
 class SettingsWindow(ApiWindow, DataWindow, Protocol):
     """The Settings page and every section on it (``window()``: the page's parent)."""
-
-
-class RemoteWindow(HasController, HasState, Protocol):
-    """Switching between the local engine and a remote one: what it shows where, and its dialog."""
-
-    _cache_shown: bool                 # the status bar follows a remote server's cache figures (connected once)
-    _remote_help: QMessageBox | None   # "start it there with…", kept while open
-
-    @property
-    def status(self) -> StatusBar: ...
-
-    @property
-    def model_label(self) -> QLabel: ...
-
-    @property
-    def empty_subtitle(self) -> QLabel: ...
-
-    def show_state(self, now: Now) -> None: ...   # what answers now: the header, the status bar
-
-    @property
-    def sidebar(self) -> Sidebar: ...
-
-    @property
-    def turn_finished(self) -> SignalInstance: ...
-
-    def show_banner(self, text: str) -> None: ...
-
-    def window(self) -> QWidget: ...

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtCore import Qt, SignalInstance
+from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 
 from hisho.core import services as services_mod
 from hisho.core.hub import QuantFile
@@ -26,12 +26,49 @@ from hisho.core.remote.endpoints import load_endpoints, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.remote.hub_match import serve_command, served_as
 from hisho.core.remote.probe import ServerInfo, probe
-from hisho.gui.shell.protocols import HasController, RemoteWindow
+from hisho.gui import ops
+from hisho.gui.shell.protocols import HasController, HasState
 
 if TYPE_CHECKING:
+    from hisho.core.appstate import Now
+    from hisho.gui.chat.sidebar import Sidebar
     from hisho.gui.models.hub_tab import HubTab
+    from hisho.gui.shell.controller import ChatController
+    from hisho.gui.shell.status_bar import StatusBar
 
 log = logging.getLogger("hisho.gui")
+
+
+class RemoteWindow(HasController, HasState, Protocol):
+    """Switching between the local engine and a remote one: what it shows where, and its dialog. It drives the
+    presenter's load and send (``ChatController``, a frame insider like this module), not just a screen's part."""
+
+    @property
+    def controller(self) -> ChatController: ...
+
+    _cache_shown: bool                 # the status bar follows a remote server's cache figures (connected once)
+    _remote_help: QMessageBox | None   # "start it there with…", kept while open
+
+    @property
+    def status(self) -> StatusBar: ...
+
+    @property
+    def model_label(self) -> QLabel: ...
+
+    @property
+    def empty_subtitle(self) -> QLabel: ...
+
+    def show_state(self, now: Now) -> None: ...   # what answers now: the header, the status bar
+
+    @property
+    def sidebar(self) -> Sidebar: ...
+
+    @property
+    def turn_finished(self) -> SignalInstance: ...
+
+    def show_banner(self, text: str) -> None: ...
+
+    def window(self) -> QWidget: ...
 
 
 def reachable() -> list[tuple[Endpoint, ServerInfo]]:
@@ -67,7 +104,7 @@ def use_remote(window: RemoteWindow, ep: Endpoint, model: str,
     c.engine_job(job, lambda info: connected(window, ep, model, info), not_switched)
 
 
-def waiting(window: HasController) -> Callable[[str], None]:
+def waiting(window: RemoteWindow) -> Callable[[str], None]:
     """A remote engine's "no first byte yet" notice, delivered to the window (any thread)."""
     return lambda name: window.ctx.executor.post(lambda: window.controller.sending.waiting_on_remote(name))
 
@@ -144,8 +181,8 @@ def restore_choice(window: RemoteWindow) -> bool:
 def offer_remote(window: RemoteWindow, hub: HubTab) -> None:
     """The Models page's Hub tab offers "Run on <engine>" for files too big here, when engines are configured."""
     hub.run_remote_requested.connect(lambda f, name: run_hub_model(window, f, name))
-    window.ctx.executor.submit("remote", lambda: [e.name for e in load_endpoints()],
-                               done=lambda names: setattr(hub, "remote_names", names))
+    ops.remote(window.ctx.executor, lambda: [e.name for e in load_endpoints()]) \
+        .success(lambda names: setattr(hub, "remote_names", names)).run()
 
 
 def run_hub_model(window: RemoteWindow, f: QuantFile, name: str) -> None:
@@ -177,4 +214,4 @@ def run_hub_model(window: RemoteWindow, f: QuantFile, name: str) -> None:
         box.open()
         window._remote_help = box   # kept for tests and so it is not collected while open
 
-    window.ctx.executor.submit("remote", lambda: probe(with_key(ep), timeout=5.0), done=done, failed=c.report)
+    ops.remote(window.ctx.executor, lambda: probe(with_key(ep), timeout=5.0)).success(done).failure(c.report).run()

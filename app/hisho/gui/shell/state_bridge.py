@@ -2,9 +2,9 @@
 
 Rules of use: one ``StateBridge`` per window (``MainWindow.state``). Screens read ``bridge.now`` when they are
 built or shown and connect ``bridge.changed`` (a ``Now``, on the GUI thread) to follow a load, a switch, a
-connect or a new reply's speeds; none keeps its own copy of which model answers. Only the composition root
-changes the state; the bridge only carries it across threads (napari's ``ensure_main_thread``, through the
-window's one ``Bridge``).
+connect, a new reply's speeds or the engine's queue (``now.queue``); none keeps its own copy of which model
+answers. Only the composition root changes the state; the bridge only carries it across threads (napari's
+``ensure_main_thread``, through the window's one ``Bridge``).
 """
 
 from __future__ import annotations

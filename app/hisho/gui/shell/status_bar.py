@@ -1,4 +1,5 @@
-"""Status bar (model, device, reply speed, time to first token, RAM) and the header's context meter.
+"""Status bar (model, device, the engine's queue, reply speed, time to first token, RAM) and the header's context
+meter. The queue ("summarizing report.pdf · 2 waiting") is the app's state (``Now.queue``), hidden when idle.
 
 Rules of use: nothing here may widen the window. Labels elide their text to the room they get (``ElidedLabel``)
 and ask for little minimum width; whatever is added later (the summary's progress) must do the same. When the bar
@@ -16,6 +17,7 @@ import psutil
 from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QStatusBar, QWidget
 
+from hisho.core.appstate import Queue
 from hisho.core.conversations.chat import FitReport
 from hisho.core.units import MIB
 from hisho.gui.settings.performance_page import status_suffix
@@ -33,6 +35,10 @@ class StatusBar(QStatusBar):
         self.speed = ElidedLabel("— tok/s", 5)
         self.ttft = ElidedLabel("TTFT —", 5)
         self.ram = ElidedLabel("RAM —", 5)
+        self.queue = ElidedLabel("", 6)
+        self.queue.setObjectName("WorkQueue")
+        self.queue.setToolTip("What the engine works on now, and how many jobs and API requests wait for it")
+        self.queue.hide()
         self.speed.setToolTip("Speed of the reply (live while it streams)")
         self.ttft.setToolTip("Time to first token: from Send to the reply's first word, the reading of your "
                              "message included")
@@ -45,7 +51,7 @@ class StatusBar(QStatusBar):
         self.addWidget(self.model)
         self.addWidget(self.stop_load)
         self.addWidget(self.device)
-        for w in (self.speed, self.ttft, self.ram):
+        for w in (self.queue, self.speed, self.ttft, self.ram):
             self.addPermanentWidget(w)
         self.engine_pid: int | None = None
         self._proc = psutil.Process(os.getpid())
@@ -99,6 +105,11 @@ class StatusBar(QStatusBar):
             if label in items and (label in drop) != (label in self._dropped):
                 label.setVisible(label not in drop)
         self._dropped = {w for w in self._dropped if w not in items} | drop
+
+    def show_queue(self, queue: Queue) -> None:
+        """What the engine works on and what waits (the app's state); hidden when nothing does."""
+        self.queue.setText(queue.label)
+        self.queue.setVisible(not queue.idle)
 
     def set_model(self, name: str, n_ctx: int | None = None) -> None:
         self.model.setText(name + (f"  ·  {n_ctx:,} ctx" if n_ctx else ""))
