@@ -20,7 +20,7 @@ def test_work_is_in_the_queue_while_it_runs_and_leaves_even_when_it_fails() -> N
     with state.working("summarizing report.pdf"):
         assert state.now.queue.jobs == ("summarizing report.pdf",)
         with pytest.raises(RuntimeError), state.working("loading SmolLM2"):
-            assert state.now.queue.label == "summarizing report.pdf · 1 waiting"
+            assert state.now.queue.label == "summarizing report.pdf · 1 more waiting"
             raise RuntimeError("the load failed")
         assert state.now.queue.jobs == ("summarizing report.pdf",)
     assert state.now.queue.idle and state.now.queue.label == ""
@@ -46,13 +46,13 @@ def test_the_api_s_requests_are_counted_and_an_unchanged_count_tells_nobody() ->
     seen: list[Now] = []
     state.subscribe(seen.append)
     state.api_queue(1, 0)
-    assert state.now.queue.label == "API request"
+    assert state.now.queue.label == "API: 1 request running"
     state.api_queue(1, 0)
     assert len(seen) == 1
     state.api_queue(2, 3)
-    assert state.now.queue.label == "2 API requests · 3 waiting"
+    assert state.now.queue.label == "API: 2 requests running, 3 waiting"
     state.api_queue(0, 2)
-    assert state.now.queue.label == "2 waiting"
+    assert state.now.queue.label == "API: 2 requests waiting"
     state.api_queue(0, 0)
     assert state.now.queue.idle and len(seen) == 4
 
@@ -65,3 +65,10 @@ def test_the_api_s_wait_queue_tells_each_new_count_once() -> None:
     waits.leave(a)   # the request's ``finally`` leaves again: nothing changes, nobody is told
     waits.leave(b)
     assert counts == [1, 2, 1, 0] and waits.waiting == 0
+
+
+def test_the_label_says_the_app_s_work_then_the_api_s_as_health_counts_it() -> None:
+    assert Queue(("loading Qwen3-4B",), api_waiting=1).label == "loading Qwen3-4B · API: 1 request waiting"
+    assert Queue(api_running=3, api_waiting=1).label == "API: 3 requests running, 1 waiting"
+    assert Queue(api_waiting=2).label == "API: 2 requests waiting"  # still being sent (behind a load)
+    assert Queue().label == ""

@@ -36,13 +36,13 @@ def test_the_status_bar_shows_the_engine_s_queue_and_hides_when_idle(qtbot: QtBo
         assert held.wait(10)
         wait_for(qtbot, lambda: label.isVisible() and label.text() == "summarizing report.pdf")
         _on_a_worker(lambda: w.ctx.state.api_queue(0, 2))
-        wait_for(qtbot, lambda: label.text() == "summarizing report.pdf · 2 waiting")
+        wait_for(qtbot, lambda: label.text() == "summarizing report.pdf · API: 2 requests waiting")
         assert w.model_label.text() == w.ctx.state.now.model.display   # the model shown is unchanged
     finally:
         leave.set()
         worker.join(10)
-    wait_for(qtbot, lambda: label.text() == "2 waiting")
+    wait_for(qtbot, lambda: label.text() == "API: 2 requests waiting")
     _on_a_worker(lambda: w.ctx.state.api_queue(1, 0))
-    wait_for(qtbot, lambda: label.text() == "API request")
+    wait_for(qtbot, lambda: label.text() == "API: 1 request running")
     _on_a_worker(lambda: w.ctx.state.api_queue(0, 0))
     wait_for(qtbot, lambda: not label.isVisible(), 10_000)

@@ -56,16 +56,23 @@ class Queue:
 
     @property
     def label(self) -> str:
-        """One short line: what runs, then how many wait ("summarizing report.pdf · 2 waiting",
-        "API request · 1 waiting", "2 waiting"); "" when idle."""
+        """One short line, the app's work first, then the API's as ``/health`` counts it: "summarizing
+        report.pdf · 1 more waiting", "API: 2 requests running, 1 waiting", "loading Qwen3-4B · API: 1 request
+        waiting"; "" when idle."""
+        parts = []
         if self.jobs:
-            running = self.jobs[0]
-        elif self.api_running:
-            running = "API request" if self.api_running == 1 else f"{self.api_running} API requests"
-        else:
-            running = ""
-        waiting = f"{self.waiting} waiting" if self.waiting else ""
-        return " · ".join(part for part in (running, waiting) if part)
+            more = len(self.jobs) - 1
+            parts.append(self.jobs[0] + (f" · {more} more waiting" if more else ""))
+        if self.api_running or self.api_waiting:
+            parts.append(api_words(self.api_running, self.api_waiting))
+        return " · ".join(parts)
+
+
+def api_words(running: int, waiting: int) -> str:
+    """The API's requests in words: ``running`` on the engine, ``waiting`` behind other work."""
+    if not running:
+        return f"API: {waiting} request{'s' * (waiting != 1)} waiting"
+    return f"API: {running} request{'s' * (running != 1)} running" + (f", {waiting} waiting" if waiting else "")
 
 
 IDLE = Queue()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
@@ -40,7 +39,6 @@ from hisho.gui.shell.protocols import ApiWindow, HasContext
 
 log = logging.getLogger("hisho.gui")
 
-REFRESH_MS = 500
 # (setting, label, suffix): what one API request may cost (docs/api.md).
 LIMITS = (
     ("api_max_body_mb", "Largest request", " MiB"),
@@ -61,8 +59,7 @@ def start_api(window: ApiWindow) -> ApiServer:
     """Serve the API from the window's engine (replacing a running server). Raises UserError (port taken)."""
     stop_api(window)
     server = api_server(window.ctx, keys.api_key(), port=int(window.ctx.settings["api_port"]))
-    window.ctx.serve(server)
-    _indicator(window)
+    window.ctx.serve(server)  # its requests show in the status bar's queue (AppState), as /health counts them
     return server
 
 
@@ -78,41 +75,6 @@ def start_at_launch(window: ApiWindow) -> None:
 
 def stop_api(window: ApiWindow) -> None:
     window.ctx.stop_serving()
-    label = window._api_label
-    if label is not None:
-        label.hide()
-
-
-def api_status(busy: int, waiting: int) -> str:
-    """The status bar's words for ``busy`` requests in flight, ``waiting`` of them behind other work."""
-    running = max(0, busy - waiting)  # a request waiting behind the engine's other work is not running
-    if not running:
-        return f"API: {waiting} request{'s' * (waiting != 1)} waiting"
-    return f"API: {running} request{'s' * (running != 1)} running" + (f", {waiting} waiting" if waiting else "")
-
-
-def _indicator(window: ApiWindow) -> None:
-    """A permanent status-bar label: "API: 2 requests running" while requests run, "…, 1 waiting" while one waits
-    behind the engine's other work (what ``/health`` says), hidden otherwise."""
-    label = window._api_label
-    if label is None:
-        label = QLabel()
-        label.setObjectName("ApiBusy")
-        window.statusBar().addPermanentWidget(label)
-        timer = QTimer(label)
-        timer.setInterval(REFRESH_MS)
-
-        def refresh() -> None:
-            server = serving(window)
-            busy = server.backend.busy if server is not None else 0
-            waiting = int(server.backend.waits.snapshot()["waiting"]) if server is not None else 0
-            label.setText(api_status(busy, waiting))
-            label.setVisible(busy + waiting > 0)
-
-        timer.timeout.connect(refresh)
-        timer.start()
-        window._api_label = label
-    label.hide()
 
 
 class ApiPage(QWidget):

@@ -74,7 +74,6 @@ class MainWindow(QMainWindow):
     kv_usage: KVUsageView | None = None          # hisho.gui.chat.kv_status.wire
     last_restore_notice = ""                     # hisho.gui.chat.waits.watch_restores: the last "Restored …"
     remove_data_on_exit = False                  # Settings → Your data
-    _api_label: QLabel | None = None
     _models_page: ModelsPage | None = None       # the pages, once built (hisho.gui.shell.page_setup)
     _preferences: PreferencesDialog | None = None
     _cache_shown = False                         # hisho.gui.shell.remote_switch

@@ -7,9 +7,6 @@ can hand it anything that has those members.
 
 Where a part needs the window as a Qt parent (of a dialog, a page, a helper QObject) it asks for ``window()``:
 ``QWidget.window()`` of the main window is the main window itself (it is top-level).
-
-Private names (``_api_label``…) are things a part keeps on the window for the window's life; ``MainWindow``
-declares each one so that these Protocols can name it.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtWidgets import QWidget
 
 if TYPE_CHECKING:
     from hisho.core.conversations.store import Conversation
@@ -63,11 +60,8 @@ class HasController(HasContext, Protocol):
 
 
 class ApiWindow(HasState, Protocol):
-    """Settings → API: its label in the status bar (the server itself is the root's: ``ctx.served``)."""
-
-    _api_label: QLabel | None
-
-    def statusBar(self) -> QStatusBar: ...  # noqa: N802 - Qt naming
+    """Settings → API (the server itself is the root's: ``ctx.served``; its requests show in the status bar's
+    queue, from the app state)."""
 
 
 class DataWindow(Protocol):
