@@ -13,6 +13,9 @@ import pytest
 def hisho_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("hisho_home")
     monkeypatch.setenv("HISHO_HOME", str(home))
+    # A fresh home measures this computer's speed at first start (core/planner/first_speed.py): seconds of both
+    # cores in every window test. Off here; the tests of that measurement turn it on.
+    monkeypatch.setenv("HISHO_MEASURE_AT_START", "0")
     yield home
     # A test that ran cli.main in-process holds its data folder's lock for the rest of the process, and
     # instance.acquire is idempotent: the next test's acquire would silently lock nothing. Give it back.

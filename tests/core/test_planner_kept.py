@@ -60,8 +60,9 @@ def test_a_sliding_window_checkpoint_is_the_window_and_one_more_exists_at_the_pe
     # 29 sliding layers x 4 KV heads x 256 x (K + V) x 2 B per cell, the window's 1024 cells.
     window = 1024 * (29 * 4 * 256 * 2 * 2 + state.CELL_META)
     assert window <= k.per_checkpoint <= window + state.STATE_HEADERS + 8 * 8192
-    # 116 MiB each: 256 MiB holds two turns' and two interval checkpoints (one per 4096 tokens of 8192).
-    assert k.kept_per_seq == 4 and k.sequences == 1
+    # 116 MiB each: 256 MiB holds two turns' checkpoints, and two interval ones a whole context (one per 4096 tokens
+    # of 8192): the mark at 4096 is inside it, the one at 8192 its end, where a reading's checkpoint is a turn's.
+    assert k.kept_per_seq == 3 and k.sequences == 1
     assert k.peak == (k.kept_per_seq + 1) * k.per_checkpoint
     b, without = estimate(f, cfg), estimate(f, dataclasses.replace(cfg, n_seq_max=1))
     assert b.kept == k.peak and b.resident - b.kept > 0
@@ -72,11 +73,13 @@ def test_recurrent_checkpoints_are_capped_by_bytes(tmp_path: Path) -> None:
     f = facts_of(tmp_path, GRANITE_4_H, "granite")
     k = state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False))
     assert 58060800 <= k.per_checkpoint <= 58060800 + state.STATE_HEADERS + 8 * 8192  # the whole Mamba-2 state
-    # 256 MiB holds four of 55.4 MiB (the fifth is taken before the oldest goes), and four interval ones beside.
-    assert k.kept_per_seq == 8
-    assert k.peak == 9 * k.per_checkpoint
+    # 256 MiB holds four of 55.4 MiB (the fifth is taken before the oldest goes), and the interval ones beside:
+    # every 2048 tokens of 8192 (four fit 256 MiB), three of them inside the context.
+    assert k.kept_per_seq == 7
+    assert k.peak == 8 * k.per_checkpoint
     serving = state.kept_bytes(f, Config(n_ctx=8192, n_seq_max=4, kv_unified=False))
-    assert serving.sequences == 4 and serving.peak == (4 * 8 + 1) * serving.per_checkpoint
+    # 2048-token streams: four turns' and the marks at 512, 1024 and 1536 each.
+    assert serving.sequences == 4 and serving.peak == (4 * 7 + 1) * serving.per_checkpoint
 
 
 def test_a_recurrent_save_carries_a_state_only_where_a_restore_can_end(tmp_path: Path) -> None:
@@ -94,7 +97,7 @@ def test_a_recurrent_save_carries_a_state_only_where_a_restore_can_end(tmp_path:
     # warm arena beside it; a restore (its sequence's four dropped, given back: 55 MiB blocks are mapped, not
     # heap) the warm arena and one chunk, then its new checkpoint once the chunk is unmapped.
     assert k.arena <= state.WARM_ARENA_MAX and k.warm_arena == k.arena and not k.retained
-    assert k.peak == max(9 * k.per_checkpoint + k.arena, k.arena + max(k.restore, k.per_checkpoint))
+    assert k.peak == max(8 * k.per_checkpoint + k.arena, k.arena + max(k.restore, k.per_checkpoint))
 
 
 def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) -> None:
@@ -102,8 +105,8 @@ def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) 
     k = state.kept_bytes(f, dataclasses.replace(WINDOW, n_ctx=131072))
     assert k.arena > state.WARM_ARENA_MAX and k.warm_arena == 0
     # Only the save holds it: the checkpoint after it and the restore do not.
-    assert k.peak == 8 * k.per_checkpoint + k.arena
-    assert k.allocated == 8 * k.per_checkpoint + k.arena
+    assert k.peak == 7 * k.per_checkpoint + k.arena
+    assert k.allocated == 7 * k.per_checkpoint + k.arena
     # Two sequences saving (the API's slots): two arenas, each kept while it is at most the limit.
     two = state.Kept(per_checkpoint=0, kept_per_seq=0, sequences=4, arena=2 * 300 * MIB, restore=MIB,
                      identity=0, arenas=2)
@@ -165,19 +168,21 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
 
     f = facts_of(tmp_path, TINY_GEMMA3, "tiny-g3")
     k = state.kept_bytes(f, WINDOW)
-    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 24  # 8 turns', 16 intervals
-    # 25 checkpoints' slots (the heap keeps the transient one's) beside a save's arena; a restore holds them too
-    # (24 x 2.6 MiB is under glibc's trim threshold), the warm arena and every chunk it mapped.
-    slots = 25 * k.per_checkpoint
+    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 23  # 8 turns', 15 intervals
+    # 24 checkpoints' slots (the heap keeps the transient one's) beside a save's arena; a restore holds them too,
+    # the warm arena and the chunk it mapped.
+    slots = 24 * k.per_checkpoint
     assert k.peak == max(slots + max(k.arena, k.identity), slots + k.warm_arena + k.restore)
     held = swa_cells(f, 8192, WINDOW)
     assert k.restore == max(state.state_size(f).chunks(8192, 512, held))  # one chunk mapped at a time
-    # Over the trim threshold (a wider window: the same layers at 4 x the window), the restore gives them back.
+    # Over glibc's trim threshold too (a wider window: the same layers at 4 x the window): only a free heap top
+    # goes back, and a reading's blocks (or another sequence's checkpoints) lie above them.
     wide = state.Kept(per_checkpoint=10 * state.MIB, kept_per_seq=8, sequences=1, arena=k.arena, restore=k.restore,
                       identity=k.identity)
-    assert wide.retained and wide.peak == max(90 * state.MIB + k.arena,
-                                              10 * state.MIB + k.warm_arena + k.restore)
-    assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 25 * k.per_checkpoint
+    assert wide.retained and wide.peak == max(90 * state.MIB + k.arena, 90 * state.MIB + k.warm_arena + k.restore)
+    streams = dataclasses.replace(wide, sequences=2)
+    assert streams.peak == max(170 * state.MIB + k.arena, 170 * state.MIB + k.warm_arena + k.restore)
+    assert k.peak > state.kept_bytes(f, dataclasses.replace(WINDOW, saves_kv=False)).peak == 24 * k.per_checkpoint
 
 
 def test_the_plan_counts_host_memory_per_cell_of_context(tmp_path: Path) -> None:

@@ -152,3 +152,27 @@ def test_on_a_slow_machine_the_card_offers_a_smaller_model_and_says_why(
         assert f"{seven.title} fits too, but would answer at about" in text
     finally:
         w.close()
+
+
+def test_a_fresh_home_measures_this_computer_and_the_card_says_a_speed(
+        qtbot: QtBot, monkeypatch: pytest.MonkeyPatch, default_model_path: Path) -> None:
+    """No speed profile kept: once the bundled model answers, the machine is measured in a probe child (the card
+    says so meanwhile), the profile is kept in the home and the card offers again with a speed."""
+    from hisho.core.planner import first_speed, speed
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv(first_speed.ENV_OFF, "1")
+    assert speed.load_profile() is None
+    w = make_window(qtbot)
+    try:
+        card = card_of(w)
+        wait_for(qtbot, lambda: card.candidate is not None, 60_000)
+        if speed.load_profile() is None:  # not landed yet: the card says what runs
+            wait_for(qtbot, lambda: not card.speed_note.isHidden() or speed.load_profile() is not None, 120_000)
+        wait_for(qtbot, lambda: card.speed_profile is not None, 300_000)
+        kept = speed.load_profile()
+        assert kept is not None and kept.source == first_speed.SOURCE and kept == card.speed_profile
+        assert card.speed_note.isHidden()
+        assert "tok/s" in card.offer.text() and "reads 1,000 tokens" in card.offer.text()
+    finally:
+        w.close()

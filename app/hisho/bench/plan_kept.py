@@ -182,17 +182,25 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     full_ctx = rt.n_ctx
     n_ctx = rt.n_ctx_seq  # one sequence's cells: all of them, or its own stream's (the API's slots)
     # The probe's synthetic fill (a state built in an anonymous mmap, unmapped before the peak is reset, then one
-    # real ubatch), told the context ends where the checkpoints' steps begin.
+    # real ubatch) or a real reading (``read``), told the context ends where the checkpoints' steps begin.
     caches = request.get("kv_caches")
     # ``sequences``: how many a front end fills at once (serve's slots, each in its own stream); one otherwise.
     seqs = range(int(request.get("sequences", 1)))
     # ``end_full``: the first sequence's last prompt ubatch ends at the full context at the end, beside what the
     # engine keeps (a long chat's next prompt after a save and a restore); otherwise the steps end there.
     tail = rt.n_batch if request.get("end_full") else 0
+    # ``read``: the context filled by one long reading with the engine's interval checkpoints on, as a front end
+    # reads a long prompt (the most checkpoints a context keeps: docs/planner.md "Kept state"); the steps and the
+    # last ubatch stop at the marks too. Otherwise the synthetic fill, and the steps read with the marks off.
+    read = bool(request.get("read"))
     rt.n_ctx = n_ctx - n_ck * step - tail
     try:
         for seq in seqs:
-            _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches), seq)
+            if read:
+                rt.decode_tokens(seq, tokens[:rt.n_ctx], want_logits=False)
+            else:
+                _fill_by_state(rt, tokens, int(request.get("n_swa", 0)), None if caches is None else int(caches),
+                               seq)
     finally:
         rt.n_ctx = full_ctx
     keeper = rt.keeper
@@ -206,7 +214,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         nonlocal held_max
         held = len(rt.seqs.get(seq, []))
         if tail and held < n_ctx:
-            rt.decode_tokens(seq, tokens[held:n_ctx], want_logits=False, checkpoints=False)
+            rt.decode_tokens(seq, tokens[held:n_ctx], want_logits=False, checkpoints=read)
             pos[seq] = n_ctx
             before = keeper.checkpoint_bytes()
             if keeper.checkpoint(seq):
@@ -215,7 +223,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
 
     def step_and_checkpoint(seq: int = 0) -> None:
         nonlocal held_max
-        rt.decode_tokens(seq, tokens[pos[seq]:pos[seq] + step], want_logits=False, checkpoints=False)
+        rt.decode_tokens(seq, tokens[pos[seq]:pos[seq] + step], want_logits=False, checkpoints=read)
         pos[seq] += step
         before = keeper.checkpoint_bytes()
         if keeper.checkpoint(seq):
@@ -250,6 +258,10 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
         lows = [int(c["swa_lo"]) for c in chunks if c.get("swa_lo") is not None and c["swa_lo"] < c["start"] + c["n_tokens"]]
         warm = max((a.capacity for a in writer._free), default=0)
         kept_checkpoints = len(keeper.checkpoints.get(0, []))
+        kinds = {seq: [c.interval for c in keeper.checkpoints.get(seq, [])] for seq in seqs}
+        for seq, marks in kinds.items():
+            log.debug("sequence %d keeps %d turn and %d interval checkpoints (%s)", seq, marks.count(False),
+                      marks.count(True), [c.n for c in keeper.checkpoints.get(seq, [])])
         kept_bytes = keeper.checkpoint_bytes()
         t0 = time.perf_counter()
         restored = kv.restore(0, [{"path": c["path"], "key": c["key"]} for c in chunks], keep=n_ctx)
@@ -268,6 +280,7 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
             "after_checkpoints_rss": after_checkpoints["rss"] - base["rss"],
             "after_save_rss": after_save["rss"] - base["rss"], "end_rss": end["rss"] - base["rss"],
             "checkpoint_sizes": sizes, "checkpoints_kept": kept_checkpoints, "checkpoint_bytes_kept": kept_bytes,
+            "turns_intervals_kept": [[m.count(False), m.count(True)] for m in kinds.values()],
             "checkpoint_bytes_max_held": held_max, "swa_low": min(lows, default=-1),
             "save_copied_bytes": int(summary["copied_bytes"]), "save_chunks": len(chunks),
             "chunk_payload_bytes": [int(c.get("bytes", 0)) for c in chunks], "chunk_file_bytes": file_bytes,

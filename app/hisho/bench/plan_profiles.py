@@ -9,7 +9,8 @@ figures and one measurement:
 - ``load``: what the front end's own load is judged by (``launch.planned_load`` with the profile's sequences,
   streams and saving: the plan ``gate.apply_plan`` prices);
 - ``measured``: that load run for real in a fresh child (``python -m hisho.bench.plan_kept``, as ``--kept``
-  does): the context filled by the probe's synthetic state and one real ubatch, nine 64-token steps with the
+  does): the context filled by the probe's synthetic state and one real ubatch (a window or recurrent model: by
+  one real reading with the interval checkpoints on, as a long prompt is read), nine 64-token steps with the
   engine's checkpoints (serve: in each of its sequences), then each sequence's last 512-token prompt up to
   the full context (the bare context's peak, beside the kept state) and a checkpoint there; for a profile that
   saves KV then a save of each whole sequence and a restore of the first; for ``summarize`` its job context
@@ -122,7 +123,10 @@ def profile_cell(path: Path, profile: str, parallel: int | None, n_ctx: int, kv:
     caches = {"dense": 1, "swa": 2, "hybrid": 2 if any(facts.swa_layers) else 1, "recurrent": 0}[facts.memory]
     request: dict[str, Any] = {"params": params.to_dict(), "n_swa": facts.n_swa, "kv_caches": caches,
                                "save": p["load"].saves_kv,
-                               "sequences": 1 if p["load"].kv_unified else p["load"].n_seq_max, "end_full": True}
+                               "sequences": 1 if p["load"].kv_unified else p["load"].n_seq_max, "end_full": True,
+                               # a window or recurrent model's context filled by one long reading, its interval
+                               # checkpoints on: the most it keeps (a dense one keeps none; the fill is faster)
+                               "read": facts.memory != "dense"}
     if profile == "summarize":
         # A map phase as documents.plan packs it: full chunks, each in its own stream, as many as fit.
         per_seq = min(seq_cells(CHUNK_TARGET + SUMMARY_TOKENS + 128), p["total"])
@@ -143,7 +147,8 @@ def profile_cell(path: Path, profile: str, parallel: int | None, n_ctx: int, kv:
         "measured_resident": measured, "resident_error_pct": pct_error(plan.breakdown.resident, measured),
         "predicted_committed": plan.breakdown.committed,
         "measured": {k: m[k] for k in ("context_peak", "job_peak", "after_checkpoints_peak", "after_save_peak",
-                                       "load_peak_growth", "save_copied_bytes", "checkpoint_bytes_max_held")
+                                       "load_peak_growth", "save_copied_bytes", "checkpoint_bytes_max_held",
+                                       "turns_intervals_kept")
                      if k in m},
         "planned_parts": {k: getattr(plan.breakdown, k) for k in ("weights", "kv", "compute", "output", "runtime",
                                                                    "kept")},

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     specs = [args.model] if args.model else list(MODELS)
     measured: dict[str, tuple[ModelFacts, dict[str, float]]] = {}
     profile = speed.load_profile() if args.model else None
-    if profile is None:
+    if profile is None or profile.source == "first-start":  # one model's lower bounds: fit from two sizes
         for spec in PROFILE_MODELS:
             measured[spec] = measure(spec, repeat=max(1, args.repeat or 3))
         profile = profile_from([measured[s] for s in PROFILE_MODELS])

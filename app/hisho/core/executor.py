@@ -30,7 +30,8 @@ from typing import Any, TypeVar
 log = logging.getLogger("hisho.executor")
 
 T = TypeVar("T")
-LANES = ("engine", "store", "kv", "hub", "download", "remote")  # remote: network waits (probes)
+# remote: network waits (probes); measure: the machine's speed at first start (a probe child, seconds)
+LANES = ("engine", "store", "kv", "hub", "download", "remote", "measure")
 Post = Callable[[Callable[[], None]], None]
 
 

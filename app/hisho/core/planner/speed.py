@@ -15,9 +15,9 @@ The model (docs/planner.md "Speed"):
 - **Measured beats predicted.** ``record`` keeps what a loaded model measured (by the file's header digest);
   ``for_model`` answers with it, saying "measured", before any prediction.
 
-Rules of use: no llama_cpp here; the measuring is ``hisho bench speed`` (bench/speed.py), which stores the
-profile with ``save_profile``. Everything else reads it: ``load_profile()`` is None until then, and callers
-show no speed rather than a guess.
+Rules of use: no llama_cpp here; the measuring is ``hisho bench speed`` (bench/speed.py), or at a fresh home's
+first start ``first_speed`` (one model, a few seconds), which store the profile with ``save_profile``. Everything
+else reads it: ``load_profile()`` is None until then, and callers show no speed rather than a guess.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class SpeedProfile:
     threads: int = 0
     prompt_step_s: float = 0.0        # seconds per prompt token beyond its multiply-adds
     kv_factor: float = 1.0            # attention at depth over reading its KV (1: only the bytes)
-    source: str = "measured"          # measured (hisho bench speed) | a fixture's name
+    source: str = "measured"          # measured (hisho bench speed) | first-start | a fixture's name
     # Weight type -> bytes/s as decode reads that type, where a model mostly of it was measured: a k-quant's
     # dot products cost more per byte than Q4_0's repacked kernels, so on few cores its decode is not bound by
     # memory alone. Other types read at ``bandwidth``.

@@ -177,13 +177,12 @@ class Kept:
         kept = self.sequences * self.kept_per_seq * self.per_checkpoint
         if self.retained:
             # The heap keeps the slots of the most checkpoints ever held (one more than kept) through a save's
-            # arena and the first save's identity hash. A restore drops its sequence's checkpoints first: glibc
-            # gives a free heap top back once it is over its trim threshold (twice the mmap threshold), so their
-            # slots stay only when they are at most that much.
+            # arena, the first save's identity hash and a restore: the restore drops its sequence's checkpoints
+            # first, but glibc gives back only a free heap *top*, and a prompt's reading (its interval
+            # checkpoints) and the other sequences' checkpoints leave live blocks above them (measured: the
+            # window's and serve's restores on Gemma-3-270M came on top of every slot).
             slots = kept + self.per_checkpoint
-            own = self.kept_per_seq * self.per_checkpoint
-            at_restore = slots - (own if own > HEAP_TRIM else 0) + self.warm_arena + self.restore
-            return max(slots + max(self.arena, self.identity), at_restore)
+            return max(slots + max(self.arena, self.identity), slots + self.warm_arena + self.restore)
         others = kept - self.kept_per_seq * self.per_checkpoint
         return max(kept + self.per_checkpoint + self.warm_arena,  # a checkpoint taken beside a warm arena
                    kept + self.arena,                              # a save
@@ -223,7 +222,7 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     if facts.memory != "dense":
         one = size.checkpoint(seq_ctx) + STATE_HEADERS + TOKEN_REF * seq_ctx
         kept = max(1, min(CHECKPOINTS_PER_SEQ, CHECKPOINT_BYTES_PER_SEQ // one))
-        kept += seq_ctx // (INTERVAL_TOKENS * size.interval_every(seq_ctx, INTERVAL_TOKENS))  # the intervals
+        kept += (seq_ctx - 1) // (INTERVAL_TOKENS * size.interval_every(seq_ctx, INTERVAL_TOKENS))  # the marks
     arena = restore = identity = 0
     if cfg.saves_kv:
         # Chunks go through the scratch sequence of a unified cache of two or more; without one (serve's

@@ -14,6 +14,7 @@ Commands:
 - ``measure``: load for real through the engine's own ``Runtime`` (mmap, as the engine does), fill the context
   with full ubatches, and report peak RSS growth over the pre-load baseline plus the buffer sizes llama.cpp
   reported. ``hisho bench plan`` runs it once per cell, each in a fresh process.
+- ``speed``: this machine's speed on one model, at a fresh home's first start (``machine_speed``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import llama_cpp
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.units import MIB
 from hisho.engine.lib import backends
+from hisho.engine.measure.machine_speed import measure_speed
 
 _BUFFER = re.compile(r"(\S+)\s+(model|output|KV|RS|compute) buffer size =\s+([\d.]+) MiB")
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers")
@@ -388,7 +390,7 @@ def synthetic_state(one: bytes, n_cells: int, n_swa: int = 0, kv_caches: int | N
         yield one[pos + 12:], 1
 
 
-COMMANDS = {"dry-run": dry_run, "devices": lambda _req: devices(), "measure": measure}
+COMMANDS = {"dry-run": dry_run, "devices": lambda _req: devices(), "measure": measure, "speed": measure_speed}
 
 
 def main(argv: list[str]) -> int:

@@ -123,6 +123,9 @@ class FirstStartCard(QFrame):
             self.ladder[cand.file] = badge
             ladder.addWidget(badge)
         ladder.addStretch(1)
+        self.speed_note = QLabel("Measuring this computer…")  # first start, while its speed is measured
+        self.speed_note.setObjectName("Meta")
+        self.speed_note.hide()
         self.status = QLabel("")
         self.status.setObjectName("Meta")
         self.status.setWordWrap(True)
@@ -146,9 +149,11 @@ class FirstStartCard(QFrame):
         lay.addWidget(self.demo)
         lay.addLayout(row)
         lay.addLayout(ladder)
+        lay.addWidget(self.speed_note)
         lay.addWidget(self.status)
         lay.addLayout(buttons)
         self.dismissed = False
+        self.looked = False  # the user asked the hub: a later estimate must not replace what it found
         self._estimate()
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt naming
@@ -227,6 +232,7 @@ class FirstStartCard(QFrame):
         fits is then downloaded. Only on the user's click: nothing leaves the computer by itself."""
         from hisho.gui.models.models_page import planner_budget
 
+        self.looked = True
         self.status.setText("Checking the file on the hub…")
         self.download.hide()
         self.retry.hide()
@@ -277,6 +283,22 @@ class FirstStartCard(QFrame):
                             "a model when you are online." if offline else f"Could not check the hub: {line}")
         self.download.hide()  # a disabled primary button still looks pressable
         self.retry.show()
+
+    def measuring(self) -> None:
+        """This computer's speed is being measured (first start: hisho.gui.models.first_measure)."""
+        self.speed_note.show()
+
+    def speed_landed(self, profile: SpeedProfile | None) -> None:
+        """The measurement ended (None: it failed; the card stays without a speed): offer again with it."""
+        self.speed_note.hide()
+        if profile is None:
+            return
+        if self.looked:
+            self.speed_profile = profile
+            if self.candidate is not None:
+                self._show_offer(self.candidate, str(self.badge.property("verdict") or ""), self.badge.toolTip())
+            return
+        self._estimate()
 
     # ----- actions ---------------------------------------------------------------------------------------
 

@@ -112,6 +112,9 @@ class MainWindow(QMainWindow):
         from hisho.gui.models.first_start import attach_first_start
 
         attach_first_start(self)  # the bundled model is a demo: offer one that fits
+        from hisho.gui.models.first_measure import start_first_measure
+
+        start_first_measure(self)  # no speed profile yet: measure this computer once, in the background
         if ctx.problem:
             self.show_banner(ctx.problem)
         self.state.changed.connect(self.show_state)
