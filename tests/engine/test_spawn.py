@@ -83,3 +83,32 @@ def test_engine_runs_under_another_interpreter(tmp_path: Path) -> None:
         client.start()
         assert client.engine_info["pid"]
     assert mark.read_text().split() == ["-m", "hisho.engine"]
+
+
+def test_a_probe_in_flight_ends_at_once_when_the_app_stops_its_children(default_model_path: Path) -> None:
+    """The app quits during the first start's measurement: ``stop_running`` ends the probe child and the waiting
+    ``run`` returns at once with what it had, so no worker thread holds the exit for the probe's timeout."""
+    import threading
+    import time
+
+    from hisho.core.planner.calibrate import ProbeFailed
+    from hisho.core.planner.first_speed import measure
+
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            measure(default_model_path, timeout=600)
+        except ProbeFailed as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    end = time.monotonic() + 60
+    while not spawn._RUNNING and time.monotonic() < end:
+        time.sleep(0.01)
+    assert spawn.stop_running() == 1
+    worker.join(30)
+    assert not worker.is_alive(), "the measurement still waits on a child that was stopped"
+    assert failed and "probe 'speed' failed" in str(failed[0])
+    assert spawn.stop_running() == 0

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.bench.shapes import model_file
@@ -87,3 +88,19 @@ def test_quit_during_a_summary_ends_within_seconds(qtbot: QtBot, tmp_path: Path)
         assert again.isVisible()
     finally:
         again.close()
+
+
+def test_quit_during_the_first_start_measurement_ends_within_seconds(qtbot: QtBot,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh home measures this computer once the first model answers (a probe child, seconds of both cores);
+    a quit meanwhile ends the child with the window, so no worker thread holds the process's exit."""
+    from hisho.core import spawn
+
+    monkeypatch.setenv("HISHO_MEASURE_AT_START", "1")
+    w: MainWindow = make_window(qtbot)
+    wait_for(qtbot, lambda: bool(spawn._RUNNING), 120_000)
+    started = time.monotonic()
+    w.close()
+    took = time.monotonic() - started
+    assert took < 5.0, f"closing during the measurement took {took:.1f} s"
+    assert not spawn._RUNNING  # the child is gone, and the lane's shutdown within the close saw its job end

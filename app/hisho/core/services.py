@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hisho.core import settings as settings_mod
+from hisho.core import spawn
 from hisho.core.appstate import AppState
 from hisho.core.conversations.chat import ChatService
 from hisho.core.conversations.store import ConversationStore
@@ -290,6 +291,7 @@ class Services:
         """The app is quitting (any thread): a model load in flight stops at once and nothing loads after it
         (not even the model that answered before a stopped switch), so the quit waits on no load."""
         self.closing = True
+        spawn.stop_running()  # a probe child (the first start's measurement, a plan's dry run) ends with the app
         self.engine.cancel_load()
         if self.local_engine is not None and self.local_engine is not self.engine:
             self.local_engine.cancel_load()

@@ -90,11 +90,40 @@ def popen(role: str, *args: str, env: dict[str, str] | None = None, stdin: int |
                             env=env if env is not None else child_env(), bufsize=0, **popen_options())
 
 
+_RUNNING: set[subprocess.Popen[str]] = set()  # run()'s children in flight, for stop_running
+_RUNNING_LOCK = threading.Lock()
+
+
 def run(role: str, *args: str, input: str, timeout: float,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``role`` to completion with ``input`` on stdin (the probe). Raises subprocess.TimeoutExpired."""
-    return subprocess.run(command(role, *args), input=input, capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else child_env(), **popen_options())
+    """Run ``role`` to completion with ``input`` on stdin (the probe). Raises subprocess.TimeoutExpired. A
+    ``stop_running`` meanwhile ends the child: its result then has a non-zero exit code and what it had said."""
+    proc = subprocess.Popen(command(role, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env if env is not None else child_env(),
+                            **popen_options())
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def stop_running() -> int:
+    """End every child ``run`` is waiting on (the app quits: a measurement must not hold the exit). Returns how
+    many there were; each ``run`` then returns at once."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    return len(procs)
 
 
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 30.0, *,

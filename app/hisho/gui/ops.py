@@ -14,7 +14,8 @@ Rules of use (GUI thread):
   hub token, settings); ``engine``: the engine (loads, token counts, replies, summaries, attaching documents,
   plans that read the loaded model); ``remote``: a remote engine over the network (probes, its model list);
   ``hub``: the Hugging Face hub (search, file lists, header reads, cards); ``download``: a model download;
-  ``kv_files``: KV files the engine writes in the background (waiting for them, "Clear all").
+  ``kv_files``: KV files the engine writes in the background (waiting for them, "Clear all"); ``measurement``:
+  this machine's speed, in a probe child.
   Named ops cover the frequent ones: ``save_settings(ex, settings)``.
 - ``success(fn)``: ``fn(result)`` on the GUI thread. ``failure(fn)``: ``fn(exc)`` on the GUI thread. Without a
   failure handler the app's report says it (``Executor.on_error``: the controller's toast), or it is logged.
@@ -107,6 +108,12 @@ def hub(executor: Executor, fn: Callable[[], T]) -> Op[T]:
 def download(executor: Executor, fn: Callable[[], T]) -> Op[T]:
     """A model download: the ``download`` lane, one at a time."""
     return Op(executor, "download", fn)
+
+
+def measurement(executor: Executor, fn: Callable[[], T]) -> Op[T]:
+    """Measuring this machine in a probe child (seconds of both cores): the ``measure`` lane, beside the engine's
+    work, never in its queue; the app's close ends the child (``spawn.stop_running``)."""
+    return Op(executor, "measure", fn)
 
 
 def kv_files(executor: Executor, fn: Callable[[], T]) -> Op[T]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hisho.core.planner.speed import SpeedProfile
+from hisho.gui import ops
 
 if TYPE_CHECKING:
     from hisho.core.appstate import Now
@@ -46,7 +47,7 @@ class FirstMeasure:
             post(lambda: self._card_call("measuring"))
             return first_speed.measure_and_keep(model)
 
-        self.w.ctx.executor.submit("measure", work, done=self._landed, failed=self._failed)
+        ops.measurement(self.w.ctx.executor, work).success(self._landed).failure(self._failed).run()
 
     def _card_call(self, name: str, *args: Any) -> None:
         card = getattr(self.w, "first_start", None)
