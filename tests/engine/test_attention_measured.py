@@ -1,0 +1,76 @@
+"""Flash attention measured on this machine (docs/flash-attention.md, "Measured here"): the engine's measurement
+on the real default model, and a KV file saved under one choice never restored under the other."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hisho.core.db import Database
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import LoadParams
+from hisho.core.kv.index import KVIndex
+from hisho.core.kv.session import KVSession
+from hisho.core.planner import attention
+
+CHUNK = 64
+DOC = " ".join(f"Shelf {i} holds {i * 5 % 11} jars of {('jam', 'honey', 'oil')[i % 3]}." for i in range(30))
+
+
+def test_measurement_returns_both_timings_and_a_choice(default_model_path: Path) -> None:
+    """Small depth and ubatches: seconds on a shared box. The child keeps its answer where the planner reads
+    it (per model file, context bucket, ubatches, threads, llama.cpp build)."""
+    assert attention.recall(str(default_model_path), 2048, (64, 32)) is None
+    probe = attention.measure(str(default_model_path), 2048, 64, 32, repeats=1, depth=256, timeout=240)
+    assert probe.depth == 256 and (probe.ubatch_on, probe.ubatch_off) == (64, 32)
+    for times in (probe.prompt_on_s, probe.prompt_off_s, probe.decode_on_s, probe.decode_off_s):
+        assert len(times) == 1 and times[0] > 0
+    assert set(probe.to_dict()["choices"]) == set(attention.WORKLOADS)
+    assert attention.recall(str(default_model_path), 2048, (64, 32)) == probe
+    assert attention.recall(str(default_model_path), 2048, (512, 256)) is None  # other ubatches: not measured
+
+
+def load(model: Path, flash_attn: bool) -> EngineClient:
+    client = EngineClient()
+    client.load(LoadParams(model_path=str(model), n_ctx=1024, n_seq_max=2, n_threads=1, flash_attn=flash_attn,
+                           n_ubatch=512 if flash_attn else 256))
+    return client
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[KVIndex]:
+    idx = KVIndex(Database(tmp_path / "db.sqlite3"), tmp_path / "kv")
+    yield idx
+    idx.db.close()
+
+
+def saved(engine: EngineClient, session: KVSession, tokens: list[int]) -> None:
+    engine.call("seq_rm", {"seq": 0, "start": 0})
+    engine.call("prefill", {"seq": 0, "tokens": tokens})
+    session.save("conv:1")
+    assert session.flush(60)
+
+
+def test_a_changed_choice_reads_the_conversation_again_once(default_model_path: Path, index: KVIndex) -> None:
+    """A measurement that turns flash attention over changes the KV fingerprint: what was saved under the old
+    choice is not offered (nor taken when handed over), the conversation is read again and saved under the new
+    one, and the next restore under the new choice takes it."""
+    with load(default_model_path, True) as on:
+        tokens = on.tokenize(messages=[{"role": "user", "content": DOC}], add_generation_prompt=False)
+        assert len(tokens) > 2 * CHUNK
+        first = KVSession(on, index, chunk_tokens=CHUNK, budget_bytes=1 << 40)
+        saved(on, first, tokens)
+        chunks = index.lookup(first.fingerprint(), tokens)
+        first.close()
+    with load(default_model_path, False) as off:
+        second = KVSession(off, index, chunk_tokens=CHUNK, budget_bytes=1 << 40)
+        assert second.fingerprint() != first.fingerprint()
+        assert second.restore("conv:1", tokens).restored == 0
+        forced = off.call("state_load", {"seq": 0, "chunks": chunks.request(), "keep": chunks.keep})
+        assert forced["restored"] == 0 and "fingerprint" in forced["failed"][0]["reason"]
+        saved(off, second, tokens)  # read again once, kept under the new choice
+        off.call("seq_rm", {"seq": 0, "start": 0})
+        assert second.restore("conv:1", tokens).restored > 0
+        second.close()
