@@ -3,6 +3,7 @@ on the real default model, and a KV file saved under one choice never restored u
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +75,30 @@ def test_a_changed_choice_reads_the_conversation_again_once(default_model_path: 
         off.call("seq_rm", {"seq": 0, "start": 0})
         assert second.restore("conv:1", tokens).restored > 0
         second.close()
+
+
+def test_the_idle_engine_measures_once_and_gives_way_to_requests(default_model_path: Path) -> None:
+    """After a load the rule turned flash attention off for, the engine measures when idle (server._next_job):
+    a waiting request stops it at once (it runs again later); done, the answer is kept and nothing is pending."""
+    import llama_cpp
+
+    from hisho.engine.lib.llama_setup import maps_file, model_params
+    from hisho.engine.measure import attention as engine_side
+
+    params = LoadParams(model_path=str(default_model_path), n_ctx=2048, n_batch=64, n_ubatch=32, flash_attn=False)
+    assert engine_side.pending(params)
+    assert not engine_side.pending(dataclasses.replace(params, flash_attn=True))  # the rule kept it on
+    assert not engine_side.pending(dataclasses.replace(params, type_k="q8_0", type_v="q8_0"))
+    model = llama_cpp.llama_model_load_from_file(params.model_path.encode("utf-8"),
+                                                 model_params(params, maps_file(params)))
+    try:
+        assert not engine_side.when_idle(model, params, lambda: True)
+        calls = iter(range(1000))
+        assert not engine_side.when_idle(model, params, lambda: next(calls) > 3)  # stopped inside a decode
+        assert engine_side.pending(params)
+        assert engine_side.when_idle(model, params, engine_side.never)
+    finally:
+        llama_cpp.llama_model_free(model)
+    assert not engine_side.pending(params)
+    kept = attention.recall(str(default_model_path), 2048, (64, 32))
+    assert kept is not None and kept.depth == attention.depth_for(2048) and len(kept.decode_off_s) == 3

@@ -50,6 +50,7 @@ log = logging.getLogger("hisho.engine")
 
 COALESCE_S = 0.025  # token events of a reply are written at most this often after the first (emit_soon)
 PROGRESS_S = 0.1    # "progress" events of one request are written at most this often (a window shows ~2 Hz)
+IDLE_S = 30.0       # no request for this long after a load: the engine is idle (flash attention measured then)
 HOLD_S = 120.0      # test hook hold_after_tokens: the longest a reply is held (a test that forgot to let go)
 
 
@@ -70,6 +71,7 @@ class Server:
         self._kv: Any = None          # hisho.engine.kv.kvstate.KVState of the current runtime, made on first use
         self._kv_writer: Any = None
         self._deferred: deque[dict[str, Any] | None] = deque()  # jobs a serving batch put off (engine/decode/serving.py)
+        self._measure_idle = False  # flash attention to be measured once the engine is idle (measure/attention.py)
 
     # ----- output (engine thread only, except the final shutdown) ----------------------------------------
 
@@ -151,13 +153,26 @@ class Server:
     def engine_loop(self) -> None:
         """Engine thread: run requests one at a time (a serving batch runs many; engine/decode/serving.py)."""
         while True:
-            req = self._deferred.popleft() if self._deferred else self._jobs.get()
+            req = self._deferred.popleft() if self._deferred else self._next_job()
             if req is None or self.run_job(req):
                 break
         if self._kv_writer is not None:
             self._kv_writer.wait_idle(10.0)  # KV files in flight land before the process exits
         if self.runtime is not None:
             self.runtime.close()
+
+    def _next_job(self) -> dict[str, Any] | None:
+        """The next request; while one is awaited after a load that left flash attention to be measured, the
+        measurement runs once nothing has come for ``IDLE_S``, and gives way to the first request that does."""
+        while self._measure_idle and self.runtime is not None:
+            try:
+                return self._jobs.get(timeout=IDLE_S)
+            except queue.Empty:
+                from hisho.engine.measure import attention
+
+                rt = self.runtime
+                self._measure_idle = not attention.when_idle(rt.model, rt.params, lambda: not self._jobs.empty())
+        return self._jobs.get()
 
     def run_job(self, req: dict[str, Any]) -> bool:
         """Run one request; True when it was ``shutdown``."""
@@ -247,6 +262,9 @@ class Server:
             return not self.is_cancelled(req_id)
 
         self.runtime = Runtime.load(params, loading)
+        from hisho.engine.measure import attention
+
+        self._measure_idle = not self.test_hooks and attention.pending(self.runtime.params)
         self.result(req_id, self.runtime.info())
 
     def op_unload(self, req_id: int, req: Unload) -> None:

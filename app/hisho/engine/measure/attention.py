@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import llama_cpp
@@ -36,9 +37,19 @@ log = logging.getLogger("hisho.engine")
 DECODE_STEPS = 3
 
 
-def measure(model: Any, params: LoadParams, *, depth: int, ubatch_off: int, repeats: int = 3) -> dict[str, Any]:
+class Stopped(Exception):
+    """A request came in: the measurement gives way (and runs again at the next idle time)."""
+
+
+def never() -> bool:
+    return False
+
+
+def measure(model: Any, params: LoadParams, *, depth: int, ubatch_off: int, repeats: int = 3,
+            stop: Callable[[], bool] = never) -> dict[str, Any]:
     """The timings (seconds) as ``AttentionProbe.from_dict`` reads them: flash attention on with
-    ``params.n_ubatch``-token prompt ubatches, off with ``ubatch_off``, each at ``depth`` cached cells."""
+    ``params.n_ubatch``-token prompt ubatches, off with ``ubatch_off``, each at ``depth`` cached cells.
+    ``stop()`` true (checked by ggml between graph nodes): ``Stopped`` at once."""
     vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
     ubatch_on = params.n_ubatch
     tokens = [(i * 7919 + 11) % vocab for i in range(max(ubatch_on, ubatch_off) + 1)]
@@ -50,18 +61,23 @@ def measure(model: Any, params: LoadParams, *, depth: int, ubatch_off: int, repe
             way = LoadParams.from_dict({**params.to_dict(), "flash_attn": on, "n_ubatch": ub, "n_batch": ub,
                                         "n_ctx": padded_cells(depth + ub + 1), "n_seq_max": 1,
                                         "kv_unified": True})
-            prompt_s, decode_s = _time_at_depth(model, way, depth, tokens)
+            prompt_s, decode_s = _time_at_depth(model, way, depth, tokens, stop)
             times["prompt_on_s" if on else "prompt_off_s"].append(prompt_s)
             times["decode_on_s" if on else "decode_off_s"].append(decode_s)
     return {"depth": depth, "ubatch_on": ubatch_on, "ubatch_off": ubatch_off, **times}
 
 
-def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int]) -> tuple[float, float]:
+def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int],
+                   stop: Callable[[], bool] = never) -> tuple[float, float]:
     """(seconds for one ``params.n_ubatch``-token prompt batch, seconds for one decode step), both after
     ``depth`` cells filled from a synthetic state, in a fresh context made from ``params``."""
+    if stop():
+        raise Stopped
     ctx = llama_cpp.llama_init_from_model(model, context_params(params))
     if not ctx:
         raise RuntimeError(f"no context for the measurement (flash attention {params.flash_attn})")
+    aborter = llama_cpp.ggml_abort_callback(lambda _data: bool(stop()))  # referenced until the context is freed
+    llama_cpp.llama_set_abort_callback(ctx, aborter, None)
     batch = Batch(params.n_ubatch, 1)
     mem = llama_cpp.llama_get_memory(ctx)
 
@@ -71,6 +87,8 @@ def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int]
             batch.add(tok, start + i, 0, i == len(chunk) - 1)
         began = time.perf_counter()
         if llama_cpp.llama_decode(ctx, batch.raw) != 0:
+            if stop():
+                raise Stopped
             raise RuntimeError("llama_decode failed in the measurement")
         return time.perf_counter() - began
 
@@ -103,6 +121,64 @@ def _fill(ctx: Any, decode: Any, depth: int, token: int) -> None:
     buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
     if int(llama_cpp.llama_state_seq_set_data(ctx, buf, len(state), 0)) != len(state):
         raise RuntimeError("llama.cpp did not take the synthetic state")
+
+
+def pending(params: LoadParams) -> bool:
+    """Whether the engine should measure after loading ``params``, when it is idle: a CPU-only load with an f16
+    cache that the planner's rule turned flash attention off for (its ``n_ubatch`` is the rule's; ``n_batch``
+    the ubatch asked for), at the default threads (what the planner's key names), not measured yet."""
+    from hisho.core.planner import attention as rule
+
+    if (params.flash_attn or params.n_gpu_layers > 0 or (params.type_k, params.type_v) != ("f16", "f16")
+            or params.n_threads not in (0, rule.default_threads())):
+        return False
+    return rule.recall(params.model_path, params.n_ctx, (params.n_batch, params.n_ubatch)) is None
+
+
+def when_idle(model: Any, params: LoadParams, stop: Callable[[], bool]) -> bool:
+    """Measure the loaded ``model`` for ``params`` (``pending``) and keep the answer for the next plan and load;
+    False when ``stop`` interrupted it (to be run again). A measurement that fails is logged and not retried."""
+    from hisho.core.planner import attention as rule
+
+    depth = rule.depth_for(params.n_ctx)
+    need, free = context_bytes(model, depth + params.n_batch, params.n_batch), available_bytes()
+    if free < 2 * need:
+        log.info("flash attention not measured: a %d MiB context would leave too little of %d MiB free", need >> 20,
+                 free >> 20)
+        return True
+    started = time.perf_counter()
+    way = LoadParams.from_dict({**params.to_dict(), "n_ubatch": params.n_batch, "n_threads": 0})
+    try:
+        found = measure(model, way, depth=depth, ubatch_off=params.n_ubatch, stop=stop)
+    except Stopped:
+        log.info("flash-attention measurement gave way to a request; it runs again when the engine is idle")
+        return False
+    except (RuntimeError, ValueError) as exc:
+        log.warning("flash-attention measurement failed (%s); the planner's rule stands", exc)
+        return True
+    probe = rule.AttentionProbe.from_dict(found)
+    rule.remember(params.model_path, params.n_ctx, probe)
+    log.info("flash attention measured in %.1f s: %s (the next load takes it)", time.perf_counter() - started,
+             "; ".join(probe.summary(kind) for kind in rule.WORKLOADS))
+    return True
+
+
+def context_bytes(model: Any, cells: int, ubatch: int) -> int:
+    """About what one measuring context holds beside the loaded model: its f16 cache and, flash attention off,
+    one ubatch's f32 scores and their f16 copy (docs/flash-attention.md, "What it costs"), plus a margin."""
+    n_head = int(llama_cpp.llama_model_n_head(model))
+    kv_per_cell = 2 * 2 * int(llama_cpp.llama_model_n_layer(model)) * int(llama_cpp.llama_model_n_embd(model)) \
+        * int(llama_cpp.llama_model_n_head_kv(model)) // max(1, n_head)
+    return cells * kv_per_cell + cells * ubatch * n_head * 6 + (64 << 20)
+
+
+def available_bytes() -> int:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # psutil missing or unsupported platform: assume room (the measurement is small)
+        return 1 << 62
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
