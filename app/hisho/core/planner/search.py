@@ -295,7 +295,9 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
     """``p`` with flash attention off (and the ubatch ``attention_off_ubatch`` picks) where that pays and the
     load still fits, else ``p`` itself. The one rule for the load (``gate.apply_plan``) and for what
     ``hisho plan`` and the planner panel say. ``calib`` prices it where it was taken at that ubatch size;
-    another size prices with its own cached calibration, or the formulas (the plan then says "estimate")."""
+    another size prices with its own cached calibration, or the formulas (the plan then says "estimate").
+    Where this machine measured the model at this context and these ubatches (``attention.recall``), the
+    measurement weighed for the load's kind (``attention.workload``) chooses between off and on instead."""
     if not p.fits or p.facts is None:
         return p
     ub = attention_off_ubatch(p.facts, p.config)

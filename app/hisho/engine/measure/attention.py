@@ -34,7 +34,7 @@ from hisho.engine.measure.probe import LogCapture, synthetic_state
 
 log = logging.getLogger("hisho.engine")
 
-DECODE_STEPS = 3
+DECODE_STEPS = 5
 
 
 class Stopped(Exception):
@@ -99,10 +99,10 @@ def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int]
         llama_cpp.llama_memory_seq_rm(mem, 0, depth, -1)
         prompt_s = decode(tokens[:params.n_ubatch], depth)
         steps = []
-        for step in range(DECODE_STEPS):  # a step is short: the median of a few, each rolled back
-            llama_cpp.llama_memory_seq_rm(mem, 0, depth, -1)
+        for step in range(DECODE_STEPS):  # a step is short: the best of a few, each rolled back (another
+            llama_cpp.llama_memory_seq_rm(mem, 0, depth, -1)  # program holding a core only ever adds to it)
             steps.append(decode(tokens[1 + step:2 + step], depth))
-        return prompt_s, sorted(steps)[len(steps) // 2]
+        return prompt_s, min(steps)
     finally:
         batch.free()
         llama_cpp.llama_free(ctx)
