@@ -102,3 +102,21 @@ def test_the_idle_engine_measures_once_and_gives_way_to_requests(default_model_p
     assert not engine_side.pending(params)
     kept = attention.recall(str(default_model_path), 2048, (64, 32))
     assert kept is not None and kept.depth == attention.depth_for(2048) and len(kept.decode_off_s) == 3
+
+
+def test_the_apps_engine_measures_when_idle_and_the_next_plan_takes_it(default_model_path: Path) -> None:
+    """The engine process itself (server._next_job): loaded as the rule turns flash attention off, idle for the
+    configured seconds, it keeps a measurement, and a request afterwards is answered as before."""
+    import os
+    import time
+
+    key = (str(default_model_path), 2048, (64, 32))
+    env = {**os.environ, attention.IDLE_ENV: "0.5"}
+    with EngineClient(env=env) as client:
+        client.load(LoadParams(model_path=str(default_model_path), n_ctx=2048, n_batch=64, n_ubatch=32,
+                               flash_attn=False, n_threads=0))
+        deadline = time.monotonic() + 240
+        while attention.recall(*key) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert attention.recall(*key) is not None
+        assert client.tokenize(text="still here")  # the engine answers after measuring

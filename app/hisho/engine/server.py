@@ -50,7 +50,6 @@ log = logging.getLogger("hisho.engine")
 
 COALESCE_S = 0.025  # token events of a reply are written at most this often after the first (emit_soon)
 PROGRESS_S = 0.1    # "progress" events of one request are written at most this often (a window shows ~2 Hz)
-IDLE_S = 30.0       # no request for this long after a load: the engine is idle (flash attention measured then)
 HOLD_S = 120.0      # test hook hold_after_tokens: the longest a reply is held (a test that forgot to let go)
 
 
@@ -72,6 +71,7 @@ class Server:
         self._kv_writer: Any = None
         self._deferred: deque[dict[str, Any] | None] = deque()  # jobs a serving batch put off (engine/decode/serving.py)
         self._measure_idle = False  # flash attention to be measured once the engine is idle (measure/attention.py)
+        self._idle_s = 0.0          # ... after this long without a request
 
     # ----- output (engine thread only, except the final shutdown) ----------------------------------------
 
@@ -163,10 +163,10 @@ class Server:
 
     def _next_job(self) -> dict[str, Any] | None:
         """The next request; while one is awaited after a load that left flash attention to be measured, the
-        measurement runs once nothing has come for ``IDLE_S``, and gives way to the first request that does."""
+        measurement runs once nothing has come for ``_idle_s``, and gives way to the first request that does."""
         while self._measure_idle and self.runtime is not None:
             try:
-                return self._jobs.get(timeout=IDLE_S)
+                return self._jobs.get(timeout=self._idle_s)
             except queue.Empty:
                 from hisho.engine.measure import attention
 
@@ -264,7 +264,8 @@ class Server:
         self.runtime = Runtime.load(params, loading)
         from hisho.engine.measure import attention
 
-        self._measure_idle = not self.test_hooks and attention.pending(self.runtime.params)
+        self._idle_s = attention.idle_seconds()
+        self._measure_idle = self._idle_s > 0 and attention.pending(self.runtime.params)
         self.result(req_id, self.runtime.info())
 
     def op_unload(self, req_id: int, req: Unload) -> None:

@@ -43,6 +43,11 @@ MAX_DEPTH = 4096        # the depth measured: half the context, at most this (th
 MIN_BUCKET = 2048
 PROBE_TIMEOUT_S = 300
 PROBE_VERSION = 1
+# In the environment of the app's own engine (services.make_engine): seconds without a request after a load
+# before it measures (engine/measure/attention.py). Benchmarks' and tests' engines leave it unset (or "0"), so
+# no measurement runs beside what they time.
+IDLE_ENV = "HISHO_ENGINE_MEASURE_IDLE"
+IDLE_S = 30.0
 
 
 def workload(cfg: Config) -> str:

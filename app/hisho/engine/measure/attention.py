@@ -76,8 +76,11 @@ def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int]
     ctx = llama_cpp.llama_init_from_model(model, context_params(params))
     if not ctx:
         raise RuntimeError(f"no context for the measurement (flash attention {params.flash_attn})")
-    aborter = llama_cpp.ggml_abort_callback(lambda _data: bool(stop()))  # referenced until the context is freed
-    llama_cpp.llama_set_abort_callback(ctx, aborter, None)
+    if stop is not never:
+        # ggml asks between graph nodes, so a request waits for one node, not one decode. Each ask takes the GIL:
+        # cheap in the engine process (its other threads sleep), so the child measurement goes without.
+        aborter = llama_cpp.ggml_abort_callback(lambda _data: bool(stop()))  # referenced while the context lives
+        llama_cpp.llama_set_abort_callback(ctx, aborter, None)
     batch = Batch(params.n_ubatch, 1)
     mem = llama_cpp.llama_get_memory(ctx)
 
@@ -121,6 +124,17 @@ def _fill(ctx: Any, decode: Any, depth: int, token: int) -> None:
     buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
     if int(llama_cpp.llama_state_seq_set_data(ctx, buf, len(state), 0)) != len(state):
         raise RuntimeError("llama.cpp did not take the synthetic state")
+
+
+def idle_seconds() -> float:
+    """Seconds without a request before this engine measures (``attention.IDLE_ENV``), 0 for never: the app's
+    own engine measures, benchmarks' and tests' do not."""
+    from hisho.core.planner.attention import IDLE_ENV
+
+    try:
+        return max(0.0, float(os.environ.get(IDLE_ENV, "0")))
+    except ValueError:
+        return 0.0
 
 
 def pending(params: LoadParams) -> bool:
