@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,7 @@ def measure(model_path: str, n_ctx: int, ubatch_on: int, ubatch_off: int, *, thr
                "ubatch_off": ubatch_off, "threads": threads, "repeats": repeats}
     try:
         proc = spawn.run("attention-probe", input=json.dumps(request), timeout=timeout)
-    except Exception as exc:  # TimeoutExpired, OSError: the fixed rule stands
+    except (subprocess.TimeoutExpired, OSError) as exc:  # the fixed rule stands
         raise ProbeFailed(f"flash-attention measurement failed: {exc}") from exc
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     answer = json.loads(lines[-1]) if lines else {}
