@@ -120,3 +120,19 @@ def test_the_apps_engine_measures_when_idle_and_the_next_plan_takes_it(default_m
             time.sleep(0.5)
         assert attention.recall(*key) is not None
         assert client.tokenize(text="still here")  # the engine answers after measuring
+
+
+def test_hisho_plan_measure_attention_plans_with_the_answer(default_model_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`hisho plan --measure-attention`: measured now, kept, and the plan (JSON) says the measured choice."""
+    import json
+
+    from hisho.cli.main import main
+
+    assert main(["plan", "--ctx", "1024", "--min-ctx", "1024", "--no-calibrate", "--json",
+                 "--measure-attention", str(default_model_path)]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    measured = data["attention_measured"]
+    assert measured is not None and "measured here" in out.err and "measured here" in data["reason"]
+    assert data["flash_attn"] is measured["choices"]["window"]
