@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# The app's engine measures flash attention when idle after a load (docs/flash-attention.md); engines the tests
+# start through services.make_engine do not, so nothing runs in the background of the suite on a shared box.
+os.environ.setdefault("HISHO_ENGINE_MEASURE_IDLE", "0")
+
 
 @pytest.fixture(autouse=True)
 def hisho_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

@@ -244,7 +244,7 @@ def run_child(role: str, args: list[str]) -> int:
         from hisho.core.hub.child import main as download_main
 
         return download_main(args)
-    if role == "kept-probe":  # a bench's measurement child (hisho bench plan --kept)
+    if role in ("kept-probe", "attention-probe"):  # measurement children with a main(args) of their own
         import importlib
 
         return int(importlib.import_module(spawn.ROLES[role]).main(args))

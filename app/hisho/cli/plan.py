@@ -42,6 +42,9 @@ def register(sub: Any) -> None:
                    help="the front end the plan is for: its sequences and whether it saves KV (default: window)")
     p.add_argument("--parallel", type=int, default=None,
                    help="with --profile serve: the server's --parallel (--ctx is then all sequences' context together)")
+    p.add_argument("--measure-attention", action="store_true",
+                   help="time flash attention on and off for the planned model here (seconds to minutes), keep "
+                        "the answer, and plan with it (otherwise measured after the model's first load)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
@@ -71,6 +74,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                      calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
                      n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=parallel,
                      store=store)
+    if args.measure_attention and measure_attention(plan):
+        plan = make_plan(args.models, machine, budget, min_ctx=min_ctx, target_ctx=target,
+                         calibrate_missing=not args.no_calibrate, n_batch=int(s["n_batch"]),
+                         n_ubatch=int(s["n_batch"]), profile=args.profile, parallel=parallel, store=store)
     plan = past_trained(plan, target, calibrate=not args.no_calibrate)
     data = plan.to_dict()
     head, detail = explain.over_trained(plan)
@@ -84,6 +91,32 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(data))
     return 0
+
+
+def measure_attention(plan: Plan) -> bool:
+    """Time flash attention on and off for the plan's model at its context (``planner.attention.measure``) and
+    keep it; False, with a line on stderr, where the choice is not open (a GPU load, a quantized cache, a
+    context too long for the rule's ubatches, a file not on this machine)."""
+    from pathlib import Path
+
+    from hisho.core.planner import attention
+    from hisho.core.planner.search import attention_off_ubatch
+
+    req = plan.requested
+    ub = attention_off_ubatch(plan.facts, req) if plan.fits and plan.facts is not None else 0
+    if not ub or plan.facts is None or not Path(plan.facts.source).is_file():
+        sys.stderr.write("flash attention is not open to a measurement for this plan (it stays as the rules "
+                         "say: docs/flash-attention.md)\n")
+        return False
+    from hisho.core.planner.calibrate import ProbeFailed
+
+    try:
+        probe = attention.measure(plan.facts.source, req.n_ctx, req.n_ubatch, ub)
+    except ProbeFailed as exc:
+        sys.stderr.write(f"{exc}; flash attention stays as the rules say\n")
+        return False
+    sys.stderr.write(f"{probe.summary(attention.workload(req))}\n")
+    return True
 
 
 def front_end_ctx(specs: list[str], s: Settings, profile: str, parallel: int | None, store: ModelStore) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,10 +355,12 @@ def open_downloads(models: ModelStore) -> Downloader:
 
 
 def make_engine() -> Engine:
-    """The engine the app runs on: the local child process (the one implementation so far)."""
+    """The engine the app runs on: the local child process (the one implementation so far). It measures flash
+    attention when idle after a load (docs/flash-attention.md, "Measured here")."""
     from hisho.core.engine.client import EngineClient
+    from hisho.core.planner.attention import IDLE_ENV, IDLE_S
 
-    return EngineClient()
+    return EngineClient(env={IDLE_ENV: str(IDLE_S), **os.environ})  # a "0" already set (the test suite) stays
 
 
 def build(model: str | None = None, profile: str = "window", *, db_path: Path | None = None,

@@ -32,6 +32,7 @@ ROLES: dict[str, str] = {
     "probe": "hisho.engine.measure.probe",
     "download": "hisho.core.hub.child",
     "kept-probe": "hisho.bench.plan_kept",  # hisho bench plan --kept: a measurement child, like the probe
+    "attention-probe": "hisho.engine.measure.attention",  # flash attention on and off timed (planner/attention.py)
 }
 
 APP_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the ``hisho`` package

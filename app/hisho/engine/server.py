@@ -70,6 +70,8 @@ class Server:
         self._kv: Any = None          # hisho.engine.kv.kvstate.KVState of the current runtime, made on first use
         self._kv_writer: Any = None
         self._deferred: deque[dict[str, Any] | None] = deque()  # jobs a serving batch put off (engine/decode/serving.py)
+        self._measure_idle = False  # flash attention to be measured once the engine is idle (measure/attention.py)
+        self._idle_s = 0.0          # ... after this long without a request
 
     # ----- output (engine thread only, except the final shutdown) ----------------------------------------
 
@@ -151,13 +153,26 @@ class Server:
     def engine_loop(self) -> None:
         """Engine thread: run requests one at a time (a serving batch runs many; engine/decode/serving.py)."""
         while True:
-            req = self._deferred.popleft() if self._deferred else self._jobs.get()
+            req = self._deferred.popleft() if self._deferred else self._next_job()
             if req is None or self.run_job(req):
                 break
         if self._kv_writer is not None:
             self._kv_writer.wait_idle(10.0)  # KV files in flight land before the process exits
         if self.runtime is not None:
             self.runtime.close()
+
+    def _next_job(self) -> dict[str, Any] | None:
+        """The next request; while one is awaited after a load that left flash attention to be measured, the
+        measurement runs once nothing has come for ``_idle_s``, and gives way to the first request that does."""
+        while self._measure_idle and self.runtime is not None:
+            try:
+                return self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                from hisho.engine.measure import attention
+
+                rt = self.runtime
+                self._measure_idle = not attention.when_idle(rt.model, rt.params, lambda: not self._jobs.empty())
+        return self._jobs.get()
 
     def run_job(self, req: dict[str, Any]) -> bool:
         """Run one request; True when it was ``shutdown``."""
@@ -247,6 +262,10 @@ class Server:
             return not self.is_cancelled(req_id)
 
         self.runtime = Runtime.load(params, loading)
+        from hisho.engine.measure import attention
+
+        self._idle_s = attention.idle_seconds()
+        self._measure_idle = self._idle_s > 0 and attention.pending(self.runtime.params)
         self.result(req_id, self.runtime.info())
 
     def op_unload(self, req_id: int, req: Unload) -> None:

@@ -155,7 +155,9 @@ def plan_facts(facts: Sequence[ModelFacts], machine: Machine, budget: Budget, *,
     calib = cands_calib.get(id(best.facts))
     chosen = attention_choice(best, calib, cpu=cpu)
     ub = attention_off_ubatch(best.facts, best.config) if best.fits and best.facts is not None else 0
-    if calibrate_missing and best.facts is not None and ub and ub != n_ubatch and cached(best.facts, ub) is None:
+    measured_on = chosen.attention is not None and chosen.config.flash_attn  # no smaller ubatch to price
+    if (calibrate_missing and best.facts is not None and ub and ub != n_ubatch and not measured_on
+            and cached(best.facts, ub) is None):
         # Flash attention off with a smaller ubatch: its compute buffer gets its own dry run (cached after the
         # first), then the price.
         calibration_for(best.facts, n_ubatch=ub)

@@ -7,7 +7,8 @@
   context, ``search.attention_off_ubatch``) and the load still fits: ggml-cpu's flash attention walks the whole
   cache row by row for a batch under 64 tokens, so a short question at long context was 2-5x slower with it, a
   decode step 2-2.6x, and a prefill slice at 4K-16K depth 1.3x. ``flash_attn`` False in the
-  settings keeps it off; a quantized V cache keeps it on (llama.cpp needs it).
+  settings keeps it off; a quantized V cache keeps it on (llama.cpp needs it). Where the engine measured this
+  model here (``attention.py``), the measurement weighed for the front end decides between off and on.
 - Prompt offload with a partial offload (offload.py): the engine's kept probe of this split, if there is one.
 - The configuration is priced for this machine. If it will not fit, ``PlanRefused`` (a UserError: one clear
   line, with what would fit instead) is raised, unless ``override`` is set: then the load goes ahead with a

@@ -19,7 +19,7 @@ from typing import Any
 
 from hisho.core.machine import Budget
 from hisho.core.models.gguf_facts import ModelFacts
-from hisho.core.planner import explain, quality
+from hisho.core.planner import attention, explain, quality
 from hisho.core.planner.calibrate import LAYOUTS, cached
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
 from hisho.core.planner.state import state_size
@@ -40,6 +40,7 @@ class Plan:
     asked: Config | None = None          # the configuration before the load rules (``as_loaded``)
     cpu: frozenset[str] | None = None    # the CPU features it was priced for (weight repacking)
     profile: str = ""                    # the front end it is for (profiles.SHAPES), where one was named
+    attention: dict[str, Any] | None = None  # flash attention measured on this machine (attention.py), if kept
 
     @property
     def requested(self) -> Config:
@@ -68,6 +69,7 @@ class Plan:
             "parts": [r.to_dict() for r in explain.rows(self)], "profile": self.profile,
             "notes": list(b.notes), "budget": self.budget.explain, "reason": self.reason,
             "alternatives": self.alternatives, "layer_split": self.layer_split(),
+            "attention_measured": self.attention,
         }
 
     def layer_split(self) -> dict[str, int]:
@@ -293,7 +295,9 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
     """``p`` with flash attention off (and the ubatch ``attention_off_ubatch`` picks) where that pays and the
     load still fits, else ``p`` itself. The one rule for the load (``gate.apply_plan``) and for what
     ``hisho plan`` and the planner panel say. ``calib`` prices it where it was taken at that ubatch size;
-    another size prices with its own cached calibration, or the formulas (the plan then says "estimate")."""
+    another size prices with its own cached calibration, or the formulas (the plan then says "estimate").
+    Where this machine measured the model at this context and these ubatches (``attention.recall``), the
+    measurement weighed for the load's kind (``attention.workload``) chooses between off and on instead."""
     if not p.fits or p.facts is None:
         return p
     ub = attention_off_ubatch(p.facts, p.config)
@@ -306,6 +310,10 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
                                  "it reads long prompts several times slower than an f16 cache")
     if not ub:
         return p
+    kind = attention.workload(cfg)
+    measured = attention.recall(p.facts.source, cfg.n_ctx, (cfg.n_ubatch, ub))
+    if measured is not None and measured.choose(kind):
+        return replace(p, attention=measured.to_dict(), reason=f"{p.reason}; {measured.summary(kind)}")
     if calib is None or calib.n_ubatch != ub:
         calib = cached(p.facts, ub)
     off = price(p.facts, replace(p.config, flash_attn=False, n_ubatch=ub), p.budget, calib, cpu=cpu)
@@ -315,6 +323,8 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
     before = f"({p.budget.metric} {_gib(_need(p.breakdown, p.budget))})"
     after = f"({p.budget.metric} {_gib(_need(off.breakdown, p.budget))})"
     batch = "" if ub == p.config.n_ubatch else f", {ub}-token ubatches"
+    why = (f"({measured.summary(kind)})" if measured is not None
+           else "(prompts and replies at long context run faster without it on this CPU)")
     return replace(p, config=off.config, breakdown=off.breakdown, asked=p.requested,
-                   reason=f"{p.reason.replace(before, after, 1)}; flash attention off{batch} (prompts and "
-                          "replies at long context run faster without it on this CPU)")
+                   attention=measured.to_dict() if measured is not None else None,
+                   reason=f"{p.reason.replace(before, after, 1)}; flash attention off{batch} {why}")
