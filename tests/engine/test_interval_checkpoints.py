@@ -34,7 +34,7 @@ GREEDY = Sampling(temperature=0.0, repeat_penalty=1.5, max_tokens=8, ignore_eos=
 COMPARE = 200
 HEADER = [5000, 5001, 5002]
 LONG = 2700     # past the window cache of the divergence point (asserted in ``branch_needs_a_checkpoint``)
-PART = 1300     # where the branch parts from the long prompt: 276 tokens after the mark at 1024
+PART = 1300     # where the branch parts: 20 tokens after the mark at 1280, between the old 512-token ones
 
 
 def toks(seed: int, n: int) -> list[int]:
@@ -76,9 +76,11 @@ def fresh(rt: Runtime, prompt: list[int], n: int = COMPARE) -> list[int]:
     return got
 
 
-# Where the branch resumes in memory: the mark before the divergence. A dense cache is cut anywhere, but a reply's
-# prompt slice (512 tokens, n_batch) is read again whole (PrefixKeeper._slice_start): there too.
-RESUMED = 1024
+# Where the branch resumes in memory: the mark before the divergence (marks every 128 tokens on a CPU load,
+# hisho.core.kv.marks; with 512-token marks it was 1024). A dense cache is cut anywhere, but a reply's prompt
+# slice (512 tokens, n_batch) is read again whole (PrefixKeeper._slice_start): there, 1024.
+def resumed(shape: str) -> int:
+    return 1024 if SHAPES[shape].memory == "dense" else 1280
 
 
 def branch_needs_a_checkpoint(rt: Runtime, shape: str) -> None:
@@ -99,7 +101,7 @@ def test_a_branch_in_the_middle_of_a_long_prompt_reads_only_the_rest(rt: Runtime
     fresh(rt, LONG_PROMPT, 4)
     branch_needs_a_checkpoint(rt, shape)
     got, cached = answer(rt, BRANCH, compared(shape))
-    assert cached == RESUMED  # read: len(BRANCH) - 1024 tokens, not all of them
+    assert cached == resumed(shape)  # read: len(BRANCH) - 1280 tokens, not all of them
     assert got == want
 
 
@@ -131,7 +133,7 @@ def test_the_branch_restores_from_disk_after_a_restart(rt: Runtime, shape: str, 
 
 
 def test_fewer_kept_checkpoints_change_no_number(rt: Runtime, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A checkpoint dearer to restore than 512 tokens are to read again is not kept: the spacing doubles (every
+    """A checkpoint dearer to restore than its marks' tokens are to read again is not kept: the spacing doubles (every
     reading still stops at each mark, so the numbers stay those of a fresh prefill)."""
     if SHAPES[shape].memory == "dense":
         assert rt.keeper.marks(0, 5000) == []
@@ -156,17 +158,28 @@ def test_the_interval_rule() -> None:
 
     keeper = prefix.PrefixKeeper.__new__(prefix.PrefixKeeper)
     keeper.rt = Ctx()
+    keeper.interval = 512  # marks of a load with layers offloaded (hisho.core.kv.marks)
     keeper.prefill_tok_s = 250.0
     # Gemma-3-1B's window (11 MiB) restores in ~12 ms; 512 tokens read in 2 s: every mark is kept.
     assert keeper.interval_spacing(11 << 20) == 512
-    # Reading fast (a GPU, 20,000 tokens/s): 512 tokens take 26 ms, a 55 MiB Mamba state 58 ms: every third mark.
+    # Reading fast (a GPU, 20,000 tokens/s): 512 tokens take 26 ms, a 55 MiB Mamba state 58 ms: three marks'
+    # worth, rounded up to a power of two (kept ones stay on a save's chunk ends): every fourth.
     keeper.prefill_tok_s = 20000.0
     Ctx.n_ctx_seq = 4096
-    assert keeper.interval_spacing(55 << 20) == 3 * 512
+    assert keeper.interval_spacing(55 << 20) == 4 * 512
     # The budget: 32K tokens of 55 MiB states at 512 would be 3.5 GiB; 256 MiB holds 4, so one per 8192 tokens.
     keeper.prefill_tok_s = 250.0
     Ctx.n_ctx_seq = 32768
     assert keeper.interval_spacing(55 << 20) == 8192
+    # A CPU load marks every 128 tokens. Gemma-3-270M's 7.5 MiB window against 128 tokens read at 300/s (0.4 s):
+    # each kept at 4K; at 8K the budget (34 windows in 256 MiB) keeps every second; at 32K every eighth.
+    keeper.interval, keeper.prefill_tok_s = 128, 300.0
+    Ctx.n_ctx_seq = 4096
+    assert keeper.interval_spacing(15 << 19) == 128
+    Ctx.n_ctx_seq = 8192
+    assert keeper.interval_spacing(15 << 19) == 256
+    Ctx.n_ctx_seq = 32768
+    assert keeper.interval_spacing(15 << 19) == 1024
 
 
 def serve(rt: Runtime, prompt: list[int], n: int) -> tuple[list[int], int]:
@@ -195,5 +208,5 @@ def test_an_api_request_parting_from_a_longer_one_in_the_middle(rt: Runtime, sha
     serve(rt, LONG_PROMPT, 4)
     branch_needs_a_checkpoint(rt, shape)
     got, cached = serve(rt, BRANCH, n)
-    assert cached == (PART if dense else 1024)  # a dense slot's cells are cut anywhere (serving.py)
+    assert cached == (PART if dense else 1280)  # a dense slot's cells are cut anywhere (serving.py)
     assert got == want

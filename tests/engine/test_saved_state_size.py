@@ -56,12 +56,16 @@ def test_resume_estimate_uses_the_saved_state() -> None:
 
 
 def test_the_planner_mirrors_the_engines_limits() -> None:
+    from hisho.core.kv import marks, session
     from hisho.core.planner import state
     from hisho.engine.kv import chunkwriter, prefix
 
     assert state.CHECKPOINTS_PER_SEQ == prefix.CHECKPOINTS_PER_SEQ
     assert state.CHECKPOINT_BYTES_PER_SEQ == prefix.CHECKPOINT_BYTES_PER_SEQ
-    assert state.INTERVAL_TOKENS == prefix.INTERVAL_TOKENS == state.CHUNK_TOKENS
+    assert marks.COARSE_TOKENS == state.CHUNK_TOKENS == session.DEFAULT_CHUNK_TOKENS
+    for memory in ("swa", "recurrent", "hybrid"):
+        for gpu in (0, 99):
+            assert state.CHUNK_TOKENS % marks.interval_tokens(memory, gpu) == 0  # chunk ends are marks
     assert state.INTERVAL_BYTES_PER_SEQ == prefix.INTERVAL_BYTES_PER_SEQ
     assert state.WARM_ARENA_MAX == chunkwriter.WARM_ARENA_MAX
     assert state.ARENA_ROUND == chunkwriter._ROUND

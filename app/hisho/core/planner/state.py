@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hisho.core.kv.marks import COARSE_TOKENS, interval_tokens
 from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.planner.layout import Config, row_bytes, stream_cells, swa_cells
 from hisho.core.units import MIB
@@ -29,8 +30,9 @@ STATE_HEADERS = 4096
 # and the largest arena kept for the next save.
 CHECKPOINTS_PER_SEQ = 8
 CHECKPOINT_BYTES_PER_SEQ = 256 * MIB
-INTERVAL_TOKENS = 512  # interval checkpoints: one per this many tokens of a prompt's reading at most ...
-INTERVAL_BYTES_PER_SEQ = 256 * MIB  # ... and at most this many bytes of them, beside the turns' above
+# Interval checkpoints: one per mark of a prompt's reading at most (core/kv/marks.py interval_tokens, the
+# engine's rule too) and at most this many bytes of them, beside the turns' above.
+INTERVAL_BYTES_PER_SEQ = 256 * MIB
 CHUNK_TOKENS = 512
 ARENA_ROUND = 4 * MIB
 WARM_ARENA_MAX = 512 * MIB
@@ -88,14 +90,21 @@ class StateSize:
                          + (self.recurrent if marked or end == n else 0) + STATE_HEADERS)
         return sizes
 
+    def interval_spacing(self, n_tokens: int, interval: int = COARSE_TOKENS) -> int:
+        """Tokens between two kept interval checkpoints of a context of ``n_tokens`` read with marks every
+        ``interval``: the engine's budget rule (PrefixKeeper.interval_spacing), the smallest power-of-two
+        multiple of ``interval`` at which the context's fit ``INTERVAL_BYTES_PER_SEQ``; its cost rule can only
+        space them wider."""
+        n_max = max(1, INTERVAL_BYTES_PER_SEQ // max(1, self.checkpoint(n_tokens) + STATE_HEADERS))
+        step = max(1, interval)
+        return step * (1 << (max(1, -(-n_tokens // (n_max * step))) - 1).bit_length())
+
     def interval_every(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS) -> int:
-        """Every how many chunks of a save of ``n_tokens`` one ends at a kept interval checkpoint: the engine's
-        budget rule (PrefixKeeper.interval_spacing) for a context of ``n_tokens``; its cost rule can only space
-        them wider."""
+        """Every how many chunks of a save of ``n_tokens`` one ends at a kept interval checkpoint (marks every
+        chunk or finer: ``interval_spacing``)."""
         if not self.window_per_cell and not self.recurrent:
             return max(1, n_tokens)  # dense: none
-        n_max = max(1, INTERVAL_BYTES_PER_SEQ // max(1, self.checkpoint(n_tokens) + STATE_HEADERS))
-        return max(1, -(-n_tokens // (n_max * max(1, chunk_tokens))))
+        return max(1, self.interval_spacing(n_tokens, max(1, chunk_tokens)) // max(1, chunk_tokens))
 
     def chunked(self, n_tokens: int, chunk_tokens: int = CHUNK_TOKENS, window_held: int | None = None) -> int:
         """Bytes a save of ``n_tokens`` tokens copies out (``chunks``: its attention rows, the window cells the
@@ -208,7 +217,7 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     recurrent state of one sequence (``StateSize.checkpoint``: at most the whole window) and its token list; a
     sequence keeps at most ``CHECKPOINTS_PER_SEQ`` and at most ``CHECKPOINT_BYTES_PER_SEQ`` of them (never fewer
     than one), and a new one is taken before the oldest is dropped; beside them the interval checkpoints of a
-    prompt's reading, at most one per ``INTERVAL_TOKENS`` of the context and ``INTERVAL_BYTES_PER_SEQ``. With KV saved (engine/kv/kvstate.py): a save of a
+    prompt's reading, at most one per mark (``interval_tokens``) of the context and ``INTERVAL_BYTES_PER_SEQ``. With KV saved (engine/kv/kvstate.py): a save of a
     whole sequence copies every chunk into one arena rounded up to 4 MiB, resident during the write and kept after
     it up to 512 MiB (larger ones are let go); a restore maps one chunk file at a time and unmaps it once loaded
     (the kernel's read-ahead of the next file is page cache, not the process's), then takes a checkpoint; the
@@ -222,7 +231,9 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     if facts.memory != "dense":
         one = size.checkpoint(seq_ctx) + STATE_HEADERS + TOKEN_REF * seq_ctx
         kept = max(1, min(CHECKPOINTS_PER_SEQ, CHECKPOINT_BYTES_PER_SEQ // one))
-        kept += (seq_ctx - 1) // (INTERVAL_TOKENS * size.interval_every(seq_ctx, INTERVAL_TOKENS))  # the marks
+        marks = interval_tokens(facts.memory, cfg.n_gpu_layers)
+        # the kept marks strictly inside the context (the one at its end is the turn's checkpoint taken there)
+        kept += (seq_ctx - 1) // size.interval_spacing(seq_ctx, marks)
     arena = restore = identity = 0
     if cfg.saves_kv:
         # Chunks go through the scratch sequence of a unified cache of two or more; without one (serve's

@@ -45,5 +45,8 @@ def state_facts(rt: Runtime) -> dict[str, Any]:
         "chat_template": hashlib.blake2b(rt.template.text.encode("utf-8"), digest_size=16).hexdigest(),
         # Sliding-window and recurrent models: chunks carry what a restore at their end needs (swa_lo,
         # state_end); files saved before they did are not offered (another fingerprint). Dense: unchanged.
-        **({} if rt.keeper.dense else {"memory": rt.keeper.kind, "resume_facts": 1}),
+        # ``marks``: where every reading of a prompt stops (hisho.core.kv.marks): cells read in other slices
+        # round differently, so files read at the old 512-token marks are not offered either.
+        **({} if rt.keeper.dense else {"memory": rt.keeper.kind, "resume_facts": 1,
+                                       "marks": rt.keeper.interval}),
     }

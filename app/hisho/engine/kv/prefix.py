@@ -26,8 +26,9 @@ A window checkpoint is put in position order and loaded straight back (``_relay`
 its window cells in the slots a later restore of that checkpoint gives them, so the reply that follows and a
 regenerate round alike (docs/kv-format.md "Numerics").
 
-**Interval checkpoints.** A prompt read with ``Runtime.decode_tokens`` stops at every multiple of
-``INTERVAL_TOKENS`` (the chunk size of a save, so they fall on chunk ends) and a checkpoint is taken there
+**Interval checkpoints.** A prompt read with ``Runtime.decode_tokens`` stops at every multiple of the model's
+mark spacing (``hisho.core.kv.marks.interval_tokens``: 128 tokens on a CPU load; it divides a save's chunk, so
+chunk ends are marks) and a checkpoint is taken there
 (``interval_checkpoint``): a request that parts from a long prompt anywhere restores the newest one at or before
 the divergence and reads only the rest; a save puts each one into the chunk file that ends there
 (``hisho.engine.kv.kvstate``), so the same holds after a restart. Every reading stops at the same absolute
@@ -35,7 +36,8 @@ positions, so a continuation from a restored one equals a fresh prefill, re-lay 
 (``interval_spacing``) is the cost rule: one is worth keeping where re-reading the tokens since the one before
 costs more than restoring it (``size / RESTORE_BYTES_PER_S`` against ``spacing / prefill speed``, the speed
 measured on this prompt's slices), and the ones a whole context would need fit ``INTERVAL_BYTES_PER_SEQ``; the
-spacing is the smallest multiple of ``INTERVAL_TOKENS`` meeting both. Keeping fewer changes no number, only how
+spacing is the smallest power-of-two multiple of the marks' meeting both (a power of two, so kept ones still fall
+on the chunk ends of a save). Keeping fewer changes no number, only how
 much a divergence re-reads.
 """
 
@@ -49,6 +51,7 @@ from typing import Any
 
 import llama_cpp
 
+from hisho.core.kv.marks import interval_tokens
 from hisho.engine.kv import cellorder
 
 log = logging.getLogger("hisho.engine")
@@ -56,7 +59,6 @@ log = logging.getLogger("hisho.engine")
 PARTIAL = int(getattr(llama_cpp, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY", 1))
 CHECKPOINTS_PER_SEQ = 8          # the newest: the last turns, then the type-ahead states after them
 CHECKPOINT_BYTES_PER_SEQ = 256 << 20
-INTERVAL_TOKENS = 512            # where every prompt reading stops for a checkpoint (= kvstate's chunk size)
 INTERVAL_BYTES_PER_SEQ = 256 << 20  # interval checkpoints kept per sequence, beside the turns' above
 RESTORE_BYTES_PER_S = 1e9        # a partial state loaded back (from memory ~10 GB/s, a cold SSD ~1-2 GB/s): low end
 PREFILL_GUESS_TOK_S = 250.0      # until a slice of this context was timed (docs/waits.md's guess)
@@ -67,7 +69,7 @@ class Checkpoint:
     tokens: list[int]              # what the sequence held when it was taken (its first ``n`` tokens)
     data: ctypes.Array[ctypes.c_uint8]
     turn: bool = False             # a prompt's end or the turn boundary after a reply: evicted after type-ahead's
-    interval: bool = False         # taken at a multiple of INTERVAL_TOKENS while a prompt was read
+    interval: bool = False         # taken at an interval mark while a prompt was read (PrefixKeeper.marks)
 
     @property
     def n(self) -> int:
@@ -84,6 +86,8 @@ class PrefixKeeper:
         self.recurrent = bool(llama_cpp.llama_model_is_recurrent(model)) or bool(
             llama_cpp.llama_model_is_hybrid(model))
         self.dense = not self.n_swa and not self.recurrent
+        # Where every reading stops (0: dense, none): a fixed function of the model and load (exactness).
+        self.interval = interval_tokens("dense" if self.dense else "other", int(rt.params.n_gpu_layers))
         self.checkpoints: dict[int, list[Checkpoint]] = {}
         # After a restore from several chunk files the window cells can have holes below the last window (each
         # file holds the window of its own end): positions below the floor are not trusted for a cut.
@@ -224,10 +228,11 @@ class PrefixKeeper:
 
     def marks(self, start: int, end: int) -> list[int]:
         """The interval marks strictly between positions ``start`` and ``end`` (none for dense models)."""
-        if self.dense:
+        step = self.interval
+        if self.dense or step <= 0:
             return []
-        first = (start // INTERVAL_TOKENS + 1) * INTERVAL_TOKENS
-        return list(range(first, end, INTERVAL_TOKENS))
+        first = (start // step + 1) * step
+        return list(range(first, end, step))
 
     def interval_checkpoint(self, seq: int) -> bool:
         """A prompt's reading reached a mark: take a checkpoint there (taken at every mark, so every reading
@@ -250,15 +255,17 @@ class PrefixKeeper:
         return True
 
     def interval_spacing(self, size: int) -> int:
-        """How far apart kept interval checkpoints of ``size`` bytes are: the smallest multiple of
-        ``INTERVAL_TOKENS`` (1) whose re-reading at the measured prefill speed takes longer than restoring one
+        """How far apart kept interval checkpoints of ``size`` bytes are: the smallest power-of-two multiple of
+        the marks' spacing (1) whose re-reading at the measured prefill speed takes longer than restoring one
         (``size / RESTORE_BYTES_PER_S``), and (2) at which a sequence filling its context keeps at most
-        ``INTERVAL_BYTES_PER_SEQ`` of them."""
+        ``INTERVAL_BYTES_PER_SEQ`` of them. A power of two: the marks divide a save's chunk, so a kept one still
+        falls on chunk ends (the chunk file carries it) wherever it is no further apart than a chunk."""
+        step = max(1, self.interval)
         restore_s = size / RESTORE_BYTES_PER_S
-        reread = max(1, math.ceil(restore_s * self.prefill_tok_s / INTERVAL_TOKENS))
+        reread = max(1, math.ceil(restore_s * self.prefill_tok_s / step))
         n_max = max(1, INTERVAL_BYTES_PER_SEQ // max(1, size))
-        fit = max(1, math.ceil(int(self.rt.n_ctx_seq) / (n_max * INTERVAL_TOKENS)))
-        return INTERVAL_TOKENS * max(reread, fit)
+        fit = max(1, math.ceil(int(self.rt.n_ctx_seq) / (n_max * step)))
+        return step * (1 << (max(reread, fit) - 1).bit_length())
 
     def note_speed(self, n_tokens: int, seconds: float) -> None:
         """A prompt slice of ``n_tokens`` took ``seconds`` (``Runtime.decode_tokens``): the rule's prefill speed."""
