@@ -10,8 +10,12 @@ The model (docs/planner.md "Speed"):
   memory bandwidth as decode sees it (threads, caches and kernels included), ``step_s`` the fixed cost of a
   step (graph, sampling, thread wake-up): both fitted from two models of different sizes (``fit_decode``).
 - **Prompt** is compute bound: a prompt token costs ``prompt_step_s`` plus one multiply-add per matrix weight
-  at ``prompt_rate`` (multiply-adds per second: for a weight type where one was measured for it, else the
-  machine's ``"all"`` rate, fitted like decode from two model sizes; lacking both, the slowest known).
+  at the machine's ``"all"`` rate (multiply-adds per second), fitted like decode from two model sizes. A weight
+  type measured on a model of its own has its own rate, taken in proportion (the whole per-token time of that
+  model over its multiply-adds, no fixed part): the fixed part fitted on the two small models (a 135M model's
+  per-token work outside its matrices) does not carry to a larger one, whose per-token work outside the
+  matrices grows with it (a 3B Q4_K_M shape read prompts at 0.71 of the prediction with it subtracted, 1B
+  Q4_K_M measured). Lacking both, the slowest rate known.
 - **Measured beats predicted.** ``record`` keeps what a loaded model measured (by the file's header digest);
   ``for_model`` answers with it, saying "measured", before any prediction.
 
@@ -147,8 +151,8 @@ def with_type(profile: SpeedProfile, facts: ModelFacts, decode_short: float, pro
 
     kind = main_type(facts)
     rates, bandwidths = dict(profile.prompt_rate), dict(profile.type_bandwidth)
-    if prompt > 0 and 1.0 / prompt > profile.prompt_step_s:
-        rates[kind] = matmul_elements(facts) / (1.0 / prompt - profile.prompt_step_s)
+    if prompt > 0:
+        rates[kind] = matmul_elements(facts) * prompt  # in proportion: no fixed part (see the module's doc)
     if decode_short > 0 and 1.0 / decode_short > profile.step_s:
         bandwidths[kind] = weights_read_per_token(facts) / (1.0 / decode_short - profile.step_s)
     return dataclasses.replace(profile, prompt_rate=rates, type_bandwidth=bandwidths)
@@ -168,9 +172,10 @@ def decode_when_full(facts: ModelFacts, fast: Speed, n_ctx: int, type_kv: str = 
 
 def prompt_speed(profile: SpeedProfile, weight_type: str, elements: int) -> float:
     """Prompt tok/s of a model with ``elements`` multiply-adds per token, mostly of ``weight_type``."""
-    rate = profile.prompt_rate.get(weight_type) or profile.prompt_rate.get("all")
-    if rate is None:
-        rate = min(profile.prompt_rate.values(), default=0.0)
+    own = profile.prompt_rate.get(weight_type) if weight_type != "all" else None
+    if own:
+        return own / elements if elements > 0 else 0.0  # a type's own rate is taken in proportion
+    rate = profile.prompt_rate.get("all") or min(profile.prompt_rate.values(), default=0.0)
     return 1.0 / (profile.prompt_step_s + elements / rate) if rate > 0 else 0.0
 
 
