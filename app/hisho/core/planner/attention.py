@@ -13,7 +13,6 @@ where that request would finish sooner with it. Nothing measured: the fixed rule
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -22,8 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hisho.core import paths, spawn
+from hisho.core import spawn
 from hisho.core.atomic import write_text_atomic
+from hisho.core.planner.kept_file import kept_file
 from hisho.core.planner.layout import Config
 
 log = logging.getLogger("hisho.planner")
@@ -152,14 +152,8 @@ def default_threads() -> int:
 def cache_path(model_path: str, n_ctx: int, ubatches: tuple[int, int], threads: int, library: str) -> Path:
     """Where the measurement is kept: model file (path, size, mtime), context bucket, the ubatches on and off,
     threads, llama.cpp build."""
-    p = Path(model_path)
-    try:
-        stat = p.stat()
-        file_key = f"{p.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    except OSError:
-        file_key = str(p)
-    key = f"{file_key}|{bucket(n_ctx)}|{ubatches[0]}/{ubatches[1]}|{threads}|{library}|{PROBE_VERSION}"
-    return paths.cache_dir() / "attention" / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()[:24]}.json"
+    return kept_file("attention", model_path, bucket(n_ctx), f"{ubatches[0]}/{ubatches[1]}", threads, library,
+                     PROBE_VERSION)
 
 
 def recall(model_path: str, n_ctx: int, ubatches: tuple[int, int], threads: int | None = None,

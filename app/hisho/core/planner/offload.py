@@ -14,15 +14,14 @@ default (nothing in RAM to copy).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hisho.core import paths
 from hisho.core.atomic import write_text_atomic
+from hisho.core.planner.kept_file import kept_file
 
 log = logging.getLogger("hisho.planner")
 
@@ -88,14 +87,7 @@ def device_key(name: str, description: str) -> str:
 def cache_path(model_path: str, n_gpu_layers: int, devices: list[str], library: str) -> Path:
     """Where the probe of this split is kept: by the model file (path, size, mtime), the llama.cpp build
     (``calibrate.library_version``), the devices ggml sees (name and description) and the layers offloaded."""
-    p = Path(model_path)
-    try:
-        stat = p.stat()
-        file_key = f"{p.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
-    except OSError:
-        file_key = str(p)
-    key = f"{file_key}|{library}|{'/'.join(sorted(devices))}|{n_gpu_layers}|{PROBE_TOKENS}"
-    return paths.cache_dir() / "prompt-offload" / f"{hashlib.sha256(key.encode('utf-8')).hexdigest()[:24]}.json"
+    return kept_file("prompt-offload", model_path, library, "/".join(sorted(devices)), n_gpu_layers, PROBE_TOKENS)
 
 
 def recall(model_path: str, n_gpu_layers: int, devices: list[str], library: str) -> OffloadProbe | None:
