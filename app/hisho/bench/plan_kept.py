@@ -16,7 +16,6 @@ import dataclasses
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core.engine.protocol import LoadParams
+from hisho.core.planner.calibrate import (
+    ProbeFailed as ProbeFailed,  # the one ProbeFailed; plan_profiles catches it here
+)
+from hisho.core.planner.calibrate import child_answer
 from hisho.core.planner.state import CHUNK_TOKENS
 
 log = logging.getLogger("hisho.bench")
@@ -100,10 +103,6 @@ def _cell_filter(item: str) -> tuple[str, int | None, str | None]:
     return name, int(ctx) if ctx else None, kv or None
 
 
-class ProbeFailed(RuntimeError):
-    pass
-
-
 def kept_cell(facts: Any, cfg: Any, calib: Any, machine: Any, model_path: str, n_threads: int) -> dict[str, Any]:
     from hisho.core.planner.memory import estimate
     from hisho.core.planner.state import kept_bytes
@@ -150,19 +149,10 @@ def run_kept_probe(request: dict[str, Any]) -> dict[str, Any]:
     from hisho.core import spawn
     from hisho.core.planner.state import HEAP_RETAINS, HEAP_TRIM
 
-    try:
-        # glibc's mmap threshold at its dynamic maximum from the start: the state a long session reaches (freed
-        # checkpoints up to 32 MiB stay in the heap), not the fresh process's 128 KiB.
-        env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
-        proc = spawn.run("kept-probe", input=json.dumps(request), timeout=PROBE_TIMEOUT_S, env=env)
-    except subprocess.TimeoutExpired:
-        raise ProbeFailed(f"the kept-state probe took longer than {PROBE_TIMEOUT_S} s") from None
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        raise ProbeFailed(f"the kept-state probe failed: {tail[0]}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    # glibc's mmap threshold at its dynamic maximum from the start: the state a long session reaches (freed
+    # checkpoints up to 32 MiB stay in the heap), not the fresh process's 128 KiB.
+    env = spawn.child_env(MALLOC_MMAP_THRESHOLD_=str(HEAP_RETAINS), MALLOC_TRIM_THRESHOLD_=str(HEAP_TRIM))
+    return child_answer("kept-probe", request=request, timeout=PROBE_TIMEOUT_S, what="the kept-state probe", env=env)
 
 
 def pct_error(predicted: int, measured: int) -> float:

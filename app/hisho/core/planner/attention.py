@@ -16,12 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hisho.core import spawn
 from hisho.core.atomic import write_text_atomic
 from hisho.core.planner.kept_file import kept_file
 from hisho.core.planner.layout import Config
@@ -188,20 +186,18 @@ def measure(model_path: str, n_ctx: int, ubatch_on: int, ubatch_off: int, *, thr
             repeats: int = 3, depth: int | None = None, timeout: float = PROBE_TIMEOUT_S) -> AttentionProbe:
     """Run the engine's measurement in a child process (role ``attention-probe``) at ``depth`` (default:
     ``depth_for(n_ctx)``) and keep its answer for a context of ``n_ctx`` tokens."""
-    from hisho.core.planner.calibrate import ProbeFailed
+    from hisho.core.planner.calibrate import ProbeFailed, child_answer
 
     threads = threads or default_threads()
     request = {"model_path": model_path, "depth": depth or depth_for(n_ctx), "ubatch_on": ubatch_on,
                "ubatch_off": ubatch_off, "threads": threads, "repeats": repeats}
-    try:
-        proc = spawn.run("attention-probe", input=json.dumps(request), timeout=timeout)
-    except (subprocess.TimeoutExpired, OSError) as exc:  # the fixed rule stands
-        raise ProbeFailed(f"flash-attention measurement failed: {exc}") from exc
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    answer = json.loads(lines[-1]) if lines else {}
+    what = "flash-attention measurement"
+    try:  # on any failure the fixed rule stands
+        answer = child_answer("attention-probe", request=request, timeout=timeout, what=what)
+    except OSError as exc:
+        raise ProbeFailed(f"{what} failed: {exc}") from exc
     if not answer.get("ok"):
-        tail = (answer.get("error") or proc.stderr.strip()[-400:] or f"exit {proc.returncode}")
-        raise ProbeFailed(f"flash-attention measurement failed: {tail}")
+        raise ProbeFailed(f"{what} failed: {answer.get('error', 'unknown error')}")
     probe = AttentionProbe.from_dict(answer["probe"])
     remember(model_path, n_ctx, probe, threads)
     return probe

@@ -241,17 +241,25 @@ def _repack_figure(answer: dict[str, Any]) -> int:
     return size if size > 0 else -1
 
 
-def run_probe(command: str, request: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run the probe child (``hisho.core.spawn``, role ``probe``) with ``request`` on stdin; its JSON answer."""
+def child_answer(role: str, *args: str, request: dict[str, Any], timeout: float, what: str,
+                 env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a measuring child (``spawn.run``: ``role`` with ``args``) with ``request`` as JSON on stdin; the last
+    JSON line it printed. ``what`` names it in the ProbeFailed raised on a timeout or an answer-less exit."""
     try:
-        proc = spawn.run("probe", command, input=json.dumps(request), timeout=timeout)
+        proc = spawn.run(role, *args, input=json.dumps(request), timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        raise ProbeFailed(f"llama.cpp probe '{command}' took longer than {timeout:.0f} s") from None
+        raise ProbeFailed(f"{what} took longer than {timeout:.0f} s") from None
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        raise ProbeFailed(f"llama.cpp probe '{command}' failed: {tail[0]}")
+        raise ProbeFailed(f"{what} failed: {tail[0]}")
     answer: dict[str, Any] = json.loads(lines[-1])
+    return answer
+
+
+def run_probe(command: str, request: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run the probe child (``hisho.core.spawn``, role ``probe``) with ``request`` on stdin; its JSON answer."""
+    answer = child_answer("probe", command, request=request, timeout=timeout, what=f"llama.cpp probe '{command}'")
     if not answer.get("ok"):
         raise ProbeFailed(f"llama.cpp probe '{command}' failed: {answer.get('error', 'unknown error')}")
     return answer
