@@ -62,8 +62,10 @@ def test_a_sliding_window_checkpoint_is_the_window_and_one_more_exists_at_the_pe
     assert window <= k.per_checkpoint <= window + state.STATE_HEADERS + 8 * 8192
     # 116 MiB each: 256 MiB holds two turns' checkpoints, and two interval ones a whole context (one per 4096 tokens
     # of 8192): the mark at 4096 is inside it, the one at 8192 its end, where a reading's checkpoint is a turn's.
-    assert k.kept_per_seq == 3 and k.sequences == 1
-    assert k.peak == (k.kept_per_seq + 1) * k.per_checkpoint
+    assert k.kept_per_seq == 3 and k.sequences == 1 and k.marks == 1
+    # the mark holds the whole window too, and the references of the 4096 tokens it had then
+    assert k.mark_bytes == k.per_checkpoint - 8 * (8192 - 4096)
+    assert k.peak == 3 * k.per_checkpoint + k.mark_bytes
     b, without = estimate(f, cfg), estimate(f, dataclasses.replace(cfg, n_seq_max=1))
     assert b.kept == k.peak and b.resident - b.kept > 0
     assert without.kept == k.peak  # one sequence either way: the second is the scratch sequence of chunk copies
@@ -75,11 +77,15 @@ def test_recurrent_checkpoints_are_capped_by_bytes(tmp_path: Path) -> None:
     assert 58060800 <= k.per_checkpoint <= 58060800 + state.STATE_HEADERS + 8 * 8192  # the whole Mamba-2 state
     # 256 MiB holds four of 55.4 MiB (the fifth is taken before the oldest goes), and the interval ones beside:
     # every 2048 tokens of 8192 (four fit 256 MiB), three of them inside the context.
-    assert k.kept_per_seq == 7
-    assert k.peak == 8 * k.per_checkpoint
+    assert k.kept_per_seq == 7 and k.marks == 3
+    size = state.state_size(f)
+    assert k.mark_bytes == sum(size.checkpoint(m) + state.STATE_HEADERS + 8 * m for m in (2048, 4096, 6144))
+    assert k.per_seq == 4 * k.per_checkpoint + k.mark_bytes
+    assert k.peak == k.per_seq + k.per_checkpoint
     serving = state.kept_bytes(f, Config(n_ctx=8192, n_seq_max=4, kv_unified=False))
     # 2048-token streams: four turns' and the marks at 512, 1024 and 1536 each.
-    assert serving.sequences == 4 and serving.peak == (4 * 7 + 1) * serving.per_checkpoint
+    assert serving.sequences == 4 and serving.peak == 4 * serving.per_seq + serving.per_checkpoint
+    assert serving.per_seq == 4 * serving.per_checkpoint + serving.mark_bytes and serving.marks == 3
 
 
 def test_a_recurrent_save_carries_a_state_only_where_a_restore_can_end(tmp_path: Path) -> None:
@@ -97,7 +103,7 @@ def test_a_recurrent_save_carries_a_state_only_where_a_restore_can_end(tmp_path:
     # warm arena beside it; a restore (its sequence's four dropped, given back: 55 MiB blocks are mapped, not
     # heap) the warm arena and one chunk, then its new checkpoint once the chunk is unmapped.
     assert k.arena <= state.WARM_ARENA_MAX and k.warm_arena == k.arena and not k.retained
-    assert k.peak == max(8 * k.per_checkpoint + k.arena, k.arena + max(k.restore, k.per_checkpoint))
+    assert k.peak == max(k.per_seq + k.per_checkpoint + k.arena, k.arena + max(k.restore, k.per_checkpoint))
 
 
 def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) -> None:
@@ -105,8 +111,8 @@ def test_an_arena_over_the_warm_limit_is_let_go_after_its_write(tmp_path: Path) 
     k = state.kept_bytes(f, dataclasses.replace(WINDOW, n_ctx=131072))
     assert k.arena > state.WARM_ARENA_MAX and k.warm_arena == 0
     # Only the save holds it: the checkpoint after it and the restore do not.
-    assert k.peak == 7 * k.per_checkpoint + k.arena
-    assert k.allocated == 7 * k.per_checkpoint + k.arena
+    assert k.peak == k.per_seq + k.arena
+    assert k.allocated == k.per_seq + k.arena
     # Two sequences saving (the API's slots): two arenas, each kept while it is at most the limit.
     two = state.Kept(per_checkpoint=0, kept_per_seq=0, sequences=4, arena=2 * 300 * MIB, restore=MIB,
                      identity=0, arenas=2)
@@ -171,10 +177,14 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
     k = state.kept_bytes(f, cfg)
     # 8 turns', 15 intervals: a mark every 128 tokens on a CPU load (core/kv/marks.py), those strictly inside
     # the context (the one at its end is the turn's checkpoint taken there)
-    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 23
+    assert 0 < k.per_checkpoint <= state.HEAP_RETAINS and k.retained and k.kept_per_seq == 23 and k.marks == 15
+    # A mark before the window is full holds only the cells read so far: priced at its own size.
+    size = state.state_size(f)
+    assert size.checkpoint(128) < size.checkpoint(size.window) == size.checkpoint(2048)
+    assert k.mark_bytes == sum(size.checkpoint(m) + state.STATE_HEADERS + 8 * m for m in range(128, 2048, 128))
     # 24 checkpoints' slots (the heap keeps the transient one's) beside a save's arena; a restore holds them too,
     # the warm arena and the chunk it mapped.
-    slots = 24 * k.per_checkpoint
+    slots = 9 * k.per_checkpoint + k.mark_bytes
     assert k.peak == max(slots + max(k.arena, k.identity), slots + k.warm_arena + k.restore)
     held = swa_cells(f, 2048, cfg)
     assert k.restore == max(state.state_size(f).chunks(2048, 512, held))  # one chunk mapped at a time
@@ -185,7 +195,7 @@ def test_small_checkpoints_stay_in_the_heap_through_a_save_and_a_restore(tmp_pat
     assert wide.retained and wide.peak == max(90 * state.MIB + k.arena, 90 * state.MIB + k.warm_arena + k.restore)
     streams = dataclasses.replace(wide, sequences=2)
     assert streams.peak == max(170 * state.MIB + k.arena, 170 * state.MIB + k.warm_arena + k.restore)
-    assert k.peak > state.kept_bytes(f, dataclasses.replace(cfg, saves_kv=False)).peak == 24 * k.per_checkpoint
+    assert k.peak > state.kept_bytes(f, dataclasses.replace(cfg, saves_kv=False)).peak == slots
     # Layers offloaded: marks every 512 tokens (a save's chunk), 3 inside 2048.
     assert state.kept_bytes(f, dataclasses.replace(cfg, n_gpu_layers=99)).kept_per_seq == 8 + 3
 

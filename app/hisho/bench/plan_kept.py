@@ -165,8 +165,11 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     from hisho.engine.measure.probe import _fill_by_state, batch_bytes, load_measured, memory_now
 
     # 9 x 64 tokens after the fill: past a window cache's n_swa x 2 + n_ubatch cells, so every one of them holds a
-    # cell of the sequence (as in a long chat) when the save copies the window part.
-    n_ck, step = int(request.get("checkpoints", 9)), int(request.get("step", 64))
+    # cell of the sequence (as in a long chat) when the save copies the window part. Read with the interval marks
+    # on (``read``), 9 x 72: turns that end between the marks (a multiple of 64 would end on every other one, and a
+    # mark that is also a turn's is one checkpoint, not two), so the sequence keeps the most a context can.
+    read = bool(request.get("read"))
+    n_ck, step = int(request.get("checkpoints", 9)), int(request.get("step", 72 if read else 64))
     probe = load_measured(request)
     rt, base, loaded, buffers, tokens = probe.rt, probe.base, probe.loaded, probe.buffers, probe.tokens
     full_ctx = rt.n_ctx
@@ -182,7 +185,6 @@ def measure_kept(request: dict[str, Any]) -> dict[str, Any]:
     # ``read``: the context filled by one long reading with the engine's interval checkpoints on, as a front end
     # reads a long prompt (the most checkpoints a context keeps: docs/planner.md "Kept state"); the steps and the
     # last ubatch stop at the marks too. Otherwise the synthetic fill, and the steps read with the marks off.
-    read = bool(request.get("read"))
     rt.n_ctx = n_ctx - n_ck * step - tail
     try:
         for seq in seqs:

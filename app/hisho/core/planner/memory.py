@@ -380,7 +380,7 @@ def _kept(facts: ModelFacts, cfg: Config, notes: list[str]) -> tuple[int, int]:
     (state.kept_bytes), with a note when they count."""
     k = kept_bytes(facts, cfg)
     if k.per_checkpoint:
-        notes.append(f"{k.kept_per_seq} checkpoints of {k.per_checkpoint / MIB:.1f} MiB per sequence "
+        notes.append(f"{k.kept_per_seq} checkpoints of up to {k.per_checkpoint / MIB:.1f} MiB per sequence "
                      f"({k.sequences}) for exact reuse on a {facts.memory} model, one more while the next is taken")
     if k.arena:
         notes.append(f"saving KV copies a whole sequence into a {k.arena / MIB:.0f} MiB buffer"

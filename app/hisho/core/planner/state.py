@@ -147,8 +147,10 @@ def seconds_saved(n_tokens: int, n_bytes: int, prefill_tok_s: float, restore_byt
 @dataclass(frozen=True)
 class Kept:
     """Bytes the engine holds beside the context (``memory.Breakdown.kept``), at their peak (``peak``): the
-    checkpoints every sequence keeps (``per_checkpoint`` x ``kept_per_seq`` x ``sequences``) and the one being
-    taken before the oldest is dropped; the save ``arena`` of ``arenas`` sequences saving (0 when the load saves
+    checkpoints every sequence keeps (``kept_per_seq`` of them, ``sequences`` times: the turns' at
+    ``per_checkpoint`` each, the last ``marks`` of them interval checkpoints of ``mark_bytes`` in all, each at its
+    own size: a mark before the window is full holds fewer cells) and the one being taken before the oldest is
+    dropped; the save ``arena`` of ``arenas`` sequences saving (0 when the load saves
     no KV); the largest chunk file a ``restore`` has mapped (one at a time); the model file's window hashed once
     for its identity (``identity``)."""
 
@@ -159,6 +161,13 @@ class Kept:
     restore: int
     identity: int
     arenas: int = 1
+    marks: int = 0
+    mark_bytes: int = 0
+
+    @property
+    def per_seq(self) -> int:
+        """Bytes of the checkpoints one sequence keeps."""
+        return (self.kept_per_seq - self.marks) * self.per_checkpoint + self.mark_bytes
 
     @property
     def warm_arena(self) -> int:
@@ -176,14 +185,14 @@ class Kept:
     @property
     def allocated(self) -> int:
         """The part that is allocated memory (checkpoints, arena), not mapped file pages: what ``committed`` adds."""
-        kept = self.sequences * self.kept_per_seq * self.per_checkpoint
+        kept = self.sequences * self.per_seq
         if self.retained:
             return kept + self.per_checkpoint + self.arena
         return max(kept + self.per_checkpoint + self.warm_arena, kept + self.arena)
 
     @property
     def peak(self) -> int:
-        kept = self.sequences * self.kept_per_seq * self.per_checkpoint
+        kept = self.sequences * self.per_seq
         if self.retained:
             # The heap keeps the slots of the most checkpoints ever held (one more than kept) through a save's
             # arena, the first save's identity hash and a restore: the restore drops its sequence's checkpoints
@@ -192,7 +201,7 @@ class Kept:
             # window's and serve's restores on Gemma-3-270M came on top of every slot).
             slots = kept + self.per_checkpoint
             return max(slots + max(self.arena, self.identity), slots + self.warm_arena + self.restore)
-        others = kept - self.kept_per_seq * self.per_checkpoint
+        others = kept - self.per_seq
         return max(kept + self.per_checkpoint + self.warm_arena,  # a checkpoint taken beside a warm arena
                    kept + self.arena,                              # a save
                    kept + self.identity,                           # the first save of a model file hashes it
@@ -228,12 +237,15 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     held = swa_cells(facts, cells, cfg) if size.window_per_cell else 0
     n_seq = checkpoint_sequences(cfg)
     one = kept = 0
+    at: list[int] = []
     if facts.memory != "dense":
         one = size.checkpoint(seq_ctx) + STATE_HEADERS + TOKEN_REF * seq_ctx
         kept = max(1, min(CHECKPOINTS_PER_SEQ, CHECKPOINT_BYTES_PER_SEQ // one))
-        marks = interval_tokens(facts.memory, cfg.n_gpu_layers)
-        # the kept marks strictly inside the context (the one at its end is the turn's checkpoint taken there)
-        kept += (seq_ctx - 1) // size.interval_spacing(seq_ctx, marks)
+        # the kept marks strictly inside the context (the one at its end is the turn's checkpoint taken there),
+        # each holding the window cells and tokens it had then
+        spacing = size.interval_spacing(seq_ctx, interval_tokens(facts.memory, cfg.n_gpu_layers))
+        at = list(range(spacing, seq_ctx, spacing))
+        kept += len(at)
     arena = restore = identity = 0
     if cfg.saves_kv:
         # Chunks go through the scratch sequence of a unified cache of two or more; without one (serve's
@@ -245,4 +257,5 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
         restore = max(chunks, default=0)
         identity = min(IDENTITY_WINDOW, facts.weights_bytes)
     return Kept(per_checkpoint=one, kept_per_seq=kept, sequences=n_seq, arena=arena, restore=restore,
-                identity=identity, arenas=min(2, n_seq))
+                identity=identity, arenas=min(2, n_seq), marks=len(at),
+                mark_bytes=sum(size.checkpoint(m) + STATE_HEADERS + TOKEN_REF * m for m in at))
