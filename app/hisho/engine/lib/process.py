@@ -95,3 +95,20 @@ def _alive(parent: int) -> bool:
         return bool(psutil.pid_exists(parent))
     except ImportError:  # pragma: no cover - psutil is a dependency
         return True
+
+
+def give_back_heap() -> bool:
+    """Return the free pages inside the C heap to the OS (glibc's ``malloc_trim(0)``): blocks under the mmap
+    threshold (up to 32 MiB once it has climbed: a sliding window's checkpoints) stay resident when freed, and
+    only a free heap *top* goes back by itself. For the moment a whole context's state is let go at once (the
+    swap to a summary job's context). False where the C library has no such call (not glibc)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return bool(trim(0))

@@ -37,6 +37,7 @@ from hisho.engine.lib.llama_setup import (
     read_metadata,
     step_kind,
 )
+from hisho.engine.lib.process import give_back_heap
 from hisho.engine.measure import offload
 from hisho.engine.model.chat import BASE_MODEL_NOTICE, ChatTemplate
 from hisho.engine.model.reasoning import reasoning_format
@@ -106,13 +107,23 @@ class Runtime:
         job = dataclasses.replace(self.params, n_ctx=n_parallel * per_seq, n_seq_max=n_parallel, kv_unified=False)
         self._free_context()
         try:
+            self._let_go_of_checkpoints()
             self._bind(self._new_context(job))
             self.unified_kv = False
             log.info("job context: %d sequences x %d cells", n_parallel, per_seq)
             yield self
         finally:
             self._free_context()
+            self._let_go_of_checkpoints()
             self._bind(self._new_context(self.params))
+
+    def _let_go_of_checkpoints(self) -> None:
+        """Drop the freed context's checkpoints and give their pages back: each is a heap block (a 7.5 MiB
+        window on Gemma-3-270M, dozens of them once a long prompt was read with its interval marks) that glibc
+        would keep resident under the next context (measured: the summary job's peak 39 MiB over the chat
+        context's, on top of the 297 MiB of checkpoints the chat no longer has)."""
+        self.keeper.reset()
+        give_back_heap()
 
     def _free_context(self) -> None:
         """Free the context and its batch; ``ctx`` is None until ``_bind`` (no-op if already None)."""
