@@ -11,6 +11,13 @@ import pytest
 # The app's engine measures flash attention when idle after a load (docs/flash-attention.md); engines the tests
 # start through services.make_engine do not, so nothing runs in the background of the suite on a shared box.
 os.environ.setdefault("HISHO_ENGINE_MEASURE_IDLE", "0")
+# ggml's CPU threads meet at a barrier after every op; libgomp's default has a waiting thread spin (300,000 turns)
+# before it sleeps. Beside other CPU-bound work a spinning thread holds the core its partner needs, and a reply
+# slows 5-20x (measured: 48 greedy tokens of the bundled model in 7-40 s, against 2 s with the waits passive,
+# two `yes` beside). Set before llama.cpp is loaded (libgomp reads it once), inherited by every engine and
+# llama-server the suite starts. It changes no number (the same ops in the same order), only who waits how; the
+# app keeps libgomp's default, and speed is measured by the benches, not here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(autouse=True)
