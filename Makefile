@@ -71,7 +71,7 @@ test-core: install
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -p no:pytest-qt -p tests.blockers -W "ignore:Unknown config option:pytest.PytestConfigWarning" tests/core $(PYTEST_FLAGS)
 
 test-rest: install $(SERVER_STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests --ignore=tests/core $(PYTEST_FLAGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest tests --ignore=tests/core --durations=25 $(PYTEST_FLAGS)
 
 test: lint test-core test-rest
 
