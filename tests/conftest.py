@@ -11,13 +11,15 @@ import pytest
 # The app's engine measures flash attention when idle after a load (docs/flash-attention.md); engines the tests
 # start through services.make_engine do not, so nothing runs in the background of the suite on a shared box.
 os.environ.setdefault("HISHO_ENGINE_MEASURE_IDLE", "0")
-# ggml's CPU threads meet at a barrier after every op; libgomp's default has a waiting thread spin (300,000 turns)
-# before it sleeps. Beside other CPU-bound work a spinning thread holds the core its partner needs, and a reply
-# slows 5-20x (measured: 48 greedy tokens of the bundled model in 7-40 s, against 2 s with the waits passive,
-# two `yes` beside). Set before llama.cpp is loaded (libgomp reads it once), inherited by every engine and
-# llama-server the suite starts. It changes no number (the same ops in the same order), only who waits how; the
-# app keeps libgomp's default, and speed is measured by the benches, not here.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# ggml's CPU threads meet at a barrier after every op; libgomp's default has a waiting thread spin 300,000 turns
+# before it sleeps. Beside other CPU-bound work a spinning thread holds the core its partner needs: 48 greedy
+# tokens of the bundled model at 2 threads took 30-40 s with two `yes` beside, 3-5 s with 1,000 turns, 2 s with
+# passive waits; on the quiet machine 0.41-0.50 s by default, 0.41-0.56 s with 1,000 turns, 1.1-1.4 s passive.
+# So 1,000 turns: as fast when quiet, ten times faster beside other work. The engine's own answer to a busy machine
+# is its thread governor (docs/threads.md); many tests pin their thread count. Set before llama.cpp is loaded
+# (libgomp reads it once), inherited by every engine and llama-server the suite starts; it changes no number (the
+# same ops in the same order), only how long a thread spins before it sleeps.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 
 @pytest.fixture(autouse=True)
