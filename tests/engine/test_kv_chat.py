@@ -69,3 +69,23 @@ def test_reopened_conversation_resumes_from_disk(default_model_path: Path, tmp_p
     finally:
         kv.session.close()
         engine.close()
+
+
+def test_a_prefix_held_in_memory_is_reported_before_its_save_is_indexed(default_model_path: Path,
+                                                                        tmp_path: Path) -> None:
+    """A send that comes while the save of what the engine just read is still on its way to the index (a
+    document read on the chat sequence, then its first question, on a busy machine) finds nothing on disk; the
+    engine still holds the prefix, and the report says so (it said 0 restored, and a question that read only
+    itself looked like one that read the document again)."""
+    engine, service, kv = app(default_model_path, tmp_path)
+    try:
+        prompt = [{"role": "user", "content": LONG}]
+        tokens = engine.tokenize(messages=prompt)
+        engine.call("prefill", {"seq": 0, "messages": prompt})  # held, never saved
+        report = kv.session.restore("conv:99", tokens)
+        assert report.skipped and report.restored >= len(tokens) - 1 and report.loaded_bytes == 0
+        engine.call("seq_rm", {"seq": 0, "start": 0})
+        assert kv.session.restore("conv:99", tokens).restored == 0
+    finally:
+        kv.session.close()
+        engine.close()

@@ -135,7 +135,11 @@ class KVSession:
         fp = self.fingerprint()
         match = self.index.lookup(fp, tokens)
         if not match.chunks:
-            return RestoreReport(seconds=time.perf_counter() - start)
+            # Nothing on disk (yet: the save of what the engine just read may still be on its way to the index),
+            # but the sequence may hold the prefix: an empty restore says how much of it (nothing is loaded).
+            res = self.engine.state_load(StateLoad(seq=self.seq, chunks=[], keep=0, tokens=list(tokens)))
+            held = int(res.get("restored", 0))
+            return RestoreReport(held, seconds=time.perf_counter() - start, skipped=held > 0)
         res = self.engine.state_load(StateLoad(seq=self.seq, chunks=match.request(), keep=match.keep,
                                                tokens=list(tokens)))
         seconds = time.perf_counter() - start
