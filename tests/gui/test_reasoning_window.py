@@ -48,11 +48,14 @@ def force_replies(monkeypatch: pytest.MonkeyPatch, w: MainWindow, hold_after: in
     engine = w.ctx.engine
     assert isinstance(engine, EngineClient) and engine.engine_info.get("test_hooks") is True
     plain = engine.generate
+    hold = [hold_after]
 
     def forced(**kwargs: Any) -> Stream:
         hooks: dict[str, Any] = {"force_text": FORCED}
-        if hold_after:
-            hooks["hold_after_tokens"] = hold_after
+        if hold[0]:
+            # The first reply only: the test lets that one go. (Every reply held made the regenerate and the
+            # edit-resend below each wait out the engine's 120 s hold: 4 minutes of every run of the suite.)
+            hooks["hold_after_tokens"], hold[0] = hold[0], 0
         return plain(**kwargs, test_hooks=hooks)
 
     monkeypatch.setattr(engine, "generate", forced)
