@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
 import pytest
 
 from hisho.engine.lib.process import give_back_heap
+from hisho.engine.measure.probe import memory_now
 
 MIB = 1 << 20
 
 
 def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return memory_now()["rss"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
