@@ -32,7 +32,15 @@ fi
 
 command -v glslc >/dev/null 2>&1 \
     || missing "glslc, the shader compiler (Debian/Ubuntu: apt-get install glslc; Fedora: dnf install glslc)"
-ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so' || [ -e /usr/lib/libvulkan.so ] \
+# The loader cache is read whole before it is searched: `ldconfig -p | grep -q` under pipefail fails when grep's
+# early exit kills ldconfig with SIGPIPE, which happens as soon as the cache is larger than a pipe's buffer.
+loader_cache=$(ldconfig -p 2>/dev/null || true)
+loader_found=
+case $loader_cache in *libvulkan.so\ *) loader_found=1 ;; esac
+for lib in /usr/lib/libvulkan.so /usr/lib64/libvulkan.so /usr/lib/*-linux-gnu/libvulkan.so /lib/*-linux-gnu/libvulkan.so; do
+    if [ -e "$lib" ]; then loader_found=1; fi
+done
+[ -n "$loader_found" ] \
     || missing "the Vulkan loader libvulkan (Debian/Ubuntu: apt-get install libvulkan-dev; Fedora: vulkan-loader-devel)"
 
 system_include=/usr/include
