@@ -37,7 +37,9 @@ command -v glslc >/dev/null 2>&1 \
 loader_cache=$(ldconfig -p 2>/dev/null || true)
 loader_found=
 case $loader_cache in *libvulkan.so\ *) loader_found=1 ;; esac
-for lib in /usr/lib/libvulkan.so /usr/lib64/libvulkan.so /usr/lib/*-linux-gnu/libvulkan.so /lib/*-linux-gnu/libvulkan.so; do
+# Where the loader's file lies when the cache cannot be read (no ldconfig on PATH, as for most users on Debian).
+# HISHO_VULKAN_LOADER_FILES replaces the list (the test uses it to check the cache alone).
+for lib in ${HISHO_VULKAN_LOADER_FILES:-/usr/lib/libvulkan.so /usr/lib64/libvulkan.so /usr/lib/*-linux-gnu/libvulkan.so /lib/*-linux-gnu/libvulkan.so}; do
     if [ -e "$lib" ]; then loader_found=1; fi
 done
 [ -n "$loader_found" ] \

@@ -35,7 +35,12 @@ def test_the_loader_is_found_in_a_library_cache_larger_than_a_pipe(tmp_path: Pat
     (include / "vulkan" / "vulkan_core.h").write_text("#define VK_HEADER_VERSION 300\n")
     (include / "spirv" / "unified1").mkdir(parents=True)
     (include / "spirv" / "unified1" / "spirv.hpp").write_text("\n")
-    env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # The files where the loader usually lies are left out: only the cache can find it.
+    env = {
+        **os.environ,
+        "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HISHO_VULKAN_LOADER_FILES": str(tmp_path / "no-loader-here.so"),
+    }
 
     done = subprocess.run(
         ["bash", str(SCRIPT), str(sdk)], env=env, capture_output=True, text=True, timeout=120, check=False
