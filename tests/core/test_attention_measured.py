@@ -45,6 +45,51 @@ def test_a_tie_keeps_the_rule() -> None:
     assert not any(same.choose(kind) for kind in attention.WORKLOADS)
 
 
+def test_the_shallow_end_counts_where_it_was_measured() -> None:
+    """A tie at depth (a small model at 4K cells) with flash attention ahead near an empty context: on where the
+    shallow end was measured too (the mean of both ends), off (the tie) where only the deep one was."""
+    tie_deep = dataclasses.replace(OFF_WINS_BOTH, prompt_on_s=[4.1, 4.0, 4.2], prompt_off_s=[2.05, 2.0, 2.1],
+                                   decode_on_s=[0.0186], decode_off_s=[0.0186])
+    assert not any(tie_deep.choose(kind) for kind in attention.WORKLOADS)
+    both = dataclasses.replace(tie_deep, shallow=256, prompt_on_shallow_s=[2.4, 2.5, 2.3],
+                               prompt_off_shallow_s=[1.6, 1.55, 1.65], decode_on_shallow_s=[0.0090],
+                               decode_off_shallow_s=[0.0110])
+    assert all(both.choose(kind) for kind in attention.WORKLOADS)
+    summary = both.summary("serve")
+    assert "at 4096 tokens" in summary and "at 256:" in summary and summary.endswith("on for serve requests")
+    # Ahead near empty but far behind at depth: the deep end still decides a decode-heavy front end.
+    mixed = dataclasses.replace(both, decode_on_s=[0.041], decode_off_s=[0.0293])
+    assert not mixed.choose("window")
+
+
+def test_a_record_of_the_deep_end_alone_still_reads() -> None:
+    record = READS_FASTER_ON.to_dict()
+    for key in ("shallow", "prompt_on_shallow_s", "prompt_off_shallow_s", "decode_on_shallow_s",
+                "decode_off_shallow_s"):
+        record.pop(key)
+    assert attention.AttentionProbe.from_dict(record) == READS_FASTER_ON
+    with pytest.raises(ValueError, match="shallow"):  # a shallow depth named without its timings
+        attention.AttentionProbe.from_dict({**record, "shallow": 256})
+    assert attention.shallow_for(4096) == attention.shallow_for(1024) == attention.SHALLOW_DEPTH
+    assert attention.shallow_for(512) == 0
+
+
+def test_a_serving_load_is_measured_with_its_sequences() -> None:
+    """One KV stream per sequence (the API's server): the decode step carries one token for each sequence, and
+    the depth is half the bucket of one sequence's share of the context."""
+    assert attention.sequences(4, kv_unified=False) == 4
+    assert attention.sequences(2, kv_unified=True) == attention.sequences(1, kv_unified=False) == 1
+    assert attention.depth_for(18432, 4) == 4096 and attention.depth_for(8192, 4) == 1024
+    # Four short streams decode faster with flash attention on, four deep ones at half the speed: off.
+    serving = dataclasses.replace(READS_FASTER_ON, seqs=4, prompt_on_s=[3.58], prompt_off_s=[1.80],
+                                  decode_on_s=[0.122], decode_off_s=[0.064], shallow=256,
+                                  prompt_on_shallow_s=[1.73], prompt_off_shallow_s=[0.95],
+                                  decode_on_shallow_s=[0.0239], decode_off_shallow_s=[0.029])
+    assert not serving.choose("serve")
+    assert "decodes 4 sequences at once" in serving.summary("serve")
+    assert attention.AttentionProbe.from_dict(serving.to_dict()) == serving
+
+
 def test_workload_follows_the_front_ends_shape() -> None:
     assert attention.workload(Config(n_ctx=4096, n_seq_max=2, saves_kv=True)) == "window"
     assert attention.workload(Config(n_ctx=4096, n_seq_max=1)) == "one-shot"
@@ -58,6 +103,11 @@ def test_kept_per_model_context_bucket_and_ubatches(default_model_path: Path) ->
     assert attention.recall(path, 3000, (512, 256)) == READS_FASTER_ON   # same bucket
     assert attention.recall(path, 8192, (512, 256)) is None             # another bucket
     assert attention.recall(path, 4096, (512, 128)) is None             # another ubatch off
+    assert attention.recall(path, 4096, (512, 256), seqs=4) is None     # a serving load's steps: not measured
+    serving = dataclasses.replace(READS_FASTER_ON, seqs=4)
+    attention.remember(path, 4096, serving)
+    assert attention.recall(path, 4096, (512, 256), seqs=4) == serving
+    assert attention.recall(path, 4096, (512, 256)) == READS_FASTER_ON
     assert attention.recall("hf:owner/repo/file.gguf", 4096, (512, 256)) is None
 
 

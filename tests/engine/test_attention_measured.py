@@ -33,6 +33,14 @@ def test_measurement_returns_both_timings_and_a_choice(default_model_path: Path)
     assert attention.recall(str(default_model_path), 2048, (512, 256)) is None  # other ubatches: not measured
 
 
+def test_a_serving_load_measures_a_step_of_every_sequence(default_model_path: Path) -> None:
+    """Two sequences, one KV stream each, both filled to the depth: the decode step carries a token for each."""
+    probe = attention.measure(str(default_model_path), 2048, 64, 32, repeats=1, depth=256, seqs=2, timeout=240)
+    assert probe.seqs == 2 and probe.shallow == 0 and len(probe.decode_off_s) == 1 and probe.decode_on_s[0] > 0
+    assert attention.recall(str(default_model_path), 2048, (64, 32), seqs=2) == probe
+    assert attention.recall(str(default_model_path), 2048, (64, 32)) is None  # one sequence: not measured
+
+
 def load(model: Path, flash_attn: bool) -> EngineClient:
     client = EngineClient()
     client.load(LoadParams(model_path=str(model), n_ctx=1024, n_seq_max=2, n_threads=1, flash_attn=flash_attn,
@@ -102,6 +110,7 @@ def test_the_idle_engine_measures_once_and_gives_way_to_requests(default_model_p
     assert not engine_side.pending(params)
     kept = attention.recall(str(default_model_path), 2048, (64, 32))
     assert kept is not None and kept.depth == attention.depth_for(2048) and len(kept.decode_off_s) == 3
+    assert kept.shallow == attention.SHALLOW_DEPTH and len(kept.prompt_on_shallow_s) == 3  # both ends measured
 
 
 def test_the_apps_engine_measures_when_idle_and_the_next_plan_takes_it(default_model_path: Path) -> None:

@@ -111,7 +111,8 @@ def measure_attention(plan: Plan) -> bool:
     from hisho.core.planner.calibrate import ProbeFailed
 
     try:
-        probe = attention.measure(plan.facts.source, req.n_ctx, req.n_ubatch, ub)
+        probe = attention.measure(plan.facts.source, req.n_ctx, req.n_ubatch, ub,
+                                  seqs=attention.sequences(req.n_seq_max, req.kv_unified))
     except ProbeFailed as exc:
         sys.stderr.write(f"{exc}; flash attention stays as the rules say\n")
         return False

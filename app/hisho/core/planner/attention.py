@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,13 @@ WORKLOADS: dict[str, tuple[int, int]] = {
 # replaces, and a difference inside the noise of a few repetitions should not flip the KV fingerprint.
 MARGIN = 0.03
 MAX_DEPTH = 4096        # the depth measured: half the context, at most this (the cost grows with depth)
+# The second, short depth measured beside it (where the deep one is at least 4 times as deep): a chat's first
+# turns and an API's short requests run there, and flash attention's cost against the other way's is not the
+# same at both ends (docs/flash-attention.md, "Two depths").
+SHALLOW_DEPTH = 256
 MIN_BUCKET = 2048
 PROBE_TIMEOUT_S = 300
-PROBE_VERSION = 1
+PROBE_VERSION = 2   # 2: the shallow depth, and a serving load's sequences (a version-1 record is measured again)
 # In the environment of the app's own engine (services.make_engine): seconds without a request after a load
 # before it measures (engine/measure/attention.py). Benchmarks' and tests' engines leave it unset (or "0"), so
 # no measurement runs beside what they time.
@@ -63,15 +67,30 @@ def bucket(n_ctx: int) -> int:
     return max(MIN_BUCKET, 1 << (max(1, n_ctx) - 1).bit_length())
 
 
-def depth_for(n_ctx: int) -> int:
-    """The depth measured for a context of ``n_ctx`` tokens: half its bucket, at most ``MAX_DEPTH``."""
-    return min(bucket(n_ctx) // 2, MAX_DEPTH)
+def sequences(n_seq_max: int, kv_unified: bool) -> int:
+    """The sequences a decode step is measured with: a serving load's (one KV stream each: under load every one
+    of them decodes in each step), else 1."""
+    return 1 if kv_unified else max(1, n_seq_max)
+
+
+def depth_for(n_ctx: int, seqs: int = 1) -> int:
+    """The depth measured for a context of ``n_ctx`` tokens shared by ``seqs`` sequences: half the bucket of one
+    sequence's share, at most ``MAX_DEPTH``."""
+    return min(bucket(n_ctx // max(1, seqs)) // 2, MAX_DEPTH)
+
+
+def shallow_for(depth: int) -> int:
+    """The short depth measured beside ``depth``: ``SHALLOW_DEPTH`` where ``depth`` is at least four times that,
+    else none (0)."""
+    return SHALLOW_DEPTH if depth >= 4 * SHALLOW_DEPTH else 0
 
 
 @dataclass(frozen=True)
 class AttentionProbe:
     """Seconds for one prompt ubatch and for one decode step at ``depth`` cached cells, each way (lists: one
-    per repetition, taken on and off in turn)."""
+    per repetition, taken on and off in turn); the same at ``shallow`` cells (the ``*_shallow_s`` lists, empty
+    where ``shallow`` is 0: only the deep depth was measured). ``seqs`` > 1: the decode step carried one token
+    for each of that many sequences, each at the depth (a serving load's step while it answers that many)."""
 
     depth: int
     ubatch_on: int
@@ -80,18 +99,32 @@ class AttentionProbe:
     prompt_off_s: list[float]
     decode_on_s: list[float]
     decode_off_s: list[float]
+    shallow: int = 0
+    prompt_on_shallow_s: list[float] = field(default_factory=list)
+    prompt_off_shallow_s: list[float] = field(default_factory=list)
+    decode_on_shallow_s: list[float] = field(default_factory=list)
+    decode_off_shallow_s: list[float] = field(default_factory=list)
+    seqs: int = 1
 
-    def per_token(self, on: bool) -> tuple[float, float]:
-        """(seconds per prompt token, seconds per generated token), medians."""
-        if on:
-            return _median(self.prompt_on_s) / self.ubatch_on, _median(self.decode_on_s)
-        return _median(self.prompt_off_s) / self.ubatch_off, _median(self.decode_off_s)
+    def per_token(self, on: bool, shallow: bool = False) -> tuple[float, float]:
+        """(seconds per prompt token, seconds per generated token) at the deep depth or the shallow one,
+        medians."""
+        end = "_shallow_s" if shallow else "_s"
+        way = "on" if on else "off"
+        prompt = _median(getattr(self, f"prompt_{way}{end}")) / (self.ubatch_on if on else self.ubatch_off)
+        return prompt, _median(getattr(self, f"decode_{way}{end}"))
 
     def expected_s(self, on: bool, kind: str) -> float:
-        """Seconds a typical request of ``kind`` (``WORKLOADS``) takes at the measured depth."""
+        """Seconds a typical request of ``kind`` (``WORKLOADS``) takes: at the measured depth, or, with the
+        shallow depth measured too, the mean of the two (a front end's requests run anywhere from a nearly empty
+        context to a deep one, and both costs grow about linearly with the depth)."""
         read, generated = WORKLOADS[kind]
-        prompt, decode = self.per_token(on)
-        return read * prompt + generated * decode
+        ends = (False, True) if self.shallow else (False,)
+        total = 0.0
+        for shallow in ends:
+            prompt, decode = self.per_token(on, shallow)
+            total += read * prompt + generated * decode
+        return total / len(ends)
 
     def choose(self, kind: str) -> bool:
         """Flash attention on for ``kind``: its typical request finishes ``MARGIN`` sooner with it."""
@@ -99,28 +132,36 @@ class AttentionProbe:
 
     def summary(self, kind: str) -> str:
         """What the plan's reason says of the measurement."""
-        p_on, d_on = self.per_token(True)
-        p_off, d_off = self.per_token(False)
-        prompt = _faster_slower(p_off / p_on)
-        decode = _faster_slower(d_off / d_on)
         chosen = "on" if self.choose(kind) else "off"
-        return (f"measured here at {self.depth} tokens: flash attention on reads prompts {prompt}, decodes "
-                f"{decode}; {chosen} for {kind} requests")
+        text = f"measured here at {self.depth} tokens: flash attention on {self._compared(False)}"
+        if self.shallow:
+            text += f"; at {self.shallow}: {self._compared(True)}"
+        return f"{text}; {chosen} for {kind} requests"
+
+    def _compared(self, shallow: bool) -> str:
+        p_on, d_on = self.per_token(True, shallow)
+        p_off, d_off = self.per_token(False, shallow)
+        what = f"decodes {self.seqs} sequences at once" if self.seqs > 1 else "decodes"
+        return f"reads prompts {_faster_slower(p_off / p_on)}, {what} {_faster_slower(d_off / d_on)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "choices": {k: self.choose(k) for k in WORKLOADS}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttentionProbe:
-        def floats(key: str) -> list[float]:
-            values = [float(x) for x in data[key]]
-            if not values or min(values) <= 0:
+        def floats(key: str, needed: bool = True) -> list[float]:
+            values = [float(x) for x in data.get(key, [])]
+            if (needed and not values) or (values and min(values) <= 0):
                 raise ValueError(f"{key}: no positive timing")
             return values
 
+        shallow = int(data.get("shallow", 0))
         return cls(depth=int(data["depth"]), ubatch_on=int(data["ubatch_on"]), ubatch_off=int(data["ubatch_off"]),
                    prompt_on_s=floats("prompt_on_s"), prompt_off_s=floats("prompt_off_s"),
-                   decode_on_s=floats("decode_on_s"), decode_off_s=floats("decode_off_s"))
+                   decode_on_s=floats("decode_on_s"), decode_off_s=floats("decode_off_s"), shallow=shallow,
+                   seqs=max(1, int(data.get("seqs", 1))),
+                   **{key: floats(key, shallow > 0) for key in (
+                       "prompt_on_shallow_s", "prompt_off_shallow_s", "decode_on_shallow_s", "decode_off_shallow_s")})
 
 
 def _median(values: list[float]) -> float:
@@ -147,22 +188,23 @@ def default_threads() -> int:
     return max(1, n or os.cpu_count() or 1)
 
 
-def cache_path(model_path: str, n_ctx: int, ubatches: tuple[int, int], threads: int, library: str) -> Path:
+def cache_path(model_path: str, n_ctx: int, ubatches: tuple[int, int], threads: int, library: str,
+               seqs: int = 1) -> Path:
     """Where the measurement is kept: model file (path, size, mtime), context bucket, the ubatches on and off,
-    threads, llama.cpp build."""
+    threads, llama.cpp build, the sequences decoded at once."""
     return kept_file("attention", model_path, bucket(n_ctx), f"{ubatches[0]}/{ubatches[1]}", threads, library,
-                     PROBE_VERSION)
+                     PROBE_VERSION, seqs)
 
 
-def recall(model_path: str, n_ctx: int, ubatches: tuple[int, int], threads: int | None = None,
-           ) -> AttentionProbe | None:
-    """The kept measurement for this model at this context and these ubatches (on, off), or None (never
-    measured, or unreadable)."""
+def recall(model_path: str, n_ctx: int, ubatches: tuple[int, int], threads: int | None = None, *,
+           seqs: int = 1) -> AttentionProbe | None:
+    """The kept measurement for this model at this context, these ubatches (on, off) and ``seqs`` sequences
+    decoded at once (``sequences``), or None (never measured, or unreadable)."""
     from hisho.core.planner.calibrate import library_version
 
     if not Path(model_path).is_file():
         return None  # a hub file before its download: never measured
-    path = cache_path(model_path, n_ctx, ubatches, threads or default_threads(), library_version())
+    path = cache_path(model_path, n_ctx, ubatches, threads or default_threads(), library_version(), seqs)
     try:
         return AttentionProbe.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -176,21 +218,24 @@ def remember(model_path: str, n_ctx: int, probe: AttentionProbe, threads: int | 
     from hisho.core.planner.calibrate import library_version
 
     path = cache_path(model_path, n_ctx, (probe.ubatch_on, probe.ubatch_off), threads or default_threads(),
-                      library_version())
+                      library_version(), probe.seqs)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(probe.to_dict()))
     return path
 
 
 def measure(model_path: str, n_ctx: int, ubatch_on: int, ubatch_off: int, *, threads: int | None = None,
-            repeats: int = 3, depth: int | None = None, timeout: float = PROBE_TIMEOUT_S) -> AttentionProbe:
+            repeats: int = 3, depth: int | None = None, seqs: int = 1,
+            timeout: float = PROBE_TIMEOUT_S) -> AttentionProbe:
     """Run the engine's measurement in a child process (role ``attention-probe``) at ``depth`` (default:
-    ``depth_for(n_ctx)``) and keep its answer for a context of ``n_ctx`` tokens."""
+    ``depth_for(n_ctx, seqs)``) and at ``shallow_for(depth)``, decode steps of ``seqs`` sequences (``sequences``),
+    and keep its answer for a context of ``n_ctx`` tokens."""
     from hisho.core.planner.calibrate import ProbeFailed, child_answer
 
     threads = threads or default_threads()
-    request = {"model_path": model_path, "depth": depth or depth_for(n_ctx), "ubatch_on": ubatch_on,
-               "ubatch_off": ubatch_off, "threads": threads, "repeats": repeats}
+    depth = depth or depth_for(n_ctx, seqs)
+    request = {"model_path": model_path, "depth": depth, "shallow": shallow_for(depth), "ubatch_on": ubatch_on,
+               "ubatch_off": ubatch_off, "threads": threads, "repeats": repeats, "seqs": max(1, seqs)}
     what = "flash-attention measurement"
     try:  # on any failure the fixed rule stands
         answer = child_answer("attention-probe", request=request, timeout=timeout, what=what)

@@ -311,7 +311,8 @@ def attention_choice(p: Plan, calib: Calibration | None, *, cpu: frozenset[str] 
     if not ub:
         return p
     kind = attention.workload(cfg)
-    measured = attention.recall(p.facts.source, cfg.n_ctx, (cfg.n_ubatch, ub))
+    measured = attention.recall(p.facts.source, cfg.n_ctx, (cfg.n_ubatch, ub),
+                                seqs=attention.sequences(cfg.n_seq_max, cfg.kv_unified))
     if measured is not None and measured.choose(kind):
         return replace(p, attention=measured.to_dict(), reason=f"{p.reason}; {measured.summary(kind)}")
     if calib is None or calib.n_ubatch != ub:

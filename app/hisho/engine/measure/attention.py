@@ -45,32 +45,41 @@ def never() -> bool:
     return False
 
 
-def measure(model: Any, params: LoadParams, *, depth: int, ubatch_off: int, repeats: int = 3,
-            stop: Callable[[], bool] = never) -> dict[str, Any]:
+def measure(model: Any, params: LoadParams, *, depth: int, ubatch_off: int, shallow: int = 0, seqs: int = 1,
+            repeats: int = 3, stop: Callable[[], bool] = never) -> dict[str, Any]:
     """The timings (seconds) as ``AttentionProbe.from_dict`` reads them: flash attention on with
-    ``params.n_ubatch``-token prompt ubatches, off with ``ubatch_off``, each at ``depth`` cached cells.
-    ``stop()`` true (checked by ggml between graph nodes): ``Stopped`` at once."""
+    ``params.n_ubatch``-token prompt ubatches, off with ``ubatch_off``, each at ``depth`` cached cells and, where
+    ``shallow`` > 0, at ``shallow`` cells too. ``seqs`` > 1 (a serving load): a context of that many sequences,
+    one KV stream each, every one filled to the depth, and the decode step carries one token for each (what a
+    step costs while that many requests are answered at once). ``stop()`` true (checked by ggml between graph
+    nodes): ``Stopped`` at once."""
     vocab = int(llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model)))
     ubatch_on = params.n_ubatch
-    tokens = [(i * 7919 + 11) % vocab for i in range(max(ubatch_on, ubatch_off) + 1)]
-    times: dict[str, list[float]] = {k: [] for k in ("prompt_on_s", "prompt_off_s", "decode_on_s", "decode_off_s")}
+    seqs = max(1, seqs)
+    tokens = [(i * 7919 + 11) % vocab for i in range(max(ubatch_on, ubatch_off) + 1 + seqs)]
+    depths = {"_s": depth, "_shallow_s": shallow} if shallow > 0 else {"_s": depth}
+    times: dict[str, list[float]] = {f"{what}_{way}{end}": [] for what in ("prompt", "decode")
+                                     for way in ("on", "off") for end in depths}
     for rep in range(max(1, repeats)):
         order = (True, False) if rep % 2 == 0 else (False, True)  # neither way always goes first
         for on in order:
             ub = ubatch_on if on else ubatch_off
-            way = LoadParams.from_dict({**params.to_dict(), "flash_attn": on, "n_ubatch": ub, "n_batch": ub,
-                                        "n_ctx": padded_cells(depth + ub + 1), "n_seq_max": 1,
-                                        "kv_unified": True})
-            prompt_s, decode_s = _time_at_depth(model, way, depth, tokens, stop)
-            times["prompt_on_s" if on else "prompt_off_s"].append(prompt_s)
-            times["decode_on_s" if on else "decode_off_s"].append(decode_s)
-    return {"depth": depth, "ubatch_on": ubatch_on, "ubatch_off": ubatch_off, **times}
+            for end, cells in depths.items():
+                way = LoadParams.from_dict({**params.to_dict(), "flash_attn": on, "n_ubatch": ub, "n_batch": ub,
+                                            "n_ctx": seqs * padded_cells(cells + ub + 1), "n_seq_max": seqs,
+                                            "kv_unified": seqs == 1})
+                prompt_s, decode_s = _time_at_depth(model, way, cells, tokens, stop)
+                times[f"prompt_{'on' if on else 'off'}{end}"].append(prompt_s)
+                times[f"decode_{'on' if on else 'off'}{end}"].append(decode_s)
+    return {"depth": depth, "ubatch_on": ubatch_on, "ubatch_off": ubatch_off, "shallow": max(0, shallow),
+            "seqs": seqs, **times}
 
 
 def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int],
                    stop: Callable[[], bool] = never) -> tuple[float, float]:
     """(seconds for one ``params.n_ubatch``-token prompt batch, seconds for one decode step), both after
-    ``depth`` cells filled from a synthetic state, in a fresh context made from ``params``."""
+    ``depth`` cells of each of the ``params.n_seq_max`` sequences filled from a synthetic state, in a fresh
+    context made from ``params``: the prompt batch in sequence 0, the decode step one token in every sequence."""
     if stop():
         raise Stopped
     ctx = llama_cpp.llama_init_from_model(model, context_params(params))
@@ -81,13 +90,18 @@ def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int]
         # cheap in the engine process (its other threads sleep), so the child measurement goes without.
         aborter = llama_cpp.ggml_abort_callback(lambda _data: bool(stop()))  # referenced while the context lives
         llama_cpp.llama_set_abort_callback(ctx, aborter, None)
-    batch = Batch(params.n_ubatch, 1)
+    seqs = max(1, params.n_seq_max)
+    batch = Batch(max(params.n_ubatch, seqs), 1)
     mem = llama_cpp.llama_get_memory(ctx)
 
-    def decode(chunk: list[int], start: int) -> float:
+    def decode(chunk: list[int], start: int, each_seq: bool = False) -> float:
         batch.clear()
-        for i, tok in enumerate(chunk):
-            batch.add(tok, start + i, 0, i == len(chunk) - 1)
+        if each_seq:  # one token per sequence, all at position ``start``
+            for seq in range(seqs):
+                batch.add(chunk[seq], start, seq, True)
+        else:
+            for i, tok in enumerate(chunk):
+                batch.add(tok, start + i, 0, i == len(chunk) - 1)
         began = time.perf_counter()
         if llama_cpp.llama_decode(ctx, batch.raw) != 0:
             if stop():
@@ -95,24 +109,28 @@ def _time_at_depth(model: Any, params: LoadParams, depth: int, tokens: list[int]
             raise RuntimeError("llama_decode failed in the measurement")
         return time.perf_counter() - began
 
+    def roll_back() -> None:
+        for seq in range(seqs):
+            llama_cpp.llama_memory_seq_rm(mem, seq, depth, -1)
+
     try:
         if depth > 0:
-            _fill(ctx, decode, depth, tokens[0])
-        decode(tokens[:1], depth)  # untimed: the first graph of a shape builds its plan
-        llama_cpp.llama_memory_seq_rm(mem, 0, depth, -1)
+            _fill(ctx, decode, depth, tokens[0], seqs)
+        decode(tokens[:seqs], depth, each_seq=True)  # untimed: the first graph of a shape builds its plan
+        roll_back()
         prompt_s = decode(tokens[:params.n_ubatch], depth)
         steps = []
         for step in range(DECODE_STEPS):  # a step is short: the best of a few, each rolled back (another
-            llama_cpp.llama_memory_seq_rm(mem, 0, depth, -1)  # program holding a core only ever adds to it)
-            steps.append(decode(tokens[1 + step:2 + step], depth))
+            roll_back()                   # program holding a core only ever adds to it)
+            steps.append(decode(tokens[1 + step:1 + step + seqs], depth, each_seq=True))
         return prompt_s, min(steps)
     finally:
         batch.free()
         llama_cpp.llama_free(ctx)
 
 
-def _fill(ctx: Any, decode: Any, depth: int, token: int) -> None:
-    """Cells 0..depth-1 of sequence 0 from one decoded cell repeated (``synthetic_state``)."""
+def _fill(ctx: Any, decode: Any, depth: int, token: int, seqs: int = 1) -> None:
+    """Cells 0..depth-1 of sequences 0..seqs-1 from one decoded cell repeated (``synthetic_state``)."""
     decode([token], 0)
     size = int(llama_cpp.llama_state_seq_get_size(ctx, 0))
     raw = (ctypes.c_uint8 * size)()
@@ -122,8 +140,9 @@ def _fill(ctx: Any, decode: Any, depth: int, token: int) -> None:
     n_swa = int(llama_cpp.llama_model_n_swa(model))
     state = b"".join(piece * times for piece, times in synthetic_state(one, depth, n_swa))
     buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-    if int(llama_cpp.llama_state_seq_set_data(ctx, buf, len(state), 0)) != len(state):
-        raise RuntimeError("llama.cpp did not take the synthetic state")
+    for seq in range(seqs):
+        if int(llama_cpp.llama_state_seq_set_data(ctx, buf, len(state), seq)) != len(state):
+            raise RuntimeError("llama.cpp did not take the synthetic state")
 
 
 def idle_seconds() -> float:
@@ -146,7 +165,8 @@ def pending(params: LoadParams) -> bool:
     if (params.flash_attn or params.n_gpu_layers > 0 or (params.type_k, params.type_v) != ("f16", "f16")
             or params.n_threads not in (0, rule.default_threads())):
         return False
-    return rule.recall(params.model_path, params.n_ctx, (params.n_batch, params.n_ubatch)) is None
+    return rule.recall(params.model_path, params.n_ctx, (params.n_batch, params.n_ubatch),
+                       seqs=rule.sequences(params.n_seq_max, params.kv_unified)) is None
 
 
 def when_idle(model: Any, params: LoadParams, stop: Callable[[], bool]) -> bool:
@@ -154,8 +174,10 @@ def when_idle(model: Any, params: LoadParams, stop: Callable[[], bool]) -> bool:
     False when ``stop`` interrupted it (to be run again). A measurement that fails is logged and not retried."""
     from hisho.core.planner import attention as rule
 
-    depth = rule.depth_for(params.n_ctx)
-    need, free = context_bytes(model, depth + params.n_batch, params.n_batch), available_bytes()
+    seqs = rule.sequences(params.n_seq_max, params.kv_unified)
+    depth = rule.depth_for(params.n_ctx, seqs)
+    need = context_bytes(model, seqs * (depth + params.n_batch), params.n_batch)  # the deep one
+    free = available_bytes()
     if free < 2 * need:
         log.info("flash attention not measured: a %d MiB context would leave too little of %d MiB free", need >> 20,
                  free >> 20)
@@ -163,7 +185,8 @@ def when_idle(model: Any, params: LoadParams, stop: Callable[[], bool]) -> bool:
     started = time.perf_counter()
     way = LoadParams.from_dict({**params.to_dict(), "n_ubatch": params.n_batch, "n_threads": 0})
     try:
-        found = measure(model, way, depth=depth, ubatch_off=params.n_ubatch, stop=stop)
+        found = measure(model, way, depth=depth, ubatch_off=params.n_ubatch, shallow=rule.shallow_for(depth),
+                        seqs=seqs, stop=stop)
     except Stopped:
         log.info("flash-attention measurement gave way to a request; it runs again when the engine is idle")
         return False
@@ -208,6 +231,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         probe = measure(model, params, depth=int(request["depth"]), ubatch_off=int(request["ubatch_off"]),
+                        shallow=int(request.get("shallow", 0)), seqs=int(request.get("seqs", 1)),
                         repeats=int(request.get("repeats", 3)))
     except (RuntimeError, ValueError) as exc:
         return {"ok": False, "error": str(exc)}
