@@ -26,6 +26,8 @@ In a throw-away HISHO_HOME, one model loaded for 4 sequences of ``PER_SEQ`` toke
   each repetition prefills as Hisho's does), started beside Hisho's server and asked in turn with it, each
   repetition: decode rates counted as above (``llama_server_*``). ``concurrent_whole_vs_llama_server``: the
   rates counted from the requests. Skipped (``llama_server`` says why) where llama-server is not built.
+- ``attention``: what the serve load's flash-attention measurement said (the bench measures it first, as the
+  app's engine does when idle; null: the load was not open to one) and ``flash_attn``: what the engine ran.
 - ``prefix_restart_speedup``: first-token time of a chat with a ~4096-token system prompt on an empty store over
   the same request after the server (and engine) were stopped and started again (the disk prompt cache).
 """
@@ -127,7 +129,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ask = [{"role": "user", "content": PROMPT}]
     out: dict[str, Any] = {"tokens": n_tokens, "repeat": repeat, "parallel": PARALLEL, "n_ctx_per_seq": PER_SEQ}
     with temporary_home("hisho-bench-api-") as home, ExitStack() as stack:
+        out["attention"] = _measure_attention(args.model)
         app, server, _ = build_api(args.model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
+        out["flash_attn"] = bool(app.load_params and app.load_params.flash_attn)
         client = httpx.Client()
         try:
             peer = _llama_server(app.model_path, Path(home), out)
@@ -228,6 +232,32 @@ def _concurrent(client: httpx.Client, engine: Any, url: str, model: str, n_token
     out = {key: statistics.median(values) for key, values in got.items()}
     out["concurrent_gain"] = out["concurrent_tokens_per_s"] / max(out["one_stream_tokens_per_s"], 1e-9)
     return out
+
+
+def _measure_attention(model: str | None) -> str | None:
+    """Flash attention for the serve load as the app runs it on this machine (docs/flash-attention.md, "Measured
+    here"): the app's engine measures after its first idle half-minute and its next load takes the answer; a
+    bench's engine never measures beside what it times, so the bench measures first (in a child, as ``hisho plan
+    --measure-attention`` does, kept in the bench's temporary home) and then loads. Returns what the plan says of
+    the measurement, or None where the load is not open to one (the rule's choice stands)."""
+    from hisho.core.planner import attention
+    from hisho.core.planner.calibrate import ProbeFailed
+    from hisho.engine.measure.attention import pending
+
+    app, server, _ = build_api(model, parallel=PARALLEL, n_ctx=PER_SEQ, key=KEY)
+    try:
+        params = app.load_params
+    finally:
+        server.stop()
+        app.close()
+    if params is None or not pending(params):
+        return None
+    try:
+        probe = attention.measure(params.model_path, params.n_ctx, params.n_batch, params.n_ubatch,
+                                  seqs=attention.sequences(params.n_seq_max, params.kv_unified))
+    except ProbeFailed as exc:
+        return str(exc)
+    return probe.summary("serve")
 
 
 def _llama_server(model_path: Path | str | None, home: Path, out: dict[str, Any]) -> Peer | None:
