@@ -26,6 +26,9 @@ In a throw-away HISHO_HOME, one model loaded for 4 sequences of ``PER_SEQ`` toke
   each repetition prefills as Hisho's does), started beside Hisho's server and asked in turn with it, each
   repetition: decode rates counted as above (``llama_server_*``). ``concurrent_whole_vs_llama_server``: the
   rates counted from the requests. Skipped (``llama_server`` says why) where llama-server is not built.
+- ``concurrent_deep_decode_tokens_per_s`` (and ``llama_server_``…, ``concurrent_deep_vs_llama_server``): the 4
+  streams at once again, each behind a ~4,000-token system prompt, once per contestant: decode with every
+  sequence at depth, the other end of flash attention's trade (docs/flash-attention.md).
 - ``attention``: what the serve load's flash-attention measurement said (the bench measures it first, as the
   app's engine does when idle; null: the load was not open to one) and ``flash_attn``: what the engine ran.
 - ``prefix_restart_speedup``: first-token time of a chat with a ~4096-token system prompt on an empty store over
@@ -53,6 +56,9 @@ from hisho.core.engine.protocol import GenerationResult, Sampling
 KEY = "bench"
 PARALLEL = 4
 PER_SEQ = 4608
+# Tokens each deep stream writes: enough that the first to finish its prompt is still decoding when the last
+# starts (a token per prompt batch rides along meanwhile), within the ``PER_SEQ`` cells a sequence has.
+DEEP_TOKENS = 128
 TTFB_PAIRS = 8  # short requests (4 tokens) for ttfb_overhead_ms, besides the ``repeat`` long ones
 PROMPT = "Write a long, detailed story about a lighthouse keeper who finds a map in a bottle."
 
@@ -159,6 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                        ttfb_outside_engine_ms=statistics.median(outside), ttfb_pairs=len(overheads))
             out.update(_concurrent(client, engine, url, model, n_tokens, repeat,
                                    peer.url + "/v1" if peer is not None else ""))
+            out.update(_concurrent_deep(client, engine, url, model, peer.url + "/v1" if peer is not None else ""))
             out.update(_raw_ceiling(engine, n_tokens))
             out["concurrent_vs_raw_gain"] = out["concurrent_gain"] / out["raw_batched_gain"]
             # Like with like: the API's decode rate over raw llama-cpp-python's on the same context.
@@ -213,15 +220,7 @@ def _concurrent(client: httpx.Client, engine: Any, url: str, model: str, n_token
             alone = _stream(client, where, name, prompts[0], n_tokens, extra)
             if not prefix:
                 _clear(engine)
-            results: list[dict[str, Any]] = []
-            start = time.perf_counter()
-            threads = [threading.Thread(target=lambda p=p, out=results, at=where, m=name, x=extra: out.append(
-                _stream(client, at, m, p, n_tokens, x))) for p in prompts]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            whole = sum(r["tokens"] for r in results) / (time.perf_counter() - start)
+            results, whole = _together(client, where, name, prompts, n_tokens, extra)
             # Decode only, as the raw ceiling counts it (its steps after the prompts): from the first streamed
             # token to the last, tokens after each stream's first. The whole figures include the prompts' prefill.
             for key, value in (("one_stream_tokens_per_s", alone["tokens"] / alone["wall_s"]),
@@ -271,6 +270,41 @@ def _llama_server(model_path: Path | str | None, home: Path, out: dict[str, Any]
                              ctx_size=PER_SEQ * PARALLEL)
     out["llama_server"] = " ".join(peer.argv[1:])
     return peer.start()
+
+
+def _together(client: httpx.Client, url: str, model: str, prompts: list[list[dict[str, str]]], n_tokens: int,
+              extra: dict[str, Any] | None) -> tuple[list[dict[str, Any]], float]:
+    """``prompts`` asked at once, a thread each: their streams and the tokens per second of the whole."""
+    results: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    threads = [threading.Thread(target=lambda p=p: results.append(_stream(client, url, model, p, n_tokens, extra)))
+               for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, sum(r["tokens"] for r in results) / (time.perf_counter() - start)
+
+
+def _concurrent_deep(client: httpx.Client, engine: Any, url: str, model: str, peer_url: str) -> dict[str, float]:
+    """The 4 streams together again, each behind a system prompt of about 4,000 tokens: decode with
+    every sequence at depth, where flash attention's cost is not what it is near an empty context
+    (docs/flash-attention.md). Once each, Hisho's API then llama-server's; the decode rate as ``_concurrent``
+    counts it."""
+    # Not ``_long_prefix``'s text: the restart figure after this reads that one on an empty store.
+    register = "\n".join(f"Entry {i}: the lamp at station {i} was lit at dusk, trimmed at midnight and put out at "
+                         f"dawn, and the keeper wrote the oil it burned." for i in range(112))
+    system = {"role": "system", "content": "You keep the lighthouse register. It reads:\n" + register}
+    prompts = [[system, {"role": "user", "content": f"{PROMPT} Chapter {i + 1}."}] for i in range(PARALLEL)]
+    _clear(engine)
+    out = {"concurrent_deep_decode_tokens_per_s": _all_decoding_rate(
+        _together(client, url, model, prompts, DEEP_TOKENS, None)[0])}
+    if peer_url:
+        out["llama_server_concurrent_deep_decode_tokens_per_s"] = _all_decoding_rate(
+            _together(client, peer_url, "model", prompts, DEEP_TOKENS, {"cache_prompt": False})[0])
+        out["concurrent_deep_vs_llama_server"] = (out["concurrent_deep_decode_tokens_per_s"]
+                                                  / max(out["llama_server_concurrent_deep_decode_tokens_per_s"], 1e-9))
+    return out
 
 
 def _all_decoding_rate(results: list[dict[str, Any]]) -> float:
