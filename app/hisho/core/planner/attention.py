@@ -41,7 +41,7 @@ MARGIN = 0.03
 MAX_DEPTH = 4096        # the depth measured: half the context, at most this (the cost grows with depth)
 # The second, short depth measured beside it (where the deep one is at least 4 times as deep): a chat's first
 # turns and an API's short requests run there, and flash attention's cost against the other way's is not the
-# same at both ends (docs/flash-attention.md, "Two depths").
+# same at both ends (docs/flash-attention.md, "Two depths, and a serving load's sequences").
 SHALLOW_DEPTH = 256
 MIN_BUCKET = 2048
 PROBE_TIMEOUT_S = 300
