@@ -9,11 +9,7 @@ or not, has its engine work cancelled at once.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import logging
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -25,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hisho.api import tooling, waits
+from hisho.api import http, tooling, waits
 from hisho.api.backend import Backend, Reply, Thought
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
 from hisho.core.formats.tools import CallStream, ToolCall
@@ -39,69 +35,15 @@ def error_response(exc: ApiError) -> JSONResponse:
 
 
 def _sse(data: dict[str, Any] | str) -> bytes:
-    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
-def _too_large(limit: int) -> ApiError:
-    # Connection: close, since the rest of the body is never read.
-    return ApiError(413, f"the request body is larger than this server takes ({limit} bytes; Settings → API)",
-                    code="request_too_large", headers={"Connection": "close"})
-
-
-async def _body(request: Request, limit: int) -> Any:
-    """The JSON body, read up to ``limit`` bytes: a declared length over it is refused before reading a byte,
-    a chunked body as soon as it passes it."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except RecursionError:  # json's decoder recurses once per nested array or object
-        raise ApiError(400, "the request body nests arrays or objects too deeply") from None
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the request body is not valid JSON") from None
-
-
-async def _disconnected(request: Request) -> None:
-    """Returns when the client has closed its connection (the body has been read: nothing else comes)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _unless_gone(request: Request, work: Awaitable[Response]) -> Response:
-    """``work``'s response, or, if the client leaves first, ``work`` cancelled (its ``finally`` cancels the
-    engine's sequence) and an empty response nobody reads. Covers the wait for a free sequence and the prefill
-    of every request, and the whole reply of one not streamed; a stream is then watched by Starlette."""
-    task = asyncio.ensure_future(work)
-    gone = asyncio.ensure_future(_disconnected(request))
-    await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        gone.cancel()
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    log.info("client left before its reply: %s cancelled", request.url.path)
-    return Response(status_code=499)
+    return http.sse(data)
 
 
 def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) -> Starlette:
-    def authorized(request: Request) -> bool:
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(token.strip().encode(), key.encode())
-
     Handler = Callable[[Request], Awaitable[Response]]
 
     def guarded(handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
-            if not authorized(request):
+            if not http.authorized(request, key):
                 return error_response(ApiError(401, "missing or wrong API key (Settings → API shows it)",
                                                code="invalid_api_key"))
             try:
@@ -121,13 +63,14 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
             {"id": backend.model_id, "object": "model", "created": 0, "owned_by": "hisho"}]})
 
     async def chat(request: Request) -> Response:
-        job = parse_chat(await _body(request, backend.limits.max_body_bytes), backend.defaults, backend.max_tokens)
-        return await _unless_gone(request, _answer(backend, job, key))
+        job = parse_chat(await http.read_body(request, backend.limits.max_body_bytes), backend.defaults,
+                         backend.max_tokens)
+        return await http.unless_gone(request, _answer(backend, job, key))
 
     async def completions(request: Request) -> Response:
-        job = parse_completion(await _body(request, backend.limits.max_body_bytes), backend.defaults,
+        job = parse_completion(await http.read_body(request, backend.limits.max_body_bytes), backend.defaults,
                                backend.max_tokens)
-        return await _unless_gone(request, _answer(backend, job, key))
+        return await http.unless_gone(request, _answer(backend, job, key))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500

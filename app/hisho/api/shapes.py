@@ -238,6 +238,7 @@ class StopFilter:
         self.stops = stops
         self.pending = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that cut the text
 
     def feed(self, text: str) -> str:
         if self.stopped:
@@ -245,8 +246,9 @@ class StopFilter:
         if not self.stops:
             return text
         self.pending += text
-        cut = min((i for i in (self.pending.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s, i in ((s, self.pending.find(s)) for s in self.stops) if i >= 0]
+        if found:
+            cut, self.matched = min(found)
             out, self.pending, self.stopped = self.pending[:cut], "", True
             return out
         hold = 0
