@@ -106,7 +106,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 REPEAT_DEFAULT = {"decode": 6}
 
 BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak", "peers", "reasoning",
-           "speed", "peers-resume")
+           "speed", "peers-resume", "agent")
 
 
 # ----- self-test --------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "own load's peak, on the 1B, 3B and Gemma-3-270M files (--only picks, e.g. gemma-3-270m@serve)")
     p.add_argument("--fa-both", action="store_true",
                    help="plan: measure f16 cells with flash attention on AND off (default: as the plan loads them)")
-    p.add_argument("--quick", action="store_true", help="peers, peers-resume: tiny sizes (a smoke run on the bundled model)")
+    p.add_argument("--quick", action="store_true", help="peers, peers-resume, agent: tiny sizes (a smoke run)")
     p.add_argument("--minutes", type=float, default=None, help="soak: how long the clients run (default 2)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
