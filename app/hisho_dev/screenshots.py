@@ -198,6 +198,9 @@ def main(argv: list[str]) -> int:
     from hisho_dev.reasoning_shots import reasoning_shots
 
     reasoning_shots(app, window, out)
+    from hisho_dev.api_shots import api_shots
+
+    api_shots(app, window, out)
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
     for line in problems:

@@ -84,6 +84,24 @@ def test_api_switch_serves_the_window_engine(qtbot: QtBot, window: MainWindow) -
         wait_idle(qtbot, w)
         wait_for(qtbot, lambda: not t.is_alive(), timeout=300_000)
         assert got["r"].usage.completion_tokens > 0
+        # Connect a client: the base addresses and the snippets name this server, its key and its model.
+        connect = page.connect_tab
+        assert [b.text() for b in connect.bases] == [f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}"]
+        connect.client.setCurrentIndex(connect.client.findText("Claude Code"))
+        assert f"ANTHROPIC_BASE_URL=http://127.0.0.1:{port}\n" in connect.snippet.toPlainText()
+        assert page.key.text() in connect.snippet.toPlainText()
+        # Requests: each one the engine ran, its wire format, and how much of its prompt came from the cache.
+        system = "You are a careful assistant who answers in one short sentence. " * 30
+        for _ in range(2):
+            client.chat.completions.create(model=model, max_tokens=4, temperature=0, messages=[
+                {"role": "system", "content": system}, {"role": "user", "content": "Hi"}])
+        page.tabs.setCurrentWidget(page.requests_tab)
+        table = page.requests_tab.table
+        rows = [table.topLevelItem(i) for i in range(table.topLevelItemCount())]
+        assert [r.text(1) for r in rows[:3]] == ["chat completions", "chat completions", "completions"]
+        prompt, cached = (int(rows[0].text(c).split()[0].replace(",", "")) for c in (2, 3))
+        assert 0 < cached <= prompt   # the second request's system prompt came from the cache, not read again
+        assert "came from the cache" in page.requests_tab.summary.text()
         assert [m.role for m in w.ctx.store.messages(conv.id)][-2:] == ["user", "assistant"]
         wait_for(qtbot, lambda: not queue.isVisible())
         # A new key: the old one is refused from now on.

@@ -22,7 +22,9 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hisho.api import tooling, waits
@@ -205,6 +207,22 @@ class Reply:
         self.stream.cancel()
 
 
+@dataclass(frozen=True)
+class Served:
+    """One request the engine ran, for the window's list of recent requests."""
+
+    at: float                 # when it ended (time.time())
+    protocol: str             # its wire format (``Job.wire``)
+    prompt_tokens: int
+    cached_tokens: int        # of the prompt, tokens that came from the cache (RAM or disk) instead of being read
+    completion_tokens: int
+    seconds: float            # from admission to the end
+    outcome: str              # "done", "cancelled" or "failed"
+
+
+RECENT = 50  # requests ``Backend.recent`` keeps
+
+
 class Backend:
     def __init__(self, engine: Callable[[], Engine], model: Callable[[], ModelName], defaults: dict[str, Any],
                  max_tokens: int, cache: PromptCache | None = None, limits: Limits | None = None) -> None:
@@ -220,6 +238,7 @@ class Backend:
         self.cancelled = 0  # requests whose engine sequence was cancelled (a client went away, or its time ran out)
         self.timed_out = 0  # of those, the ones cancelled by the time limit
         self._lock = threading.Lock()
+        self.recent: deque[Served] = deque(maxlen=RECENT)  # newest last (any thread appends; read a copy)
         self.on_busy: Callable[[int], None] | None = None  # the window's indicator (any thread)
         self.on_result: Callable[[GenerationResult], None] | None = None  # each finished request (bench)
         # (running, waiting) after each change (any thread): the app's queue (``AppState.api_queue``, set by
@@ -281,8 +300,14 @@ class Backend:
             return stream
         return engine.generate(sampling=job.sampling, **fields)
 
-    def _ended(self, reply: Reply, key: str, since: float) -> None:
+    def _ended(self, reply: Reply, key: str, since: float, job: Job) -> None:
         self.admission.leave(key, since)
+        result = reply.result
+        outcome = "failed" if reply.error is not None or result is None else \
+            "cancelled" if result.stop_reason == "cancelled" else "done"
+        self.recent.append(Served(time.time(), job.wire, result.prompt_tokens if result else 0,
+                                  result.cached_tokens if result else 0, result.completion_tokens if result else 0,
+                                  time.monotonic() - since, outcome))
         if reply.result is not None and self.on_result is not None:
             self.on_result(reply.result)
         if reply.result is not None and self.cache is not None:
@@ -336,7 +361,7 @@ class Backend:
                 raise timeout_error() from None
             raise api_error(exc, job.prompt_param) from None
         self._count(1)
-        reply = Reply(stream, loop, lambda r: self._ended(r, key, since), model, job.prompt_param,
+        reply = Reply(stream, loop, lambda r: self._ended(r, key, since, job), model, job.prompt_param,
                       raw=job.extras.family is not None)
         reply.limit(max(0.0, limit - (time.monotonic() - since)))
         try:

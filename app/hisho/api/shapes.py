@@ -40,6 +40,12 @@ class Job:
     max_tokens_param: str = "max_tokens"       # the field the client gave it in (errors name it)
     max_tokens_given: bool = False
     extras: Extras = field(default_factory=Extras)  # tools, response_format, template settings (api.tooling)
+    protocol: str = ""                         # the wire format it came in, when not chat/text completions
+
+    @property
+    def wire(self) -> str:
+        """The wire format the request came in, as the window's request list names it."""
+        return self.protocol or ("chat completions" if self.kind == "chat" else "completions")
 
     @property
     def prompt_param(self) -> str:

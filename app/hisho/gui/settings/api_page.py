@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -35,6 +36,7 @@ from hisho.api.server import ApiServer
 from hisho.core import settings as settings_mod
 from hisho.core.errors import UserError
 from hisho.gui import ops
+from hisho.gui.settings.api_clients import ConnectTab, RequestsTab
 from hisho.gui.shell.protocols import ApiWindow, HasContext
 
 log = logging.getLogger("hisho.gui")
@@ -87,9 +89,9 @@ class ApiPage(QWidget):
         lay.setSpacing(12)
         title = QLabel("API")
         title.setObjectName("DialogTitle")
-        intro = QLabel("Editors, agents and scripts that speak OpenAI's API can use this model through Hisho: "
-                       "they share the loaded model with your chats, and long prompts they resend are kept "
-                       "on disk. Only programs on this computer can connect.")
+        intro = QLabel("Coding agents, editors and scripts that speak OpenAI's or Anthropic's API can use this "
+                       "model through Hisho: they share the loaded model with your chats, and long prompts they "
+                       "resend are kept on disk. Only programs on this computer can connect.")
         intro.setWordWrap(True)
         self.enabled = QCheckBox("Serve the API while Hisho is open")
         self.enabled.setChecked(serving(window) is not None)
@@ -130,13 +132,27 @@ class ApiPage(QWidget):
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(self.status.textInteractionFlags() | self.status.textInteractionFlags()
                                             .TextSelectableByMouse)
-        for w in (title, intro, self.enabled):
+        server_tab = QWidget()
+        server_lay = QVBoxLayout(server_tab)
+        server_lay.setContentsMargins(0, 8, 0, 0)
+        server_lay.addWidget(self.enabled)
+        server_lay.addLayout(form)
+        server_lay.addWidget(self.status)
+        server_lay.addStretch(1)
+        self.connect_tab = ConnectTab(lambda: serving(window), self.port.value, self.key.text,
+                                      lambda: window.state.now.model.id or "hisho")
+        self.requests_tab = RequestsTab(lambda: serving(window))
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("ApiTabs")
+        self.tabs.addTab(server_tab, "Server")
+        self.tabs.addTab(self.connect_tab, "Connect a client")
+        self.tabs.addTab(self.requests_tab, "Requests")
+        for w in (title, intro):
             lay.addWidget(w)
-        lay.addLayout(form)
-        lay.addWidget(self.status)
-        lay.addStretch(1)
+        lay.addWidget(self.tabs, 1)
         self.enabled.toggled.connect(self.apply)
         self.port.editingFinished.connect(self._restart)
+        self.port.valueChanged.connect(lambda _v: self.connect_tab.refresh())
         self.cors.editingFinished.connect(self._restart)
         window.state.changed.connect(self._answering)   # the model it serves follows a switch
         self._show()
@@ -177,13 +193,17 @@ class ApiPage(QWidget):
 
     def regenerate(self) -> None:
         self.key.setText(keys.regenerate_key())
+        self.connect_tab.refresh()
         if self.enabled.isChecked():
             self.apply()  # the running server checks the new key from now on
 
     def _show(self) -> None:
         server = serving(self.w)
+        self.connect_tab.refresh()
+        self.requests_tab.refresh()
         if server is None:
             self.status.setText("Off.")
         else:
             self.status.setText(f"Listening on {server.url} — model \"{server.backend.model_id}\". "
-                                "Send the key as “Authorization: Bearer …”.")
+                                "Send the key as “Authorization: Bearer …” (Anthropic's clients: “x-api-key”). "
+                                "“Connect a client” has the lines to paste.")
