@@ -51,10 +51,17 @@ class ConversationSettingsDialog(QDialog):
             self.model.addItem(label, name)
         now = answering or Now()
         local = "" if now.remote else now.model.id
-        index = self.model.findData(conv.model or local) if (conv.model or local) else 0
+        # The row shows the model that answers this chat's next message: the one loaded (a chat that named
+        # another keeps its earlier replies' names, said below), so Save switches only when the row is changed.
+        shown = local or conv.model
+        index = self.model.findData(shown) if shown else 0
         self.model.setCurrentIndex(max(0, index))
-        self.answering = QLabel(f"Answering now: {now.model.display}" + (" (not loaded)" if not now.loaded else "")
-                                if now.model.id else "No model is loaded.")
+        line = (f"Answering now: {now.model.display}" + (" (not loaded)" if not now.loaded else "")
+                if now.model.id else "No model is loaded.")
+        if conv.model and now.model.id and not now.model.accepts(conv.model):
+            line += f". Earlier replies in this chat came from {conv.model}."
+        self.answering = QLabel(line)
+        self.answering.setWordWrap(True)
         self.answering.setObjectName("Meta")
         self.system = QPlainTextEdit(conv.system_prompt)
         self.system.setPlaceholderText("e.g. You are a concise assistant. Answer in English.")
