@@ -16,6 +16,7 @@ from pytestqt.qtbot import QtBot
 
 from hisho.api.launch import model_name
 from hisho.core.hub.catalog import repo_files
+from hisho.core.settings import load as load_settings
 from hisho.gui.models.planner_page import PlannerPage, open_planner
 from hisho.gui.settings.api_page import ApiPage, start_api, stop_api
 from hisho.gui.settings.settings_dialog import ConversationSettingsDialog
@@ -109,6 +110,9 @@ def test_a_model_switch_renames_every_screen_and_blanks_the_figures(qtbot: QtBot
         assert model_name(w.ctx).id == NAME
         # Chat settings: a chat that names no model of its own shows the one answering
         assert chat_settings_model(w) == (NAME, f"Answering now: {NAME}")
+        # the next start opens on it (the last model used, kept in the settings)
+        wait_for(qtbot, lambda: not w.ctx.executor.busy("store"))
+        assert w.ctx.settings["last_model"] == NAME and load_settings()["last_model"] == NAME
         # the Memory planner plans the model in use
         page = open_planner(w)
         wait_for(qtbot, lambda: page.plans > 0 and page.planned_for == now.path, 180_000)

@@ -212,7 +212,17 @@ class Services:
         self.model_path, self.load_params = path, params
         self.model_problem, self.plan_refused = "", False
         self._answering_local(info)
+        self._remember_model(named.id)
         return info
+
+    def _remember_model(self, name: str) -> None:
+        """The window's next start loads the model it answered with last (``last_model``), kept on the store
+        lane as every settings write is."""
+        if self.profile.name != "window" or not name or self.settings["last_model"] == name:
+            return
+        self.settings.set("last_model", name)
+        self.executor.submit("store", self.settings.save,
+                             failed=lambda exc: log.warning("the last model used was not saved: %s", exc))
 
     def _stopped(self, exc: LoadStopped, previous: LoadParams | None) -> LoadStopped:
         """A switch the user stopped: the model that answered before is loaded again (the engine freed it to
@@ -363,6 +373,12 @@ def make_engine() -> Engine:
     return EngineClient(env={IDLE_ENV: str(IDLE_S), **os.environ})  # a "0" already set (the test suite) stays
 
 
+def _last_model(profile: Profile, settings: settings_mod.Settings, models: ModelStore) -> str:
+    """The window opens on the model it answered with last, while that model is still in the store."""
+    last = str(settings["last_model"] or "")
+    return last if profile.name == "window" and last and models.get(last) is not None else ""
+
+
 def build(model: str | None = None, profile: str = "window", *, db_path: Path | None = None,
           post: Post | None = None, n_ctx: int | None = None, parallel: int | None = None, override: bool = False,
           engine: Engine | None = None, settings: settings_mod.Settings | None = None,
@@ -381,7 +397,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
     model_path: Path | None = None
     params: LoadParams | None = None
     try:
-        model_path = open_model(model or str(settings["default_model"] or "") or None, models)
+        model_path = open_model(model or _last_model(chosen, settings, models)
+                                or str(settings["default_model"] or "") or None, models)
         params = load_params_for(model_path, n_ctx=n_ctx, settings=settings, n_seq_max=n_seq_max,
                                  override=override, kv_unified=kv_unified, saves_kv=kv)
     except UserError as exc:

@@ -115,6 +115,8 @@ def check_model_choices(value: Any) -> dict[str, dict[str, Any]]:
 
 DECLARED: tuple[Setting, ...] = (
     Setting("default_model", str, "", "Model store name used when none is given ('' = bundled default)."),
+    Setting("last_model", str, "", "The model the window loaded last: the next window start loads it while it is "
+                                   "still in the store ('' = default_model)."),
     Setting("n_ctx", int, 4096, "Context length in tokens for chats, for models without their own "
             "(model_choices).", 256, MAX_CTX),
     Setting("n_threads", int, 0, "CPU threads (0 = automatic: up to the physical cores, fewer while "
