@@ -1,4 +1,4 @@
-"""The layering rules of DESIGN.md, checked by walking every import in the source (the same rules as the
+"""The layering rules of docs/architecture.md, checked by walking every import in the source (the same rules as the
 import-linter contracts in pyproject.toml, so the suite fails even where lint-imports is not run)."""
 
 from __future__ import annotations
