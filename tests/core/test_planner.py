@@ -39,7 +39,7 @@ def llama8b(tmp_path_factory: pytest.TempPathFactory) -> ModelFacts:
 
 
 def test_kv_llama_31_8b_reference(llama8b: ModelFacts) -> None:
-    # DESIGN.md: 128 KiB per token f16; 8192 tokens = 1024 MiB f16, 544 MiB q8_0 (llama.cpp prints the same).
+    # Llama-3.1-8B: 128 KiB per token f16; 8192 tokens = 1024 MiB f16, 544 MiB q8_0 (llama.cpp prints the same).
     assert kv_bytes(llama8b, Config(n_ctx=8192)) == 1024 * MIB
     assert kv_bytes(llama8b, Config(n_ctx=8192, type_k="q8_0", type_v="q8_0")) == 544 * MIB
     assert kv_bytes(llama8b, Config(n_ctx=8192, type_k="q4_0", type_v="q4_0")) == 288 * MIB

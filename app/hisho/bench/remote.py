@@ -1,6 +1,6 @@
 """``hisho bench remote --tokens N --json``: a remote chat against upstream llama-server on loopback.
 
-One run, ratios against baselines from the same run (DESIGN.md "How we measure"):
+One run, ratios against baselines from the same run (docs/architecture.md, "How we measure"):
 1. ``prefix_hit_ratio``: the second turn of a remote chat; prompt tokens the server reports as cached
    (``timings.cache_n``) ÷ tokens of the first turn's prompt.
 2. ``remote_resume_speedup``: an N-token conversation, its slot saved after the turn; the server restarted;

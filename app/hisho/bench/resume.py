@@ -1,6 +1,6 @@
 """``hisho bench resume --tokens N [--cold] [--kv-type q8_0] --json``: resume a saved conversation from SSD.
 
-One run, ratios against baselines from the same run (DESIGN.md "How we measure"):
+One run, ratios against baselines from the same run (docs/architecture.md, "How we measure"):
 1. Engine A: the N-token conversation prefilled once (``prefill_s``), then, as the app does after every turn,
    the next user header appended (``next_turn_header_tokens``) and saved through ``KVSession``; then a fixed
    ~15-token question sent on it in memory (``ttft_in_memory_s``, the greedy reference continuation). A fresh

@@ -1,7 +1,7 @@
 """The ``hisho`` command line. Same core as the window, no Qt unless ``hisho gui`` is asked for.
 
-Contract (DESIGN.md): figures via ``--json``; errors as one line on stderr; exit 2 for bad input, 1 for an
-internal failure; never a traceback for a user mistake.
+Contract (docs/architecture.md, "The command line"): figures via ``--json``; errors as one line on stderr;
+exit 2 for bad input, 1 for an internal failure; never a traceback for a user mistake.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What every command writes, in one place: figures as JSON on stdout, an error as one line on stderr, and the
-exit codes (DESIGN.md command contract). The command modules use these; none imports the parser module
-(``hisho.cli.main``), which imports them."""
+exit codes (the command line contract, docs/architecture.md). The command modules use these; none imports the
+parser module (``hisho.cli.main``), which imports them."""
 
 from __future__ import annotations
 

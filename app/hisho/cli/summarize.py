@@ -1,4 +1,4 @@
-"""``hisho summarize FILE… [--json]``: summaries of documents (DESIGN.md command contract).
+"""``hisho summarize FILE… [--json]``: summaries of documents (the command line contract, docs/architecture.md).
 
 JSON: summary, chunks, input_tokens, seconds, truncated, plus chunks_cached / chunks_generated (a rerun after a
 kill resumes), skipped files and per-document details. ``truncated`` is false unless the user asked for a cut

@@ -14,7 +14,7 @@ from typing import Any
 
 from hisho.core.db import Database
 
-DEFAULT_PREFILL_TOK_S = 250.0  # until measured (DESIGN.md: ~250-300 tok/s on a 2-core box, default model)
+DEFAULT_PREFILL_TOK_S = 250.0  # until measured (~250-300 tok/s on a 2-core x86-64 CPU, default model)
 DEFAULT_RESTORE_BYTES_S = 2e9
 DOCUMENT_PREFIX = "doc:"  # hisho.core.kv.session.document_owner
 

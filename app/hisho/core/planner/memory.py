@@ -1,6 +1,6 @@
 """The memory model: bytes a configuration needs, split the way llama.cpp allocates them.
 
-Two totals (DESIGN.md):
+Two totals (docs/planner.md, "committed vs resident"):
 - ``committed``: every allocation: weights (the mapped model buffer), KV, compute buffer, output buffer, and our
   engine's own arrays (the llama_batch). This is what llama.cpp reports and what Windows charges to commit.
 - ``resident``: the peak the OS shows once the context is full: weights (mapped pages, all touched by a

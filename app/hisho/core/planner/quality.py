@@ -1,4 +1,4 @@
-"""How much quality a quantization costs: the KL-divergence ladder of DESIGN.md (llama.cpp's perplexity
+"""How much quality a quantization costs: the KL-divergence ladder (llama.cpp's perplexity
 scoreboard, Llama-3-8B, KL divergence against F16). Lower is better. The planner maximises quality, i.e.
 minimises ``weights_kl(quant) + kv_kl(type_k, type_v)``.
 

@@ -5,7 +5,7 @@ Rules of use:
   out of llama.cpp (into an ``Arena``), so writing to disk never touches the context. It writes each chunk
   atomically (``hisho.core.kv.format.write_atomic``) and reports every file of a save at once.
 - ``Arena``: a buffer allocated once and reused; first-touch page faults on a fresh buffer cost more than
-  reading the file (DESIGN.md "KV persistence"), so every page is touched when it grows.
+  reading the file (docs/kv-format.md, "Reading"), so every page is touched when it grows.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Rules of use:
   (``hisho.engine.kv.chunkwriter``) is the one other thread: it gets bytes already copied out of llama.cpp, so
   writing to disk never touches the context.
 - Bytes go through buffers allocated once and reused (``Arena``): first-touch page faults on a fresh buffer
-  cost more than reading the file (DESIGN.md "KV persistence"). ``prepare(n)`` touches them ahead of time.
+  cost more than reading the file (docs/kv-format.md, "Reading"). ``prepare(n)`` touches them ahead of time.
 - A chunk ``[start, end)`` of a sequence is copied out through a scratch sequence (the last one, when
   ``n_seq_max >= 2`` and the KV cache is unified): ``seq_cp`` tags the cells, ``state_seq_get_data`` copies them.
   Restore loads chunk 0 straight into the sequence and later chunks through the scratch sequence, then

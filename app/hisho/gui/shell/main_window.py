@@ -1,4 +1,5 @@
-"""The main window: sidebar | header + chat view (or the empty state) + composer, menus, shortcuts, status bar.
+"""The main window: sidebar | header + chat view (or the empty state) + composer, status bar; its menus and
+window-wide keys are built by ``hisho.gui.shell.menus``.
 
 Layout and wiring only; every user action is an operation in ``hisho.gui.shell.controller``. Other features plug in
 here with small additions: the File menu (documents: import, drop zone), the View menu (the memory planner
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeyEvent, QKeySequence, QShortcut, QShowEvent
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -41,6 +42,7 @@ from hisho.gui.chat.sidebar import Sidebar
 from hisho.gui.shell.chat_list_place import MIN_WIDTH, ChatListPlace
 from hisho.gui.shell.context import AppContext
 from hisho.gui.shell.controller import ChatController
+from hisho.gui.shell.menus import build_menus, build_shortcuts
 from hisho.gui.shell.model_picker import NAME_MAX, ModelNameLabel, ModelPicker
 from hisho.gui.shell.pages import CHATS, NavRail, PageHost
 from hisho.gui.shell.state_bridge import StateBridge
@@ -79,6 +81,10 @@ class MainWindow(QMainWindow):
     _cache_shown = False                         # hisho.gui.shell.remote_switch
     _remote_help: QMessageBox | None = None
     _state_key = ""                              # what the shown reply figures were measured on
+    file_menu: QMenu                             # the menu bar's, made by hisho.gui.shell.menus.build_menus
+    view_menu: QMenu
+    theme_menu: QMenu
+    stop_action: QAction
 
     def __init__(self, ctx: AppContext) -> None:
         super().__init__()
@@ -99,8 +105,8 @@ class MainWindow(QMainWindow):
         self.controller = ChatController(self)
         self.documents = DocumentsController(self)  # drop zone, File → Summarize…, summary progress
         self._connect_documents()
-        self._build_menus()
-        self._build_shortcuts()
+        build_menus(self)
+        build_shortcuts(self)
         # the paperclip and files dropped on the message box: attach them to this chat
         self.attach = AttachController(self, self.controller, self.composer, self.documents)
         from hisho.gui.shell.model_picker import attach_picker
@@ -333,7 +339,7 @@ class MainWindow(QMainWindow):
     def add_status_widget(self, widget: QWidget) -> None:
         self.status.addPermanentWidget(widget)
 
-    # ----- menus and keys --------------------------------------------------------------------------------
+    # ----- menus (hisho.gui.shell.menus) and keys ---------------------------------------------------------
 
     def _connect_documents(self) -> None:
         docs, c = self.documents, self.controller
@@ -346,74 +352,6 @@ class MainWindow(QMainWindow):
             c.select(cid)
 
         docs.opened.connect(show)
-
-    def _build_menus(self) -> None:
-        c = self.controller
-        bar = self.menuBar()
-        self.file_menu: QMenu = bar.addMenu("&File")
-        self._action(self.file_menu, "New chat", c.listing.new_chat, QKeySequence.StandardKey.New)
-        self.file_menu.addAction(self.documents.action)
-        self.file_menu.addSeparator()
-        self._action(self.file_menu, "Import chat…", c.listing.import_chat)
-        self._action(self.file_menu, "Export chat…", lambda: c.listing.export_chat(None))
-        self.file_menu.addSeparator()
-        # App settings (KV cache budget and type, what is stored); Ctrl+, is the chat's own settings.
-        self._action(self.file_menu, "Settings…", lambda: self.show_page("settings"), QKeySequence("Ctrl+Alt+S"))
-        self.file_menu.addSeparator()
-        self._action(self.file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
-        edit = bar.addMenu("&Edit")
-        self._action(edit, "Undo delete", c.undo, QKeySequence.StandardKey.Undo)
-        edit.addSeparator()
-        self._action(edit, "Find in chat", self.show_find, QKeySequence.StandardKey.Find)
-        self._action(edit, "Search chats", self.focus_search, QKeySequence("Ctrl+K"))
-        self.view_menu: QMenu = bar.addMenu("&View")
-        self._action(self.view_menu, "Show or hide the chat list", self.toggle_sidebar, QKeySequence("Ctrl+B"))
-        self._action(self.view_menu, "Chats", lambda: self.show_page(CHATS), QKeySequence("Ctrl+1"))
-        self._action(self.view_menu, "Models", lambda: self.show_page("models"), QKeySequence("Ctrl+M"))
-        self._action(self.view_menu, "Memory planner", lambda: self.show_page("planner"), QKeySequence("Ctrl+P"))
-        self.view_menu.addSeparator()
-        self.theme_menu = self.view_menu.addMenu("Theme")
-        group = QActionGroup(self)
-        chosen = str(self.ctx.settings["theme"])
-        for name in ("system", "light", "dark"):
-            # triggered(bool) passes "checked" to a slot that takes it: the name must come from a closure
-            act = self._action(self.theme_menu, name.capitalize(), _theme_slot(c, name))
-            act.setCheckable(True)
-            act.setChecked(name == chosen)
-            group.addAction(act)
-        chat = bar.addMenu("&Chat")
-        self.stop_action = self._action(chat, "Stop", c.sending.stop_here)
-        # Enabled only where a reply is being written, like the message box's Stop (no shortcut: the menu's
-        # opening is the only moment its state is seen).
-        chat.aboutToShow.connect(lambda: self.stop_action.setEnabled(c.sending.generating_here()))
-        self._action(chat, "Regenerate last reply", c.editing.regenerate_last, QKeySequence("Ctrl+R"))
-        self._action(chat, "Rename chat", c.listing.start_rename, QKeySequence(Qt.Key.Key_F2))
-        self._action(chat, "Chat settings…", c.open_settings, QKeySequence("Ctrl+,"))
-        help_menu = bar.addMenu("&Help")
-        from hisho.gui.shell.help import show_about, show_shortcuts
-
-        self._action(help_menu, "Keyboard shortcuts", lambda: show_shortcuts(self), QKeySequence("Ctrl+/"))
-        self._action(help_menu, "Copy diagnostics", c.copy_diagnostics)
-        help_menu.addSeparator()
-        self._action(help_menu, "About Hisho", lambda: show_about(self))
-
-    def _action(self, menu: QMenu, text: str, slot: Callable[[], object],
-                key: str | QKeySequence | QKeySequence.StandardKey | None = None) -> QAction:
-        act = menu.addAction(text)
-        act.triggered.connect(slot)
-        if key is not None:
-            act.setShortcut(key)
-        return act
-
-    def _build_shortcuts(self) -> None:
-        esc = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
-        esc.activated.connect(self.escape)
-        self.find_edit.returnPressed.connect(self.controller.listing.find_next)
-        # Delete on a chat selected in the list: soft delete with Undo, as the list's menu does. Only while the
-        # list has the focus: in the message box and the search box Delete edits text.
-        delete = QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.sidebar.list)
-        delete.setContext(Qt.ShortcutContext.WidgetShortcut)
-        delete.activated.connect(self.delete_selected_chat)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt naming
         if obj is getattr(self, "header", None) and event.type() == QEvent.Type.Resize:
@@ -516,6 +454,3 @@ class MainWindow(QMainWindow):
         self.controller.shutdown()
         event.accept()
 
-
-def _theme_slot(controller: ChatController, name: str) -> Callable[[], object]:
-    return lambda: controller.set_theme(name)
