@@ -206,3 +206,18 @@ def test_import_refuses_bad_files_and_writes_nothing(store: ConversationStore, t
     (tmp_path / "junk.json").write_text("{not json")
     with pytest.raises(UserError, match="not valid JSON"):
         conversation_io.import_file(store, tmp_path / "junk.json")
+
+
+def test_export_keeps_a_reasoning_models_thinking(store: ConversationStore, tmp_path: Path) -> None:
+    """The thinking is part of the reply: Markdown shows it folded above the answer, JSON carries it and its
+    time, and an import gives it back."""
+    chat = store.create("Riddle")
+    u = store.add_message(chat.id, "user", "What has keys but no locks?")
+    store.add_message(chat.id, "assistant", "A piano.", parent_id=u.id, reasoning="Keys... a keyboard? A piano.",
+                      reasoning_s=3.2)
+    md = conversation_io.to_markdown(store, chat.id)
+    assert "<summary>Thought for 3 s</summary>" in md and "Keys... a keyboard? A piano." in md
+    assert md.index("Keys... a keyboard") < md.index("\nA piano.")
+    new_id = conversation_io.import_file(store, conversation_io.export_file(store, chat.id, tmp_path / "r.json"))
+    reply = store.branch(new_id)[-1]
+    assert (reply.content, reply.reasoning, reply.reasoning_s) == ("A piano.", "Keys... a keyboard? A piano.", 3.2)

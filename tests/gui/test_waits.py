@@ -19,6 +19,7 @@ from hisho.core.conversations.store import STOPPED, ChatSettings
 from hisho.core.engine.client import EngineClient
 from hisho.core.kv.session import PAUSE_S, RestoreReport
 from hisho.core.models.store import ModelStore
+from hisho.core.units import wait_text
 from hisho.gui.chat.waits import reading_text, restored_text
 from hisho.gui.shell.main_window import MainWindow
 from tests.faults import EngineFreeze
@@ -106,7 +107,7 @@ def test_long_paste_reading_progress_stop_and_ttft(qtbot: QtBot, hisho_home: Pat
     reply = w.ctx.store.branch(cid)[-1]
     assert reply.role == "assistant" and reply.ttft_s is not None
     assert reply.ttft_s >= began - 0.1, f"TTFT {reply.ttft_s:.3f} s leaves out the {began:.3f} s of reading"
-    assert w.status.ttft.text() == f"TTFT {reply.ttft_s * 1000:,.0f} ms"
+    assert w.status.ttft.text() == f"TTFT {wait_text(reply.ttft_s)}"
 
     # 2. Sent at once (no type-ahead): the reply's own reading shows progress on the reply, Stop stops it there.
     cid = open_chat(qtbot, w, "stop")

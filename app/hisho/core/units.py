@@ -25,3 +25,14 @@ def format_bytes(n: float) -> str:
     if n >= MIB:
         return f"{n / MIB:.0f} MiB"
     return f"{max(n, 0) / KIB:.0f} KiB"
+
+
+def wait_text(seconds: float) -> str:
+    """A time a person waited, in the unit they think in: "840 ms" and "2,340 ms" under 10 s (first-token times
+    are compared in milliseconds), "72.5 s" under 90 s, "1 min 13 s" past that (never "72,504 ms")."""
+    if seconds < 10:
+        return f"{seconds * 1000:,.0f} ms"
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"

@@ -22,7 +22,8 @@ from hisho.core.errors import UserError
 FORMAT = "hisho-conversation"
 FORMAT_VERSION = 2          # 2: + "documents" (attached to the chat); 1 has none and imports as before
 _ROLES = ("system", "user", "assistant")
-_MESSAGE_META = ("status", "tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "created_at")
+_MESSAGE_META = ("status", "tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "created_at",
+                 "reasoning", "reasoning_s")
 
 
 def to_markdown(store: ConversationStore, conversation_id: int) -> str:
@@ -39,7 +40,11 @@ def to_markdown(store: ConversationStore, conversation_id: int) -> str:
     for m in store.branch(conversation_id):
         who = {"user": "You", "assistant": "Assistant", "system": "System"}[m.role]
         note = " *(partial reply)*" if m.partial else ""
-        out += [f"## {who}{note}", "", m.content.rstrip(), ""]
+        out += [f"## {who}{note}", ""]
+        if m.reasoning.strip():  # folded, as the window shows it: a reader opens it when they want it
+            took = f" for {m.reasoning_s:.0f} s" if m.reasoning_s else ""
+            out += ["<details>", f"<summary>Thought{took}</summary>", "", m.reasoning.strip(), "", "</details>", ""]
+        out += [m.content.rstrip(), ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -362,7 +362,8 @@ class Sending:
         m = result.message
         self._tick.stop()
         self.waiting_on_remote("")
-        answer = m.ttft_s + m.reasoning_s if m.ttft_s is not None and m.reasoning_s else None
+        # A reply that ended inside its thinking has no answer to time.
+        answer = m.ttft_s + m.reasoning_s if m.ttft_s is not None and m.reasoning_s and m.content.strip() else None
         self.screen.show_reply_figures(m.tokens_per_s, m.ttft_s, answer=answer)
         cur = self.c.current
         if cur is not None and cur.id == turn.conversation_id:

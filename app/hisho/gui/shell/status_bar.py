@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QS
 
 from hisho.core.appstate import Queue
 from hisho.core.conversations.chat import FitReport
-from hisho.core.units import MIB
+from hisho.core.units import MIB, wait_text
 from hisho.gui.settings.performance_page import status_suffix
 from hisho.gui.shell.widgets import ElidedLabel
 
@@ -139,8 +139,8 @@ class StatusBar(QStatusBar):
         self.speed.setToolTip(f"{decode.get('threads')} of {decode.get('max')} CPU threads: {decode.get('why')}"
                               if decode else "")
         if ttft_s:
-            answer = f" · answer {answer_s:,.1f} s" if answer_s else ""
-            self.ttft.setText(f"TTFT {ttft_s * 1000:,.0f} ms{answer}")
+            answer = f" · answer {wait_text(answer_s)}" if answer_s else ""
+            self.ttft.setText(f"TTFT {wait_text(ttft_s)}{answer}")
         else:
             self.ttft.setText("TTFT …" if live else "TTFT —")
 
