@@ -281,3 +281,25 @@ def test_hub_tab_opens_on_the_models_best_for_this_computer(qtbot: QtBot, hub: F
     finally:
         p.downloads.pause_all()
         workers.shutdown(10)
+
+
+def test_installed_marks_the_model_that_answers_and_load_returns_to_the_chat(qtbot: QtBot, window: object,
+                                                                            tmp_path: Path) -> None:
+    from hisho.gui.shell.main_window import MainWindow
+    from tests.core.test_models_store import write_tiny_gguf
+
+    assert isinstance(window, MainWindow)
+    ModelStore().add(write_tiny_gguf(tmp_path / "Other.gguf"), name="other")
+    page = window.show_page("models")
+    assert isinstance(page, ModelsPage)
+    page.refresh()
+    qtbot.waitUntil(lambda: len(page.entries) == 2, timeout=60_000)
+    names = [page.model_table.item(row, 0).text() for row in range(2)]
+    answering = window.ctx.state.now.model.id
+    assert f"● {answering} · answering" in names and "other" in names
+    switched: list[str] = []
+    page.load_model = switched.append      # the load itself is the controller's (tested with the picker)
+    page.model_table.selectRow(names.index("other"))
+    page.load_button.click()
+    assert switched == ["other"]
+    assert window.host.current_name() == "chats"   # back to the chat, where the load shows

@@ -52,6 +52,7 @@ from hisho.gui.models.hub_best import show_best
 from hisho.gui.models.hub_tab import BADGE_WIDTH, HubTab, badge_style, params_label, table
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasController
+from hisho.gui.shell.state_bridge import StateBridge
 
 log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
@@ -78,8 +79,11 @@ class ModelsPage(QWidget):
     def __init__(self, workers: Executor, models: ModelStore, downloads: Downloader, *,
                  load: Callable[[str], None] | None = None,
                  toast: Callable[[str], None] | None = None, kv: KVSession | None = None,
-                 in_use: Callable[[], str | None] | None = None, parent: QWidget | None = None) -> None:
+                 in_use: Callable[[], str | None] | None = None, state: StateBridge | None = None,
+                 back: Callable[[], object] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.state = state   # what answers now: the Installed list marks it and follows a switch
+        self.back = back or (lambda: None)  # to the chat, once a Load has been asked for
         self.kv = kv  # the window's KV session: its index, and its listeners told when a delete takes snapshots
         self.in_use = in_use or (lambda: None)  # the file this computer's engine has loaded, if any
         self.setWindowTitle("Models")
@@ -107,6 +111,8 @@ class ModelsPage(QWidget):
         self.tabs.addTab(self.hub, "Hub")
         self.tabs.addTab(self.downloads, "Downloads")
         lay.addWidget(self.tabs)
+        if state is not None:
+            state.changed.connect(lambda _now: self._mark_answering())
         self.refresh()
 
     # ----- Installed -------------------------------------------------------------------------------------
@@ -174,9 +180,33 @@ class ModelsPage(QWidget):
             pending = QLabel("…")
             pending.setObjectName("Meta")
             t.setCellWidget(row, FIT_COL, pending)
+        self._mark_answering()
         self._selection_changed()
         names = [e.name for e in entries]
         ops.hub(self.workers, lambda: self._fits(names)).success(self._show_fits).quiet("no fit badges").run()
+
+    def answering_row(self) -> int | None:
+        """The Installed row of the model that answers now (None: a remote engine, or nothing loaded)."""
+        now = self.state.now if self.state is not None else None
+        if now is None or now.remote or not now.path:
+            return None
+        wanted = Path(now.path).resolve()
+        return next((row for row, e in enumerate(self.entries) if Path(e.path).resolve() == wanted), None)
+
+    def _mark_answering(self) -> None:
+        """The model that answers now reads "● name · answering" in bold; the others plain."""
+        answering = self.answering_row()
+        loading = self.state is not None and self.state.now.loading
+        for row, e in enumerate(self.entries):
+            item = self.model_table.item(row, 0)
+            if item is None:
+                continue
+            mine = row == answering
+            note = (" · loading" if loading else " · answering") if mine else ""
+            item.setText(("● " if mine else "") + entry_name(e).display + note)
+            font = item.font()
+            font.setBold(mine)
+            item.setFont(font)
 
     def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
         """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
@@ -237,6 +267,7 @@ class ModelsPage(QWidget):
         if self.load_model is not None:
             self.load_model(name)
             self.toast(f"Loading {name}…")
+            self.back()   # the chat, where the load's progress shows and the model then answers
 
     def set_default(self) -> None:
         e = self.selected()

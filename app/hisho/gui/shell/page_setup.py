@@ -106,7 +106,8 @@ def _models(window: PageWindow) -> QWidget:
         params = local.load_params if local is not None else None
         return params.model_path if params is not None else None
 
-    page = ModelsPage(ctx.executor, ctx.models, ctx.downloads, load=controller.switch_model, toast=controller.toast, kv=kv, in_use=in_use)
+    page = ModelsPage(ctx.executor, ctx.models, ctx.downloads, load=controller.switch_model, toast=controller.toast,
+                      kv=kv, in_use=in_use, state=window.state, back=lambda: window.show_page("chats"))
     window.installEventFilter(page)   # the window's close pauses downloads first
     window._models_page = page
     offer_remote(window, page.hub)    # too big here: "Run on <engine>"
