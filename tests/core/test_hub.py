@@ -352,3 +352,15 @@ def test_plan_hf_repo_reads_headers_from_the_hub(hub: FakeHub, tmp_path: Path) -
     assert plan["model"] == f"hf:org/Llama-8B-GGUF/{big.name}" and plan["fits"] is False
     # HfFileSystem reads ahead by its block size (a few MiB), still a sliver of the file
     assert hub.served[f"org/Llama-8B-GGUF/{big.name}"] < big.stat().st_size / 100
+
+
+def test_one_badge_vocabulary_carries_speed() -> None:
+    """A file that fits but would answer slower than the floor here is "Slow here", on every screen; where the
+    speed is not known the memory verdict stands."""
+    from hisho.core.hub.fit import LABELS, badge
+    from hisho.core.planner.speed import SPEED_FLOOR
+
+    assert badge("fits", SPEED_FLOOR - 0.5) == "slow" and badge("tight", 1.0) == "slow"
+    assert badge("fits", SPEED_FLOOR + 5) == "fits" and badge("fits", None) == "fits"
+    assert badge("wont_fit", 1.0) == "wont_fit"
+    assert LABELS["slow"] == "Slow here"

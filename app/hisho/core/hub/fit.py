@@ -38,7 +38,17 @@ from hisho.core.units import GIB
 log = logging.getLogger("hisho.hub")
 
 TIGHT_SHARE = 0.85
-LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit", "unknown": "Unknown"}
+# The one vocabulary of fit badges, on the Hub, the Installed list, the first-run chips and the suggestions:
+# "slow" is a file that fits (even tightly) but answers slower than SPEED_FLOOR tok/s here (``badge``).
+LABELS = {"fits": "Fits", "tight": "Tight", "slow": "Slow here", "wont_fit": "Won't fit", "unknown": "Unknown"}
+
+
+def badge(verdict: str, decode_tps: float | None) -> str:
+    """The badge a verdict shows where this machine's decode speed for the file is ``decode_tps`` (None: not
+    known, the memory verdict stands): a file that fits but would answer slower than the floor is "slow"."""
+    if verdict in ("fits", "tight") and decode_tps is not None and decode_tps < SPEED_FLOOR:
+        return "slow"
+    return verdict
 
 
 @dataclass
@@ -53,11 +63,16 @@ class Fit:
     speed: dict[str, Any] | None = None  # planner.speed.Speed.to_dict() on this machine, where it is known
 
     @property
+    def badge(self) -> str:
+        """The badge it shows: the memory verdict, or "slow" where it fits but answers slowly here."""
+        return badge(self.verdict, float(self.speed["decode_short"]) if self.speed else None)
+
+    @property
     def label(self) -> str:
-        return LABELS[self.verdict]
+        return LABELS[self.badge]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.file.to_dict(), "fit": self.verdict, "fit_label": self.label, "why": self.why,
+        return {**self.file.to_dict(), "fit": self.verdict, "badge": self.badge, "fit_label": self.label, "why": self.why,
                 "recommended": self.recommended, "plan": self.plan, "header_bytes": self.header_bytes,
                 "params": self.params, "speed": self.speed}
 

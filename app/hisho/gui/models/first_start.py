@@ -37,11 +37,13 @@ from PySide6.QtWidgets import (
 )
 
 from hisho.core.hub import Fit, QuantFile
+from hisho.core.hub.fit import LABELS
 from hisho.core.models.suggest import (
     CANDIDATES,
     Candidate,
     estimate,
     is_demo,
+    is_slow,
     speed_of,
     suggest,
     why_not_larger,
@@ -51,8 +53,6 @@ from hisho.gui import ops
 from hisho.gui.models.hub_tab import badge_style, verdict_colour
 from hisho.gui.shell.pages import ShowsPages
 from hisho.gui.shell.protocols import HasState
-
-LABELS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
 
 if TYPE_CHECKING:
     from hisho.core.appstate import Now
@@ -202,7 +202,9 @@ class FirstStartCard(QFrame):
         pick, verdicts = found.pick, found.verdicts
         self.speed_profile, self.not_larger = found.profile, found.not_larger
         for cand in CANDIDATES:
-            self.rung(cand, verdicts[cand.file], f"estimated from its {cand.size / 2**30:.1f} GiB published size "
+            verdict = verdicts[cand.file]
+            shown = "slow" if verdict != "wont_fit" and is_slow(cand, found.profile) else verdict
+            self.rung(cand, shown, f"estimated from its {cand.size / 2**30:.1f} GiB published size "
                       "and a 4K-token context; the hub's header decides")
         self.candidate = pick
         if pick is None:
@@ -221,7 +223,7 @@ class FirstStartCard(QFrame):
         larger = f"<br>{html.escape(self.not_larger)}." if self.not_larger else ""
         self.offer.setText(f"A model that fits this computer: <b>{pick.title}</b> "
                            f"({pick.size / 2**30:.1f} GiB download, {pick.params_b:g}B parameters){fast}.{larger}")
-        label = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}.get(verdict, "Estimate")
+        label = LABELS.get(verdict, "Estimate") if verdict != "unknown" else "Estimate"
         self.badge.setText(label)
         self.badge.setProperty("verdict", verdict)
         self.badge.setStyleSheet(badge_style(verdict))
@@ -249,7 +251,7 @@ class FirstStartCard(QFrame):
                 if not files:
                     continue
                 fit = fit_files(files, budget, calibrate=True, **opts)[0]
-                post(functools.partial(self.rung, cand, fit.verdict, f"the planner, from its header: {fit.why}",
+                post(functools.partial(self.rung, cand, fit.badge, f"the planner, from its header: {fit.why}",
                                        True))
                 if fit.verdict == "fits":
                     return cand, files[0], fit

@@ -24,7 +24,6 @@ from hisho.gui import ops
 if TYPE_CHECKING:
     from hisho.gui.models.hub_tab import HubTab
 
-WORDS = {"fits": "Fits", "tight": "Tight", "wont_fit": "Won't fit"}
 
 
 @dataclass(frozen=True)
@@ -36,9 +35,9 @@ class Line:
 
 def best_lines(tab: HubTab) -> tuple[list[Line], str]:
     """The candidates, best for this computer first, and a one-line heading (runs on the hub lane)."""
+    from hisho.core.hub.fit import LABELS
     from hisho.core.models.suggest import estimate, is_slow, ranked, speed_of, suggest, why_not_larger
     from hisho.core.planner import speed
-    from hisho.core.planner.speed import SPEED_FLOOR
 
     budget, _opts = tab.budget()
     profile = speed.load_profile()
@@ -47,11 +46,10 @@ def best_lines(tab: HubTab) -> tuple[list[Line], str]:
     order = ranked(budget, profile, installed)
     lines = []
     for c in order:
-        bits = [WORDS[estimate(c, budget)]]
+        bits = [LABELS["slow" if estimate(c, budget) != "wont_fit" and is_slow(c, profile)
+                       else estimate(c, budget)]]
         if profile is not None:
             bits.append(speed_of(c, profile).label())
-            if is_slow(c, profile):
-                bits.append(f"slower than {SPEED_FLOOR:.0f} tok/s here")
         if c.file in installed:
             bits.append("installed")
         star = "★ " if c is pick else ""

@@ -50,8 +50,8 @@ SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently u
 
 def verdict_colour(verdict: str) -> str:
     t = theme.current()
-    return {"fits": "#15803d" if not t.dark else "#22c55e", "tight": t.warn, "wont_fit": t.error}.get(verdict,
-                                                                                                    t.muted)
+    return {"fits": "#15803d" if not t.dark else "#22c55e", "tight": t.warn, "slow": t.warn,
+            "wont_fit": t.error}.get(verdict, t.muted)
 
 
 def badge_style(verdict: str) -> str:
@@ -384,8 +384,8 @@ class HubTab(QWidget):
         for row, fit in enumerate(fits):
             badge = QLabel(("★ " if fit.recommended else "") + fit.label)
             badge.setObjectName("FitBadge")
-            badge.setProperty("verdict", fit.verdict)
-            badge.setStyleSheet(badge_style(fit.verdict))
+            badge.setProperty("verdict", fit.badge)
+            badge.setStyleSheet(badge_style(fit.badge))
             badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
             if fit.plan:
                 p = fit.plan

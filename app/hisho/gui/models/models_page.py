@@ -210,7 +210,7 @@ class ModelsPage(QWidget):
 
     def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
         """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
-        from hisho.core.hub.fit import LABELS, verdict
+        from hisho.core.hub.fit import LABELS, badge, verdict
         from hisho.core.planner import make_plan, speed
 
         budget, opts = planner_budget()
@@ -225,6 +225,7 @@ class ModelsPage(QWidget):
                 v, why = verdict(p, budget, wanted or opts["target_ctx"])
                 fast = speed.for_model(p.facts, profile) if p.facts is not None else None
                 why = f"{fast.label()}; {why}" if fast is not None else why
+                v = badge(v, fast.decode_short if fast is not None else None)
                 out[name] = (v, LABELS[v], why, p.facts.n_params if p.facts else 0)
             except Exception as exc:  # a damaged or missing file: say so in the row
                 out[name] = ("unknown", "Unknown", str(exc), 0)
