@@ -184,8 +184,8 @@ def test_tool_loop_reads_only_what_is_new(servers: dict[str, Served], family: st
     print([(r.usage.input_tokens, r.usage.cache_read_input_tokens) for r in replies])
     for before, after in zip(replies, replies[1:]):
         whole = before.usage.input_tokens + (before.usage.cache_read_input_tokens or 0)
-        assert (after.usage.cache_read_input_tokens or 0) >= whole - 48, (before.usage, after.usage)
-        assert after.usage.input_tokens < 128, after.usage
+        assert (after.usage.cache_read_input_tokens or 0) >= whole - 16, (before.usage, after.usage)
+        assert after.usage.input_tokens < 100, after.usage
     # The prompts went to the disk prompt cache too, as a chat request's do.
     assert [p for p in served.home.rglob(f"*{SUFFIX}") if p.is_file()]
 
