@@ -156,7 +156,9 @@ def _loop(c: anthropic.Anthropic, served: Served, family: str) -> list[anthropic
             m = c.messages.create(**body)
         replies.append(m)
         uses = [b for b in m.content if b.type == "tool_use"]
-        if turn == len(CALLS):
+        if turn == len(CALLS):  # count_tokens counts the prompt the reply read, tools and history included
+            counted = c.messages.count_tokens(model=served.model, system=SYSTEM, tools=TOOLS, messages=history)
+            assert counted.input_tokens == m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)
             break
         assert m.stop_reason == "tool_use" and len(uses) == 1
         assert (uses[0].name, uses[0].input) == CALLS[turn]
