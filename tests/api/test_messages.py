@@ -253,7 +253,7 @@ def test_bad_requests_name_the_field(hermes: Served) -> None:
         sdk(hermes, api_key="wrong").messages.create(model=hermes.model, max_tokens=4, messages=ask())
     with pytest.raises(anthropic.NotFoundError) as missing:
         c.messages.create(model="claude-sonnet-4-5", max_tokens=4, messages=ask())
-    assert hermes.model in str(missing.value.api_message)
+    assert hermes.model in str(missing.value.api_message) and "ANTHROPIC_MODEL" in str(missing.value.api_message)
     # A count with the same mistakes is refused the same way.
     with pytest.raises(anthropic.BadRequestError) as counted:
         c.messages.count_tokens(model=hermes.model, messages=[{"role": "user", "content": [

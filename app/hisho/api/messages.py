@@ -56,11 +56,15 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(error_body(exc), status_code=_status(exc), headers=exc.headers or None)
 
 
-def _schema_error(exc: ApiError, job: Job) -> ApiError:
-    """The engine's 400 for a schema it cannot make a grammar of, naming the request's field."""
+def _pointed(exc: ApiError, job: Job) -> ApiError:
+    """The engine's 400 for a schema it cannot make a grammar of, naming the request's field; an unknown model
+    with the setting Claude Code reads its model names from."""
     if exc.status == 400 and exc.param is None and "JSON schema" in exc.message:
         param = "tools[].input_schema" if job.extras.tools else "output_config.format.schema"
         return ApiError(400, exc.message, param=param)
+    if exc.code == "model_not_found":
+        return ApiError(404, exc.message + " (Claude Code: set ANTHROPIC_MODEL and ANTHROPIC_SMALL_FAST_MODEL to "
+                                           "it)", param="model")
     return exc
 
 
@@ -97,16 +101,16 @@ async def _answer(backend: Backend, job: Job, key: str) -> Response:
     try:
         reply = await backend.open(job, key)
     except ApiError as exc:
-        return error_response(_schema_error(exc, job))
+        return error_response(_pointed(exc, job))
     ids = "msg_" + uuid.uuid4().hex[:24]
     if not job.stream:
         try:
             outcome = await answer.collect(reply, job)
         except ApiError as exc:
-            return error_response(_schema_error(exc, job))
+            return error_response(_pointed(exc, job))
         return JSONResponse(message(ids, reply.model_id, outcome))
     if reply.error is not None and reply.queue.qsize() <= 1:  # refused before any token: a plain HTTP error
-        return error_response(_schema_error(reply.error, job))
+        return error_response(_pointed(reply.error, job))
     return StreamingResponse(_events(answer.stream(reply, job), ids, reply.model_id, reply.close),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -197,7 +201,8 @@ async def _count(backend: Backend, job: Job) -> Response:
     switch), nothing generated."""
     engine, name = backend.engine, backend.model
     if not name.accepts(job.model):
-        raise ApiError(404, f"the model '{job.model}' does not exist; this server has '{name.id}'", param="model")
+        raise _pointed(ApiError(404, f"the model '{job.model}' does not exist; this server has '{name.id}'",
+                                     param="model", code="model_not_found"), job)
     extras = job.extras
     if extras.tools and Capability.SERVE.value not in engine.capabilities:
         raise ApiError(400, "counting with tools needs the local engine; the connected server does not take "
