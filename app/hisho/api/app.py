@@ -1,7 +1,7 @@
 """The Starlette application: routes, the API key check, CORS, OpenAI-shaped errors.
 
 Rules of use: ``make_app(backend, key, cors_origins)``; every response, an error included, is JSON or SSE in
-OpenAI's shapes, never a traceback. Every route but ``/health`` needs ``Authorization: Bearer <key>``, checked
+OpenAI's shapes (Anthropic's on the Messages routes, ``api.messages``), never a traceback. Every route but ``/health`` needs ``Authorization: Bearer <key>``, checked
 before the body is read; a body over ``backend.limits.max_body_bytes`` is refused (413) before it is read
 whole. From the moment a request is parsed the client's connection is watched: a client that leaves, streamed
 or not, has its engine work cancelled at once.
@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hisho.api import http, tooling, waits
+from hisho.api import http, messages, tooling, waits
 from hisho.api.backend import Backend, Reply, Thought
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
 from hisho.core.formats.tools import CallStream, ToolCall
@@ -87,11 +87,13 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
         Route("/v1/models", guarded(models)),
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
         Route("/v1/completions", guarded(completions), methods=["POST"]),
+        *messages.routes(backend, key),  # Anthropic's Messages API, its own key check and error shape
     ]
     middleware = []
     if cors_origins:  # off unless the user adds an origin (Settings → API)
         middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
-                                     allow_headers=["authorization", "content-type"]))
+                                     allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version",
+                                                   "anthropic-beta"]))
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: http_error, Exception: internal})
 

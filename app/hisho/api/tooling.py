@@ -36,6 +36,7 @@ class Extras:
     json_output: bool = False           # response_format json_object or json_schema
     template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None   # OpenAI's reasoning_effort: the template's, where it takes one
+    thinking: bool | None = None          # think or not (Anthropic's ``thinking``): the template's toggle, if any
     test_hooks: dict[str, Any] | None = None  # only with the engine's test hooks on (HISHO_ENGINE_TEST_HOOKS=1)
     family: str | None = None           # set by ``apply``: the family whose calls the reply is read for
 
@@ -162,10 +163,15 @@ def _history_call(call: Any, i: int, k: int) -> dict[str, Any]:
 def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Sampling:
     """Check a chat request against the loaded model's template (``load_info``: what the load reported);
     the request's sampling with the grammar it needs (sets ``extras.family`` where calls are to be read).
-    ``reasoning_effort`` goes to a template that takes one (GPT-OSS's); other models reason as they do."""
-    efforts = (load_info.get("reasoning") or {}).get("efforts") or []
+    ``reasoning_effort`` goes to a template that takes one (GPT-OSS's), ``thinking`` to a template that can turn
+    thinking off (Qwen3's ``enable_thinking``); other models reason as they do."""
+    reasoning = load_info.get("reasoning") or {}
+    efforts = reasoning.get("efforts") or []
     if extras.reasoning_effort is not None and extras.reasoning_effort in efforts:
         extras.template_kwargs = {"reasoning_effort": extras.reasoning_effort, **(extras.template_kwargs or {})}
+    toggle = reasoning.get("toggle")
+    if extras.thinking is not None and toggle:
+        extras.template_kwargs = {str(toggle): extras.thinking, **(extras.template_kwargs or {})}
     if extras.tools:
         template = str(load_info.get("chat_template") or "")
         family = formats.detect(template) if load_info.get("chat_template_source") == "gguf" else None

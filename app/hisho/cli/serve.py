@@ -44,7 +44,8 @@ def _seconds(text: str) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("serve", help="OpenAI-compatible API on 127.0.0.1 (same engine and KV store as the window)")
+    p = sub.add_parser("serve", help="OpenAI-compatible API and Anthropic's Messages API on 127.0.0.1 (same "
+                                     "engine and KV store as the window)")
     p.add_argument("--port", type=_port, default=0, help="port (default: a free one, printed)")
     p.add_argument("--api-key", default=None, help="key clients must send (default: the one in Settings → API)")
     p.add_argument("--model", help="model store name or GGUF path (default: the settings' model)")

@@ -259,8 +259,8 @@ class ServingBatch:
         self._make_room(slot, job)
         keep = min(common_prefix(slot.held, job.prompt), len(job.prompt) - 1)
         if job.restore is not None and keep < len(job.prompt) - 1:
-            rt.seq_rm(slot.seq, 0)
-            slot.held = []
+            # The cells stay until the restore knows it has more to give: a follow-up (an agent's next turn after
+            # a tool result) usually holds more of its prompt in them than the last save did.
             try:
                 keep = min(job.restore(slot.seq, job.prompt), len(job.prompt) - 1)
             except Exception as exc:  # a bad file only costs the prefill (core/kv/session.py says the same)
