@@ -98,7 +98,7 @@ def parse(body: Any, defaults: dict[str, Any], max_default: int, *, count: bool 
         extras.test_hooks = hooks
     messages = _system(body.get("system")) + _messages(body.get("messages"))
     return Job("chat", model, stream and not count, False, sampling, messages=messages, stops=stops,
-               max_tokens_param="max_tokens", max_tokens_given=False, extras=extras)
+               max_tokens_param="max_tokens", max_tokens_given=False, extras=extras, protocol="messages")
 
 
 def _stops(value: Any) -> tuple[str, ...]:
