@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hisho.api import http, tooling, waits
+from hisho.api import http, responses, tooling, waits
 from hisho.api.backend import Backend, Reply, Thought
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
 from hisho.core.formats.tools import CallStream, ToolCall
@@ -87,10 +87,11 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
         Route("/v1/models", guarded(models)),
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
         Route("/v1/completions", guarded(completions), methods=["POST"]),
+        *responses.routes(backend, key),
     ]
     middleware = []
     if cors_origins:  # off unless the user adds an origin (Settings → API)
-        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
+        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST", "DELETE"],
                                      allow_headers=["authorization", "content-type"]))
     return Starlette(routes=routes, middleware=middleware,
                      exception_handlers={HTTPException: http_error, Exception: internal})
