@@ -6,7 +6,7 @@ Rules of use:
 - ``StoredResponses(db)`` on the app's database (``api.launch`` wires it into the API's ``Backend``); ``put`` keeps
   a record (any JSON object) under its response id, ``get`` returns it or None, ``delete`` says whether it was there.
 - Bounded: at most ``max_count`` records and ``max_bytes`` of JSON together; each ``put`` evicts the oldest past
-  either bound (a record larger than the whole budget is not kept). An evicted id is gone as if deleted.
+  either bound (a record larger than the whole budget is not kept, and evicts nothing). An evicted id is gone as if deleted.
 - Any thread may call in (the Database serialises on its lock).
 """
 
@@ -44,9 +44,14 @@ class StoredResponses:
         self.max_count, self.max_bytes = max_count, max_bytes
         db.migrate(COMPONENT, STEPS)
 
-    def put(self, response_id: str, record: dict[str, Any]) -> None:
+    def put(self, response_id: str, record: dict[str, Any]) -> bool:
+        """Keep ``record``; False when it alone is larger than the byte budget (then it is not kept, and nothing
+        else is evicted for it)."""
         data = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         size = len(data.encode("utf-8"))
+        if size > self.max_bytes:
+            log.warning("API response %s not kept: %d bytes, over the store's %d", response_id, size, self.max_bytes)
+            return False
         with self.db.transaction() as conn:
             conn.execute("INSERT OR REPLACE INTO api_responses (id, created_at, bytes, data) VALUES (?, ?, ?, ?)",
                          [response_id, time.time(), size, data])
@@ -58,6 +63,7 @@ class StoredResponses:
                 "WHERE n > ? OR total > ?)", [self.max_count, self.max_bytes]).rowcount
         if gone:
             log.info("stored API responses: %d oldest evicted", gone)
+        return True
 
     def get(self, response_id: str) -> dict[str, Any] | None:
         row = self.db.query_one("SELECT data FROM api_responses WHERE id = ?", [response_id])
