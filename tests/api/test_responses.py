@@ -122,6 +122,21 @@ def test_stream_function_call(hermes: Served) -> None:
     assert final.output_text == CALL_CONTENT["hermes"]
 
 
+def test_stream_reasoning(servers: dict[str, Served]) -> None:
+    harmony = servers["harmony"]
+    with client(harmony).responses.stream(model=harmony.model, input=QUESTION, include=["reasoning.encrypted_content"],
+                                          extra_body=forced(ANSWER_TEXT["harmony"])) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert thought == "The tool said 21."
+    said = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert said == ANSWER == final.output_text
+    assert [o.type for o in final.output] == ["reasoning", "message"]
+    reasoning = final.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content == thought
+
+
 @pytest.mark.parametrize("name", ["hermes", "harmony"])
 def test_function_call_round_trip(servers: dict[str, Served], name: str) -> None:
     served = servers[name]
@@ -212,16 +227,23 @@ def test_agents_sdk_runs_a_tool_to_its_final_output(hermes: Served) -> None:
             answered = any(isinstance(i, dict) and i.get("type") == "function_call_output" for i in input_items)
             hook["force_text"] = ANSWER if answered else CALL_TEXT["hermes"]
 
-    async def run() -> Any:
+    def agent() -> Any:
         model = OpenAIResponsesModel(hermes.model, openai.AsyncOpenAI(base_url=hermes.url, api_key=hermes.key,
                                                                       max_retries=0, timeout=300))
-        agent = Agent(name="weather", instructions=SYSTEM, tools=[get_weather], model=model,
-                      model_settings=ModelSettings(extra_body={"hisho_test_hooks": hook}))
-        return await Runner.run(agent, QUESTION, hooks=Forced())
+        return Agent(name="weather", instructions=SYSTEM, tools=[get_weather], model=model,
+                     model_settings=ModelSettings(extra_body={"hisho_test_hooks": hook}))
 
-    result = asyncio.run(run())
+    result = asyncio.run(Runner.run(agent(), QUESTION, hooks=Forced()))
     assert seen == [("Paris", "celsius")]
     assert result.final_output == ANSWER
+
+    async def run_streamed() -> Any:   # the SDK's streamed path: responses.create(stream=True)
+        streamed = Runner.run_streamed(agent(), QUESTION, hooks=Forced())
+        async for _ in streamed.stream_events():
+            pass
+        return streamed.final_output
+
+    assert asyncio.run(run_streamed()) == ANSWER and len(seen) == 2
 
 
 def test_a_client_that_leaves_mid_stream_is_cancelled(hermes: Served) -> None:
