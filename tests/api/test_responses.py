@@ -274,6 +274,7 @@ BAD = [
     ({"input": "Hi", "text": {"format": {"type": "yaml"}}}, "text.format.type"),
     ({"input": "Hi", "max_output_tokens": 100000}, "max_output_tokens"),
     ({"input": "Hi", "background": True}, "background"),
+    ({"input": "word " * 3000}, "input"),   # more characters than a sequence's context can hold
     ({"input": []}, "input"),
 ]
 
