@@ -115,11 +115,11 @@ def parse(body: Any, previous: dict[str, Any] | None, defaults: dict[str, Any], 
     system = [{"role": "system", "content": instructions}] if instructions else []
     tools = _tools(body.get("tools"))
     chat: dict[str, Any] = {
-        "model": body.get("model"), "stream": body.get("stream", False), "messages": system + history,
+        "model": body.get("model"), "stream": _given(body, "stream", False), "messages": system + history,
         "temperature": body.get("temperature"), "top_p": body.get("top_p"), "max_tokens": max_output,
         "tools": [{"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters", "strict")
                                                     if t.get(k) is not None}} for t in tools] or None,
-        "tool_choice": _tool_choice(body.get("tool_choice")), "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "tool_choice": _tool_choice(body.get("tool_choice")), "parallel_tool_calls": _given(body, "parallel_tool_calls", True),
         "response_format": _text_format(body.get("text")), "hisho_test_hooks": body.get("hisho_test_hooks"),
     }
     reasoning = body.get("reasoning") or {}
@@ -131,11 +131,18 @@ def parse(body: Any, previous: dict[str, Any] | None, defaults: dict[str, Any], 
     except ApiError as exc:
         raise rename(exc, chat["response_format"] is not None) from None
     job.max_tokens_param = "max_output_tokens"
-    return Request(job, history, instructions=instructions, tools=tools, tool_choice=body.get("tool_choice") or "auto",
+    assert job.messages is not None
+    return Request(job, job.messages[len(system):], instructions=instructions, tools=tools, tool_choice=body.get("tool_choice") or "auto",
                    parallel=job.extras.parallel, text_format=(body.get("text") or {}).get("format") or {"type": "text"},
                    effort=reasoning.get("effort"), summary=reasoning.get("summary"), max_output_tokens=max_output,
                    store=store, previous_id=previous_id(body), metadata=metadata,
                    encrypted_reasoning="reasoning.encrypted_content" in include)
+
+
+def _given(body: dict[str, Any], name: str, default: Any) -> Any:
+    """``body[name]``, ``default`` where it is missing or null (clients send null for "not set")."""
+    value = body.get(name)
+    return default if value is None else value
 
 
 def _call_ids(messages: list[dict[str, Any]]) -> set[str]:
