@@ -19,7 +19,8 @@ import openai
 import pytest
 
 from tests.api.conftest import Served, stop_serve
-from tests.api.test_structured import PERSON, valid
+from tests.api.test_prompt_cache import kv_files
+from tests.api.test_structured import LONG_SYSTEM, PERSON, valid
 from tests.api.test_tools import (
     ANSWER,
     ANSWER_TEXT,
@@ -288,3 +289,29 @@ def test_bad_input_is_a_400_naming_the_field(hermes: Served) -> None:
                                                  "previous_response_id": "resp_nowhere"})
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "previous_response_id"
     assert raw(hermes, "GET", "/responses/resp_nowhere").status_code == 404
+
+
+def test_disk_prompt_cache_and_kept_responses_outlive_a_restart(tmp_path: Path, family_files: dict[str, Path]) -> None:
+    """An agent's resent instructions, tools and history come from the disk prompt cache after a restart, as a chat
+    request's do; a kept response is still there to continue from."""
+    home = tmp_path / "home"
+    first = serve_with_hooks(home, family_files["hermes"])
+    try:
+        r1 = client(first).responses.create(model=first.model, instructions=LONG_SYSTEM, input=QUESTION,
+                                            tools=[WEATHER], extra_body=forced(CALL_TEXT["hermes"]))  # type: ignore[list-item]
+        assert r1.usage is not None and r1.usage.input_tokens > 300
+    finally:
+        stop_serve(first)
+    assert kv_files(home), "the prompt's KV was not saved"
+    second = serve_with_hooks(home, family_files["hermes"])
+    try:
+        call = next(o for o in r1.output if o.type == "function_call")
+        r2 = client(second).responses.create(
+            model=second.model, instructions=LONG_SYSTEM, tools=[WEATHER], previous_response_id=r1.id,  # type: ignore[list-item]
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "21"}],
+            extra_body=forced("It is 21 degrees."))
+        assert r2.output_text == "It is 21 degrees." and r2.usage is not None
+        # The instructions, the tools and the question come from the file (a fresh process holds nothing).
+        assert r2.usage.input_tokens_details.cached_tokens >= r1.usage.input_tokens - 64
+    finally:
+        stop_serve(second)
