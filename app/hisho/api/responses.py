@@ -24,6 +24,7 @@ from hisho.api.backend import Backend, Reply
 from hisho.api.errors import ApiError
 from hisho.api.responses_input import Request, parse, previous_id
 from hisho.api.responses_output import Events, Shell, record
+from hisho.core.db import DatabaseUnavailable
 
 log = logging.getLogger("hisho.api")
 
@@ -39,6 +40,11 @@ def _not_found(response_id: str, param: str) -> ApiError:
                          "server keeps the newest ones)", param=param, code="not_found")
 
 
+async def stored(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` (a database call) off the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, call, *args)
+
+
 def routes(backend: Backend, key: str) -> list[Route]:
     def guarded(handler: Handler) -> Handler:
         async def run(request: HttpRequest) -> Response:
@@ -51,9 +57,6 @@ def routes(backend: Backend, key: str) -> list[Route]:
                 return _error(exc)
         return run
 
-    async def stored(call: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, call, *args)
-
     async def create(request: HttpRequest) -> Response:
         body = await http.read_body(request, backend.limits.max_body_bytes)
         wanted = previous_id(body)
@@ -63,7 +66,7 @@ def routes(backend: Backend, key: str) -> list[Route]:
             if previous is None:
                 raise _not_found(wanted, "previous_response_id")
         parsed = parse(body, previous, backend.defaults, backend.max_tokens)
-        return await http.unless_gone(request, _answer(backend, parsed, key, stored))
+        return await http.unless_gone(request, _answer(backend, parsed, key))
 
     async def one(request: HttpRequest) -> Response:
         response_id = str(request.path_params["response_id"])
@@ -81,10 +84,7 @@ def routes(backend: Backend, key: str) -> list[Route]:
             Route("/v1/responses/{response_id}", guarded(one), methods=["GET", "DELETE"])]
 
 
-Store = Callable[..., Awaitable[Any]]
-
-
-async def _answer(backend: Backend, request: Request, key: str, stored: Store) -> Response:
+async def _answer(backend: Backend, request: Request, key: str) -> Response:
     try:
         reply = await backend.open(request.job, key)
     except ApiError as exc:
@@ -96,22 +96,24 @@ async def _answer(backend: Backend, request: Request, key: str, stored: Store) -
         except ApiError as exc:
             return _error(request.rename(exc))
         body = shell.whole(outcome)
-        await _keep(backend, request, body, outcome, stored)
+        await _keep(backend, request, body, outcome)
         return JSONResponse(body)
     if reply.error is not None and reply.queue.qsize() <= 1:  # refused before any token: a plain HTTP error
         reply.close()
         return _error(request.rename(reply.error))
-    return StreamingResponse(_events(backend, reply, request, shell, stored), media_type="text/event-stream",
+    return StreamingResponse(_events(backend, reply, request, shell), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _keep(backend: Backend, request: Request, body: dict[str, Any], outcome: answer.Outcome,
-                stored: Store) -> None:
+async def _keep(backend: Backend, request: Request, body: dict[str, Any], outcome: answer.Outcome) -> None:
     if request.store and backend.responses is not None:
-        await stored(backend.responses.put, body["id"], record(request, body, outcome))
+        try:
+            await stored(backend.responses.put, body["id"], record(request, body, outcome))
+        except DatabaseUnavailable as exc:  # the answer still goes out; only its continuation is lost
+            log.warning("API response %s not kept: %s", body["id"], exc)
 
 
-async def _events(backend: Backend, reply: Reply, request: Request, shell: Shell, stored: Store) -> AsyncIterator[bytes]:
+async def _events(backend: Backend, reply: Reply, request: Request, shell: Shell) -> AsyncIterator[bytes]:
     """The SSE stream. A client that leaves has Starlette cancel this generator; ``answer.stream`` then cancels
     the engine's sequence."""
     events = Events(shell)
@@ -123,5 +125,5 @@ async def _events(backend: Backend, reply: Reply, request: Request, shell: Shell
         for chunk in events.feed(piece):
             yield chunk
     if events.final is not None and events.outcome is not None:
-        await _keep(backend, request, events.final, events.outcome, stored)  # kept before the client hears it ended
+        await _keep(backend, request, events.final, events.outcome)  # kept before the client hears it ended
         yield events.closing()
