@@ -315,3 +315,39 @@ def test_disk_prompt_cache_and_kept_responses_outlive_a_restart(tmp_path: Path, 
         assert r2.usage.input_tokens_details.cached_tokens >= r1.usage.input_tokens - 64
     finally:
         stop_serve(second)
+
+
+def test_an_engine_that_fails_mid_stream_ends_it_with_response_failed(default_model_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from hisho.api.backend import Backend
+    from hisho.api.server import ApiServer
+    from hisho.core.engine.client import EngineClient
+    from hisho.core.engine.protocol import LoadParams
+    from hisho.core.errors import EngineCrashed
+    from hisho.core.models.names import ModelName
+
+    monkeypatch.setenv("HISHO_ENGINE_TEST_HOOKS", "1")   # force_text, read in this process's API
+    engine = EngineClient(test_hooks=True)
+    engine.load(dataclasses.replace(LoadParams(model_path=str(default_model_path), n_ctx=1024, n_seq_max=1),
+                                    kv_unified=False))
+    server = ApiServer(Backend(lambda: engine, lambda: ModelName("m", "m"), {}, 256), "k", port=0)
+    server.start()
+    try:
+        c = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0, timeout=120)
+        events = iter(c.responses.create(model="m", input="Count.", stream=True,
+                                         extra_body=forced(" ".join(str(i) for i in range(300)))))
+        while next(events).type != "response.output_text.delta":
+            pass
+        with pytest.raises(EngineCrashed):
+            engine.call("abort")  # the engine's test hook: ggml_abort() between two steps of the serving batch
+        rest = list(events)
+        assert rest[-1].type == "response.failed"
+        failed = rest[-1].response
+        assert failed.status == "failed" and failed.error is not None and failed.error.code == "engine_crashed"
+        assert [e.type for e in rest[-4:-1]] == ["response.output_text.done", "response.content_part.done",
+                                                 "response.output_item.done"]
+    finally:
+        server.stop()
+        engine.close()
