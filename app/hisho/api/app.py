@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hisho.api import http, messages, tooling, waits
+from hisho.api import http, messages, responses, tooling, waits
 from hisho.api.backend import Backend, Reply, Thought
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
 from hisho.core.formats.tools import CallStream, ToolCall
@@ -88,10 +88,12 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
         Route("/v1/completions", guarded(completions), methods=["POST"]),
         *messages.routes(backend, key),  # Anthropic's Messages API, its own key check and error shape
+        *responses.routes(backend, key),  # OpenAI's Responses API, with the responses it keeps
     ]
     middleware = []
     if cors_origins:  # off unless the user adds an origin (Settings → API)
-        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
+        middleware.append(Middleware(CORSMiddleware, allow_origins=cors_origins,
+                                     allow_methods=["GET", "POST", "DELETE"],
                                      allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version",
                                                    "anthropic-beta"]))
     return Starlette(routes=routes, middleware=middleware,

@@ -36,6 +36,7 @@ from hisho.core.engine.protocol import ErrorKind, GenerationResult
 from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
 from hisho.core.models.names import ModelName
+from hisho.core.stored_responses import StoredResponses
 
 log = logging.getLogger("hisho.api")
 
@@ -244,6 +245,8 @@ class Backend:
         # (running, waiting) after each change (any thread): the app's queue (``AppState.api_queue``, set by
         # api/launch.py for the composition root).
         self.on_queue: Callable[[int, int], None] | None = None
+        # Responses kept for ``previous_response_id`` (api/responses.py; set by api/launch.py; None: none kept).
+        self.responses: StoredResponses | None = None
 
     @property
     def engine(self) -> Engine:

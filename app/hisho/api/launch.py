@@ -12,15 +12,21 @@ Rules of use:
 
 from __future__ import annotations
 
+import logging
+
 from hisho.api.backend import Backend
 from hisho.api.cache import PromptCache
 from hisho.api.limits import Limits
 from hisho.api.server import ApiServer
 from hisho.core import services
 from hisho.core import settings as settings_mod
+from hisho.core.db import DatabaseUnavailable
 from hisho.core.engine.launch import chosen_ctx, open_model
 from hisho.core.engine.seam import Engine
 from hisho.core.models.names import ModelName
+from hisho.core.stored_responses import StoredResponses
+
+log = logging.getLogger("hisho.api")
 
 
 def origins(text: str) -> list[str]:
@@ -35,6 +41,18 @@ def model_name(app: services.Services) -> ModelName:
     return model if model.id else ModelName("hisho", "hisho")
 
 
+def stored_responses(app: services.Services) -> StoredResponses | None:
+    """The Responses API's kept responses, in the app's database (None where it cannot be written: then
+    nothing is kept and ``previous_response_id`` finds nothing)."""
+    if app.store.read_only:
+        return None
+    try:
+        return StoredResponses(app.store.db)
+    except DatabaseUnavailable as exc:
+        log.warning("the API keeps no responses: %s", exc)
+        return None
+
+
 def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
     """An unstarted server over ``app`` on loopback ``port`` (0: a free one once bound)."""
     settings = app.settings
@@ -43,6 +61,7 @@ def api_server(app: services.Services, key: str, *, port: int = 0) -> ApiServer:
     backend = Backend(lambda: app.engine, lambda: model_name(app), defaults, int(settings["max_tokens"]), cache,
                       Limits.from_settings(settings))
     backend.on_queue = app.state.api_queue   # the app's queue says what the API runs and what waits
+    backend.responses = stored_responses(app)
     return ApiServer(backend, key, port=port, cors_origins=origins(str(settings["api_cors_origins"])))
 
 

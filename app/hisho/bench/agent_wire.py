@@ -133,7 +133,15 @@ class _Reader:
 
 
 def send(client: httpx.Client, base: str, key: str, protocol: str, body: dict[str, Any]) -> Answer:
-    """Send ``body`` to ``base`` (the server's root, no ``/v1``) as ``protocol`` and read the stream."""
+    """Send ``body`` to ``base`` (the server's root, no ``/v1``) as ``protocol`` and read the stream. A kept-alive
+    connection the server closed after its last stream (llama-server does) is opened anew once."""
+    try:
+        return _send(client, base, key, protocol, body)
+    except httpx.RemoteProtocolError:
+        return _send(client, base, key, protocol, body)
+
+
+def _send(client: httpx.Client, base: str, key: str, protocol: str, body: dict[str, Any]) -> Answer:
     headers = {"Authorization": f"Bearer {key}", "x-api-key": key, "anthropic-version": "2023-06-01"}
     reader = _Reader()
     start = time.perf_counter()
