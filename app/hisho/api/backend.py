@@ -33,6 +33,7 @@ from hisho.core.engine.ops import Serve
 from hisho.core.engine.protocol import ErrorKind, GenerationResult
 from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
+from hisho.core.formats.markers import reading_text
 from hisho.core.models.names import ModelName
 
 log = logging.getLogger("hisho.api")
@@ -158,9 +159,13 @@ class Reply:
                 thought = ev.get("reasoning")
                 if thought:
                     self._put(Thought(str(thought)))
-                split = "reasoning" in ev
-                key = "piece" if self.raw and (whole_raw or not split) else "text"
-                self._put(str(ev.get(key, ev.get("text", ""))))
+                split = "reasoning" in ev  # then "piece" is what the splitter read: already ``reading_text``
+                if self.raw and split and whole_raw:
+                    self._put(str(ev.get("piece", "")))
+                elif self.raw and not split:
+                    self._put(reading_text(ev))  # markers shown, other control tokens dropped
+                else:
+                    self._put(str(ev.get("text", "")))
             self.result = self.stream.result
         except Exception as exc:  # every engine failure becomes an OpenAI-shaped error
             self.error = api_error(exc, self._prompt_param)

@@ -39,6 +39,11 @@ class Extras:
     test_hooks: dict[str, Any] | None = None  # only with the engine's test hooks on (HISHO_ENGINE_TEST_HOOKS=1)
     family: str | None = None           # set by ``apply``: the family whose calls the reply is read for
 
+    @property
+    def single_call(self) -> bool:
+        """One call at most: a named ``tool_choice`` forces exactly one, ``parallel_tool_calls`` false allows one."""
+        return self.forced is not None or not self.parallel
+
 
 def _bad(message: str, param: str, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
@@ -176,7 +181,7 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
         extras.family = family
         chosen = [t for t in extras.tools if extras.forced in (None, t["function"]["name"])]
         required = extras.tool_choice in ("required", "function")
-        request = formats.grammar_for(family, chosen, required, extras.parallel)
+        request = formats.grammar_for(family, chosen, required, not extras.single_call)
     elif extras.json_output:
         request = formats.schema_grammar(extras.schema)
     else:
@@ -184,6 +189,32 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
     return dataclasses.replace(
         sampling, grammar=request.grammar, grammar_schemas=request.schemas, grammar_lazy=request.lazy,
         grammar_triggers=list(request.triggers), grammar_patterns=list(request.patterns))
+
+
+# The engine's stop reasons of a reply that ended before it was done (its token limit, a full context).
+CUT = ("length", "context_full")
+
+
+def read_calls(extras: Extras, raw: str, stop_reason: str) -> formats.Parsed:
+    """A whole reply's content and calls (``extras.family`` set): a call cut by the token limit is dropped, never
+    shown as text, and a request for one call gets at most one. Every route reads calls through this (or
+    ``call_stream``), whatever protocol it speaks."""
+    assert extras.family is not None
+    return formats.parse(extras.family, raw, cut=stop_reason in CUT, single=extras.single_call)
+
+
+def call_stream(extras: Extras) -> formats.CallStream | None:
+    """The streaming reader of a request's calls (None: the reply is plain text); ``finish(cut=stop_reason in
+    CUT)`` at the end, as ``read_calls``."""
+    return formats.CallStream(extras.family, single=extras.single_call) if extras.family is not None else None
+
+
+def finish_reason(calls: list[formats.ToolCall], finish: str, stopped: bool) -> str:
+    """OpenAI's ``finish_reason`` given the engine's (``finish``, already in OpenAI's words): "length" for a cut
+    reply even where it finished calls before the cut, "tool_calls" for calls, "stop" for a stop string."""
+    if finish == "length" and not stopped:
+        return "length"
+    return "tool_calls" if calls else "stop" if stopped else finish
 
 
 def call_parts(calls: list[formats.ToolCall]) -> list[dict[str, Any]]:

@@ -70,14 +70,29 @@ _HARMONY_ENDS = ("<|end|>", "<|call|>", "<|return|>")
 _DECODER = json.JSONDecoder(strict=False)  # a raw newline inside a string: read it, write it back escaped
 
 
-def parse(family: str, raw: str, final: bool = True) -> Parsed:
+def parse(family: str, raw: str, final: bool = True, *, cut: bool = False, single: bool = False) -> Parsed:
     """The content and calls of a reply's raw text. ``final`` False (a reply still streaming): the content is
     only what is surely content (text that may still become a call marker is held back) and no calls. A call
-    that does not parse at the end leaves the whole reply as content, as llama.cpp's parsers do."""
-    if family == "harmony":
-        return _parse_harmony(raw, final)
-    if family == "llama3":
-        return _parse_llama3(raw, final)
+    that does not parse at the end leaves the whole reply as content, as llama.cpp's parsers do, unless the
+    reply was ``cut`` (by its token limit or the context): then a call it was writing is never content, the
+    content is what came before it and the calls are the ones it finished. ``single``: the request asked for
+    one call (a named ``tool_choice``, ``parallel_tool_calls`` false): only the first is read."""
+    if cut and family == "harmony" and not any(m in raw for m in ("<|message|>", "<|channel|>", "to=")):
+        parsed = Parsed(_hold(raw, ("<|channel|>", "<|start|>")))  # no harmony at all: plain text, cut
+    elif cut:
+        parsed = Parsed(parse(family, raw, final=False).content.rstrip(), _finished_calls(family, raw))
+    elif family == "harmony":
+        parsed = _parse_harmony(raw, final)
+    elif family == "llama3":
+        parsed = _parse_llama3(raw, final)
+    else:
+        parsed = _parse_marked(family, raw, final)
+    if single and len(parsed.calls) > 1:
+        parsed.calls = parsed.calls[:1]
+    return parsed
+
+
+def _parse_marked(family: str, raw: str, final: bool) -> Parsed:
     marker = MARKERS[family][0]
     at = raw.find(marker, _after_thinking(raw))
     if at < 0:
@@ -86,6 +101,21 @@ def parse(family: str, raw: str, final: bool = True) -> Parsed:
         return Parsed(raw[:at])
     calls = _hermes_calls(raw, at) if family == "hermes" else _mistral_calls(raw, at + len(marker))
     return Parsed(raw[:at].rstrip(), calls) if calls else Parsed(raw)
+
+
+def _finished_calls(family: str, raw: str) -> list[ToolCall]:
+    """The calls a cut reply wrote whole before the one it was cut in."""
+    if family == "harmony":
+        return [ToolCall(r.group(1), _compact(body), call_id("harmony")) for header, body, ended
+                in _harmony_messages(raw) if ended and (r := _RECIPIENT.search(header)) is not None]
+    if family == "llama3":
+        return _parse_llama3(raw, final=True).calls
+    at = raw.find(MARKERS[family][0], _after_thinking(raw))
+    if at < 0:
+        return []
+    if family == "hermes":
+        return _hermes_calls(raw, at, partial=True)
+    return _mistral_calls(raw, at + len(MARKERS[family][0]))
 
 
 def _after_thinking(raw: str) -> int:
@@ -126,13 +156,14 @@ def _as_call(obj: Any, family: str, args_key: str = "arguments") -> ToolCall | N
     return ToolCall(obj["name"], text, given if isinstance(given, str) and given else call_id(family))
 
 
-def _hermes_calls(raw: str, at: int) -> list[ToolCall]:
+def _hermes_calls(raw: str, at: int, partial: bool = False) -> list[ToolCall]:
+    """The calls from ``at`` on; none if one does not parse, or (``partial``) the ones before it."""
     calls: list[ToolCall] = []
     while at >= 0:
         obj, end = _json_at(raw, at + len("<tool_call>"))
         call = _as_call(obj, "hermes")
         if call is None:
-            return []
+            return calls if partial else []
         calls.append(call)
         close = raw.find("</tool_call>", end)
         at = raw.find("<tool_call>", close if close >= 0 else end)
@@ -205,8 +236,9 @@ class CallStream:
     """A streaming reply of a request with tools: ``feed`` each token's raw piece and get the content that can
     be sent now (text surely not part of a call); ``finish`` gives the rest of the content and the calls."""
 
-    def __init__(self, family: str) -> None:
+    def __init__(self, family: str, single: bool = False) -> None:
         self.family = family
+        self.single = single  # one call asked for: only the first is read (``parse``)
         self.raw = ""
         self.sent = ""
 
@@ -215,8 +247,9 @@ class CallStream:
         # Blanks wait for what follows: before a call they are dropped (the content ends where the call starts).
         return self._delta(parse(self.family, self.raw, final=False).content.rstrip())
 
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        done = parse(self.family, self.raw, final=True)
+    def finish(self, cut: bool = False) -> tuple[str, list[ToolCall]]:
+        """``cut``: the reply ended at its token limit (``parse``): a call it was writing is dropped."""
+        done = parse(self.family, self.raw, final=True, cut=cut, single=self.single)
         return self._delta(done.content), done.calls
 
     def _delta(self, content: str) -> str:
