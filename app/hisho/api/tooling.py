@@ -18,6 +18,7 @@ from typing import Any
 
 from hisho.api.errors import ApiError
 from hisho.core.engine.protocol import Sampling
+from hisho.core.formats import schema as schema_rules
 from hisho.core.formats import tools as formats
 
 NO_TOOLS = ("the model's chat template has no tool-call format this server reads (Hermes/Qwen <tool_call>, "
@@ -90,7 +91,9 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
         raise _bad(f"{param}.function.name is required", param)
     params = function.get("parameters")
     if params is not None and not isinstance(params, dict):
-        raise _bad(f"{param}.function.parameters must be a JSON schema object", param)
+        raise _bad(f"{param}.function.parameters must be a JSON schema object", f"{param}.function.parameters")
+    if params is not None:
+        _check_schema(params, f"{param}.function.parameters")
     return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
 
 
@@ -125,11 +128,21 @@ def _response_format(fmt: Any, extras: Extras) -> None:
         spec = fmt.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
-            raise _bad("'response_format.json_schema.schema' must be a JSON schema object", "response_format")
+            raise _bad("'response_format.json_schema.schema' must be a JSON schema object",
+                       "response_format.json_schema.schema")
+        _check_schema(schema, "response_format.json_schema.schema")
         extras.json_output, extras.schema = True, schema
         return
     raise _bad("'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format",
                "invalid_value")
+
+
+def _check_schema(schema: dict[str, Any], param: str) -> None:
+    """A keyword the grammar would not enforce is refused, naming where it is (``hisho.core.formats.schema``)."""
+    try:
+        schema_rules.check(schema, param)
+    except schema_rules.SchemaProblem as exc:
+        raise _bad(f"{exc.param}: {exc.message}", exc.param, "invalid_schema") from None
 
 
 def parse_message(m: dict[str, Any], i: int, role: str, content: str) -> dict[str, Any]:
