@@ -44,7 +44,21 @@ def test_history_with_calls_and_results() -> None:
     ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"response_format": {"type": "yaml"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"rating": {"type": "integer", "multipleOf": 2}}}}}},
+     "response_format.json_schema.schema.properties.rating.multipleOf"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}}},
+     "response_format.json_schema.schema.$ref"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "items": {}, "uniqueItems": True}}}}}]},
+     "tools[0].function.parameters.properties.tags.uniqueItems"),
+    ({"messages": [*ASK, {"role": "tool", "tool_call_id": "c1", "content": "cold"}]}, "messages[1].tool_call_id"),
+    ({"messages": [*ASK, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "cold"}]}, "messages[2].tool_call_id"),
+    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
     ({"tools": [TOOL], "response_format": {"type": "json_object"}}, "response_format"),
     ({"messages": [*ASK, {"role": "tool", "content": "cold"}]}, "messages[1].tool_call_id"),
     ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
@@ -54,6 +68,7 @@ def test_bad_requests(fields: dict[str, Any], param: str) -> None:
     with pytest.raises(ApiError) as err:
         chat(**fields)
     assert err.value.status == 400 and err.value.param == param
+    assert "Error" not in err.value.message and "assert" not in err.value.message  # plain words, no Python
 
 
 @pytest.mark.parametrize(("template", "family", "lazy"), [
