@@ -46,3 +46,40 @@ def test_a_keyword_no_grammar_enforces_is_refused(random_hermes: Served) -> None
     body: Any = err.value.body
     assert body["param"] == "response_format.json_schema.schema.properties.rating.multipleOf"
     assert "multiple" in body["message"]
+
+
+WEATHER_REPORT = {"type": "object", "additionalProperties": False, "required": ["city", "degrees"],
+                  "properties": {"city": {"type": "string", "maxLength": 12},
+                                 "degrees": {"type": "integer", "minimum": -60, "maximum": 60}}}
+REPORT_FORMAT = {"type": "json_schema", "json_schema": {"name": "report", "schema": WEATHER_REPORT}}
+
+
+def _report(value: Any) -> bool:
+    return (isinstance(value, dict) and set(value) == {"city", "degrees"} and isinstance(value["city"], str)
+            and len(value["city"]) <= 12 and isinstance(value["degrees"], int) and -60 <= value["degrees"] <= 60)
+
+
+def test_tools_with_response_format_call_or_answer_in_the_schema(random_hermes: Served) -> None:  # noqa: F811
+    """Sampled on random weights: every reply is a well-formed call or an answer in the schema, nothing else."""
+    from tests.api.test_tools import TOOLS
+    c = client(random_hermes)
+
+    def ask(seed: int) -> Any:
+        return c.chat.completions.create(
+            model=random_hermes.model, temperature=1.0, seed=seed, max_tokens=150, tools=TOOLS,  # type: ignore[arg-type]
+            parallel_tool_calls=False,
+            response_format=REPORT_FORMAT, messages=[{"role": "user", "content": "Weather in Paris?"}],  # type: ignore[arg-type]
+            extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+
+    calls = answers = 0
+    for r in in_parallel(ask):
+        choice = r.choices[0]
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+            assert all(t.function.name in ("get_weather", "get_time") for t in choice.message.tool_calls)
+            assert all(isinstance(json.loads(t.function.arguments), dict) for t in choice.message.tool_calls)
+            calls += 1
+        else:
+            assert choice.finish_reason == "stop" and _report(json.loads(choice.message.content or "")), choice
+            answers += 1
+    assert calls + answers == 50

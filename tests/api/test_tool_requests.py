@@ -59,7 +59,6 @@ def test_history_with_calls_and_results() -> None:
         {"role": "tool", "tool_call_id": "c2", "content": "cold"}]}, "messages[2].tool_call_id"),
     ({"logprobs": True}, "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),
-    ({"tools": [TOOL], "response_format": {"type": "json_object"}}, "response_format"),
     ({"messages": [*ASK, {"role": "tool", "content": "cold"}]}, "messages[1].tool_call_id"),
     ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
     ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
@@ -105,3 +104,21 @@ def test_response_formats() -> None:
     assert tooling.apply(job.extras, job.sampling, {}).grammar_schemas == {"root": {"type": "object"}}
     job = chat(response_format={"type": "text"})
     assert not tooling.apply(job.extras, job.sampling, {}).grammar_schemas
+
+
+@pytest.mark.parametrize("template", ["Qwen-Qwen3-0.6B.jinja", "openai-gpt-oss-120b.jinja",
+                                      "meta-llama-Llama-3.3-70B-Instruct.jinja",
+                                      "mistralai-Mistral-Nemo-Instruct-2407.jinja"])
+def test_tools_with_response_format(template: str) -> None:
+    """Taken together: a call or the answer in the schema, constrained from the first token."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    job = chat(tools=[TOOL], response_format=fmt)
+    sampling = tooling.apply(job.extras, job.sampling, load_info(template))
+    assert not sampling.grammar_lazy and sampling.grammar_schemas["tc-answer"] == schema
+    assert job.extras.family is not None and "tc-answer" in sampling.grammar
+    off = chat(tools=[TOOL], response_format=fmt, tool_choice="none")
+    assert tooling.apply(off.extras, off.sampling, load_info(template)).grammar_schemas == {"root": schema}
+    assert off.extras.family is None
+    required = chat(tools=[TOOL], response_format=fmt, tool_choice="required")
+    assert "tc-answer" not in tooling.apply(required.extras, required.sampling, load_info(template)).grammar_schemas

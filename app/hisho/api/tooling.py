@@ -75,9 +75,6 @@ def parse_extras(body: dict[str, Any]) -> Extras:
     hooks = body.get("hisho_test_hooks")
     if isinstance(hooks, dict) and os.environ.get("HISHO_ENGINE_TEST_HOOKS") == "1":
         extras.test_hooks = hooks
-    if extras.tools and extras.json_output:
-        raise _bad("'response_format' cannot be combined with 'tools' here: send one or the other",
-                   "response_format")
     return extras
 
 
@@ -190,11 +187,18 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
         if family is None:
             raise ApiError(400, NO_TOOLS, param="tools", code="tools_not_supported")
         if extras.tool_choice == "none":
-            return sampling
-        extras.family = family
-        chosen = [t for t in extras.tools if extras.forced in (None, t["function"]["name"])]
-        required = extras.tool_choice in ("required", "function")
-        request = formats.grammar_for(family, chosen, required, not extras.single_call)
+            if not extras.json_output:
+                return sampling
+            request = formats.schema_grammar(extras.schema)  # no calls: the answer, read as text
+        else:
+            extras.family = family
+            chosen = [t for t in extras.tools if extras.forced in (None, t["function"]["name"])]
+            required = extras.tool_choice in ("required", "function")
+            if extras.json_output and not required:  # calls, or the final answer in the schema
+                request = formats.grammar_with_answer(family, chosen, extras.schema, not extras.single_call,
+                                                      think=_thinks(extras, load_info))
+            else:
+                request = formats.grammar_for(family, chosen, required, not extras.single_call)
     elif extras.json_output:
         request = formats.schema_grammar(extras.schema)
     else:
@@ -202,6 +206,13 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
     return dataclasses.replace(
         sampling, grammar=request.grammar, grammar_schemas=request.schemas, grammar_lazy=request.lazy,
         grammar_triggers=list(request.triggers), grammar_patterns=list(request.patterns))
+
+
+def _thinks(extras: Extras, load_info: dict[str, Any]) -> bool:
+    """Whether the reply may open with a ``<think>`` block: a think-tag reasoning model, thinking not turned off."""
+    fmt = load_info.get("reasoning") or {}
+    toggle = fmt.get("toggle") or ""
+    return bool(fmt.get("kind") == "think" and not (toggle and (extras.template_kwargs or {}).get(toggle) is False))
 
 
 # The engine's stop reasons of a reply that ended before it was done (its token limit, a full context).
@@ -213,13 +224,20 @@ def read_calls(extras: Extras, raw: str, stop_reason: str) -> formats.Parsed:
     shown as text, and a request for one call gets at most one. Every route reads calls through this (or
     ``call_stream``), whatever protocol it speaks."""
     assert extras.family is not None
-    return formats.parse(extras.family, raw, cut=stop_reason in CUT, single=extras.single_call)
+    return formats.parse(extras.family, raw, cut=stop_reason in CUT, single=extras.single_call,
+                         names=_names(extras))
+
+
+def _names(extras: Extras) -> frozenset[str]:
+    return frozenset(t["function"]["name"] for t in extras.tools or [])
 
 
 def call_stream(extras: Extras) -> formats.CallStream | None:
     """The streaming reader of a request's calls (None: the reply is plain text); ``finish(cut=stop_reason in
     CUT)`` at the end, as ``read_calls``."""
-    return formats.CallStream(extras.family, single=extras.single_call) if extras.family is not None else None
+    if extras.family is None:
+        return None
+    return formats.CallStream(extras.family, single=extras.single_call, names=_names(extras))
 
 
 def finish_reason(calls: list[formats.ToolCall], finish: str, stopped: bool) -> str:
