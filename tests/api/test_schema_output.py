@@ -83,3 +83,17 @@ def test_tools_with_response_format_call_or_answer_in_the_schema(random_hermes: 
             assert choice.finish_reason == "stop" and _report(json.loads(choice.message.content or "")), choice
             answers += 1
     assert calls + answers == 50
+
+
+def test_a_schema_the_converter_cannot_take_names_its_field(random_hermes: Served) -> None:  # noqa: F811
+    c = client(random_hermes)
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^a(?=b)$"}}}
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as err:
+            out = c.chat.completions.create(model=random_hermes.model, max_tokens=8, stream=stream,
+                                            messages=[{"role": "user", "content": "Hi"}],
+                                            response_format={"type": "json_schema", "json_schema": {  # type: ignore[typeddict-item]
+                                                "name": "x", "schema": schema}})
+            list(out)  # type: ignore[call-overload]
+        body: Any = err.value.body
+        assert body["param"] == "response_format.json_schema.schema" and "grammar" in body["message"]

@@ -42,7 +42,7 @@ _END = object()
 POLL_S = 0.1  # how often a waiting request looks at what the engine works on
 
 
-def api_error(exc: BaseException, prompt_param: str = "messages") -> ApiError:
+def api_error(exc: BaseException, prompt_param: str = "messages", schema_param: str | None = None) -> ApiError:
     """What a client sees for an engine failure: never a traceback. ``prompt_param``: the field a refused
     prompt is named by ("messages" for chat, "prompt" for completions)."""
     if isinstance(exc, ApiError):
@@ -54,7 +54,10 @@ def api_error(exc: BaseException, prompt_param: str = "messages") -> ApiError:
         if exc.kind is ErrorKind.CONTEXT_FULL:
             return ApiError(400, str(exc), code="context_length_exceeded", param=prompt_param)
         if exc.kind is ErrorKind.BAD_REQUEST:
-            return ApiError(400, str(exc))
+            # A schema the grammar converter could not take names the field it came in (``schema_param``).
+            grammar = "grammar" in str(exc) or "JSON schema" in str(exc)
+            return ApiError(400, str(exc), param=schema_param if grammar else None,
+                            code="invalid_schema" if grammar and schema_param else None)
         if exc.kind is ErrorKind.NOT_LOADED:
             return ApiError(503, str(exc), type_="server_error", code="model_not_loaded")
         if exc.kind is ErrorKind.CLOSED:
@@ -112,7 +115,8 @@ class Reply:
     it ends, or ``error``."""
 
     def __init__(self, stream: TokenStream, loop: asyncio.AbstractEventLoop, on_end: Callable[[Reply], None],
-                 model_id: str = "", prompt_param: str = "messages", raw: bool = False) -> None:
+                 model_id: str = "", prompt_param: str = "messages", raw: bool = False,
+                 schema_param: str | None = None) -> None:
         self.stream = stream
         self.raw = raw  # items are the tokens' raw pieces (special tokens shown), for a call parser
         self.model_id = model_id          # the model that answers (what the response names)
@@ -121,6 +125,7 @@ class Reply:
         self.error: ApiError | None = None
         self.timed_out = False
         self._prompt_param = prompt_param
+        self._schema_param = schema_param
         self._loop = loop
         self._on_end = on_end
         self._timer: asyncio.TimerHandle | None = None
@@ -168,7 +173,7 @@ class Reply:
                     self._put(str(ev.get("text", "")))
             self.result = self.stream.result
         except Exception as exc:  # every engine failure becomes an OpenAI-shaped error
-            self.error = api_error(exc, self._prompt_param)
+            self.error = api_error(exc, self._prompt_param, self._schema_param)
         finally:
             if self.timed_out and self.error is None and (self.result is None
                                                           or self.result.stop_reason == "cancelled"):
@@ -339,10 +344,10 @@ class Backend:
                 raise
             if isinstance(exc, TimeoutError):
                 raise timeout_error() from None
-            raise api_error(exc, job.prompt_param) from None
+            raise api_error(exc, job.prompt_param, job.extras.schema_param) from None
         self._count(1)
         reply = Reply(stream, loop, lambda r: self._ended(r, key, since), model, job.prompt_param,
-                      raw=job.extras.family is not None)
+                      raw=job.extras.family is not None, schema_param=job.extras.schema_param)
         reply.limit(max(0.0, limit - (time.monotonic() - since)))
         try:
             # Until the engine is on it (nothing sent before it left), the wait is the queue's, bounded.

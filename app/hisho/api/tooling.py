@@ -41,6 +41,13 @@ class Extras:
     family: str | None = None           # set by ``apply``: the family whose calls the reply is read for
 
     @property
+    def schema_param(self) -> str | None:
+        """The field a schema the engine cannot take came in (None: the request has no schema)."""
+        if self.schema is not None and not self.tools:
+            return "response_format.json_schema.schema"
+        return "tools" if self.tools else "response_format" if self.json_output else None
+
+    @property
     def single_call(self) -> bool:
         """One call at most: a named ``tool_choice`` forces exactly one, ``parallel_tool_calls`` false allows one."""
         return self.forced is not None or not self.parallel
