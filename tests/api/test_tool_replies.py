@@ -126,3 +126,27 @@ def test_control_tokens_never_reach_the_text(family: tuple[str, Served]) -> None
         assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "Hello there."
         thought = "".join(getattr(ch.choices[0].delta, "reasoning_content", None) or "" for ch in chunks)
         assert thought.strip() in ("", "A plan.")
+
+
+def test_control_tokens_never_reach_a_deepseek_r1_reply(tmp_path: Path) -> None:
+    """DeepSeek-R1's template opens the thought in the prompt; a stray ``<|im_start|>`` (a control token of the
+    vocabulary) in the thought or the answer is dropped from both, whole and streamed."""
+    from hisho.core.models.store import bundled_model_path
+    from tests.fixtures.tool_models import rewrite
+
+    source = bundled_model_path()
+    assert source is not None
+    served = serve_with_hooks(tmp_path / "home", rewrite(source, tmp_path / "r1-test.gguf", "deepseek-r1"))
+    try:
+        c = client(served)
+        text = "A plan.<|im_start|>\n</think>\n\nHello<|im_start|> there."
+        r = c.chat.completions.create(model=served.model, messages=history(), extra_body=forced(text))
+        message = r.choices[0].message
+        assert message.content == "Hello there." and getattr(message, "reasoning_content", None) == "A plan."
+        chunks = [ch for ch in c.chat.completions.create(model=served.model, messages=history(), stream=True,
+                                                         extra_body=forced(text)) if ch.choices]
+        assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "Hello there."
+        thought = "".join(getattr(ch.choices[0].delta, "reasoning_content", None) or "" for ch in chunks)
+        assert thought.strip() == "A plan."
+    finally:
+        stop_serve(served)
