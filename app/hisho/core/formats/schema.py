@@ -97,7 +97,12 @@ def _check(node: Any, param: str, root: Any) -> None:
                                                        "description", "additionalProperties"}:
                 raise SchemaProblem(f"{param}.allOf[{k}]", "'allOf' is enforced only for parts that add object "
                                                            "properties")
+    if isinstance(node.get("items"), list):  # draft 4's tuple form
+        for k, child in enumerate(node["items"]):
+            _check(child, f"{param}.items[{k}]", root)
     for key in ("items", "additionalProperties"):
+        if key == "items" and isinstance(node.get(key), list):
+            continue
         if isinstance(node.get(key), (dict, bool)):
             _check(node[key], f"{param}.{key}", root)
         elif key in node and node[key] is not None:
