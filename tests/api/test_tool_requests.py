@@ -44,8 +44,21 @@ def test_history_with_calls_and_results() -> None:
     ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),
     ({"response_format": {"type": "yaml"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
-    ({"tools": [TOOL], "response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format.json_schema.schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"rating": {"type": "integer", "multipleOf": 2}}}}}},
+     "response_format.json_schema.schema.properties.rating.multipleOf"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}}},
+     "response_format.json_schema.schema.$ref"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"tags": {"type": "array", "items": {}, "uniqueItems": True}}}}}]},
+     "tools[0].function.parameters.properties.tags.uniqueItems"),
+    ({"messages": [*ASK, {"role": "tool", "tool_call_id": "c1", "content": "cold"}]}, "messages[1].tool_call_id"),
+    ({"messages": [*ASK, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c2", "content": "cold"}]}, "messages[2].tool_call_id"),
+    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),
     ({"messages": [*ASK, {"role": "tool", "content": "cold"}]}, "messages[1].tool_call_id"),
     ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].role"),
     ({"parallel_tool_calls": "yes"}, "parallel_tool_calls"),
@@ -54,6 +67,7 @@ def test_bad_requests(fields: dict[str, Any], param: str) -> None:
     with pytest.raises(ApiError) as err:
         chat(**fields)
     assert err.value.status == 400 and err.value.param == param
+    assert "Error" not in err.value.message and "assert" not in err.value.message  # plain words, no Python
 
 
 @pytest.mark.parametrize(("template", "family", "lazy"), [
@@ -90,3 +104,21 @@ def test_response_formats() -> None:
     assert tooling.apply(job.extras, job.sampling, {}).grammar_schemas == {"root": {"type": "object"}}
     job = chat(response_format={"type": "text"})
     assert not tooling.apply(job.extras, job.sampling, {}).grammar_schemas
+
+
+@pytest.mark.parametrize("template", ["Qwen-Qwen3-0.6B.jinja", "openai-gpt-oss-120b.jinja",
+                                      "meta-llama-Llama-3.3-70B-Instruct.jinja",
+                                      "mistralai-Mistral-Nemo-Instruct-2407.jinja"])
+def test_tools_with_response_format(template: str) -> None:
+    """Taken together: a call or the answer in the schema, constrained from the first token."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    job = chat(tools=[TOOL], response_format=fmt)
+    sampling = tooling.apply(job.extras, job.sampling, load_info(template))
+    assert not sampling.grammar_lazy and sampling.grammar_schemas["tc-answer"] == schema
+    assert job.extras.family is not None and "tc-answer" in sampling.grammar
+    off = chat(tools=[TOOL], response_format=fmt, tool_choice="none")
+    assert tooling.apply(off.extras, off.sampling, load_info(template)).grammar_schemas == {"root": schema}
+    assert off.extras.family is None
+    required = chat(tools=[TOOL], response_format=fmt, tool_choice="required")
+    assert "tc-answer" not in tooling.apply(required.extras, required.sampling, load_info(template)).grammar_schemas

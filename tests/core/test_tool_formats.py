@@ -112,3 +112,40 @@ def test_no_calls_from_a_thought() -> None:
     assert pattern.fullmatch("<think>ok</think>\n<tool_call>") is not None
     assert pattern.fullmatch("Sure. <tool_call>") is not None
 
+
+
+@pytest.mark.parametrize("family", sorted(REPLIES))
+def test_a_cut_call_is_never_content(family: str) -> None:
+    """A reply cut anywhere inside its first call (its token limit): the content is what came before the call,
+    whole or streamed, and no call is made of the part."""
+    raw, content, _calls = REPLIES[family]
+    start = raw.index({"hermes": "<tool_call>", "harmony": "<|start|>"}.get(family, raw[0]))
+    end = raw.index("}", raw.index(A)) if family != "hermes" else raw.index("</tool_call>") - 2
+    for at in range(start + 1, end):
+        part = raw[:at]
+        parsed = T.parse(family, part, cut=True)
+        assert parsed == T.Parsed(content, []), (at, part, parsed)
+        stream = T.CallStream(family)
+        sent = "".join(stream.feed(ch) for ch in part)
+        rest, calls = stream.finish(cut=True)
+        assert sent + rest == content and not calls, (at, part)
+
+
+def test_a_cut_reply_keeps_the_calls_it_finished_and_plain_text() -> None:
+    raw = REPLIES["hermes"][0]
+    second = raw.rindex("<tool_call>")
+    parsed = T.parse("hermes", raw[:second + 20], cut=True)
+    assert parsed.content == "Sure." and [c.name for c in parsed.calls] == ["get_weather"]
+    assert T.parse("hermes", "It is 21 degr", cut=True) == T.Parsed("It is 21 degr", [])
+    assert T.parse("hermes", "It is 21 <tool_ca", cut=True) == T.Parsed("It is 21", [])
+    assert T.parse("harmony", "It is 21 degr", cut=True) == T.Parsed("It is 21 degr", [])
+
+
+def test_one_call_when_one_is_asked_for() -> None:
+    raw = REPLIES["hermes"][0]
+    assert [c.name for c in T.parse("hermes", raw, single=True).calls] == ["get_weather"]
+    stream = T.CallStream("hermes", single=True)
+    stream.feed(raw)
+    assert [c.name for c in stream.finish()[1]] == ["get_weather"]
+    one = T.grammar_for("hermes", [TOOL], required=True, parallel=False)
+    assert "tc-one)*" not in one.grammar and "tc-one)*" in T.grammar_for("hermes", [TOOL], required=True).grammar

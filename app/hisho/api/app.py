@@ -24,8 +24,7 @@ from starlette.routing import Route
 from hisho.api import http, messages, responses, tooling, waits
 from hisho.api.backend import Backend, Reply, Thought
 from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
-from hisho.core.formats.tools import CallStream, ToolCall
-from hisho.core.formats.tools import parse as parse_calls
+from hisho.core.formats.tools import ToolCall
 
 log = logging.getLogger("hisho.api")
 
@@ -125,18 +124,18 @@ async def _whole(reply: Reply, job: Job, ids: Ids) -> Response:
     assert result is not None
     stops = StopFilter(job.stops)
     calls: list[ToolCall] = []
-    if job.extras.family is not None:  # a request with tools: its calls read from the raw text
-        raw = "".join(parts) if reply.raw_answer else (result.raw_text or "".join(parts))
-        parsed = parse_calls(job.extras.family, raw)
+    if job.extras.family is not None:  # a request with tools: its calls read from the raw pieces
+        parsed = tooling.read_calls(job.extras, "".join(parts), result.stop_reason)
         text, calls = stops.feed(parsed.content) + stops.flush(), parsed.calls
     else:
         text = stops.feed("".join(parts)) + stops.flush()
-    finish = "tool_calls" if calls else "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
+    finish = tooling.finish_reason(calls, FINISH.get(result.stop_reason, "stop"), stops.stopped)
     body = ids.whole(text, finish, usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens))
-    if calls:
+    if job.extras.family is not None:  # read for calls: no text is null, as OpenAI writes it beside calls
         message = body["choices"][0]["message"]
         message["content"] = text or None
-        message["tool_calls"] = tooling.call_parts(calls)
+        if calls:
+            message["tool_calls"] = tooling.call_parts(calls)
     if job.kind == "chat" and result.reasoning:  # as llama-server and DeepSeek's API give it
         body["choices"][0]["message"]["reasoning_content"] = result.reasoning
     return JSONResponse(body)
@@ -146,8 +145,7 @@ async def _events(reply: Reply, job: Job, ids: Ids) -> AsyncIterator[bytes]:
     """The SSE stream. When the client goes away Starlette cancels this generator: ``finally`` cancels the
     engine's sequence at once."""
     stops = StopFilter(job.stops)
-    family = job.extras.family
-    calls_in = CallStream(family) if family is not None else None  # content streams, calls come whole at the end
+    calls_in = tooling.call_stream(job.extras)  # content streams, calls come whole at the end
     calls: list[ToolCall] = []
     try:
         if job.kind == "chat":
@@ -162,9 +160,12 @@ async def _events(reply: Reply, job: Job, ids: Ids) -> AsyncIterator[bytes]:
                 yield _sse(ids.delta(out))
             if stops.stopped:
                 reply.close()  # the engine may still be a token or two behind the stop string
+        ended = reply.result.stop_reason if reply.result is not None else ""
         if calls_in is not None:
-            rest, calls = calls_in.finish()
-            stops.feed(rest)
+            rest, calls = calls_in.finish(cut=ended in tooling.CUT)
+            tail = stops.feed(rest)
+            if tail:
+                yield _sse(ids.delta(tail))
         tail = stops.flush()
         if tail:
             yield _sse(ids.delta(tail))
@@ -176,7 +177,7 @@ async def _events(reply: Reply, job: Job, ids: Ids) -> AsyncIterator[bytes]:
         else:
             result = reply.result
             assert result is not None
-            finish = "tool_calls" if calls else "stop" if stops.stopped else FINISH.get(result.stop_reason, "stop")
+            finish = tooling.finish_reason(calls, FINISH.get(result.stop_reason, "stop"), stops.stopped)
             yield _sse(ids.delta(None, finish))
             if job.include_usage:
                 yield _sse({**ids.envelope([], chunk=True),

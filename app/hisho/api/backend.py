@@ -35,6 +35,7 @@ from hisho.core.engine.ops import Serve
 from hisho.core.engine.protocol import ErrorKind, GenerationResult
 from hisho.core.engine.seam import Capability, Engine, TokenStream
 from hisho.core.errors import EngineCrashed, EngineError
+from hisho.core.formats.markers import reading_text
 from hisho.core.models.names import ModelName
 from hisho.core.stored_responses import StoredResponses
 
@@ -44,7 +45,7 @@ _END = object()
 POLL_S = 0.1  # how often a waiting request looks at what the engine works on
 
 
-def api_error(exc: BaseException, prompt_param: str = "messages") -> ApiError:
+def api_error(exc: BaseException, prompt_param: str = "messages", schema_param: str | None = None) -> ApiError:
     """What a client sees for an engine failure: never a traceback. ``prompt_param``: the field a refused
     prompt is named by ("messages" for chat, "prompt" for completions)."""
     if isinstance(exc, ApiError):
@@ -56,7 +57,10 @@ def api_error(exc: BaseException, prompt_param: str = "messages") -> ApiError:
         if exc.kind is ErrorKind.CONTEXT_FULL:
             return ApiError(400, str(exc), code="context_length_exceeded", param=prompt_param)
         if exc.kind is ErrorKind.BAD_REQUEST:
-            return ApiError(400, str(exc))
+            # A schema the grammar converter could not take names the field it came in (``schema_param``).
+            grammar = "grammar" in str(exc) or "JSON schema" in str(exc)
+            return ApiError(400, str(exc), param=schema_param if grammar else None,
+                            code="invalid_schema" if grammar and schema_param else None)
         if exc.kind is ErrorKind.NOT_LOADED:
             return ApiError(503, str(exc), type_="server_error", code="model_not_loaded")
         if exc.kind is ErrorKind.CLOSED:
@@ -114,7 +118,8 @@ class Reply:
     it ends, or ``error``."""
 
     def __init__(self, stream: TokenStream, loop: asyncio.AbstractEventLoop, on_end: Callable[[Reply], None],
-                 model_id: str = "", prompt_param: str = "messages", raw: bool = False) -> None:
+                 model_id: str = "", prompt_param: str = "messages", raw: bool = False,
+                 schema_param: str | None = None) -> None:
         self.stream = stream
         self.raw = raw  # items are the tokens' raw pieces (special tokens shown), for a call parser
         self.model_id = model_id          # the model that answers (what the response names)
@@ -123,6 +128,7 @@ class Reply:
         self.error: ApiError | None = None
         self.timed_out = False
         self._prompt_param = prompt_param
+        self._schema_param = schema_param
         self._loop = loop
         self._on_end = on_end
         self._timer: asyncio.TimerHandle | None = None
@@ -161,12 +167,16 @@ class Reply:
                 thought = ev.get("reasoning")
                 if thought:
                     self._put(Thought(str(thought)))
-                split = "reasoning" in ev
-                key = "piece" if self.raw and (whole_raw or not split) else "text"
-                self._put(str(ev.get(key, ev.get("text", ""))))
+                split = "reasoning" in ev  # then "piece" is what the splitter read: already ``reading_text``
+                if self.raw and split and whole_raw:
+                    self._put(str(ev.get("piece", "")))
+                elif self.raw and not split:
+                    self._put(reading_text(ev))  # markers shown, other control tokens dropped
+                else:
+                    self._put(str(ev.get("text", "")))
             self.result = self.stream.result
         except Exception as exc:  # every engine failure becomes an OpenAI-shaped error
-            self.error = api_error(exc, self._prompt_param)
+            self.error = api_error(exc, self._prompt_param, self._schema_param)
         finally:
             if self.timed_out and self.error is None and (self.result is None
                                                           or self.result.stop_reason == "cancelled"):
@@ -362,10 +372,10 @@ class Backend:
                 raise
             if isinstance(exc, TimeoutError):
                 raise timeout_error() from None
-            raise api_error(exc, job.prompt_param) from None
+            raise api_error(exc, job.prompt_param, job.extras.schema_param) from None
         self._count(1)
         reply = Reply(stream, loop, lambda r: self._ended(r, key, since, job), model, job.prompt_param,
-                      raw=job.extras.family is not None)
+                      raw=job.extras.family is not None, schema_param=job.extras.schema_param)
         reply.limit(max(0.0, limit - (time.monotonic() - since)))
         try:
             # Until the engine is on it (nothing sent before it left), the wait is the queue's, bounded.

@@ -100,6 +100,14 @@ def _one_choice(body: dict[str, Any], name: str) -> None:
                        code="invalid_value")
 
 
+def _no_logprobs(body: dict[str, Any]) -> None:
+    """Log probabilities are not reported by this server: asking for them is refused, never ignored."""
+    for name in ("logprobs", "top_logprobs"):
+        if body.get(name) not in (None, False, 0):
+            raise ApiError(400, f"'{name}' is not supported: this server does not report log probabilities; "
+                                "send the request without it", param=name, code="unsupported_parameter")
+
+
 def _common(body: dict[str, Any], kind: str, defaults: dict[str, Any], max_default: int) -> Job:
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -115,6 +123,7 @@ def _common(body: dict[str, Any], kind: str, defaults: dict[str, Any], max_defau
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(400, f"'{param}' must be at least 1", param=param)
     _one_choice(body, "n")
+    _no_logprobs(body)
     seed = _integer(body, "seed")
     stops = _stops(body)
     sampling = Sampling(
@@ -149,9 +158,23 @@ def parse_chat(body: Any, defaults: dict[str, Any], max_default: int) -> Job:
         # An assistant turn that only calls tools has no content (OpenAI sends null there).
         calls_only = role == "assistant" and m.get("content") is None and bool(m.get("tool_calls"))
         out.append(parse_message(m, i, role, "" if calls_only else _content(m.get("content"), i)))
+    _tool_results_answer_calls(out)
     job.messages = out
     job.extras = parse_extras(body)
     return job
+
+
+def _tool_results_answer_calls(messages: list[dict[str, Any]]) -> None:
+    """Each tool message answers a call an earlier assistant message made (its ``tool_call_id`` is that call's
+    ``id``): a result of no call is the client's mistake, which a template would render as nonsense."""
+    ids: set[str] = set()
+    for i, m in enumerate(messages):
+        ids.update(c["id"] for c in m.get("tool_calls") or [] if c["id"])
+        if m["role"] == "tool" and m["tool_call_id"] not in ids:
+            where = "no assistant message before it calls a tool" if not ids else \
+                f"the calls before it have the ids {', '.join(sorted(repr(x) for x in ids))}"
+            raise ApiError(400, f"messages[{i}].tool_call_id {_short(m['tool_call_id'])} answers no call: {where}",
+                           param=f"messages[{i}].tool_call_id", code="invalid_value")
 
 
 def _short(text: str, n: int = 40) -> str:

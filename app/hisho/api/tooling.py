@@ -18,6 +18,7 @@ from typing import Any
 
 from hisho.api.errors import ApiError
 from hisho.core.engine.protocol import Sampling
+from hisho.core.formats import schema as schema_rules
 from hisho.core.formats import tools as formats
 
 NO_TOOLS = ("the model's chat template has no tool-call format this server reads (Hermes/Qwen <tool_call>, "
@@ -39,6 +40,18 @@ class Extras:
     thinking: bool | None = None          # think or not (Anthropic's ``thinking``): the template's toggle, if any
     test_hooks: dict[str, Any] | None = None  # only with the engine's test hooks on (HISHO_ENGINE_TEST_HOOKS=1)
     family: str | None = None           # set by ``apply``: the family whose calls the reply is read for
+
+    @property
+    def schema_param(self) -> str | None:
+        """The field a schema the engine cannot take came in (None: the request has no schema)."""
+        if self.schema is not None and not self.tools:
+            return "response_format.json_schema.schema"
+        return "tools" if self.tools else "response_format" if self.json_output else None
+
+    @property
+    def single_call(self) -> bool:
+        """One call at most: a named ``tool_choice`` forces exactly one, ``parallel_tool_calls`` false allows one."""
+        return self.forced is not None or not self.parallel
 
 
 def _bad(message: str, param: str, code: str | None = None) -> ApiError:
@@ -70,9 +83,6 @@ def parse_extras(body: dict[str, Any]) -> Extras:
     hooks = body.get("hisho_test_hooks")
     if isinstance(hooks, dict) and os.environ.get("HISHO_ENGINE_TEST_HOOKS") == "1":
         extras.test_hooks = hooks
-    if extras.tools and extras.json_output:
-        raise _bad("'response_format' cannot be combined with 'tools' here: send one or the other",
-                   "response_format")
     return extras
 
 
@@ -86,7 +96,9 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
         raise _bad(f"{param}.function.name is required", param)
     params = function.get("parameters")
     if params is not None and not isinstance(params, dict):
-        raise _bad(f"{param}.function.parameters must be a JSON schema object", param)
+        raise _bad(f"{param}.function.parameters must be a JSON schema object", f"{param}.function.parameters")
+    if params is not None:
+        _check_schema(params, f"{param}.function.parameters")
     return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
 
 
@@ -121,11 +133,21 @@ def _response_format(fmt: Any, extras: Extras) -> None:
         spec = fmt.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
         if not isinstance(schema, dict):
-            raise _bad("'response_format.json_schema.schema' must be a JSON schema object", "response_format")
+            raise _bad("'response_format.json_schema.schema' must be a JSON schema object",
+                       "response_format.json_schema.schema")
+        _check_schema(schema, "response_format.json_schema.schema")
         extras.json_output, extras.schema = True, schema
         return
     raise _bad("'response_format.type' must be 'text', 'json_object' or 'json_schema'", "response_format",
                "invalid_value")
+
+
+def _check_schema(schema: dict[str, Any], param: str) -> None:
+    """A keyword the grammar would not enforce is refused, naming where it is (``hisho.core.formats.schema``)."""
+    try:
+        schema_rules.check(schema, param)
+    except schema_rules.SchemaProblem as exc:
+        raise _bad(f"{exc.param}: {exc.message}", exc.param, "invalid_schema") from None
 
 
 def parse_message(m: dict[str, Any], i: int, role: str, content: str) -> dict[str, Any]:
@@ -178,11 +200,18 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
         if family is None:
             raise ApiError(400, NO_TOOLS, param="tools", code="tools_not_supported")
         if extras.tool_choice == "none":
-            return sampling
-        extras.family = family
-        chosen = [t for t in extras.tools if extras.forced in (None, t["function"]["name"])]
-        required = extras.tool_choice in ("required", "function")
-        request = formats.grammar_for(family, chosen, required, extras.parallel)
+            if not extras.json_output:
+                return sampling
+            request = formats.schema_grammar(extras.schema)  # no calls: the answer, read as text
+        else:
+            extras.family = family
+            chosen = [t for t in extras.tools if extras.forced in (None, t["function"]["name"])]
+            required = extras.tool_choice in ("required", "function")
+            if extras.json_output and not required:  # calls, or the final answer in the schema
+                request = formats.grammar_with_answer(family, chosen, extras.schema, not extras.single_call,
+                                                      think=_thinks(extras, load_info))
+            else:
+                request = formats.grammar_for(family, chosen, required, not extras.single_call)
     elif extras.json_output:
         request = formats.schema_grammar(extras.schema)
     else:
@@ -190,6 +219,46 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
     return dataclasses.replace(
         sampling, grammar=request.grammar, grammar_schemas=request.schemas, grammar_lazy=request.lazy,
         grammar_triggers=list(request.triggers), grammar_patterns=list(request.patterns))
+
+
+def _thinks(extras: Extras, load_info: dict[str, Any]) -> bool:
+    """Whether the reply may open with a ``<think>`` block: a think-tag reasoning model, thinking not turned off."""
+    fmt = load_info.get("reasoning") or {}
+    toggle = fmt.get("toggle") or ""
+    return bool(fmt.get("kind") == "think" and not (toggle and (extras.template_kwargs or {}).get(toggle) is False))
+
+
+# The engine's stop reasons of a reply that ended before it was done (its token limit, a full context).
+CUT = ("length", "context_full")
+
+
+def read_calls(extras: Extras, raw: str, stop_reason: str) -> formats.Parsed:
+    """A whole reply's content and calls (``extras.family`` set): a call cut by the token limit is dropped, never
+    shown as text, and a request for one call gets at most one. Every route reads calls through this (or
+    ``call_stream``), whatever protocol it speaks."""
+    assert extras.family is not None
+    return formats.parse(extras.family, raw, cut=stop_reason in CUT, single=extras.single_call,
+                         names=_names(extras))
+
+
+def _names(extras: Extras) -> frozenset[str]:
+    return frozenset(t["function"]["name"] for t in extras.tools or [])
+
+
+def call_stream(extras: Extras) -> formats.CallStream | None:
+    """The streaming reader of a request's calls (None: the reply is plain text); ``finish(cut=stop_reason in
+    CUT)`` at the end, as ``read_calls``."""
+    if extras.family is None:
+        return None
+    return formats.CallStream(extras.family, single=extras.single_call, names=_names(extras))
+
+
+def finish_reason(calls: list[formats.ToolCall], finish: str, stopped: bool) -> str:
+    """OpenAI's ``finish_reason`` given the engine's (``finish``, already in OpenAI's words): "length" for a cut
+    reply even where it finished calls before the cut, "tool_calls" for calls, "stop" for a stop string."""
+    if finish == "length" and not stopped:
+        return "length"
+    return "tool_calls" if calls else "stop" if stopped else finish
 
 
 def call_parts(calls: list[formats.ToolCall]) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from hisho.core.engine.protocol import ErrorKind, GenerationResult, Progress
 from hisho.core.errors import EngineClosed, EngineCrashed, EngineError
+from hisho.core.formats.markers import reading_text
 from hisho.core.formats.reasoning import Channel, ReasoningFormat, ReplySplitter, split_text
 
 
@@ -94,7 +95,7 @@ class Stream:
 
     def _split(self, ev: dict[str, Any]) -> dict[str, Any]:
         if self._splitter is not None:
-            raw = str(ev.get("piece") or ev.get("text", ""))
+            raw = reading_text(ev)  # format markers shown, any other control token dropped
             return {**self._token_event(ev, self._splitter.feed(raw)), "piece": raw}
         if self._fmt is not None and self.op == "batch_generate" and isinstance(ev.get("text"), str):
             split = split_text(self._fmt, ev["text"], thinking=self._thinking)  # a whole item at once

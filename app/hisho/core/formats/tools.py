@@ -23,6 +23,7 @@ import json
 import re
 import secrets
 import string
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,14 +71,32 @@ _HARMONY_ENDS = ("<|end|>", "<|call|>", "<|return|>")
 _DECODER = json.JSONDecoder(strict=False)  # a raw newline inside a string: read it, write it back escaped
 
 
-def parse(family: str, raw: str, final: bool = True) -> Parsed:
+def parse(family: str, raw: str, final: bool = True, *, cut: bool = False, single: bool = False,
+          names: Collection[str] | None = None) -> Parsed:
     """The content and calls of a reply's raw text. ``final`` False (a reply still streaming): the content is
     only what is surely content (text that may still become a call marker is held back) and no calls. A call
-    that does not parse at the end leaves the whole reply as content, as llama.cpp's parsers do."""
-    if family == "harmony":
-        return _parse_harmony(raw, final)
-    if family == "llama3":
-        return _parse_llama3(raw, final)
+    that does not parse at the end leaves the whole reply as content, as llama.cpp's parsers do, unless the
+    reply was ``cut`` (by its token limit or the context): then a call it was writing is never content, the
+    content is what came before it and the calls are the ones it finished. ``single``: the request asked for
+    one call (a named ``tool_choice``, ``parallel_tool_calls`` false): only the first is read. ``names``: the
+    functions offered; a Llama 3 reply that is a bare JSON object is a call only if it names one (else it is an
+    answer that happens to have a "name", as a ``response_format`` answer may)."""
+    if cut and family == "harmony" and not any(m in raw for m in ("<|message|>", "<|channel|>", "to=")):
+        parsed = Parsed(_hold(raw, ("<|channel|>", "<|start|>")))  # no harmony at all: plain text, cut
+    elif cut:
+        parsed = Parsed(parse(family, raw, final=False).content.rstrip(), _finished_calls(family, raw, names))
+    elif family == "harmony":
+        parsed = _parse_harmony(raw, final)
+    elif family == "llama3":
+        parsed = _parse_llama3(raw, final, names)
+    else:
+        parsed = _parse_marked(family, raw, final)
+    if single and len(parsed.calls) > 1:
+        parsed.calls = parsed.calls[:1]
+    return parsed
+
+
+def _parse_marked(family: str, raw: str, final: bool) -> Parsed:
     marker = MARKERS[family][0]
     at = raw.find(marker, _after_thinking(raw))
     if at < 0:
@@ -86,6 +105,21 @@ def parse(family: str, raw: str, final: bool = True) -> Parsed:
         return Parsed(raw[:at])
     calls = _hermes_calls(raw, at) if family == "hermes" else _mistral_calls(raw, at + len(marker))
     return Parsed(raw[:at].rstrip(), calls) if calls else Parsed(raw)
+
+
+def _finished_calls(family: str, raw: str, names: Collection[str] | None) -> list[ToolCall]:
+    """The calls a cut reply wrote whole before the one it was cut in."""
+    if family == "harmony":
+        return [ToolCall(r.group(1), _compact(body), call_id("harmony")) for header, body, ended
+                in _harmony_messages(raw) if ended and (r := _RECIPIENT.search(header)) is not None]
+    if family == "llama3":
+        return _parse_llama3(raw, True, names).calls
+    at = raw.find(MARKERS[family][0], _after_thinking(raw))
+    if at < 0:
+        return []
+    if family == "hermes":
+        return _hermes_calls(raw, at, partial=True)
+    return _mistral_calls(raw, at + len(MARKERS[family][0]))
 
 
 def _after_thinking(raw: str) -> int:
@@ -126,13 +160,14 @@ def _as_call(obj: Any, family: str, args_key: str = "arguments") -> ToolCall | N
     return ToolCall(obj["name"], text, given if isinstance(given, str) and given else call_id(family))
 
 
-def _hermes_calls(raw: str, at: int) -> list[ToolCall]:
+def _hermes_calls(raw: str, at: int, partial: bool = False) -> list[ToolCall]:
+    """The calls from ``at`` on; none if one does not parse, or (``partial``) the ones before it."""
     calls: list[ToolCall] = []
     while at >= 0:
         obj, end = _json_at(raw, at + len("<tool_call>"))
         call = _as_call(obj, "hermes")
         if call is None:
-            return []
+            return calls if partial else []
         calls.append(call)
         close = raw.find("</tool_call>", end)
         at = raw.find("<tool_call>", close if close >= 0 else end)
@@ -146,7 +181,7 @@ def _mistral_calls(raw: str, pos: int) -> list[ToolCall]:
     return [c for c in calls if c is not None] if all(calls) else []
 
 
-def _parse_llama3(raw: str, final: bool) -> Parsed:
+def _parse_llama3(raw: str, final: bool, names: Collection[str] | None = None) -> Parsed:
     body = raw.lstrip()
     tag = raw.find("<|python_tag|>")
     if tag >= 0:
@@ -159,6 +194,8 @@ def _parse_llama3(raw: str, final: bool) -> Parsed:
         return Parsed(head)
     obj, _end = _json_at(body, 0)
     call = _as_call(obj, "llama3", "parameters")
+    if call is not None and tag < 0 and names is not None and call.name not in names:
+        call = None  # a JSON answer, not a call
     return Parsed(head.rstrip(), [call]) if call is not None else Parsed(raw)
 
 
@@ -205,8 +242,10 @@ class CallStream:
     """A streaming reply of a request with tools: ``feed`` each token's raw piece and get the content that can
     be sent now (text surely not part of a call); ``finish`` gives the rest of the content and the calls."""
 
-    def __init__(self, family: str) -> None:
+    def __init__(self, family: str, single: bool = False, names: Collection[str] | None = None) -> None:
         self.family = family
+        self.single = single  # one call asked for: only the first is read (``parse``)
+        self.names = names
         self.raw = ""
         self.sent = ""
 
@@ -215,8 +254,9 @@ class CallStream:
         # Blanks wait for what follows: before a call they are dropped (the content ends where the call starts).
         return self._delta(parse(self.family, self.raw, final=False).content.rstrip())
 
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        done = parse(self.family, self.raw, final=True)
+    def finish(self, cut: bool = False) -> tuple[str, list[ToolCall]]:
+        """``cut``: the reply ended at its token limit (``parse``): a call it was writing is dropped."""
+        done = parse(self.family, self.raw, final=True, cut=cut, single=self.single, names=self.names)
         return self._delta(done.content), done.calls
 
     def _delta(self, content: str) -> str:
@@ -314,6 +354,34 @@ def _harmony_grammar(tools: list[dict[str, Any]], lazy: bool) -> GrammarRequest:
     patterns = ("^[\\s\\S]*?(<\\|channel\\|>(?:commentary|analysis) to=)[\\s\\S]*$",
                 "^(?:[\\s\\S]*?<\\|start\\|>assistant)?( to=)[\\s\\S]*$")
     return GrammarRequest("\n".join(lines) + "\n", schemas, lazy, patterns=patterns)
+
+
+def _not_before(rule: str, end: str) -> str:
+    """A GBNF rule ``rule`` for one step of any text that does not reach ``end`` (repeat it, then ``end``)."""
+    steps = [f'{_gbnf_literal(end[:n])} [^{end[n]}]' if n else f"[^{end[0]}]" for n in range(len(end))]
+    return f"{rule} ::= " + " | ".join(steps)
+
+
+def grammar_with_answer(family: str, tools: list[dict[str, Any]], answer: dict[str, Any] | None,
+                        parallel: bool = True, think: bool = False) -> GrammarRequest:
+    """``tools`` and ``response_format`` together (``tool_choice`` "auto"): the reply is either calls in
+    ``family``'s syntax or one JSON value of ``answer`` (None: any object), the final answer, constrained from
+    the first token. ``think``: the model may first think in ``<think>…</think>`` (a think-tag reasoning model
+    with thinking on). Harmony puts the answer on its final channel, after an analysis message or not."""
+    calls = grammar_for(family, tools, required=True, parallel=parallel)
+    frame = calls.grammar.replace("root ::=", "tc-reply-calls ::=", 1)
+    schemas = {**calls.schemas, "tc-answer": answer if answer is not None else {"type": "object"}}
+    if family == "harmony":
+        frame = "".join(line + "\n" for line in frame.splitlines() if not line.startswith("tc-reply-calls ::="))
+        root = 'root ::= tc-analysis? ( tc-call | "<|channel|>final" tc-json "<|message|>" tc-answer )\n'
+        return GrammarRequest(root + frame, schemas, lazy=False)
+    if think:
+        root = ('root ::= tc-think? ( tc-reply-calls | tc-answer )\n'
+                'tc-think ::= "<think>"? tc-thought* "</think>" [ \\t\\n]*\n' + _not_before("tc-thought", "</think>")
+                + "\n")
+    else:
+        root = "root ::= tc-reply-calls | tc-answer\n"
+    return GrammarRequest(root + frame, schemas, lazy=False)
 
 
 def schema_grammar(schema: dict[str, Any] | None) -> GrammarRequest:

@@ -26,6 +26,7 @@ import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
+from hisho.core.formats.schema import bounded_rule
 
 log = logging.getLogger("hisho.engine")
 
@@ -44,9 +45,7 @@ def full_grammar(s: Sampling) -> str:
     schemas (one per tool) share one grammar."""
     if not s.grammar_schemas:
         return s.grammar
-    from llama_cpp.llama_grammar import SchemaConverter
-
-    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter = _converter()
     try:
         for name, schema in s.grammar_schemas.items():
             # The converter names its top rule "root" when given no name.
@@ -54,6 +53,21 @@ def full_grammar(s: Sampling) -> str:
     except Exception as exc:  # the converter raises plain exceptions for schemas it cannot express
         raise GrammarError(f"the JSON schema cannot be turned into a grammar: {exc}") from None
     return s.grammar + "\n" + _strict_strings(str(converter.format_grammar()))
+
+
+def _converter() -> Any:
+    """llama-cpp-python's converter, with bounded numbers (``minimum``, ``maximum``, exclusive ones) written as
+    ``hisho.core.formats.schema`` writes them: the converter itself ignores bounds."""
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+
+    class Converter(SchemaConverter):  # type: ignore[misc]  # llama_cpp is untyped
+        def visit(self, schema: Any, name: str) -> Any:
+            rule = bounded_rule(schema)
+            if rule is None:
+                return super().visit(schema, name)
+            return self._add_rule(name + "-" if name in RESERVED_NAMES else name or "root", rule + " space")
+
+    return Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
 
 # The converter of llama-cpp-python 0.3.36 lets a JSON string hold raw control characters (a newline), which JSON
