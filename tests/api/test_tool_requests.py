@@ -51,8 +51,8 @@ def test_history_with_calls_and_results() -> None:
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nowhere"}}}},
      "response_format.json_schema.schema.$ref"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"tags": {"type": "array", "items": {}, "uniqueItems": True}}}}}]},
-     "tools[0].function.parameters.properties.tags.uniqueItems"),
+        "type": "object", "properties": {"tags": {"type": "strings"}}}}}]},
+     "tools[0].function.parameters.properties.tags.type"),
     ({"messages": [*ASK, {"role": "tool", "tool_call_id": "c1", "content": "cold"}]}, "messages[1].tool_call_id"),
     ({"messages": [*ASK, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
@@ -122,3 +122,20 @@ def test_tools_with_response_format(template: str) -> None:
     assert off.extras.family is None
     required = chat(tools=[TOOL], response_format=fmt, tool_choice="required")
     assert "tc-answer" not in tooling.apply(required.extras, required.sampling, load_info(template)).grammar_schemas
+
+
+def test_a_tools_unenforceable_keywords_are_left_to_the_client() -> None:
+    """Agents' tool schemas carry formats, unanchored patterns and keywords no grammar enforces (Claude Code's
+    "format": "uri", Pydantic's emails): the request is taken, the model reads the whole schema in its template,
+    and the call's grammar keeps the schema's shape without them."""
+    from hisho.core.formats.schema import loosen
+
+    params = {"type": "object", "required": ["url"], "properties": {
+        "url": {"type": "string", "format": "uri"}, "email": {"type": "string", "format": "email", "maxLength": 80},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "[a-z]+"}, "uniqueItems": True},
+        "size": {"type": "number", "maximum": 4.5}, "n": {"type": "integer", "minimum": 1, "maximum": 9}}}
+    job = chat(tools=[{"type": "function", "function": {"name": "fetch", "parameters": params}}])
+    assert job.extras.tools is not None and job.extras.tools[0]["function"]["parameters"] == params
+    assert loosen(params) == {"type": "object", "required": ["url"], "properties": {
+        "url": {"type": "string"}, "email": {"type": "string", "maxLength": 80}, "tags": {"type": "array", "items": {"type": "string"}},
+        "size": {"type": "number"}, "n": {"type": "integer", "minimum": 1, "maximum": 9}}}

@@ -8,12 +8,13 @@ Rules of use:
   ``stream(reply, job)``: ``TextDelta`` and ``ThinkingDelta`` pieces in the order the model wrote them, then one
   ``Outcome`` (or one ``Failed`` when the engine failed mid-reply). Both close the reply when done, also when the
   consumer stops early (a client that left).
-- Tool calls are read by the one parser (``hisho.core.formats.tools``) from the raw reply for a job whose
-  ``extras.family`` is set (``tooling.apply`` sets it); stop strings are cut by ``shapes.StopFilter``. A protocol
-  never reads the engine's stream itself.
+- Tool calls are read by the one parser (``hisho.core.formats.tools``, through ``tooling.read_calls`` and
+  ``tooling.call_stream``: a call cut by the token limit is dropped, never shown as text; a request for one call
+  gets one) from the raw reply for a job whose ``extras.family`` is set (``tooling.apply`` sets it); stop strings
+  are cut by ``shapes.StopFilter``. A protocol never reads the engine's stream itself.
 - ``Outcome.finish`` is protocol-neutral: ``"stop"`` (the model ended), ``"length"`` (the token limit or the
-  context), ``"tool_calls"`` or ``"stop_sequence"`` (``Outcome.stop_sequence`` says which); each protocol maps it
-  to its own words.
+  context; also where calls finished before the cut), ``"tool_calls"`` or ``"stop_sequence"``
+  (``Outcome.stop_sequence`` says which); each protocol maps it to its own words.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from hisho.api import tooling
 from hisho.api.backend import Reply, Thought
 from hisho.api.errors import ApiError
 from hisho.api.shapes import FINISH, Job, StopFilter
-from hisho.core.formats.tools import CallStream, ToolCall
-from hisho.core.formats.tools import parse as parse_calls
+from hisho.core.formats.tools import ToolCall
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,9 @@ class Failed:
 
 
 def _finish(reply: Reply, stops: StopFilter, calls: list[ToolCall]) -> str:
-    if calls:
-        return "tool_calls"
-    if stops.stopped:
-        return "stop_sequence"
     assert reply.result is not None
-    return FINISH.get(reply.result.stop_reason, "stop")
+    finish = tooling.finish_reason(calls, FINISH.get(reply.result.stop_reason, "stop"), stops.stopped)
+    return "stop_sequence" if finish == "stop" and stops.stopped else finish
 
 
 def _outcome(reply: Reply, text: str, thinking: list[str], stops: StopFilter, calls: list[ToolCall]) -> Outcome:
@@ -99,9 +97,8 @@ async def collect(reply: Reply, job: Job) -> Outcome:
     assert result is not None
     stops = StopFilter(job.stops)
     calls: list[ToolCall] = []
-    if job.extras.family is not None:  # a request with tools: its calls read from the raw text
-        raw = "".join(parts) if reply.raw_answer else (result.raw_text or "".join(parts))
-        parsed = parse_calls(job.extras.family, raw)
+    if job.extras.family is not None:  # a request with tools: its calls read from the raw pieces
+        parsed = tooling.read_calls(job.extras, "".join(parts), result.stop_reason)
         text, calls = stops.feed(parsed.content) + stops.flush(), parsed.calls
     else:
         text = stops.feed("".join(parts)) + stops.flush()
@@ -112,8 +109,7 @@ async def stream(reply: Reply, job: Job) -> AsyncIterator[TextDelta | ThinkingDe
     """The reply as it comes; the last item is an ``Outcome`` or a ``Failed``. Calls come whole in the
     ``Outcome`` (the text that may be a call's marker is held back until it is known not to be)."""
     stops = StopFilter(job.stops)
-    family = job.extras.family
-    calls_in = CallStream(family) if family is not None else None
+    calls_in = tooling.call_stream(job.extras)
     calls: list[ToolCall] = []
     text: list[str] = []
     thinking: list[str] = []
@@ -129,9 +125,13 @@ async def stream(reply: Reply, job: Job) -> AsyncIterator[TextDelta | ThinkingDe
                 yield TextDelta(out)
             if stops.stopped:
                 reply.close()  # the engine may still be a token or two behind the stop string
+        ended = reply.result.stop_reason if reply.result is not None else ""
         if calls_in is not None:
-            rest, calls = calls_in.finish()
-            stops.feed(rest)
+            rest, calls = calls_in.finish(cut=ended in tooling.CUT)
+            out = stops.feed(rest)
+            if out:
+                text.append(out)
+                yield TextDelta(out)
         tail = stops.flush()
         if tail:
             text.append(tail)

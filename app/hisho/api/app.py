@@ -21,10 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from hisho.api import http, messages, responses, tooling, waits
-from hisho.api.backend import Backend, Reply, Thought
-from hisho.api.shapes import FINISH, ApiError, Ids, Job, StopFilter, parse_chat, parse_completion, usage
-from hisho.core.formats.tools import ToolCall
+from hisho.api import answer, http, messages, responses, tooling, waits
+from hisho.api.backend import Backend, Reply
+from hisho.api.shapes import ApiError, Ids, Job, parse_chat, parse_completion, usage
 
 log = logging.getLogger("hisho.api")
 
@@ -113,75 +112,49 @@ async def _answer(backend: Backend, job: Job, key: str) -> Response:
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+# Chat completions' words for the neutral finish (answer.Outcome.finish): a stop string is OpenAI's "stop".
+OPENAI_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "stop_sequence": "stop"}
+
+
 async def _whole(reply: Reply, job: Job, ids: Ids) -> Response:
     try:
-        parts = [text async for text in reply.texts()]
-    finally:
-        reply.close()
-    result = reply.result
-    if reply.error is not None:
-        return error_response(reply.error)
-    assert result is not None
-    stops = StopFilter(job.stops)
-    calls: list[ToolCall] = []
-    if job.extras.family is not None:  # a request with tools: its calls read from the raw pieces
-        parsed = tooling.read_calls(job.extras, "".join(parts), result.stop_reason)
-        text, calls = stops.feed(parsed.content) + stops.flush(), parsed.calls
-    else:
-        text = stops.feed("".join(parts)) + stops.flush()
-    finish = tooling.finish_reason(calls, FINISH.get(result.stop_reason, "stop"), stops.stopped)
-    body = ids.whole(text, finish, usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens))
-    if job.extras.family is not None:  # read for calls: no text is null, as OpenAI writes it beside calls
-        message = body["choices"][0]["message"]
-        message["content"] = text or None
-        if calls:
-            message["tool_calls"] = tooling.call_parts(calls)
-    if job.kind == "chat" and result.reasoning:  # as llama-server and DeepSeek's API give it
-        body["choices"][0]["message"]["reasoning_content"] = result.reasoning
+        out = await answer.collect(reply, job)
+    except ApiError as exc:
+        return error_response(exc)
+    body = ids.whole(out.text, OPENAI_FINISH[out.finish],
+                     usage(out.prompt_tokens, out.completion_tokens, out.cached_tokens))
+    message = body["choices"][0].get("message")
+    if job.extras.family is not None and message is not None:  # read for calls: no text is null beside calls
+        message["content"] = out.text or None
+        if out.calls:
+            message["tool_calls"] = tooling.call_parts(out.calls)
+    if job.kind == "chat" and out.reasoning and message is not None:  # as llama-server and DeepSeek's API give it
+        message["reasoning_content"] = out.reasoning
     return JSONResponse(body)
 
 
 async def _events(reply: Reply, job: Job, ids: Ids) -> AsyncIterator[bytes]:
     """The SSE stream. When the client goes away Starlette cancels this generator: ``finally`` cancels the
     engine's sequence at once."""
-    stops = StopFilter(job.stops)
-    calls_in = tooling.call_stream(job.extras)  # content streams, calls come whole at the end
-    calls: list[ToolCall] = []
     try:
         if job.kind == "chat":
             yield _sse(ids.delta(None, role=True))
-        async for text in reply.items():
-            if isinstance(text, Thought):
+        async for item in answer.stream(reply, job):
+            if isinstance(item, answer.ThinkingDelta):
                 if job.kind == "chat":
-                    yield _sse(ids.reasoning_delta(text))
-                continue
-            out = stops.feed(calls_in.feed(text) if calls_in is not None else text)
-            if out:
-                yield _sse(ids.delta(out))
-            if stops.stopped:
-                reply.close()  # the engine may still be a token or two behind the stop string
-        ended = reply.result.stop_reason if reply.result is not None else ""
-        if calls_in is not None:
-            rest, calls = calls_in.finish(cut=ended in tooling.CUT)
-            tail = stops.feed(rest)
-            if tail:
-                yield _sse(ids.delta(tail))
-        tail = stops.flush()
-        if tail:
-            yield _sse(ids.delta(tail))
-        if calls and reply.error is None:
-            yield _sse(ids.envelope([{"index": 0, "delta": {"tool_calls": tooling.call_deltas(calls)},
-                                      "finish_reason": None}], chunk=True))
-        if reply.error is not None:
-            yield _sse(reply.error.body())
-        else:
-            result = reply.result
-            assert result is not None
-            finish = tooling.finish_reason(calls, FINISH.get(result.stop_reason, "stop"), stops.stopped)
-            yield _sse(ids.delta(None, finish))
-            if job.include_usage:
-                yield _sse({**ids.envelope([], chunk=True),
-                            "usage": usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens)})
+                    yield _sse(ids.reasoning_delta(item.text))
+            elif isinstance(item, answer.TextDelta):
+                yield _sse(ids.delta(item.text))
+            elif isinstance(item, answer.Failed):
+                yield _sse(item.error.body())
+            else:
+                if item.calls:   # calls come whole at the end
+                    yield _sse(ids.envelope([{"index": 0, "delta": {"tool_calls": tooling.call_deltas(item.calls)},
+                                              "finish_reason": None}], chunk=True))
+                yield _sse(ids.delta(None, OPENAI_FINISH[item.finish]))
+                if job.include_usage:
+                    yield _sse({**ids.envelope([], chunk=True),
+                                "usage": usage(item.prompt_tokens, item.completion_tokens, item.cached_tokens)})
         yield _sse("[DONE]")
     finally:
         reply.close()

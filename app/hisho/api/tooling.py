@@ -97,8 +97,8 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
     params = function.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise _bad(f"{param}.function.parameters must be a JSON schema object", f"{param}.function.parameters")
-    if params is not None:
-        _check_schema(params, f"{param}.function.parameters")
+    if params is not None:  # what the grammar cannot enforce is the client's to check (the model still reads it)
+        _check_schema(params, f"{param}.function.parameters", hints=True)
     return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
 
 
@@ -142,10 +142,11 @@ def _response_format(fmt: Any, extras: Extras) -> None:
                "invalid_value")
 
 
-def _check_schema(schema: dict[str, Any], param: str) -> None:
-    """A keyword the grammar would not enforce is refused, naming where it is (``hisho.core.formats.schema``)."""
+def _check_schema(schema: dict[str, Any], param: str, hints: bool = False) -> None:
+    """A keyword the grammar would not enforce is refused, naming where it is (``hisho.core.formats.schema``);
+    ``hints``: a tool's parameters, where only a malformed schema is refused."""
     try:
-        schema_rules.check(schema, param)
+        schema_rules.check(schema, param, hints=hints)
     except schema_rules.SchemaProblem as exc:
         raise _bad(f"{exc.param}: {exc.message}", exc.param, "invalid_schema") from None
 
@@ -205,7 +206,7 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
             request = formats.schema_grammar(extras.schema)  # no calls: the answer, read as text
         else:
             extras.family = family
-            chosen = [t for t in extras.tools if extras.forced in (None, t["function"]["name"])]
+            chosen = [_for_grammar(t) for t in extras.tools if extras.forced in (None, t["function"]["name"])]
             required = extras.tool_choice in ("required", "function")
             if extras.json_output and not required:  # calls, or the final answer in the schema
                 request = formats.grammar_with_answer(family, chosen, extras.schema, not extras.single_call,
@@ -219,6 +220,15 @@ def apply(extras: Extras, sampling: Sampling, load_info: dict[str, Any]) -> Samp
     return dataclasses.replace(
         sampling, grammar=request.grammar, grammar_schemas=request.schemas, grammar_lazy=request.lazy,
         grammar_triggers=list(request.triggers), grammar_patterns=list(request.patterns))
+
+
+def _for_grammar(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as its call's grammar sees it: its parameters without what the grammar cannot enforce (the template
+    shows the model the whole schema)."""
+    function = tool["function"]
+    if "parameters" not in function:
+        return tool
+    return {**tool, "function": {**function, "parameters": schema_rules.loosen(function["parameters"])}}
 
 
 def _thinks(extras: Extras, load_info: dict[str, Any]) -> bool:

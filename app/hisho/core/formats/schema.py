@@ -53,9 +53,46 @@ class SchemaProblem(ValueError):
         self.message = message
 
 
-def check(schema: Any, param: str) -> None:
-    """Raise ``SchemaProblem`` for the first part of ``schema`` (found at ``param``) a grammar would not enforce."""
+def check(schema: Any, param: str, *, hints: bool = False) -> None:
+    """Raise ``SchemaProblem`` for the first part of ``schema`` (found at ``param``) a grammar would not enforce.
+    ``hints``: a tool's parameters, where such keywords are the client's to check (the model reads them in the
+    template, ``loosen`` leaves them out of the grammar); only a malformed schema is refused then."""
+    if hints:
+        schema = loosen(schema)
     _check(schema, param, schema)
+
+
+def loosen(schema: Any) -> Any:
+    """``schema`` without what the grammar would not enforce (keywords, string formats, patterns that do not
+    match a whole string, lengths beside them), for a tool's grammar: the call is still well-formed JSON of the
+    schema's shape, and the client checks the rest."""
+    if isinstance(schema, list):
+        return [loosen(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: loosen(v) for k, v in schema.items() if k not in UNENFORCED}
+    fmt, pattern = out.get("format"), out.get("pattern")
+    if fmt is not None and fmt not in FORMATS:
+        del out["format"]
+    if pattern is not None and (not isinstance(pattern, str) or not pattern.startswith("^")
+                                or not pattern.endswith("$")):
+        del out["pattern"]
+    if "format" in out or "pattern" in out:
+        out.pop("minLength", None)
+        out.pop("maxLength", None)
+    if isinstance(out.get("allOf"), list):
+        allowed = {"properties", "required", "$ref", "anyOf", "type", "title", "description", "additionalProperties"}
+        out["allOf"] = [{k: v for k, v in part.items() if k in allowed} if isinstance(part, dict) else part
+                        for part in out["allOf"]]
+    kind = out.get("type")
+    whole = all(isinstance(out[k], (int, float)) and not isinstance(out[k], bool) and math.isfinite(out[k])
+                and out[k] == int(out[k]) and abs(out[k]) < 10 ** MAX_DIGITS for k in BOUNDS
+                if k in out and not isinstance(out[k], bool))
+    if kind not in ("integer", "number") or not whole or any(k in out for k in ("enum", "const", "$ref", "anyOf",
+                                                                                 "oneOf")):
+        for key in BOUNDS:
+            out.pop(key, None)
+    return out
 
 
 def _check(node: Any, param: str, root: Any) -> None:
