@@ -33,8 +33,8 @@ def test_items_become_the_template_messages() -> None:
         {"role": "system", "content": "Be brief."}, {"role": "system", "content": "Use tools."},
         {"role": "user", "content": "Weather?"},
         {"role": "assistant", "content": "Let me look.", "reasoning_content": "Think.", "tool_calls": calls},
-        {"role": "tool", "content": "21", "tool_call_id": "call_1"},
-        {"role": "tool", "content": "22", "tool_call_id": "call_2"}]
+        {"role": "tool", "content": "21", "tool_call_id": "call_1", "name": "get_weather"},
+        {"role": "tool", "content": "22", "tool_call_id": "call_2", "name": "get_weather"}]
     assert r.job.extras.tools == [{"type": "function", "function": {"name": "get_weather",
                                                                     "parameters": {"type": "object"}, "strict": True}}]
     assert r.history == r.job.messages[1:]   # what is kept leaves the instructions out
@@ -46,7 +46,7 @@ def test_a_continuation_starts_from_the_kept_conversation() -> None:
     r = job_of({"input": [{"type": "function_call_output", "call_id": "call_1", "output": "21"}],
                 "instructions": "New.", "previous_response_id": "resp_1"}, kept)
     assert r.job.messages == [{"role": "system", "content": "New."}, *kept["messages"],
-                              {"role": "tool", "content": "21", "tool_call_id": "call_1"}]
+                              {"role": "tool", "content": "21", "tool_call_id": "call_1", "name": "get_weather"}]
     assert r.previous_id == "resp_1"
 
 

@@ -33,7 +33,7 @@ def test_history_with_calls_and_results() -> None:
     assert job.messages is not None
     assert job.messages[1] == {"role": "assistant", "content": "", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}
-    assert job.messages[2] == {"role": "tool", "content": "cold", "tool_call_id": "c1"}
+    assert job.messages[2] == {"role": "tool", "content": "cold", "tool_call_id": "c1", "name": "get_weather"}
     assert job.extras.tools == [TOOL] and job.extras.tool_choice == "auto"
 
 

@@ -166,11 +166,14 @@ def parse_chat(body: Any, defaults: dict[str, Any], max_default: int) -> Job:
 
 def _tool_results_answer_calls(messages: list[dict[str, Any]]) -> None:
     """Each tool message answers a call an earlier assistant message made (its ``tool_call_id`` is that call's
-    ``id``): a result of no call is the client's mistake, which a template would render as nonsense."""
-    ids: set[str] = set()
+    ``id``): a result of no call is the client's mistake, which a template would render as nonsense. A result
+    without a ``name`` gets its call's (templates that show it read it; every wire format then renders the same)."""
+    ids: dict[str, str] = {}
     for i, m in enumerate(messages):
-        ids.update(c["id"] for c in m.get("tool_calls") or [] if c["id"])
-        if m["role"] == "tool" and m["tool_call_id"] not in ids:
+        ids.update((c["id"], c["function"]["name"]) for c in m.get("tool_calls") or [] if c["id"])
+        if m["role"] == "tool" and m["tool_call_id"] in ids:
+            m.setdefault("name", ids[m["tool_call_id"]])
+        elif m["role"] == "tool":
             where = "no assistant message before it calls a tool" if not ids else \
                 f"the calls before it have the ids {', '.join(sorted(repr(x) for x in ids))}"
             raise ApiError(400, f"messages[{i}].tool_call_id {_short(m['tool_call_id'])} answers no call: {where}",
