@@ -18,9 +18,9 @@ from hisho.api.limits import Limits
 from hisho.api.server import ApiServer
 from hisho.core import services
 from hisho.core import settings as settings_mod
-from hisho.core.engine.launch import chosen_ctx, open_model
 from hisho.core.engine.seam import Engine
 from hisho.core.models.names import ModelName
+from hisho.core.planner.launch import chosen_ctx, open_model
 
 
 def origins(text: str) -> list[str]:
