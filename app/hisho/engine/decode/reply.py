@@ -12,7 +12,8 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
 from hisho.engine.decode import speculate
-from hisho.engine.lib.llama_setup import GenStats, Sampler, hit_stop
+from hisho.engine.decode.sampler import Sampler
+from hisho.engine.lib.llama_setup import GenStats, hit_stop
 from hisho.engine.model.reasoning import opened_at
 from hisho.engine.model.runtime import RequestError, Runtime
 

@@ -36,7 +36,8 @@ from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.decode.batched import BatchStats, Item, _Slot, _step
 from hisho.engine.decode.grammar import check_grammar
 from hisho.engine.decode.replykeep import keep_reply
-from hisho.engine.lib.llama_setup import Sampler, hit_stop, token_event
+from hisho.engine.decode.sampler import Sampler
+from hisho.engine.lib.llama_setup import hit_stop, token_event
 from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
