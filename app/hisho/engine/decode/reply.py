@@ -62,7 +62,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         on_progress = progress(cut)
     if not rt.keeper.dense:
         # A checkpoint one token short of the prompt: a regenerate (or an edit of the next message) restores
-        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.kv.prefix), and decodes
+        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.model.prefix), and decodes
         # the last token alone, as here. (A dense regenerate reads the prompt's last slice again instead:
         # PrefixKeeper._slice_start.)
         if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled,
