@@ -113,7 +113,7 @@ def prompt_offload(params: LoadParams) -> bool:
     layer is offloaded: the copies cost more than the CPU's own product (docs/vulkan.md: on a software Vulkan
     device a 225-token prompt read 20x slower with it; a real iGPU shares the CPU's memory bus, so copying the
     weights to it gains nothing either). With layers offloaded, as the load decided it (``op_offload``: a
-    measured probe with a partial offload, hisho.engine.measure.offload), else llama.cpp's default."""
+    measured probe with a partial offload, hisho.engine.model.offload), else llama.cpp's default."""
     if params.n_gpu_layers <= 0:
         return False
     return True if params.op_offload is None else params.op_offload

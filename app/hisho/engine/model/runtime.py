@@ -37,7 +37,7 @@ from hisho.engine.lib.llama_setup import (
     step_kind,
 )
 from hisho.engine.lib.process import give_back_heap
-from hisho.engine.measure import offload
+from hisho.engine.model import offload
 from hisho.engine.model.chat import BASE_MODEL_NOTICE, ChatTemplate
 from hisho.engine.model.prefix import PrefixKeeper
 from hisho.engine.model.reasoning import reasoning_format
