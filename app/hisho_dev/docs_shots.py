@@ -54,7 +54,7 @@ def _variants(app: Any, widget: Any, out: Path, stem: str, settle: Callable[[], 
 def docs_shots(app: Any, window: Any, out: Path) -> None:
     from hisho.bench.hub import LLAMA2_7B, write_llama, write_payload
     from hisho.core.hub import repo_files
-    from hisho.core.models.suggest import CANDIDATES
+    from hisho.core.hub.suggest import CANDIDATES
     from hisho.gui.models.downloads_tab import PAUSED_BY_USER, VERIFIED
     from hisho.gui.models.first_start import attach_first_start
     from hisho.gui.models.models_page import open_models

@@ -77,12 +77,12 @@ def _module_names(roots: tuple[Path, ...] = (APP, DEV)) -> dict[str, Path]:
     return names
 
 
-def _runtime_edges(name: str, path: Path, names: dict[str, Path]) -> set[str]:
+def _runtime_edges(name: str, path: Path, names: dict[str, Path], *, typing: bool = False) -> set[str]:
     """The hisho modules ``name`` imports when it runs: ``from a.b import c`` counts as a.b.c when that is a
-    module, else a.b; imports under ``if TYPE_CHECKING:`` never run and are left out."""
+    module, else a.b; imports under ``if TYPE_CHECKING:`` never run and are left out (unless ``typing``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in
-                   ast.dump(node.test) for n in ast.walk(node)}
+    typing_only = set() if typing else {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and
+                                        "TYPE_CHECKING" in ast.dump(node.test) for n in ast.walk(node)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
 
     def known(dotted: str) -> str | None:
@@ -214,6 +214,57 @@ def test_the_construction_scan_sees_calls_by_name_and_attribute(tmp_path: Path) 
 # names the controller or the main window depends on the frame's insides all the same.
 SCREENS = ("chat", "models", "settings")
 SHELL_PUBLIC = frozenset({"protocols", "pages", "state_bridge", "theme", "text_dialog", "widgets"})
+
+
+# ----- package loops: inside core, the engine and the window, no two packages import each other -----------------
+# (docs/architecture.md "Floors"; the floors' order is import-linter's layers contracts. Type-only imports count,
+# as they do there. gui/shell is two floors: the frame on top, its public surface below.)
+
+FLOORED = ("hisho.core", "hisho.engine", "hisho.gui")
+
+
+def _package_of(module: str) -> str | None:
+    """The package (or top-level module) of core, the engine or the window that ``module`` stands in."""
+    for parent in FLOORED:
+        if module.startswith(parent + "."):
+            head = module[len(parent) + 1:].split(".")
+            if parent == "hisho.gui" and head[0] == "shell":
+                surface = len(head) > 1 and head[1] in SHELL_PUBLIC
+                return "hisho.gui.shell (public surface)" if surface else "hisho.gui.shell (frame)"
+            return f"{parent}.{head[0]}"
+    return None
+
+
+def package_loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of packages that import each other, from a module import graph."""
+    packages: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        if (source := _package_of(module)) is None:
+            continue
+        targets = {t for m in imported if (t := _package_of(m)) is not None and t != source}
+        packages.setdefault(source, set()).update(targets)
+    return import_cycles(packages)
+
+
+def test_no_package_loops_inside_core_the_engine_and_the_window() -> None:
+    names = _module_names((APP,))
+    graph = {name: _runtime_edges(name, path, names, typing=True) for name, path in names.items()}
+    loops = package_loops(graph)
+    assert not loops, "\n".join(" <-> ".join(c) for c in loops)
+
+
+def test_the_package_walker_sees_a_type_only_loop_and_the_shell_s_two_floors(tmp_path: Path) -> None:
+    pkg = tmp_path / "hisho" / "core"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "b.py").write_text("from hisho.core.a import x\n")
+    (pkg / "a" / "x.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hisho.core import b\n")
+    names = {"hisho.core.a.x": pkg / "a" / "x.py", "hisho.core.b": pkg / "b.py"}
+    graph = {n: _runtime_edges(n, p, names, typing=True) for n, p in names.items()}
+    assert package_loops(graph) == [["hisho.core.a", "hisho.core.b"]]
+    shell = {"hisho.gui.chat.v": {"hisho.gui.shell.theme"}, "hisho.gui.shell.main_window": {"hisho.gui.chat.v"}}
+    assert package_loops(shell) == []
+    shell["hisho.gui.shell.theme"] = {"hisho.gui.shell.context"}
+    assert package_loops(shell) == [["hisho.gui.chat", "hisho.gui.shell (frame)", "hisho.gui.shell (public surface)"]]
 
 
 def _shell_modules_named(path: Path) -> set[str]:

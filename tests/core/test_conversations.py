@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.conversations import exchange as conversation_io
 from hisho.core.conversations.store import (
     COMPONENT,
     INTERRUPTED,
@@ -18,6 +17,7 @@ from hisho.core.conversations.store import (
     ConversationStore,
 )
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
+from hisho.core.documents import exchange as conversation_io
 from hisho.core.errors import UserError
 
 

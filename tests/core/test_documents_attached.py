@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from hisho.core.conversations import exchange as conversation_io
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
+from hisho.core.documents import exchange as conversation_io
 from hisho.core.documents.attached import CHAT_HEAD, MAX_CHARS, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.extract import extract

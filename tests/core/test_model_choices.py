@@ -11,8 +11,8 @@ import pytest
 
 from hisho.core import paths, services
 from hisho.core import settings as settings_mod
-from hisho.core.engine.launch import load_params_for, planned_load
 from hisho.core.machine import Machine
+from hisho.core.planner.launch import load_params_for, planned_load
 from hisho.core.planner.profiles import SHAPES
 from tests.fixtures.gguf_shapes import TINY_LLAMA, write_shape
 

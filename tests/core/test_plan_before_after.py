@@ -17,13 +17,13 @@ import pytest
 
 from hisho.bench.shapes import model_file
 from hisho.core import settings as settings_mod
-from hisho.core.engine.launch import planned_load
 from hisho.core.hub import fit_files, repo_files
 from hisho.core.hub.fit import file_facts
 from hisho.core.machine import Machine, own_children_memory
 from hisho.core.models.gguf_facts import read_facts
 from hisho.core.planner import as_loaded, calibration_for, explain, make_plan, plan_facts
 from hisho.core.planner.calibrate import cached, calibrate
+from hisho.core.planner.launch import planned_load
 from hisho.core.planner.profiles import SHAPES, requested
 from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import environ_for_child, hub  # noqa: F401  (the fixture)

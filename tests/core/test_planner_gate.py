@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hisho.core.engine.launch import load_params_for
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.machine import from_fixture
 from hisho.core.planner.gate import PlanRefused, apply_plan, gpu_backend_present
+from hisho.core.planner.launch import load_params_for
 from hisho.core.units import GIB
 from tests.fixtures.gguf_shapes import LLAMA_31_8B, write_shape
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from gguf import GGMLQuantizationType
 
 from hisho.core.hub import fit_files, repo_files
+from hisho.core.hub.suggest import CANDIDATES, speed_of, suggest, why_not_larger
 from hisho.core.machine import Budget
 from hisho.core.models.gguf_facts import read_facts
-from hisho.core.models.suggest import CANDIDATES, speed_of, suggest, why_not_larger
 from hisho.core.planner import speed
 from hisho_dev.hub_server import FakeHub
 from tests.core.hub_fixtures import big_model, hub  # noqa: F401  (the fixture)

@@ -4,8 +4,8 @@ and a model that fits this machine is named."""
 from __future__ import annotations
 
 from hisho.core.documents.quality import judge, warning
+from hisho.core.hub.suggest import CANDIDATES, suggest
 from hisho.core.machine import Budget
-from hisho.core.models.suggest import CANDIDATES, suggest
 from hisho.core.units import GIB
 
 SOURCE = ("The harbour board met on Tuesday to discuss the budget for the coming year. Spending on the new "

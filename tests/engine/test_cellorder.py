@@ -9,8 +9,8 @@ import struct
 import llama_cpp
 
 from hisho.core.engine.protocol import LoadParams
-from hisho.engine.kv.cellorder import by_position
-from hisho.engine.kv.prefix import PARTIAL
+from hisho.engine.model.cellorder import by_position
+from hisho.engine.model.prefix import PARTIAL
 from hisho.engine.model.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 

@@ -36,7 +36,7 @@ from hisho.engine.decode.reply import generate
 from hisho.engine.decode.serving import Job, ServingBatch, message_marks
 from hisho.engine.kv.chunkwriter import ChunkWriter
 from hisho.engine.kv.kvstate import KVState, prefill
-from hisho.engine.kv.prefix import PARTIAL
+from hisho.engine.model.prefix import PARTIAL
 from hisho.engine.model.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 

@@ -16,7 +16,8 @@ from hisho.core.errors import EngineError
 from hisho.engine.decode import speculate
 from hisho.engine.decode.grammar import GrammarError
 from hisho.engine.decode.reply import generate
-from hisho.engine.lib.llama_setup import GenStats, Sampler
+from hisho.engine.decode.sampler import Sampler
+from hisho.engine.lib.llama_setup import GenStats
 from hisho.engine.model.runtime import RequestError, Runtime
 
 pytestmark = pytest.mark.timeout(600)

@@ -1,5 +1,5 @@
 """A request that parts from a long prompt in the middle reads only what follows the nearest interval checkpoint
-(hisho.engine.kv.prefix "Interval checkpoints"), in memory, through the API's slots and after a restart from
+(hisho.engine.model.prefix "Interval checkpoints"), in memory, through the API's slots and after a restart from
 the chunk files, on every memory type, and its answer is the one a fresh prefill of the same tokens gives.
 
 Tiny true-shape files (random weights: a missing or misplaced cell changes greedy output). The long prompt is
@@ -24,9 +24,9 @@ from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.kv.index import KVIndex
 from hisho.engine.decode.reply import generate
 from hisho.engine.decode.serving import Job, ServingBatch
-from hisho.engine.kv import prefix
 from hisho.engine.kv.chunkwriter import ChunkWriter
 from hisho.engine.kv.kvstate import KVState
+from hisho.engine.model import prefix
 from hisho.engine.model.runtime import Runtime
 from tests.fixtures.gguf_shapes import true_model
 

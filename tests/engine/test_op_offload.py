@@ -13,7 +13,7 @@ import pytest
 
 from hisho.core.engine.protocol import LoadParams
 from hisho.engine.lib.llama_setup import context_params, model_params, prompt_offload
-from hisho.engine.measure import offload
+from hisho.engine.model import offload
 
 
 def test_llama_cpp_default_would_offload_prompts() -> None:

@@ -1,4 +1,4 @@
-"""The reply loops' sampler (hisho.engine.lib.llama_setup.Sampler): plain greedy decoding reads the logits' argmax
+"""The reply loops' sampler (hisho.engine.decode.sampler.Sampler): plain greedy decoding reads the logits' argmax
 in place instead of running llama.cpp's chain; the token must be the one llama.cpp's greedy sampler picks, at
 every batch position, ties included; anything else still runs the chain."""
 
@@ -10,7 +10,7 @@ import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import LoadParams, Sampling
-from hisho.engine.lib.llama_setup import Sampler
+from hisho.engine.decode.sampler import Sampler
 from hisho.engine.model.runtime import Runtime
 
 GREEDY = Sampling(temperature=0.0, repeat_penalty=1.0)

@@ -15,7 +15,7 @@ import pytest
 
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.formats import tools as T
-from hisho.engine.lib.llama_setup import Sampler
+from hisho.engine.decode.sampler import Sampler
 from hisho.engine.model.runtime import Runtime
 from tests.fixtures.tool_models import rewrite
 

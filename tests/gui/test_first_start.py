@@ -9,7 +9,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.core import settings as settings_mod
-from hisho.core.models.suggest import CANDIDATES
+from hisho.core.hub.suggest import CANDIDATES
 from hisho.gui.models.downloads_tab import VERIFIED
 from hisho.gui.models.first_start import FirstStartCard
 from hisho.gui.shell.main_window import MainWindow

@@ -251,8 +251,8 @@ def test_gated_repo_asks_for_a_token_then_lists_with_badges(qtbot: QtBot, page: 
 def test_hub_tab_opens_on_the_models_best_for_this_computer(qtbot: QtBot, hub: FakeHub) -> None:
     """Before any search: the well-known models, the best that fits and answers fast enough here first (a
     recorded profile of a slow laptop: the 7B fits a 16 GiB machine but would answer at ~4 tok/s)."""
+    from hisho.core.hub.suggest import CANDIDATES
     from hisho.core.machine import Machine
-    from hisho.core.models.suggest import CANDIDATES
     from hisho.core.planner import speed
     from hisho.gui.models import hub_best
     from tests.core.test_speed import FIXTURE

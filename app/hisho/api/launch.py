@@ -21,9 +21,9 @@ from hisho.api.server import ApiServer
 from hisho.core import services
 from hisho.core import settings as settings_mod
 from hisho.core.db import DatabaseUnavailable
-from hisho.core.engine.launch import chosen_ctx, open_model
 from hisho.core.engine.seam import Engine
 from hisho.core.models.names import ModelName
+from hisho.core.planner.launch import chosen_ctx, open_model
 from hisho.core.stored_responses import StoredResponses
 
 log = logging.getLogger("hisho.api")

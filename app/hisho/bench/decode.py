@@ -26,9 +26,9 @@ from typing import Any
 
 from hisho.bench.background import busy_processes
 from hisho.core.engine.client import EngineClient
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import Sampling, common_prefix
 from hisho.core.models.store import ModelStore
+from hisho.core.planner.launch import load_params_for, open_model
 
 log = logging.getLogger("hisho.bench")
 

@@ -41,9 +41,9 @@ from typing import Any
 
 from hisho.bench.servers import Peer, llama_server_binary, llama_server_peer
 from hisho.core.engine.client import EngineClient
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.models.store import ModelStore
+from hisho.core.planner.launch import load_params_for, open_model
 from hisho.core.units import padded_cells
 
 CHAT = "Hello! Could you tell me in one sentence what a lighthouse keeper does?"

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core import settings as settings_mod
-from hisho.core.engine.launch import open_model
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.machine import Machine, detect
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
@@ -40,6 +39,7 @@ from hisho.core.models.store import ModelStore
 from hisho.core.planner import calibration_for
 from hisho.core.planner.calibrate import ProbeFailed, run_probe
 from hisho.core.planner.gate import apply_plan
+from hisho.core.planner.launch import open_model
 from hisho.core.planner.memory import Calibration, Config, estimate
 from hisho.core.units import MIB
 

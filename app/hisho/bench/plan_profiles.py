@@ -98,8 +98,8 @@ def profile_cells(only: str | None, n_ctx: int, kv: str, machine: Any) -> dict[s
 def planned(path: Path, profile: str, parallel: int | None, n_ctx: int, kv: str, machine: Any) -> dict[str, Any]:
     """The two figures for one cell: ``hisho plan --profile``'s and the front end's load's, with its params."""
     from hisho.core import settings as settings_mod
-    from hisho.core.engine.launch import planned_load
     from hisho.core.planner import make_plan, profiles
+    from hisho.core.planner.launch import planned_load
 
     load = profiles.shape(profile, parallel)
     total = n_ctx * (load.n_seq_max if not load.kv_unified else 1)  # serve: --n-ctx is per sequence

@@ -40,12 +40,12 @@ from hisho.core.conversations.chat import ChatService, FitReport
 from hisho.core.conversations.store import ChatSettings, ConversationStore
 from hisho.core.db import Database
 from hisho.core.engine.client import EngineClient
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.kv.chat_hooks import KVChat
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession, next_turn_prefix, suffix_length
 from hisho.core.models.store import ModelStore
+from hisho.core.planner.launch import load_params_for, open_model
 from hisho.core.units import padded_cells
 
 QUESTION = "What colour is item 17?"  # 17 tokens with the chat template around it

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core.engine.client import EngineClient
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import Sampling
 from hisho.core.models.gguf_facts import ModelFacts, read_facts
 from hisho.core.models.store import ModelStore
 from hisho.core.planner import speed
+from hisho.core.planner.launch import load_params_for, open_model
 
 MODELS = ("", "shape:llama-3.2-1b:Q4_0", "shape:llama-3.2-1b:Q4_K_M", "shape:llama-3.2-3b:Q4_K_M")
 PROFILE_MODELS = MODELS[:2]          # the machine's bandwidth, step costs and prompt rate: two sizes

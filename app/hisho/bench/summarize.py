@@ -28,10 +28,10 @@ from typing import Any
 from hisho.core.documents import plan as P
 from hisho.core.documents.model import Document, Section
 from hisho.core.engine.client import EngineClient
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.ops import BatchGenerate
 from hisho.core.engine.protocol import Sampling
 from hisho.core.models.store import ModelStore
+from hisho.core.planner.launch import load_params_for, open_model
 
 WORDS = ("river council budget library road repair school harvest market bridge winter summer report "
          "committee mayor approved rejected funding museum train station hospital clinic teacher farmer "

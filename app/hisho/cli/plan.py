@@ -124,8 +124,8 @@ def front_end_ctx(specs: list[str], s: Settings, profile: str, parallel: int | N
     """The context the front end would load one local model with (``launch.chosen_ctx``: the model's own choice,
     else the settings' capped at its trained context; ``serve``: that per request, times its sequences); the
     settings' ``n_ctx`` for several files or a hub repository."""
-    from hisho.core.engine.launch import chosen_ctx, open_model
     from hisho.core.errors import UserError
+    from hisho.core.planner.launch import chosen_ctx, open_model
 
     per_seq = int(s["n_ctx"])
     if len(specs) <= 1 and not any(spec.startswith("hf:") for spec in specs):

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hisho.core.engine.client import EngineClient
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import Sampling
+from hisho.core.planner.launch import load_params_for, open_model
 from hisho.core.units import MIB
 
 log = logging.getLogger("hisho.cli.main")

@@ -3,7 +3,33 @@ else is a bug (exit 1, logged with its traceback)."""
 
 from __future__ import annotations
 
-from hisho.core.engine.protocol import ErrorKind
+from enum import Enum
+
+
+class ErrorKind(str, Enum):
+    """What an "error" event says went wrong (the one list; ``EngineError.kind`` is one of these)."""
+
+    BAD_REQUEST = "bad_request"    # malformed request, unknown op: a bug in the caller
+    PROTOCOL = "protocol"          # client and engine speak different protocol versions (a broken install)
+    MODEL_LOAD = "model_load"      # the model file could not be loaded: the user's to fix
+    NOT_LOADED = "not_loaded"      # generate/tokenize before load
+    CONTEXT_FULL = "context_full"  # prompt (+ reply) does not fit n_ctx
+    STATE = "state"                # a KV state could not be saved or restored
+    CRASHED = "crashed"            # the engine process died (set by the client, never sent by the engine)
+    CLOSED = "closed"              # the engine was closed with the request in flight (client side, like CRASHED)
+    REMOTE = "remote"              # a remote engine (OpenAI-compatible server) failed; the message says how
+    INTERNAL = "internal"          # anything else (a bug); the message says what
+
+    @classmethod
+    def of(cls, value: object) -> ErrorKind:
+        """The kind named by ``value``; INTERNAL for anything unknown (an engine newer than this client)."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.INTERNAL
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class UserError(Exception):

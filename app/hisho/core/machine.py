@@ -240,7 +240,7 @@ def own_children_memory() -> int:
 
 def _cached_probe() -> dict[str, Any]:
     """The stored device probe of this library version, or {} (never runs the probe)."""
-    from hisho.core.planner.calibrate import library_version
+    from hisho.core.probe import library_version
 
     try:
         stored = json.loads((paths.cache_dir() / "devices.json").read_text(encoding="utf-8"))
@@ -250,7 +250,7 @@ def _cached_probe() -> dict[str, Any]:
 
 
 def _probed_devices() -> dict[str, Any]:
-    from hisho.core.planner.calibrate import ProbeFailed, library_version, run_probe
+    from hisho.core.probe import ProbeFailed, library_version, run_probe
 
     cache = paths.cache_dir() / "devices.json"
     stored = _cached_probe()

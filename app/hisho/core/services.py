@@ -43,7 +43,6 @@ from hisho.core.conversations.chat import ChatService
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database, DatabaseUnavailable, SchemaTooNew
 from hisho.core.documents.service import Documents
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import ErrorKind, LoadParams
 from hisho.core.engine.seam import Capability, Engine
 from hisho.core.errors import EngineCrashed, EngineError, LoadStopped, UserError
@@ -53,6 +52,7 @@ from hisho.core.kv.chat_hooks import attach as attach_kv
 from hisho.core.models.names import ModelName, name_of, remote_name
 from hisho.core.models.store import ModelStore
 from hisho.core.planner.gate import PlanRefused
+from hisho.core.planner.launch import load_params_for, open_model
 from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
 from hisho.core.remote.http import Endpoint
 from hisho.core.wiring import install_hooks, record_speed, use_engine

@@ -12,18 +12,30 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
+from hisho.core.appstate import AppState
 from hisho.core.conversations.chat import ChatService, TurnResult
 from hisho.core.documents.service import Documents
 from hisho.core.engine.seam import Capability, Engine
 from hisho.core.errors import UserError
 from hisho.core.kv.chat_hooks import KVChat
 
-if TYPE_CHECKING:
-    from hisho.core.services import Services
-
 log = logging.getLogger("hisho.services")
+
+
+class Wired(Protocol):
+    """What the wiring reads and sets of the composition root (``core/services.py:Services``, which passes
+    itself): the wiring sits below the root and never imports it."""
+
+    engine: Engine
+    local_engine: Engine | None
+    chat: ChatService
+    documents: Documents
+    kv: KVChat | None
+    model_path: Path | None
+    state: AppState
 
 
 def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None,
@@ -52,7 +64,7 @@ def install_hooks(chat: ChatService, documents: Documents, kv: KVChat | None,
         chat.after_turn.append(measured)
 
 
-def record_speed(services: Services, out: TurnResult) -> None:
+def record_speed(services: Wired, out: TurnResult) -> None:
     """An ``after_turn`` hook: what the reply measured, in the app's state (any engine) and kept for the local
     model's file (never a remote one's)."""
     from hisho.core.models.gguf_facts import read_facts
@@ -71,7 +83,7 @@ def record_speed(services: Services, out: TurnResult) -> None:
         log.warning("reply speed not kept: %s", exc)
 
 
-def use_engine(services: Services, engine: Engine) -> None:
+def use_engine(services: Wired, engine: Engine) -> None:
     """Answer from now on with ``engine`` (a remote one, or ``services.local_engine`` again). Call on the
     ``engine`` lane between turns. KV persistence follows the engine's capabilities: a remote server keeps its
     own cache (docs/remote-engines.md), so the local KV hooks step aside while it answers."""

@@ -170,7 +170,7 @@ class ChatDocuments:
         return given
 
 
-# ----- carried by a conversation export (hisho.core.conversations.exchange, format version 2) -----------------------
+# ----- carried by a conversation export (hisho.core.documents.exchange, format version 2) -----------------------
 
 def exported(db: Any, conversation_id: int) -> list[dict[str, Any]]:
     """The chat's attached documents as plain data: what was read from each file, not the file. [] when it has

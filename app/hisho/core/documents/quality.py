@@ -7,7 +7,7 @@
 
 A summary of fewer than ``MIN_WORDS`` words is not judged (too short to tell). Past ``COPIED_LIMIT`` or
 ``REPEATED_LIMIT`` the verdict says the loaded model is too small for summaries, and names a model that fits
-this machine (``core.models.suggest``), so the user knows the result is not what Hisho can do.
+this machine (``core.hub.suggest``), so the user knows the result is not what Hisho can do.
 Pure text in, a verdict out: no model, no Qt.
 """
 
@@ -101,7 +101,7 @@ def banner_of(summary: str) -> str:
 def advice(qualities: list[dict[str, Any]], model_name: str, budget: Budget) -> tuple[str, dict[str, Any] | None]:
     """(warning, suggested model) for a job's per-document ``SummaryQuality.to_dict()``s; the worst one counts.
     ("", None) when every summary is fine."""
-    from hisho.core.models.suggest import suggest
+    from hisho.core.hub.suggest import suggest
 
     bad = [q for q in qualities if q.get("verdict", "ok") != "ok"]
     if not bad:

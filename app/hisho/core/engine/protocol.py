@@ -14,36 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
 from typing import Any
 
+# The one list of error kinds lives in core/errors.py, below the engine client; named here for the wire's users.
+from hisho.core.errors import ErrorKind as ErrorKind
+
 PROTOCOL_VERSION = 3  # checked at ``hello`` by both sides: a client and an engine from different builds refuse
-
-
-class ErrorKind(str, Enum):
-    """What an "error" event says went wrong (the one list; ``EngineError.kind`` is one of these)."""
-
-    BAD_REQUEST = "bad_request"    # malformed request, unknown op: a bug in the caller
-    PROTOCOL = "protocol"          # client and engine speak different protocol versions (a broken install)
-    MODEL_LOAD = "model_load"      # the model file could not be loaded: the user's to fix
-    NOT_LOADED = "not_loaded"      # generate/tokenize before load
-    CONTEXT_FULL = "context_full"  # prompt (+ reply) does not fit n_ctx
-    STATE = "state"                # a KV state could not be saved or restored
-    CRASHED = "crashed"            # the engine process died (set by the client, never sent by the engine)
-    CLOSED = "closed"              # the engine was closed with the request in flight (client side, like CRASHED)
-    REMOTE = "remote"              # a remote engine (OpenAI-compatible server) failed; the message says how
-    INTERNAL = "internal"          # anything else (a bug); the message says what
-
-    @classmethod
-    def of(cls, value: object) -> ErrorKind:
-        """The kind named by ``value``; INTERNAL for anything unknown (an engine newer than this client)."""
-        try:
-            return cls(str(value))
-        except ValueError:
-            return cls.INTERNAL
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class BadRequest(ValueError):

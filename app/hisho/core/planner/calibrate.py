@@ -15,64 +15,35 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import logging
 import os
-import subprocess
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from hisho.core import paths, spawn
+from hisho.core import paths
 from hisho.core.atomic import write_text_atomic
 from hisho.core.models.gguf_facts import ModelFacts
 from hisho.core.models.gguf_hub import hub_header_path
 from hisho.core.planner.memory import Calibration
+from hisho.core.probe import PROBE_TIMEOUT_S as PROBE_TIMEOUT_S
+from hisho.core.probe import ProbeFailed as ProbeFailed
+from hisho.core.probe import child_answer as child_answer
+from hisho.core.probe import gpu_backends as gpu_backends
+from hisho.core.probe import library_version as library_version
+from hisho.core.probe import run_probe as run_probe
 from hisho.core.units import padded_cells
+
+# The probe child's runner (ProbeFailed, run_probe, child_answer, library_version…) lives in core/probe.py, below
+# core/machine.py, which asks it for the devices; its names stay importable from here.
 
 log = logging.getLogger("hisho.planner")
 
 # (flash_attn, type_k, type_v): the KV layouts the search considers.
 LAYOUTS = ((True, "f16", "f16"), (True, "q8_0", "q8_0"), (True, "q4_0", "q4_0"), (False, "f16", "f16"))
-PROBE_TIMEOUT_S = 120
 MAX_GRID_CTX = 1 << 17
 CALIBRATION_VERSION = 4  # 2, 3: repack facts (the CPU_REPACK line of the dry run) and the CPU features; 4: load peak
-
-
-class ProbeFailed(RuntimeError):
-    """The dry-run subprocess crashed or answered with an error."""
-
-
-_GPU_LIBS = ("cuda", "vulkan", "metal", "hip", "sycl", "opencl", "musa", "cann")
-
-
-def library_version() -> str:
-    """The llama-cpp-python version, and its GPU backends where it has any: a Vulkan build of the same version
-    sees other devices and reserves other buffers, so its device probe and calibrations are cached apart."""
-    try:
-        version = f"llama-cpp-python {metadata.version('llama-cpp-python')}"
-    except metadata.PackageNotFoundError:
-        return "llama-cpp-python (not installed)"
-    backends = gpu_backends()
-    return f"{version} ({'+'.join(backends)})" if backends else version
-
-
-def gpu_backends() -> tuple[str, ...]:
-    """The GPU backends llama-cpp-python ships (its lib folder's ggml libraries), found without importing it."""
-    try:
-        spec = importlib.util.find_spec("llama_cpp")
-    except (ImportError, ValueError):
-        return ()
-    if spec is None or not spec.submodule_search_locations:
-        return ()
-    found: set[str] = set()
-    for location in spec.submodule_search_locations:
-        lib = Path(location) / "lib"
-        if lib.is_dir():
-            found.update(k for p in lib.iterdir() for k in _GPU_LIBS if k in p.name.lower())
-    return tuple(sorted(found))
 
 
 def grid(facts: ModelFacts) -> list[int]:
@@ -239,27 +210,3 @@ def _repack_figure(answer: dict[str, Any]) -> int:
     table, which is exactly what the buffer holds."""
     size = int(answer.get("model_buffers", {}).get("CPU_REPACK", 0))
     return size if size > 0 else -1
-
-
-def child_answer(role: str, *args: str, request: dict[str, Any], timeout: float, what: str,
-                 env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run a measuring child (``spawn.run``: ``role`` with ``args``) with ``request`` as JSON on stdin; the last
-    JSON line it printed. ``what`` names it in the ProbeFailed raised on a timeout or an answer-less exit."""
-    try:
-        proc = spawn.run(role, *args, input=json.dumps(request), timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise ProbeFailed(f"{what} took longer than {timeout:.0f} s") from None
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        raise ProbeFailed(f"{what} failed: {tail[0]}")
-    answer: dict[str, Any] = json.loads(lines[-1])
-    return answer
-
-
-def run_probe(command: str, request: dict[str, Any], timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Run the probe child (``hisho.core.spawn``, role ``probe``) with ``request`` on stdin; its JSON answer."""
-    answer = child_answer("probe", command, request=request, timeout=timeout, what=f"llama.cpp probe '{command}'")
-    if not answer.get("ok"):
-        raise ProbeFailed(f"llama.cpp probe '{command}' failed: {answer.get('error', 'unknown error')}")
-    return answer

@@ -4,7 +4,7 @@ With prompt offload on, llama.cpp runs a prompt batch's (32+ tokens) matrix prod
 on the device too, copying their weights there batch by batch. Whether that pays depends on the device (a
 discrete GPU over PCIe, an iGPU on the CPU's memory bus, a software device on the CPU's own cores), so the
 engine times one short prompt batch both ways when it loads a split it has not measured
-(``hisho.engine.measure.offload``) and keeps the answer here, beside the planner's calibrations: per model file,
+(``hisho.engine.model.offload``) and keeps the answer here, beside the planner's calibrations: per model file,
 llama.cpp build, devices and split. The planner puts a kept answer into the load (``LoadParams.op_offload``), so
 a split is measured once. docs/vulkan.md, "Prompt offload".
 

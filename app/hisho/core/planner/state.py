@@ -25,7 +25,7 @@ CELL_META = 12  # bytes of metadata per saved attention cell (its position, sequ
 # 3.3-3.5 KiB per chunk on the Gemma-3 tiny shape; tests/engine/test_saved_state_size.py bounds it by 4 KiB).
 STATE_HEADERS = 4096
 
-# What the engine keeps beside the context, mirrored from engine/kv/prefix.py and engine/kv/kvstate.py (a test checks
+# What the engine keeps beside the context, mirrored from engine/model/prefix.py and engine/kv/kvstate.py (a test checks
 # that they agree): partial-state checkpoints per sequence, the chunk size of a save, the save arena's steps
 # and the largest arena kept for the next save.
 CHECKPOINTS_PER_SEQ = 8
@@ -72,7 +72,7 @@ class StateSize:
         ``[s, e)`` holds its own full-attention rows and the window cells of its range that are inside the
         window of ``e - 1``: the chunk that ends the save those still in the window cache (its last
         ``window_held`` positions: ``memory.swa_cells``), the others those of the interval checkpoint taken at
-        their end (engine/kv/prefix.py: the prompt's reading kept one at every chunk end, the most it keeps). On a
+        their end (engine/model/prefix.py: the prompt's reading kept one at every chunk end, the most it keeps). On a
         recurrent model each chunk holds one recurrent state for the same reason (a restore can end there)."""
         n = max(0, n_tokens)
         step = chunk_tokens if chunk_tokens > 0 else max(1, n)
@@ -222,7 +222,7 @@ def kept_bytes(facts: ModelFacts, cfg: Config) -> Kept:
     """What the engine's reuse and persistence hold beside the context for ``cfg`` (docs/planner.md "Kept
     state").
 
-    Checkpoints (engine/kv/prefix.py), sliding-window and recurrent models only: one holds the window part and the
+    Checkpoints (engine/model/prefix.py), sliding-window and recurrent models only: one holds the window part and the
     recurrent state of one sequence (``StateSize.checkpoint``: at most the whole window) and its token list; a
     sequence keeps at most ``CHECKPOINTS_PER_SEQ`` and at most ``CHECKPOINT_BYTES_PER_SEQ`` of them (never fewer
     than one), and a new one is taken before the oldest is dropped; beside them the interval checkpoints of a

@@ -27,7 +27,8 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
-from hisho.engine.lib.llama_setup import Sampler, hit_stop
+from hisho.engine.decode.sampler import Sampler
+from hisho.engine.lib.llama_setup import hit_stop
 from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")

@@ -12,7 +12,8 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, Sampling
 from hisho.engine.decode import speculate
-from hisho.engine.lib.llama_setup import GenStats, Sampler, hit_stop
+from hisho.engine.decode.sampler import Sampler
+from hisho.engine.lib.llama_setup import GenStats, hit_stop
 from hisho.engine.model.reasoning import opened_at
 from hisho.engine.model.runtime import RequestError, Runtime
 
@@ -61,7 +62,7 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         on_progress = progress(cut)
     if not rt.keeper.dense:
         # A checkpoint one token short of the prompt: a regenerate (or an edit of the next message) restores
-        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.kv.prefix), and decodes
+        # it where a sliding window or a recurrent state cannot be cut back (hisho.engine.model.prefix), and decodes
         # the last token alone, as here. (A dense regenerate reads the prompt's last slice again instead:
         # PrefixKeeper._slice_start.)
         if not rt.decode_tokens(seq, rest[:-1], want_logits=False, should_stop=cancelled,

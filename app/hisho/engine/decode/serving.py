@@ -36,7 +36,8 @@ from hisho.core.engine.protocol import ErrorKind, Sampling, common_prefix
 from hisho.engine.decode.batched import BatchStats, Item, _Slot, _step
 from hisho.engine.decode.grammar import check_grammar
 from hisho.engine.decode.replykeep import keep_reply
-from hisho.engine.lib.llama_setup import Sampler, hit_stop, token_event
+from hisho.engine.decode.sampler import Sampler
+from hisho.engine.lib.llama_setup import hit_stop, token_event
 from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.engine")
@@ -210,7 +211,7 @@ class ServingBatch:
         sequence and its chunk ends are no restore points. On a window or recurrent model the prefix read so far
         is saved at each kept interval checkpoint instead (one file ``[0, mark)``; the index chains it from the
         root like any first chunk), so a request that parts from this one after a restart restores the nearest
-        one (hisho.engine.kv.prefix "Interval checkpoints")."""
+        one (hisho.engine.model.prefix "Interval checkpoints")."""
         if self.unified or job.save is None or self.rt.keeper.interval_at(slot.seq, slot.fed) is None:
             return
         self._save(slot.seq, job, snapshot=True)
@@ -276,7 +277,7 @@ class ServingBatch:
         # before the prompt's last token (a regenerate, an edit of the last message), as the chat's turns take.
         # A dense slot reads its prompt in one go: its cells share the unified cache with the other slots'
         # anyway, so its pieces are not one request's own (docs/kv-format.md "Numerics").
-        # And at the interval marks, as every prompt reading (hisho.engine.kv.prefix "Interval checkpoints").
+        # And at the interval marks, as every prompt reading (hisho.engine.model.prefix "Interval checkpoints").
         slot.marks = [] if rt.keeper.dense else sorted({m for m in (*job.marks, len(job.prompt) - 1)
                                                         if keep < m < len(job.prompt)}
                                                        | set(rt.keeper.marks(keep, len(job.prompt))))

@@ -30,7 +30,8 @@ import llama_cpp
 import numpy as np
 
 from hisho.core.engine.protocol import Sampling
-from hisho.engine.lib.llama_setup import Sampler, logits_at
+from hisho.engine.decode.sampler import Sampler
+from hisho.engine.lib.llama_setup import logits_at
 from hisho.engine.model.runtime import Runtime
 
 log = logging.getLogger("hisho.engine")

@@ -31,7 +31,7 @@ from hisho.core.engine.protocol import ErrorKind, common_prefix
 from hisho.core.kv import format as kvf
 from hisho.engine.kv.chunkwriter import Arena, ChunkWriter, Job
 from hisho.engine.kv.kvfacts import state_facts
-from hisho.engine.kv.prefix import PrefixKeeper
+from hisho.engine.model.prefix import PrefixKeeper
 from hisho.engine.model.runtime import RequestError, Runtime
 
 log = logging.getLogger("hisho.kv")

@@ -272,7 +272,7 @@ def load_measured(request: dict[str, Any]) -> Measured:
     backends.init()
     params = LoadParams.from_dict(request["params"])
     if params.op_offload is None:
-        # A partial offload's prompt-offload probe (engine.measure.offload) would make contexts of its own: their
+        # A partial offload's prompt-offload probe (engine.model.offload) would make contexts of its own: their
         # buffer lines would join the load's and their memory its peak. Measured as the planner prices it.
         params = dataclasses.replace(params, op_offload=prompt_offload(params))
     reset_peak()

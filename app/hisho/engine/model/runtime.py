@@ -23,7 +23,6 @@ import llama_cpp
 
 from hisho.core.engine.protocol import ErrorKind, LoadParams, common_prefix
 from hisho.core.units import padded_cells
-from hisho.engine.kv.prefix import PrefixKeeper
 from hisho.engine.lib import backends, hugepages
 from hisho.engine.lib.llama_setup import (
     Batch,
@@ -38,8 +37,9 @@ from hisho.engine.lib.llama_setup import (
     step_kind,
 )
 from hisho.engine.lib.process import give_back_heap
-from hisho.engine.measure import offload
+from hisho.engine.model import offload
 from hisho.engine.model.chat import BASE_MODEL_NOTICE, ChatTemplate
+from hisho.engine.model.prefix import PrefixKeeper
 from hisho.engine.model.reasoning import reasoning_format
 
 log = logging.getLogger("hisho.engine")
@@ -342,7 +342,7 @@ class Runtime:
 
     def seq_rm(self, seq: int, start: int = 0) -> int:
         """Keep sequence ``seq``'s first ``start`` tokens (none with start 0) where the memory can continue from
-        there exactly, else the longest exact prefix below it (hisho.engine.kv.prefix: the one reuse rule).
+        there exactly, else the longest exact prefix below it (hisho.engine.model.prefix: the one reuse rule).
         Returns how many tokens it holds now. Dense models: a plain cut, as always."""
         return self.keeper.keep(seq, start)
 

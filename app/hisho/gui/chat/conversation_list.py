@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QFileDialog, QLabel, QLineEdit, QWidget
 
-from hisho.core.conversations import exchange as conversation_io
 from hisho.core.conversations.store import Conversation, ConversationStore, Message
+from hisho.core.documents import exchange as conversation_io
 from hisho.gui.chat.send_screen import PresenterBase
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The first-start card: the bundled model is a small demo; here is the best model that fits this computer.
 
-Shown on the empty chat page while the model in use is the bundled SmolLM2-135M (``core.models.suggest``). It
+Shown on the empty chat page while the model in use is the bundled SmolLM2-135M (``core.hub.suggest``). It
 names a model at once from published sizes (offline, no request: nothing leaves the computer until the user
 asks). One click on Download asks the hub on the ``hub`` lane for the candidates' files, largest first, lets the
 planner judge each from its header (``hub.fit_files``), shows the verdict's badge and queues the first that fits
@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 
 from hisho.core.hub import Fit, QuantFile
 from hisho.core.hub.fit import LABELS
-from hisho.core.models.suggest import (
+from hisho.core.hub.suggest import (
     CANDIDATES,
     Candidate,
     estimate,

@@ -1,6 +1,6 @@
 """The Hub tab's first list, before any search: the models best for this computer.
 
-The well-known instruct models of ``core.models.suggest`` (no request: the estimate comes from their published
+The well-known instruct models of ``core.hub.suggest`` (no request: the estimate comes from their published
 sizes), the one the first-run card would offer first: the best that fits and, where this machine's speed is
 measured (``planner.speed``), answers at 8 tok/s or faster; then the others that fit and are fast enough here,
 then those that fit but would answer slower (said on their line), then the ones that do not fit
@@ -36,7 +36,7 @@ class Line:
 def best_lines(tab: HubTab) -> tuple[list[Line], str]:
     """The candidates, best for this computer first, and a one-line heading (runs on the hub lane)."""
     from hisho.core.hub.fit import LABELS
-    from hisho.core.models.suggest import estimate, is_slow, ranked, speed_of, suggest, why_not_larger
+    from hisho.core.hub.suggest import estimate, is_slow, ranked, speed_of, suggest, why_not_larger
     from hisho.core.planner import speed
 
     budget, _opts = tab.budget()

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QWidget
 
 if TYPE_CHECKING:
     from hisho.core.conversations.store import Conversation
-    from hisho.gui.shell.context import AppContext
+    from hisho.core.services import Services as AppContext  # the window's name for it (gui/shell/context.py)
     from hisho.gui.shell.state_bridge import StateBridge
 
 

@@ -52,7 +52,7 @@ from typing import Any
 import llama_cpp
 
 from hisho.core.kv.marks import interval_tokens
-from hisho.engine.kv import cellorder
+from hisho.engine.model import cellorder
 
 log = logging.getLogger("hisho.engine")
 
@@ -307,7 +307,7 @@ class PrefixKeeper:
         if cellorder.by_position(data) is None and not self._unordered_logged:
             self._unordered_logged = True
             log.warning("window checkpoints keep llama.cpp's slot order: this build's state format is not the one "
-                        "hisho.engine.kv.cellorder reads (a resume from disk may round differently)")
+                        "hisho.engine.model.cellorder reads (a resume from disk may round differently)")
 
     def _relay(self, seq: int, data: ctypes.Array[ctypes.c_uint8]) -> None:
         """Load the checkpoint just taken back into ``seq``: its window cells move to the slots a later restore
