@@ -13,6 +13,10 @@ The window and ``hisho chat`` both use it. Rules of use:
   template is rendered once per send. ``send_if_fits`` does the fit check on the same tokens, so a send is one
   job on the engine lane; the caller is asked only when the prompt does not fit.
 - ``after_turn`` hooks run after the reply is saved (KV save).
+- Tools (``tools``: the tool loop, ``hisho.core.tools.loop``): when set and the model's template writes tool
+  calls, every prompt carries the enabled tools (``prompt_tools``) and ``run`` hands the reply to the loop, which
+  generates, runs the calls and generates again; the calls and results are saved with the reply
+  (``Message.tool_calls``) and shown to the model again in later prompts.
 - Every store write goes through ``write`` (the composition root passes the executor's store lane, the
   database's one writer; by default it runs inline). Reads stay on the caller's thread.
 - Nothing is ever cut silently: ``check_fit`` says whether a prompt fits the context, and the caller chooses
@@ -27,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import logging
 import threading
 import time
@@ -105,6 +110,9 @@ class Turn:
     sent_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     answer_at: float | None = None     # the answer's first token (after any thinking)
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # tool calls made so far (Message.tool_calls)
+    steps: list[dict[str, Any]] = field(default_factory=list)   # each generation's token counts (tool loop)
+    tool_error: str = ""               # why the tool loop stopped early (saved as the reply's note)
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _stream: TokenStream | None = field(default=None, repr=False)
 
@@ -125,9 +133,10 @@ class PreparedPrompt:
     (this computer's), their ``tokens`` (None on a remote engine, which renders its own template). ``fit``
     says whether they leave room for the reply."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     tokens: list[int] | None
     fit: FitReport
+    tools: list[dict[str, Any]] | None = None   # the tools the prompt carries (the tool loop's)
 
 
 @dataclass
@@ -153,6 +162,16 @@ def sampling_for(settings: Any, n_ctx: int | None = None, *, reasons: bool = Fal
                     max_tokens=min(max_tokens, n_ctx) if n_ctx else max_tokens)
 
 
+class ToolLoop(Protocol):
+    """What the chat needs of the tool loop (``hisho.core.tools.loop.ToolLoop``)."""
+
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    def reply(self, service: ChatService, turn: Turn, prompt: PreparedPrompt,
+              on_text: Callable[[str], None] | None,
+              on_reasoning: Callable[[str], None] | None) -> GenerationResult | None: ...
+
+
 class ChatService:
     def __init__(self, store: ConversationStore, engine: Engine, *, model_name: str = "",
                  answering: Callable[[], str] | None = None,
@@ -175,6 +194,7 @@ class ChatService:
         self.prompt_context: list[Callable[[int, list[dict[str, str]]], None]] = []
         self.after_turn: list[Callable[[TurnResult], None]] = []
         self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
+        self.tools: ToolLoop | None = None
         self._unsaved_lock = threading.Lock()
 
     @property
@@ -188,14 +208,37 @@ class ChatService:
     def n_ctx(self) -> int:
         return int(self.engine.load_info.get("n_ctx", 0))
 
+    def tool_family(self) -> str | None:
+        """The tool-call family the model's own template writes (None: it shows no tools)."""
+        from hisho.core.formats.tools import detect
+
+        info = self.engine.load_info
+        if info.get("chat_template_source") != "gguf" or not self._takes_tokens():
+            return None
+        return detect(str(info.get("chat_template") or ""))
+
+    def prompt_tools(self) -> list[dict[str, Any]] | None:
+        """The tools every prompt carries now: the enabled ones, where the model can call them (else None)."""
+        if self.tools is None or self.tool_family() is None:
+            return None
+        return self.tools.schemas() or None
+
     def prompt_messages(self, conversation_id: int, leaf_id: int | None = None,
-                        extra_user: str | None = None) -> list[dict[str, str]]:
+                        extra_user: str | None = None) -> list[dict[str, Any]]:
         """The chat messages the model sees for a branch (system prompt first), plus an unsent draft."""
         conv = self.store.get(conversation_id)
-        out = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
+        out: list[dict[str, Any]] = [{"role": "system", "content": conv.system_prompt}] \
+            if conv.system_prompt.strip() else []
+        calls_shown = self.tool_family() is not None
         for m in self.store.branch(conversation_id, leaf_id):
-            if m.content or m.role == "user":
-                msg = {"role": m.role, "content": m.content}
+            prefix = ""
+            if m.tool_calls:
+                from hisho.core.tools.rounds import history
+
+                shown, prefix = history(m.tool_calls, calls_shown)
+                out += shown
+            if m.content or prefix or m.role == "user":
+                msg = {"role": m.role, "content": prefix + m.content}
                 if m.reasoning and self._takes_tokens():
                     # The model's own template decides whether earlier reasoning is shown again (Qwen3's and
                     # GPT-OSS's drop it): Hisho passes it and drops what the template drops.
@@ -228,10 +271,12 @@ class ChatService:
     def _prepared(self, turn: Turn, messages: list[dict[str, str]]) -> PreparedPrompt:
         for hook in self.before_prompt:
             hook(turn, messages)
-        tokens = self.engine.tokenize(messages=messages, template_kwargs=turn.template_kwargs) \
+        tools = self.prompt_tools()
+        tokens = self.engine.tokenize(messages=messages, template_kwargs=turn.template_kwargs, tools=tools) \
             if self._takes_tokens() and messages else None
         count = len(tokens) if tokens is not None else self.count(messages)
-        return PreparedPrompt(messages, tokens, FitReport(count, self.reply_room(turn.conversation_id), self.n_ctx))
+        return PreparedPrompt(messages, tokens, FitReport(count, self.reply_room(turn.conversation_id), self.n_ctx),
+                              tools)
 
     def prepare(self, turn: Turn) -> PreparedPrompt:
         """The prompt of ``turn`` (engine lane): its branch, cut to fit when the turn says so, shaped and
@@ -374,19 +419,16 @@ class ChatService:
         turn.reply_id = reply.id
         status, error, result = DONE, "", None
         try:
-            kwargs = turn.template_kwargs
-            stream = self.engine.generate(tokens=prompt.tokens, sampling=turn.sampling, template_kwargs=kwargs) \
-                if prompt.tokens is not None else self.engine.generate(messages=messages, sampling=turn.sampling,
-                                                                       template_kwargs=kwargs)
-            turn._stream = stream
-            if turn.cancelled:
-                stream.cancel()
-            self._pump(turn, stream, on_text, on_reasoning)
-            result = stream.result
+            if self.tools is not None and prompt.tools:
+                result = self.tools.reply(self, turn, prompt, on_text, on_reasoning)
+            else:
+                result = self.stream_step(turn, prompt.tokens, messages, turn.sampling, on_text, on_reasoning)
             if result is not None and result.stop_reason == "cancelled":
                 status = STOPPED
             if result is not None and result.reasoning_unfinished and result.stop_reason == "length":
                 status, error = STOPPED, THOUGHT_TOO_LONG
+            if turn.tool_error and not error:
+                status, error = STOPPED, turn.tool_error
         except EngineError as exc:
             status, error = FAILED, _engine_message(exc)
             log.warning("turn %s in conversation %s failed: %s", turn.id, turn.conversation_id, error)
@@ -404,6 +446,8 @@ class ChatService:
         if turn.store_error is not None:
             status, error = FAILED, "the disk filled up during this reply; it was stopped here"
         fields = {"content": turn.text, "status": status, "error": error, **meta}
+        if turn.rounds:
+            fields["tool_calls"] = json.dumps(turn.rounds, ensure_ascii=False)
         try:
             if turn.store_error is None:
                 self.write(lambda: self.store.update_message(reply.id, **fields))
@@ -421,8 +465,25 @@ class ChatService:
             after(out)
         return out
 
+    def stream_step(self, turn: Turn, tokens: list[int] | None, messages: list[dict[str, Any]],
+                    sampling: Sampling, on_text: Callable[[str], None] | None,
+                    on_reasoning: Callable[[str], None] | None = None,
+                    shown: Callable[[dict[str, Any]], str] | None = None) -> GenerationResult | None:
+        """One generation of the turn's reply (the whole reply, or one step of the tool loop): streamed into
+        ``turn.text`` (``shown`` picks each event's text to show; default its answer text)."""
+        kwargs = turn.template_kwargs
+        stream = self.engine.generate(tokens=tokens, sampling=sampling, template_kwargs=kwargs) \
+            if tokens is not None else self.engine.generate(messages=messages, sampling=sampling,
+                                                            template_kwargs=kwargs)
+        turn._stream = stream
+        if turn.cancelled:
+            stream.cancel()
+        self._pump(turn, stream, on_text, on_reasoning, shown)
+        return stream.result
+
     def _pump(self, turn: Turn, stream: TokenStream, on_text: Callable[[str], None] | None,
-              on_reasoning: Callable[[str], None] | None = None) -> None:
+              on_reasoning: Callable[[str], None] | None = None,
+              shown: Callable[[dict[str, Any]], str] | None = None) -> None:
         saved_at = time.monotonic()
         assert turn.reply_id is not None
         for ev in stream:
@@ -433,7 +494,7 @@ class ChatService:
                 turn.reasoning += thought
                 if on_reasoning is not None:
                     on_reasoning(thought)
-            piece = str(ev.get("text", ""))
+            piece = shown(ev) if shown is not None else str(ev.get("text", ""))
             if piece:
                 if turn.answer_at is None:
                     turn.answer_at = time.monotonic()
