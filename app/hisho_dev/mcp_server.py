@@ -5,9 +5,9 @@
 
 - ``read_file(path)``: a text file under ``--root`` (a path leaving it is refused);
 - ``add(a, b)``: the sum of two numbers;
-- ``slow(seconds)``: waits, then says so (a hanging tool, for timeouts);
+- ``slow(seconds)``: waits, then says so; ``hang()``: never answers (a hanging tool, for timeouts);
 - ``crash()``: the server process exits at once (a crashing server);
-- ``big(megabytes)``: a text result of that size (the result bound);
+- ``big()``: a 20 MB text result (the result bound);
 - ``echo(text)``: the text back (what a result holding a chat template's markers looks like).
 
 ``--garbage``: every tool call first prints a line that is not JSON-RPC on stdout. ``--exit-at-once``: the
@@ -20,10 +20,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from hisho.core.tools.config import ServerConfig
+
+_APP = str(Path(__file__).resolve().parent.parent)   # where hisho_dev is, for the child's PYTHONPATH
 
 _WORDS = ("the tool reads its arguments checks each against the schema and answers with plain text that the "
           "model may quote or summarize for the person who asked").split()
@@ -44,7 +54,7 @@ def build(name: str, root: Path, *, garbage: bool = False, describe: int = 0) ->
         noise()
         target = (root / path).resolve()
         if root.resolve() not in target.parents:
-            raise ValueError(f"{path} is outside the folder this server reads")
+            raise ToolError(f"{path} is outside the folder this server reads")
         return target.read_text(encoding="utf-8")
 
     def add(a: float, b: float) -> float:
@@ -62,9 +72,14 @@ def build(name: str, root: Path, *, garbage: bool = False, describe: int = 0) ->
         sys.stderr.flush()
         os._exit(3)
 
-    def big(megabytes: float) -> str:
+    async def hang() -> str:
         noise()
-        return "x" * int(megabytes * 1024 * 1024)
+        await asyncio.sleep(3600)
+        return "never"
+
+    def big() -> str:
+        noise()
+        return "0123456789abcdef" * (20 * 1024 * 1024 // 16)
 
     def echo(text: str) -> str:
         noise()
@@ -72,10 +87,47 @@ def build(name: str, root: Path, *, garbage: bool = False, describe: int = 0) ->
 
     docs = {"read_file": "Read a text file under the server's folder.", "add": "Add two numbers.",
             "slow": "Wait the given seconds, then answer.", "crash": "Make the server exit (a test of crashes).",
-            "big": "Answer with a text of the given size in megabytes.", "echo": "Answer with the given text."}
-    for fn in (read_file, add, slow, crash, big, echo):
+            "hang": "Never answer (a test of time limits).", "big": "Answer with 20 MB of text.",
+            "echo": "Answer with the given text."}
+    for fn in (read_file, add, slow, hang, crash, big, echo):
         server.add_tool(fn, name=fn.__name__, description=docs[fn.__name__] + (" " + extra if extra else ""))
     return server
+
+
+def stdio_config(name: str, root: Path, *flags: str) -> ServerConfig:
+    """A local server config that starts this module over stdio (``flags``: ``--garbage`` and the like)."""
+    return ServerConfig(name, command=sys.executable,
+                        args=("-m", "hisho_dev.mcp_server", "--root", str(root), "--name", name, *flags),
+                        env={"PYTHONPATH": _APP})
+
+
+@contextmanager
+def http_server(root: Path, name: str = "web", wait_s: float = 60.0) -> Iterator[str]:
+    """This module serving streamable HTTP on a free loopback port; yields its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": _APP}
+    proc = subprocess.Popen([sys.executable, "-m", "hisho_dev.mcp_server", "--root", str(root), "--name", name,
+                             "--http", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the MCP test server did not start (exit {proc.poll()})") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -66,6 +66,17 @@ class ToolLoop:
         # A step's grammar: tests and the bench force calls with it (None: lazy, the model chooses).
         self.forced: Callable[[int], str | None] = lambda made: None
 
+    @classmethod
+    def from_settings(cls, settings: Any, manager: ToolManager, approve: Approve) -> ToolLoop:
+        """The loop with the app's settings: its bounds, and "always" remembered in ``tools_always_allowed``."""
+        def remember(keys: list[str]) -> None:
+            settings.set("tools_always_allowed", keys)
+            settings.save()
+
+        approvals = Approvals(settings.get("tools_always_allowed"), on_change=remember)
+        return cls(manager, approve, approvals=approvals, max_calls=int(settings.get("tool_calls_per_message")),
+                   timeout=float(settings.get("tool_timeout_s")))
+
     def schemas(self) -> list[dict[str, Any]]:
         return self.manager.schemas()
 
