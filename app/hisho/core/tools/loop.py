@@ -159,7 +159,7 @@ class ToolLoop:
             return end(rounds.REFUSED, f"Error: there is no tool named {call.name!r}; the tools are: {names}")
         entry.update(server=tool.server, tool=tool.name)
         try:
-            arguments = json.loads(call.arguments or "{}")
+            arguments = json.loads(call.arguments or "{}", parse_float=_finite, parse_constant=_no_constant)
         except ValueError as exc:
             return end(rounds.REFUSED, f"Error: the arguments are not JSON ({exc})")
         problem = schema_problem(arguments, tool.schema)
@@ -179,6 +179,17 @@ class ToolLoop:
         if outcome.error:
             return end(rounds.STOPPED if turn.cancelled else rounds.ERROR, f"Error: {text}")
         return end(rounds.OK, text)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not a JSON number")
 
 
 def schema_problem(arguments: Any, schema: dict[str, Any]) -> str:
