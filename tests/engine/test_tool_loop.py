@@ -122,6 +122,9 @@ def test_three_calls_approve_deny_always_and_each_step_reads_only_what_is_new(
     # "Always" holds for the next reply: no question; revoked, asked again.
     turn2 = run(service, cid, "Once more.")
     assert len(loop.asked) == 3 and calls(turn2)[0]["status"] == "ok"
+    # The next turn's prompt renders the stored calls and results as the loop gave them: it reuses every cell up
+    # to the last step's prompt, so no tool result is read twice.
+    assert turn2.steps[0]["cached_tokens"] >= turn.steps[-1]["prompt_tokens"], (turn.steps, turn2.steps)
     loop.approvals.revoke("files/add")
     loop.plan[:] = ["add"]
     loop.forced = lambda made: loop.plan[made] if made < len(loop.plan) else None

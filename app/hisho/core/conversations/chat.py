@@ -165,8 +165,12 @@ class ChatService:
             out.append({"role": "user", "content": extra_user})
         return out
 
-    def count(self, messages: list[dict[str, str]]) -> int:
-        return self.engine.count_tokens(messages=messages) if messages else 0
+    def count(self, messages: list[dict[str, Any]]) -> int:
+        if not messages:
+            return 0
+        tools = self.prompt_tools()   # the tools a prompt carries count too (the context meter, fit checks)
+        return len(self.engine.tokenize(messages=messages, tools=tools)) if tools else \
+            self.engine.count_tokens(messages=messages)
 
     def check_fit(self, conversation_id: int, draft: str | None = None) -> FitReport:
         """Would the branch on screen plus ``draft`` fit the context with room for a reply?"""
