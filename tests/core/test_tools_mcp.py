@@ -154,3 +154,24 @@ def test_the_app_keeps_tokens_apart_from_its_file() -> None:
 def test_a_bad_file_is_refused_with_the_entry_named(bad: object, says: str) -> None:
     with pytest.raises(UserError, match=says):
         config.parse_mcp_json(bad)
+
+
+def test_always_is_remembered_with_the_settings_and_revocable(manager: ToolManager, tmp_path: Path) -> None:
+    from hisho.core import settings as settings_mod
+    from hisho.core.tools.approvals import allow_all
+    from hisho.core.tools.loop import ToolLoop
+
+    path = tmp_path / "settings.json"
+    stored = settings_mod.Settings(path=path)
+    stored.set("tool_calls_per_message", 4)
+    stored.set("tool_timeout_s", 9)
+    loop = ToolLoop.from_settings(stored, manager, allow_all)
+    assert (loop.max_calls, loop.timeout) == (4, 9.0)
+    loop.approvals.always("files/add")
+    assert settings_mod.load(path).get("tools_always_allowed") == ["files/add"]
+    again = ToolLoop.from_settings(settings_mod.load(path), manager, allow_all)
+    assert again.approvals.allowed("files/add")
+    again.approvals.revoke("files/add")
+    assert settings_mod.load(path).get("tools_always_allowed") == []
+    with pytest.raises(ValueError, match="tools_always_allowed"):
+        stored.set("tools_always_allowed", "files/add")
