@@ -219,3 +219,27 @@ def test_a_model_without_a_tool_format_says_so(manager: ToolManager, tmp_path: P
     finally:
         plain.close()
 
+
+
+def test_with_kv_persistence_the_next_turn_reads_only_its_own_message(
+        engine: EngineClient, manager: ToolManager, tmp_path: Path) -> None:
+    from hisho.core.kv.chat_hooks import KVChat
+    from hisho.core.kv.index import KVIndex
+    from hisho.core.kv.session import KVSession
+
+    db = Database(tmp_path / "hisho.sqlite3")
+    service = ChatService(ConversationStore(db), engine)
+    kv = KVChat(service, KVSession(engine, KVIndex(db, tmp_path / "kv"), chunk_tokens=64,
+                                   budget_bytes=1 << 40)).install()
+    service.tools = Loop(manager, ["add"])
+    cid = service.new_conversation().id
+    service.store.update(cid, system_prompt="You help with numbers.")
+    first = run(service, cid)
+    assert calls(first)[0]["status"] == "ok"
+    second = run(service, cid, "Thanks.")
+    # The save after the reply appended the next turn's head rendered with the same tools: the next prompt
+    # finds the calls, results and reply in the cells and reads its own words and the headers around them.
+    step = second.steps[0]
+    words = len(engine.tokenize("Thanks."))
+    assert step["prompt_tokens"] - step["cached_tokens"] <= words + 8, (first.steps, second.steps)
+    kv.close()
