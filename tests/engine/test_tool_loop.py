@@ -177,7 +177,9 @@ def test_the_call_limit_stops_the_reply_and_says_so(engine: EngineClient, manage
     service, cid = chat(engine, loop)
     turn = run(service, cid)
     reply = service.store.message(turn.reply_id or 0)
-    assert len(calls(turn)) == 2 and reply.status == STOPPED and "more than 2 tool calls" in reply.error
+    assert [c["status"] for c in calls(turn)] == ["ok", "ok", "refused"]
+    assert "limit of tool calls" in calls(turn)[2]["result"]
+    assert reply.status == STOPPED and "more than 2 tool calls" in reply.error
 
 
 def test_stop_ends_a_running_call_and_the_reply(engine: EngineClient, manager: ToolManager) -> None:

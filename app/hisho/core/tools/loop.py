@@ -15,7 +15,9 @@ call marker, then the call is well-formed), reads the calls with the API's parse
 The engine keeps the sequence's cells between steps, so each step reads only the new call and its result
 (``Turn.steps`` has each generation's prompt and cached tokens). At most ``max_calls`` calls per reply; a reply
 that asks for more stops and says so (``Turn.tool_error``). The calls and results are kept on the turn
-(``Turn.rounds``) and saved with the reply as each round ends.
+(``Turn.rounds``) and saved with the reply as each round ends; ``Turn.text`` holds the text of the step in
+progress (a round takes the text written before its calls), and ``on_text`` hears every step's text as it comes
+(never a call's own markup).
 """
 
 from __future__ import annotations
@@ -118,15 +120,21 @@ class ToolLoop:
             if made + len(calls) > self.max_calls:
                 turn.tool_error = (f"stopped: the model asked for more than {self.max_calls} tool calls in one reply "
                                    "(Settings: tool calls per message)")
+                over = [{"id": c.id, "name": c.name, "server": "", "tool": "", "arguments": c.arguments,
+                         "status": rounds.REFUSED, "result": "Not run: the limit of tool calls per reply was reached."}
+                        for c in calls]
+                turn.rounds.append({"content": turn.text, "calls": over})
+                turn.text = ""
                 return result
             done = [self._call(call, turn) for call in calls]
             made += len(done)
-            turn.rounds.append({"content": turn.text, "calls": done})
+            content, turn.text = turn.text, ""   # the round keeps it; the reply's text is what follows the calls
+            turn.rounds.append({"content": content, "calls": done})
             self._save(service, turn)
             if turn.cancelled:
                 turn.tool_error = "stopped while a tool ran"
                 return result
-            messages += rounds.call_messages(turn.text, done)
+            messages += rounds.call_messages(content, done)
             tokens = service.engine.tokenize(messages=messages, tools=tools, template_kwargs=turn.template_kwargs)
             if len(tokens) + MIN_REPLY_TOKENS > service.n_ctx > 0:
                 turn.tool_error = "stopped: the tool results no longer leave room for a reply in the context"

@@ -269,7 +269,8 @@ class ToolManager:
         if conn.state.status in (READY, STARTING):
             self._set(conn, ServerState(name, STOPPED))
 
-    def _transport(self, conn: _Conn) -> Any:
+    async def _transport(self, conn: _Conn, stack: contextlib.AsyncExitStack) -> Any:
+        """The connection's read and write streams, entered into ``stack`` (its HTTP client too)."""
         cfg = with_token(conn.config)
         if cfg.remote:
             import httpx2
@@ -278,8 +279,9 @@ class ToolManager:
             headers = dict(cfg.headers)
             if cfg.token:
                 headers["Authorization"] = f"Bearer {cfg.token}"
-            client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
-            return streamable_http_client(cfg.url, http_client=client)
+            client = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)))
+            return await stack.enter_async_context(streamable_http_client(cfg.url, http_client=client))
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         if conn.errlog is not None:
@@ -288,7 +290,7 @@ class ToolManager:
         params = StdioServerParameters(command=cfg.command, args=list(cfg.args), env=dict(cfg.env) or None,
                                        cwd=os.path.expanduser(cfg.cwd) if cfg.cwd else None,
                                        encoding_error_handler="replace")
-        return stdio_client(params, errlog=conn.errlog)
+        return await stack.enter_async_context(stdio_client(params, errlog=conn.errlog))
 
     async def _serve(self, conn: _Conn) -> None:
         from mcp.client.session import ClientSession
@@ -301,7 +303,7 @@ class ToolManager:
         name = conn.config.name
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(self._transport(conn))
+                read, write = await self._transport(conn, stack)
                 session = await stack.enter_async_context(ClientSession(read, write, message_handler=on_message))
                 await asyncio.wait_for(session.initialize(), self.start_timeout)
                 listed = await asyncio.wait_for(session.list_tools(), self.start_timeout)
