@@ -119,7 +119,7 @@ def test_an_exported_chat_carries_its_documents_and_an_old_export_still_imports(
     chat.add(conv.id, town)
     out = conversation_io.export_file(store, conv.id, tmp_path / "c.json")
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["version"] == 2 and [d["name"] for d in data["documents"]] == ["NOTES", "town.pdf"]
+    assert data["version"] == conversation_io.FORMAT_VERSION and [d["name"] for d in data["documents"]] == ["NOTES", "town.pdf"]
     assert "> **Attached:** NOTES, town.pdf" in conversation_io.to_markdown(store, conv.id)
 
     # Another computer: a database that never held a document (no documents tables yet).

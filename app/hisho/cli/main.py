@@ -106,7 +106,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 REPEAT_DEFAULT = {"decode": 6}
 
 BENCHES = ("decode", "resume", "summarize", "plan", "hub", "api", "remote", "identity", "soak", "peers", "reasoning",
-           "speed", "peers-resume", "agent")
+           "speed", "peers-resume", "agent", "tools")
 
 
 # ----- self-test --------------------------------------------------------------------------------------

@@ -55,6 +55,10 @@ from hisho.core.planner.gate import PlanRefused
 from hisho.core.planner.launch import load_params_for, open_model
 from hisho.core.remote.endpoints import LOCAL, load_choice, load_endpoints, save_choice, with_key
 from hisho.core.remote.http import Endpoint
+from hisho.core.tools.approvals import Approve
+from hisho.core.tools.config import ServerConfig, load_servers
+from hisho.core.tools.loop import ToolLoop
+from hisho.core.tools.manager import ServerState, ToolManager
 from hisho.core.wiring import install_hooks, record_speed, use_engine
 
 if TYPE_CHECKING:
@@ -131,6 +135,7 @@ class Services:
     models: ModelStore = field(default_factory=lambda: open_models())   # the model registry: the app's one
     _downloads: Downloader | None = field(default=None, repr=False)
     served: Served | None = None        # the API server running over these services (``serve``), if any
+    tools: ToolLoop | None = None       # tools in the chat (``use_tools``), while turned on
     _named: tuple[Path | None, ModelName] | None = field(default=None, repr=False)
 
     @property
@@ -307,10 +312,40 @@ class Services:
         if self.local_engine is not None and self.local_engine is not self.engine:
             self.local_engine.cancel_load()
 
+    def use_tools(self, approve: Approve, servers: list[ServerConfig] | None = None,
+                  on_state: Callable[[ServerState], None] | None = None) -> ToolLoop:
+        """Tools in every chat (docs/tools.md): the MCP servers configured (or ``servers``) start in the
+        background, every prompt carries their enabled tools and replies run the tool loop, ``approve`` asking
+        the person about each call (on the engine lane: the window moves the question to its own thread and
+        waits for the answer). "Always" answers are saved with the settings on the store lane. Called again:
+        the loop already running."""
+        if self.tools is None:
+            manager = ToolManager(servers if servers is not None else load_servers(), on_state=on_state)
+            manager.start()
+            loop = ToolLoop.from_settings(self.settings, manager, approve)
+
+            def remember(keys: list[str]) -> None:
+                def save() -> None:
+                    self.settings.set("tools_always_allowed", keys)
+                    self.settings.save()
+                self.executor.submit("store", save)
+
+            loop.approvals.on_change = remember
+            self.tools = self.chat.tools = loop
+        return self.tools
+
+    def stop_tools(self) -> None:
+        """Tools off: replies answer in words again and the servers stop."""
+        loop, self.tools = self.tools, None
+        self.chat.tools = None
+        if loop is not None:
+            loop.manager.close()
+
     def close(self, timeout: float = 30.0) -> None:
         """App exit: KV saves in flight land and are indexed, the lanes stop, the engine exits, the store
         closes. Safe to call twice."""
         self.stop_serving()   # its requests end before the engine they run on
+        self.stop_tools()
         if self.kv is not None:
             self.kv.close(timeout)
         self.executor.shutdown(timeout)

@@ -85,6 +85,12 @@ def check_presets(value: Any) -> list[dict[str, str]]:
     return out
 
 
+def _keys(value: Any, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{name}: expected a list of names")
+    return sorted(set(value))
+
+
 KV_TYPES = ("f16", "q8_0", "q4_0")
 MAX_CTX = 1 << 20
 
@@ -156,6 +162,13 @@ DECLARED: tuple[Setting, ...] = (
     Setting("api_max_wait_s", int, 30, "Longest an API request waits while the engine works on something sent "
             "before it (a summary, a reply in the window, a model load); then it is refused (503 with "
             "Retry-After).", 1, 3600),
+    # Tools in the chat (docs/tools.md): the MCP servers themselves are in mcp.json beside this file.
+    Setting("tool_calls_per_message", int, 10, "Most tool calls one reply may make; a reply asking for more stops "
+            "and says so.", 1, 100),
+    Setting("tool_timeout_s", int, 60, "Longest one tool call may run; then it fails and its server is started "
+            "again on the next call.", 1, 3600),
+    Setting("tools_always_allowed", list, [], "Tools the person allowed always (\"server/tool\"); any other call "
+            "is asked about.", check=lambda v: _keys(v, "tools_always_allowed")),
     Setting("demo_card_dismissed", bool, False, "The first-start card (the bundled model is a demo; a model that "
             "fits) was dismissed with Not now."),
 )

@@ -13,6 +13,10 @@ The window and ``hisho chat`` both use it. Rules of use:
   template is rendered once per send. ``send_if_fits`` does the fit check on the same tokens, so a send is one
   job on the engine lane; the caller is asked only when the prompt does not fit.
 - ``after_turn`` hooks run after the reply is saved (KV save).
+- Tools (``tools``: the tool loop, ``hisho.core.tools.loop``): when set and the model's template writes tool
+  calls, every prompt carries the enabled tools (``prompt_tools``) and ``run`` hands the reply to the loop, which
+  generates, runs the calls and generates again; the calls and results are saved with the reply
+  (``Message.tool_calls``) and shown to the model again in later prompts.
 - Every store write goes through ``write`` (the composition root passes the executor's store lane, the
   database's one writer; by default it runs inline). Reads stay on the caller's thread.
 - Nothing is ever cut silently: ``check_fit`` says whether a prompt fits the context, and the caller chooses
@@ -26,13 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from hisho.core.conversations.store import (
     DONE,
@@ -43,6 +46,16 @@ from hisho.core.conversations.store import (
     ConversationStore,
     Message,
 )
+from hisho.core.conversations.turn import DEFAULT_TITLE as DEFAULT_TITLE
+from hisho.core.conversations.turn import MIN_REPLY_TOKENS as MIN_REPLY_TOKENS
+from hisho.core.conversations.turn import SAVE_EVERY_S as SAVE_EVERY_S
+from hisho.core.conversations.turn import WARN_FRACTION as WARN_FRACTION
+from hisho.core.conversations.turn import FitReport as FitReport
+from hisho.core.conversations.turn import PreparedPrompt as PreparedPrompt
+from hisho.core.conversations.turn import T
+from hisho.core.conversations.turn import Turn as Turn
+from hisho.core.conversations.turn import TurnResult as TurnResult
+from hisho.core.conversations.turn import Write as Write
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.engine.protocol import ErrorKind, GenerationResult, Sampling
 from hisho.core.engine.seam import Capability, Engine, TokenStream
@@ -51,95 +64,6 @@ from hisho.core.formats.reasoning import ReasoningFormat
 
 log = logging.getLogger("hisho.chat")
 
-WARN_FRACTION = 0.8          # the context meter turns amber from here
-MIN_REPLY_TOKENS = 256        # room kept for a reply when judging whether a prompt fits
-SAVE_EVERY_S = 1.0
-DEFAULT_TITLE = "New chat"
-
-
-@dataclass
-class FitReport:
-    prompt_tokens: int
-    reply_tokens: int        # room kept for the reply
-    n_ctx: int
-
-    @property
-    def fraction(self) -> float:
-        return self.prompt_tokens / self.n_ctx if self.n_ctx else 0.0
-
-    @property
-    def fits(self) -> bool:
-        return self.prompt_tokens + self.reply_tokens <= self.n_ctx
-
-    @property
-    def warn(self) -> bool:
-        return self.fraction >= WARN_FRACTION or not self.fits
-
-
-_turn_ids = itertools.count(1)
-T = TypeVar("T")
-
-
-class Write(Protocol):
-    """Runs a store write where the database's one writer is (``Executor.call("store", fn)``)."""
-
-    def __call__(self, fn: Callable[[], T]) -> T: ...
-
-
-@dataclass
-class Turn:
-    """One reply to produce. ``id`` is unique per process, so late events can be matched to their request."""
-
-    conversation_id: int
-    parent_id: int                     # the user message the reply answers
-    sampling: Sampling
-    drop_oldest: bool = False
-    id: int = field(default_factory=lambda: next(_turn_ids))
-    text: str = ""
-    reasoning: str = ""                # a reasoning model's thinking so far (never part of ``text``)
-    template_kwargs: dict[str, Any] | None = None  # the template's variables for this turn (thinking on/off)
-    reply_id: int | None = None
-    store_error: DatabaseUnavailable | None = None   # the store failed while this reply streamed (disk full)
-    # Time to first token counts from ``sent_at`` (time.monotonic: when the user sent it; the window sets when
-    # its message left the send queue), so everything the send waited for, the prompt's reading included, is in.
-    sent_at: float = field(default_factory=time.monotonic)
-    first_token_at: float | None = None
-    answer_at: float | None = None     # the answer's first token (after any thinking)
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
-    _stream: TokenStream | None = field(default=None, repr=False)
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-        stream = self._stream
-        if stream is not None:
-            stream.cancel()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-
-@dataclass
-class PreparedPrompt:
-    """A turn's prompt, built once: ``messages`` as the model sees them and, on an engine that takes token ids
-    (this computer's), their ``tokens`` (None on a remote engine, which renders its own template). ``fit``
-    says whether they leave room for the reply."""
-
-    messages: list[dict[str, str]]
-    tokens: list[int] | None
-    fit: FitReport
-
-
-@dataclass
-class TurnResult:
-    turn: Turn
-    message: Message
-    prompt_messages: list[dict[str, str]]
-    error: str = ""
-    engine: GenerationResult | None = None   # the engine's own figures (its ttft_s is its prefill + first token)
-
-
-# Tokens a reasoning model may think for before its answer's own budget (``max_tokens``) begins: thinking does
 # not eat the answer's budget. A reply still thinking when it runs out says so (``THOUGHT_TOO_LONG``).
 THINKING_BUDGET = 4096
 THOUGHT_TOO_LONG = ("the model was still thinking when its token budget ran out, so no answer came; raise "
@@ -151,6 +75,16 @@ def sampling_for(settings: Any, n_ctx: int | None = None, *, reasons: bool = Fal
     return Sampling(temperature=float(settings.temperature), top_p=float(settings.top_p), top_k=int(settings.top_k),
                     repeat_penalty=float(settings.repeat_penalty), seed=int(settings.seed),
                     max_tokens=min(max_tokens, n_ctx) if n_ctx else max_tokens)
+
+
+class ToolLoop(Protocol):
+    """What the chat needs of the tool loop (``hisho.core.tools.loop.ToolLoop``)."""
+
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    def reply(self, service: ChatService, turn: Turn, prompt: PreparedPrompt,
+              on_text: Callable[[str], None] | None,
+              on_reasoning: Callable[[str], None] | None) -> GenerationResult | None: ...
 
 
 class ChatService:
@@ -175,6 +109,7 @@ class ChatService:
         self.prompt_context: list[Callable[[int, list[dict[str, str]]], None]] = []
         self.after_turn: list[Callable[[TurnResult], None]] = []
         self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
+        self.tools: ToolLoop | None = None
         self._unsaved_lock = threading.Lock()
 
     @property
@@ -188,14 +123,37 @@ class ChatService:
     def n_ctx(self) -> int:
         return int(self.engine.load_info.get("n_ctx", 0))
 
+    def tool_family(self) -> str | None:
+        """The tool-call family the model's own template writes (None: it shows no tools)."""
+        from hisho.core.formats.tools import detect
+
+        info = self.engine.load_info
+        if info.get("chat_template_source") != "gguf" or not self._takes_tokens():
+            return None
+        return detect(str(info.get("chat_template") or ""))
+
+    def prompt_tools(self) -> list[dict[str, Any]] | None:
+        """The tools every prompt carries now: the enabled ones, where the model can call them (else None)."""
+        if self.tools is None or self.tool_family() is None:
+            return None
+        return self.tools.schemas() or None
+
     def prompt_messages(self, conversation_id: int, leaf_id: int | None = None,
-                        extra_user: str | None = None) -> list[dict[str, str]]:
+                        extra_user: str | None = None) -> list[dict[str, Any]]:
         """The chat messages the model sees for a branch (system prompt first), plus an unsent draft."""
         conv = self.store.get(conversation_id)
-        out = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
+        out: list[dict[str, Any]] = [{"role": "system", "content": conv.system_prompt}] \
+            if conv.system_prompt.strip() else []
+        calls_shown = self.tool_family() is not None
         for m in self.store.branch(conversation_id, leaf_id):
-            if m.content or m.role == "user":
-                msg = {"role": m.role, "content": m.content}
+            prefix = ""
+            if m.tool_calls:
+                from hisho.core.conversations.tool_rounds import history
+
+                shown, prefix = history(m.tool_calls, calls_shown)
+                out += shown
+            if m.content or prefix or m.role == "user":
+                msg = {"role": m.role, "content": prefix + m.content}
                 if m.reasoning and self._takes_tokens():
                     # The model's own template decides whether earlier reasoning is shown again (Qwen3's and
                     # GPT-OSS's drop it): Hisho passes it and drops what the template drops.
@@ -207,8 +165,12 @@ class ChatService:
             out.append({"role": "user", "content": extra_user})
         return out
 
-    def count(self, messages: list[dict[str, str]]) -> int:
-        return self.engine.count_tokens(messages=messages) if messages else 0
+    def count(self, messages: list[dict[str, Any]]) -> int:
+        if not messages:
+            return 0
+        tools = self.prompt_tools()   # the tools a prompt carries count too (the context meter, fit checks)
+        return len(self.engine.tokenize(messages=messages, tools=tools)) if tools else \
+            self.engine.count_tokens(messages=messages)
 
     def check_fit(self, conversation_id: int, draft: str | None = None) -> FitReport:
         """Would the branch on screen plus ``draft`` fit the context with room for a reply?"""
@@ -228,10 +190,12 @@ class ChatService:
     def _prepared(self, turn: Turn, messages: list[dict[str, str]]) -> PreparedPrompt:
         for hook in self.before_prompt:
             hook(turn, messages)
-        tokens = self.engine.tokenize(messages=messages, template_kwargs=turn.template_kwargs) \
+        tools = self.prompt_tools()
+        tokens = self.engine.tokenize(messages=messages, template_kwargs=turn.template_kwargs, tools=tools) \
             if self._takes_tokens() and messages else None
         count = len(tokens) if tokens is not None else self.count(messages)
-        return PreparedPrompt(messages, tokens, FitReport(count, self.reply_room(turn.conversation_id), self.n_ctx))
+        return PreparedPrompt(messages, tokens, FitReport(count, self.reply_room(turn.conversation_id), self.n_ctx),
+                              tools)
 
     def prepare(self, turn: Turn) -> PreparedPrompt:
         """The prompt of ``turn`` (engine lane): its branch, cut to fit when the turn says so, shaped and
@@ -374,19 +338,16 @@ class ChatService:
         turn.reply_id = reply.id
         status, error, result = DONE, "", None
         try:
-            kwargs = turn.template_kwargs
-            stream = self.engine.generate(tokens=prompt.tokens, sampling=turn.sampling, template_kwargs=kwargs) \
-                if prompt.tokens is not None else self.engine.generate(messages=messages, sampling=turn.sampling,
-                                                                       template_kwargs=kwargs)
-            turn._stream = stream
-            if turn.cancelled:
-                stream.cancel()
-            self._pump(turn, stream, on_text, on_reasoning)
-            result = stream.result
+            if self.tools is not None and prompt.tools:
+                result = self.tools.reply(self, turn, prompt, on_text, on_reasoning)
+            else:
+                result = self.stream_step(turn, prompt.tokens, messages, turn.sampling, on_text, on_reasoning)
             if result is not None and result.stop_reason == "cancelled":
                 status = STOPPED
             if result is not None and result.reasoning_unfinished and result.stop_reason == "length":
                 status, error = STOPPED, THOUGHT_TOO_LONG
+            if turn.tool_error and not error:
+                status, error = STOPPED, turn.tool_error
         except EngineError as exc:
             status, error = FAILED, _engine_message(exc)
             log.warning("turn %s in conversation %s failed: %s", turn.id, turn.conversation_id, error)
@@ -404,6 +365,8 @@ class ChatService:
         if turn.store_error is not None:
             status, error = FAILED, "the disk filled up during this reply; it was stopped here"
         fields = {"content": turn.text, "status": status, "error": error, **meta}
+        if turn.rounds:
+            fields["tool_calls"] = json.dumps(turn.rounds, ensure_ascii=False)
         try:
             if turn.store_error is None:
                 self.write(lambda: self.store.update_message(reply.id, **fields))
@@ -421,8 +384,25 @@ class ChatService:
             after(out)
         return out
 
+    def stream_step(self, turn: Turn, tokens: list[int] | None, messages: list[dict[str, Any]],
+                    sampling: Sampling, on_text: Callable[[str], None] | None,
+                    on_reasoning: Callable[[str], None] | None = None,
+                    shown: Callable[[dict[str, Any]], str] | None = None) -> GenerationResult | None:
+        """One generation of the turn's reply (the whole reply, or one step of the tool loop): streamed into
+        ``turn.text`` (``shown`` picks each event's text to show; default its answer text)."""
+        kwargs = turn.template_kwargs
+        stream = self.engine.generate(tokens=tokens, sampling=sampling, template_kwargs=kwargs) \
+            if tokens is not None else self.engine.generate(messages=messages, sampling=sampling,
+                                                            template_kwargs=kwargs)
+        turn._stream = stream
+        if turn.cancelled:
+            stream.cancel()
+        self._pump(turn, stream, on_text, on_reasoning, shown)
+        return stream.result
+
     def _pump(self, turn: Turn, stream: TokenStream, on_text: Callable[[str], None] | None,
-              on_reasoning: Callable[[str], None] | None = None) -> None:
+              on_reasoning: Callable[[str], None] | None = None,
+              shown: Callable[[dict[str, Any]], str] | None = None) -> None:
         saved_at = time.monotonic()
         assert turn.reply_id is not None
         for ev in stream:
@@ -433,7 +413,7 @@ class ChatService:
                 turn.reasoning += thought
                 if on_reasoning is not None:
                     on_reasoning(thought)
-            piece = str(ev.get("text", ""))
+            piece = shown(ev) if shown is not None else str(ev.get("text", ""))
             if piece:
                 if turn.answer_at is None:
                     turn.answer_at = time.monotonic()

@@ -92,6 +92,7 @@ class Message:
     engine: str = ""            # "local" or the remote engine's name (Settings → Engines)
     reasoning: str = ""         # a reasoning model's thinking, apart from the answer in ``content``
     reasoning_s: float | None = None  # how long it thought: first token to the answer's first token
+    tool_calls: str = ""        # JSON: the tool calls a reply made and their results (hisho.core.conversations.tool_rounds)
 
     @property
     def partial(self) -> bool:
@@ -167,7 +168,13 @@ def _v5_message_reasoning(db: sqlite_utils.Database) -> None:
     db.table("messages").add_column("reasoning_s", float)
 
 
-STEPS = (_v1_tables, _v2_fts, _v3_drafts_and_trash, _v4_message_engine, _v5_message_reasoning)
+def _v6_message_tool_calls(db: sqlite_utils.Database) -> None:
+    # The tool calls a reply made, each with its arguments, the person's approval and the result (JSON).
+    db.table("messages").add_column("tool_calls", str, not_null_default="")
+
+
+STEPS = (_v1_tables, _v2_fts, _v3_drafts_and_trash, _v4_message_engine, _v5_message_reasoning,
+         _v6_message_tool_calls)
 
 
 def _fts_query(text: str) -> str:
@@ -180,7 +187,8 @@ def _fts_query(text: str) -> str:
     return " ".join(quoted)
 
 
-META = ("tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "engine", "reasoning", "reasoning_s")
+META = ("tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "engine", "reasoning", "reasoning_s",
+        "tool_calls")
 
 
 def meta_fields(values: dict[str, Any]) -> dict[str, Any]:

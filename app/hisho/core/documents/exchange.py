@@ -10,17 +10,19 @@ and nothing is written.
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hisho.core.conversations import tool_rounds as rounds
 from hisho.core.conversations.store import ChatSettings, ConversationStore
 from hisho.core.documents import attached
 from hisho.core.errors import UserError
 
 FORMAT = "hisho-conversation"
-FORMAT_VERSION = 2          # 2: + "documents" (attached to the chat); 1 has none and imports as before
+FORMAT_VERSION = 3          # 3: + a reply's "tool_calls"; 2: + "documents"; older files import as before
 _ROLES = ("system", "user", "assistant")
 _MESSAGE_META = ("status", "tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "created_at",
                  "reasoning", "reasoning_s")
@@ -44,6 +46,8 @@ def to_markdown(store: ConversationStore, conversation_id: int) -> str:
         if m.reasoning.strip():  # folded, as the window shows it: a reader opens it when they want it
             took = f" for {m.reasoning_s:.0f} s" if m.reasoning_s else ""
             out += ["<details>", f"<summary>Thought{took}</summary>", "", m.reasoning.strip(), "", "</details>", ""]
+        if m.tool_calls:
+            out += _calls_markdown(rounds.load(m.tool_calls))
         out += [m.content.rstrip(), ""]
     return "\n".join(out).rstrip() + "\n"
 
@@ -54,6 +58,8 @@ def to_json(store: ConversationStore, conversation_id: int) -> dict[str, Any]:
     for m in store.messages(conversation_id):
         item: dict[str, Any] = {"id": m.id, "parent": m.parent_id, "role": m.role, "content": m.content}
         item.update({k: getattr(m, k) for k in _MESSAGE_META if getattr(m, k) not in (None, "")})
+        if m.tool_calls:
+            item["tool_calls"] = rounds.load(m.tool_calls)
         messages.append(item)
     return {
         "format": FORMAT, "version": FORMAT_VERSION, "exported_at": time.time(),
@@ -107,6 +113,8 @@ def _insert(store: ConversationStore, conv: dict[str, Any], messages: list[dict[
     new_ids: dict[Any, int] = {}
     for m in messages:
         meta = {k: m[k] for k in _MESSAGE_META if k in m and k != "status"}
+        if m.get("tool_calls"):
+            meta["tool_calls"] = json.dumps(m["tool_calls"], ensure_ascii=False)
         row = store.add_message(new_conv.id, m["role"], m["content"], parent_id=new_ids.get(m.get("parent")),
                                 status=str(m.get("status", "done")), make_leaf=False, **meta)
         new_ids[m["id"]] = row.id
@@ -132,7 +140,31 @@ def _validate(data: Any) -> tuple[dict[str, Any], list[dict[str, Any]], list[dic
             raise UserError(f"message {i + 1} of the export is malformed (needs role and content)")
         if "id" not in m or m["id"] in seen:
             raise UserError(f"message {i + 1} of the export has a missing or repeated id")
+        calls = m.get("tool_calls")
+        if calls is not None and (not isinstance(calls, list) or not all(isinstance(r, dict) for r in calls)):
+            raise UserError(f"message {i + 1} of the export has tool calls that are not a list of rounds")
         if m.get("parent") is not None and m["parent"] not in seen:
             raise UserError(f"message {i + 1} of the export refers to a parent that comes after it")
         seen.add(m["id"])
     return conv, messages, attached.checked(data.get("documents", []))
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text``, so a result cannot close it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _calls_markdown(stored: list[dict[str, Any]]) -> list[str]:
+    """A reply's tool calls for reading: each call, its arguments and its result as plain text."""
+    out: list[str] = []
+    for r in stored:
+        if str(r.get("content", "")).strip():
+            out += [str(r["content"]).strip(), ""]
+        for c in r.get("calls", []):
+            server = f" ({c['server']})" if c.get("server") else ""
+            out += [f"**Tool call** `{c.get('name', '')}`{server} — {c.get('status', '')}", ""]
+            for label, text in (("Arguments", str(c.get("arguments", ""))), ("Result", str(c.get("result", "")))):
+                fence = _fence(text)
+                out += [f"{label}:", "", fence, text, fence, ""]
+    return out

@@ -78,7 +78,7 @@ class KVChat:
             self._busy.add(turn.conversation_id)
         try:
             tokens = prompt.tokens if prompt.tokens is not None else \
-                self.session.engine.tokenize(messages=prompt.messages)
+                self.session.engine.tokenize(messages=prompt.messages, tools=self._tools())
             report = self.session.restore(conversation_owner(turn.conversation_id), tokens)
             self.last_restore = report
             if report.restored:
@@ -159,12 +159,19 @@ class KVChat:
         history = self.service.prompt_messages(cid)
         if not history:
             return
-        head = next_turn_prefix(lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}])))
+        tools = self._tools()
+        head = next_turn_prefix(lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}],
+                                                               tools=tools)))
         if head:
             try:
                 engine.prefill(head, self.session.seq)
             except EngineError as exc:  # e.g. the context is full: save what the sequence holds
                 log.info("next-turn header not prefilled: %s", exc)
+
+    def _tools(self) -> list[dict[str, Any]] | None:
+        """The tools the chat's prompts carry (the tool loop's), so every render here matches the reply's."""
+        tools = getattr(self.service, "prompt_tools", None)
+        return tools() if callable(tools) else None
 
     # ----- worker side -----------------------------------------------------------------------------------
 
@@ -173,7 +180,7 @@ class KVChat:
         if not messages:
             return
         engine = self.session.engine
-        tokens = engine.tokenize(messages=messages, add_generation_prompt=False)
+        tokens = engine.tokenize(messages=messages, add_generation_prompt=False, tools=self._tools())
         self.session.restore(conversation_owner(cid), tokens)
 
     def _draft(self, cid: int, text: str) -> None:
@@ -183,8 +190,9 @@ class KVChat:
         engine = self.session.engine
         messages = self.service.prompt_messages(cid, extra_user=text)
         fp = self.session.fingerprint()
+        tools = self._tools()
         if fp not in self._suffix:
             history = messages[:-1]
             self._suffix[fp] = suffix_length(
-                lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}])))
-        self.session.draft(engine.tokenize(messages=messages), self._suffix[fp])
+                lambda t: list(engine.tokenize(messages=[*history, {"role": "user", "content": t}], tools=tools)))
+        self.session.draft(engine.tokenize(messages=messages, tools=tools), self._suffix[fp])
