@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from hisho.core.conversations import continued
 from hisho.core.conversations.store import (
     DONE,
     FAILED,
@@ -456,25 +457,9 @@ class ChatService:
     # ----- context overflow: summarize into a new chat ---------------------------------------------------
 
     def summarize_into_new(self, conversation_id: int, on_text: Callable[[str], None] | None = None) -> int:
-        """Ask the model for a summary of the branch and start a new conversation seeded with it."""
-        conv = self.store.get(conversation_id)
-        transcript = "\n\n".join(f"{m.role.upper()}: {m.content}" for m in self.store.branch(conversation_id))
-        budget_chars = max(1000, (self.n_ctx - 600) * 3)  # ~3 chars per token; keep the latest part
-        ask = [{"role": "system", "content": "You summarize conversations faithfully and briefly."},
-               {"role": "user", "content": "Summarize this conversation in a few sentences, keeping names, "
-                                           "facts and open questions:\n\n" + transcript[-budget_chars:]}]
-        stream = self.engine.generate(messages=ask, sampling=Sampling(temperature=0.2, max_tokens=400))
-        parts: list[str] = []
-        for ev in stream:
-            parts.append(str(ev.get("text", "")))
-            if on_text is not None:
-                on_text(parts[-1])
-        summary = "".join(parts).strip()
-        system = (conv.system_prompt + "\n\n" if conv.system_prompt else "") + \
-            f"Summary of an earlier conversation ({conv.title}):\n{summary}"
-        new = self.write(lambda: self.store.create(f"{conv.title} (continued)", model=conv.model,
-                                                   system_prompt=system, settings=conv.settings))
-        return int(new.id)
+        """Ask the model for a summary of the branch and start a new conversation seeded with it
+        (``hisho.core.conversations.continued``: written at the end of the chat's own prompt when it fits)."""
+        return continued.summarize_into_new(self, conversation_id, on_text)
 
 
 def _inline(fn: Callable[[], T]) -> T:
