@@ -55,6 +55,11 @@ def test_a_long_documents_summary_chat_is_restored_and_its_first_question_fits(t
         read, passages = first_question(app, cid)
         assert 0 < passages <= N_CTX // PASSAGE_SHARE
         assert read <= passages + app.engine.count_tokens(QUESTION) + 40
+        # Summarizing the same file again opens that chat (restored again), not a second "Summary: report.pdf".
+        again = app.documents.job([pdf], summary_tokens=24, final_tokens=32).run()
+        cid2, _ = app.documents.open_result(again)
+        assert cid2 == cid and again.tokens_read <= 0.05 * prefix
+        assert [c.title for c in app.store.conversations()].count("Summary: report.pdf") == 1
     finally:
         app.close()
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from hisho.core.conversations import continued
+from hisho.core.conversations.schema import STOPPED_AT_CLOSE
 from hisho.core.conversations.store import (
     DONE,
     FAILED,
@@ -176,6 +177,7 @@ class ChatService:
         self.prompt_context: list[Callable[[int, list[dict[str, str]]], None]] = []
         self.after_turn: list[Callable[[TurnResult], None]] = []
         self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
+        self.closing = False   # the app is quitting (``Services.begin_close``): a reply ended now was stopped
         self._unsaved_lock = threading.Lock()
 
     @property
@@ -391,6 +393,8 @@ class ChatService:
         except EngineError as exc:
             status, error = FAILED, _engine_message(exc)
             log.warning("turn %s in conversation %s failed: %s", turn.id, turn.conversation_id, error)
+        if self.closing and status in (STOPPED, FAILED):  # the quit stopped it (or killed a slow engine)
+            status, error = STOPPED, STOPPED_AT_CLOSE
         meta: dict[str, Any] = {}
         if result is not None:
             first = turn.first_token_at

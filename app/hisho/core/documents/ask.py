@@ -245,6 +245,21 @@ def open_conversation(store: Any, db: Any, docs: Sequence[Document], summary: st
     return save_conversation(store, db, docs, summary, att), att
 
 
+def find_conversation(store: Any, db: Any, docs: Sequence[Document], summary: str) -> int | None:
+    """The conversation this summary of ``docs`` already opened as (not deleted, its first answer this very
+    summary), so summarizing the same file again opens it instead of making a second "Summary: …" chat."""
+    rows = db.query("SELECT a.conversation_id FROM doc_attachments a JOIN conversations c ON c.id = a.conversation_id "
+                    "WHERE a.doc_shas = ? AND c.deleted_at IS NULL ORDER BY a.conversation_id",
+                    [json.dumps([d.sha256 for d in docs])])
+    request = summary_request(", ".join(d.name for d in docs))
+    for row in rows:
+        cid = int(row["conversation_id"])
+        head = [(m.role, m.content) for m in store.branch(cid)[:2]]
+        if head == [("user", request), ("assistant", summary)]:
+            return cid
+    return None
+
+
 def save_conversation(store: Any, db: Any, docs: Sequence[Document], summary: str, att: Attachment) -> int:
     """The store side of ``open_conversation`` (no engine call: it may run on the store lane)."""
     names = ", ".join(d.name for d in docs)

@@ -22,6 +22,7 @@ from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.documents.ask import (
     DocumentContext,
+    find_conversation,
     plan_chat,
     precompute_kv,
     record_given,
@@ -155,7 +156,9 @@ class Documents:
                              lambda m: self.engine.count_tokens(messages=m), self.n_ctx(), result.parts)
         att = plan.attachment
         db = self.cache().db
-        cid = self.write(lambda: save_conversation(self.store, db, result.extracted, plan.summary, att))
+        # The same summary opened before (the same file summarized again): that chat, not a second one.
+        cid = self.write(lambda: find_conversation(self.store, db, result.extracted, plan.summary)
+                         or save_conversation(self.store, db, result.extracted, plan.summary, att))
         # The chat's prefix (system prompt and summary turn) is what the job left on the chat sequence and saved
         # under the document: restored (or found held), and only what is missing read.
         if self._keeps_kv():
