@@ -16,7 +16,8 @@ Figures (all token counts are the engine's: a reply's ``prompt_tokens - cached_t
   what opening the summary as a chat read; the job left the rest saved, goal ≤ 5 %), ``chat_prefix_read_by_job``
   (what the job read to leave it so), ``first_question_fits`` (the first question went out as the window sends
   it, ``send_if_fits``: no dropping, no dialog) and ``first_question_tokens_read`` against
-  ``first_question_own_tokens`` (its message with the passages given, as the model got it).
+  ``first_question_own_tokens`` (its message with the passages given, as the model got it) and
+  ``first_question_turn_tokens`` (that message as the chat template wraps it: the prompt past the prefix).
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ def _app(model: str | None, n_ctx: int) -> Any:
     return app
 
 
-def _ask(app: Any, cid: int, answer_tokens: int, sent: list[str] | None = None) -> tuple[int, int, float, bool]:
+def _ask(app: Any, cid: int, answer_tokens: int,
+         sent: list[str] | None = None) -> tuple[int, int, float, bool, int]:
     """One follow-up question: (tokens the engine read for it, tokens it restored from disk, seconds, whether it
-    fitted as it was: no "no longer fits" choice, nothing dropped).
+    fitted as it was: no "no longer fits" choice, nothing dropped; the prompt's tokens).
     ``sent`` gets the question as it went out (with a long document's passages)."""
     from hisho.core.conversations.chat import FitReport
     from hisho.core.conversations.schema import ChatSettings
@@ -88,7 +90,8 @@ def _ask(app: Any, cid: int, answer_tokens: int, sent: list[str] | None = None) 
     read = int(figures.prompt_tokens) - int(figures.cached_tokens) if figures is not None else 0
     report = app.kv.last_restore if app.kv is not None else None
     restored = int(report.restored) if report is not None and report.from_disk else 0
-    return read, restored, seconds, fits
+    prompt_tokens = int(figures.prompt_tokens) if figures is not None else 0
+    return read, restored, seconds, fits, prompt_tokens
 
 
 def _drop_to_answer(model: str | None, n_ctx: int, path: Path, budget: dict[str, int],
@@ -102,7 +105,7 @@ def _drop_to_answer(model: str | None, n_ctx: int, path: Path, budget: dict[str,
         assert cid is not None, result.skipped
         opened = time.perf_counter() - start
         sent: list[str] = []
-        read, _restored, _s, fits = _ask(app, cid, answer_tokens, sent)
+        read, _restored, _s, fits, prompt_tokens = _ask(app, cid, answer_tokens, sent)
         total = time.perf_counter() - start
         doc_tokens = sum(d.input_tokens for d in result.documents)
         # The document's tokens in the question: its passages (a long document), what the hook added to it.
@@ -115,7 +118,9 @@ def _drop_to_answer(model: str | None, n_ctx: int, path: Path, budget: dict[str,
                 "chat_prefix_read_by_job": result.chat_prefix_read,
                 "chat_note": result.chat.attachment.note if result.chat is not None else "",
                 "first_question_fits": fits,
-                "first_question_tokens_read": read, "first_question_own_tokens": own}
+                "first_question_tokens_read": read, "first_question_own_tokens": own,
+                # its turn as the chat template wraps it: the prompt past the chat's prefix
+                "first_question_turn_tokens": prompt_tokens - result.chat_prefix_tokens}
         return {**chat, "document_tokens": doc_tokens, "document_tokens_read": doc_read,
                 "read_ratio": round(doc_read / max(doc_tokens, 1), 3), "mode": result.documents[0].mode,
                 "prompt_tokens_read": all_read, "prompt_read_ratio": round(all_read / max(doc_tokens, 1), 3),
@@ -136,13 +141,13 @@ def _after_restart(model: str | None, n_ctx: int, path: Path, budget: dict[str, 
         result = app.documents.job([path], **budget).run()
         again, _note = app.documents.open_result(result)
         assert again is not None
-        read, _restored, _s, _fits = _ask(app, again, answer_tokens)
+        read, _restored, _s, _fits, _p = _ask(app, again, answer_tokens)
         resummarized = {"tokens_read": result.tokens_read + read, "seconds": round(time.perf_counter() - start, 2)}
     finally:
         app.close()
     app = _app(model, n_ctx)
     try:
-        read, restored, seconds, _fits = _ask(app, cid, answer_tokens)
+        read, restored, seconds, _fits, _p = _ask(app, cid, answer_tokens)
         reopened = {"tokens_read": read, "restored_from_disk": restored, "seconds": round(seconds, 2)}
     finally:
         app.close()

@@ -162,8 +162,10 @@ class Documents:
         # The chat's prefix (system prompt and summary turn) is what the job left on the chat sequence and saved
         # under the document: restored (or found held), and only what is missing read.
         if self._keeps_kv():
+            # The summary turn only: a chat opened again keeps its later turns under its own owner, restored on
+            # its next send.
             kept = PrefixReading(self.engine, self.kv, document_owner(result.extracted[0].sha256)).keep(
-                self.prompt_prefix(cid))
+                self.prompt_prefix(cid)[:len(plan.messages)])
             result.tokens_read += kept.read
             result.chat_open_read, result.chat_prefix_tokens = kept.read, kept.prompt_tokens
             log.info("conversation %s opened: %d prefix tokens, %d restored from disk, %d read", cid,
