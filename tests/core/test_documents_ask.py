@@ -103,6 +103,7 @@ def test_a_long_documents_chat_leaves_room_for_its_first_question() -> None:
     assert tight.attachment.approach == "chunks" and tight.attachment.system_prompt == ASK_CHUNKS
     assert tight.shortened and tight.summary == overview and "short summary" in tight.attachment.note
     assert tight.prefix_tokens + question_room(4096) <= 4096
+    assert "a context of 5,120 tokens would hold the whole summary" in tight.attachment.note
     assert [m["content"] for m in tight.messages][-1] == overview
     roomy = plan_chat([long], summary_levels(full), words, count_messages, 8192)
     assert roomy.attachment.approach == "chunks" and not roomy.shortened and roomy.summary == full

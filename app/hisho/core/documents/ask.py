@@ -82,6 +82,14 @@ def question_room(n_ctx: int) -> int:
     return ASKING_TOKENS + n_ctx // PASSAGE_SHARE + n_ctx // ANSWER_SHARE
 
 
+def context_for(prefix_tokens: int) -> int:
+    """The smallest context (a multiple of 1,024) whose ``question_room`` leaves ``prefix_tokens`` free."""
+    n_ctx = 1024
+    while n_ctx - question_room(n_ctx) < prefix_tokens:
+        n_ctx += 1024
+    return n_ctx
+
+
 def chat_prefix(system: str, names: str, summary: str) -> list[dict[str, str]]:
     """The messages a summary's conversation starts with, as ``ChatService.prompt_messages`` builds them."""
     head = [{"role": "system", "content": system}] if system.strip() else []
@@ -118,7 +126,8 @@ def plan_chat(docs: Sequence[Document], levels: Sequence[str], count: Count,
     shortened = pick is not counted[0]
     if shortened:
         att.note += (f" To leave room for a question, its pages and the answer in the {n_ctx:,}-token context, "
-                     "this chat holds the short summary (the overview without the part-by-part list).")
+                     "this chat holds the short summary (the overview without the part-by-part list); a context "
+                     f"of {context_for(counted[0][2]):,} tokens would hold the whole summary.")
         log.info("summary chat for %s: the short summary (%d prefix tokens; the full one: %d of %d allowed)",
                  names, pick[2], counted[0][2], room)
     return ChatPlan(att, pick[0], pick[1], pick[2], shortened)
