@@ -198,6 +198,7 @@ class SummaryJob:
         then restores it instead of reading it. A document read whole already left its summary turn there."""
         if result.cancelled or not result.documents or not result.extracted:
             return
+
         def count_messages(messages: list[dict[str, str]]) -> int:
             return self.client.count_tokens(messages=messages)
 
@@ -206,7 +207,8 @@ class SummaryJob:
             result.chat = ChatPlan(whole_attachment(result.extracted), result.summary, messages,
                                    count_messages(messages))
             return
-        plan = plan_chat(result.extracted, summary_levels(result.summary), self.client.count_tokens, count_messages, self.n_ctx, result.parts)
+        plan = plan_chat(result.extracted, summary_levels(result.summary), self.client.count_tokens, count_messages,
+                         self.n_ctx, result.parts)
         result.chat = plan
         if self.kv is None:
             return
