@@ -9,12 +9,16 @@ from types import SimpleNamespace
 from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import Database
 from hisho.core.documents.ask import (
+    ASK_CHUNKS,
     ASK_WHOLE,
     DocumentContext,
     attach,
     load_attachment,
     open_conversation,
+    plan_chat,
+    question_room,
     relevant_parts,
+    summary_levels,
 )
 from hisho.core.documents.cache import SummaryCache
 from hisho.core.documents.model import Document, Section
@@ -83,3 +87,24 @@ def test_summary_opens_as_conversation_and_hook_adds_parts(tmp_path: Path) -> No
     plain = [{"role": "user", "content": "hi there library"}]
     hook(SimpleNamespace(conversation_id=other.id), plain)
     assert plain == [{"role": "user", "content": "hi there library"}]
+
+
+def test_a_long_documents_chat_leaves_room_for_its_first_question() -> None:
+    """The summary is held once (the chat's first answer), and a summary whose part-by-part list would leave no
+    room for a question, its passages and an answer opens as its overview, saying so."""
+    long = doc(40)
+    overview = "Town overview [pp. 1–40]."
+    full = overview + "\n\nBy part:\n" + "\n".join(f"- [p. {i}] " + "word " * 60 for i in range(1, 41))
+
+    def count_messages(messages: list[dict[str, str]]) -> int:
+        return sum(words(m["content"]) + 4 for m in messages)
+
+    tight = plan_chat([long], summary_levels(full), words, count_messages, 4096)
+    assert tight.attachment.approach == "chunks" and tight.attachment.system_prompt == ASK_CHUNKS
+    assert tight.shortened and tight.summary == overview and "short summary" in tight.attachment.note
+    assert tight.prefix_tokens + question_room(4096) <= 4096
+    assert "a context of 5,120 tokens would hold the whole summary" in tight.attachment.note
+    assert [m["content"] for m in tight.messages][-1] == overview
+    roomy = plan_chat([long], summary_levels(full), words, count_messages, 8192)
+    assert roomy.attachment.approach == "chunks" and not roomy.shortened and roomy.summary == full
+    assert roomy.prefix_tokens + question_room(8192) <= 8192

@@ -18,10 +18,10 @@ import pytest
 
 from hisho.bench.agent import TOOL_TEMPLATE
 from hisho.bench.shapes import model_file
-from hisho.core.conversations import exchange
 from hisho.core.conversations.chat import ChatService, Turn
 from hisho.core.conversations.store import DONE, STOPPED, ConversationStore
 from hisho.core.db import Database
+from hisho.core.documents import exchange
 from hisho.core.engine.client import EngineClient
 from hisho.core.engine.protocol import LoadParams
 from hisho.core.tools.approvals import ALWAYS, DENY, ONCE, CallRequest

@@ -491,6 +491,33 @@ def test_no_longer_fits_drop_oldest_turns_keeps_them_stored(qtbot: QtBot, window
     assert sent == [{"role": m.role, "content": m.content} for m in branch[before + 1 - len(sent):before + 1]]
 
 
+def test_an_outgrown_chat_defaults_to_continuing_from_a_summary(qtbot: QtBot, window: MainWindow) -> None:
+    """The choice that keeps every answer and reads nothing twice is the default (Enter), said in one sentence."""
+    w = window
+    cid = open_chat(qtbot, w)
+    before = fill_chat(w, cid, 4150)
+    w.controller.select(cid)
+    wait_for(qtbot, lambda: len(w.view.messages) == before)
+    seen: list[tuple[str, str]] = []
+
+    def poll() -> None:
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox):
+            default = box.defaultButton()
+            seen.append((default.text() if default is not None else "", box.informativeText()))
+            next(b for b in box.buttons() if box.buttonRole(b) == QMessageBox.ButtonRole.RejectRole).click()
+        else:
+            QTimer.singleShot(50, poll)
+    QTimer.singleShot(50, poll)
+    w.controller.send("How old is the lighthouse?")
+    wait_for(qtbot, lambda: bool(seen))
+    default, advice = seen[0]
+    assert default == "Continue from a summary"
+    assert advice.count(". ") == 0 and advice.endswith(".") and "recommended" in advice
+    wait_idle(qtbot, w)
+    assert len(w.ctx.store.branch(cid)) == before   # cancelled: nothing sent, nothing cut
+
+
 def test_no_longer_fits_new_chat_with_a_summary(qtbot: QtBot, window: MainWindow) -> None:
     w = window
     cid = open_chat(qtbot, w, title="Lighthouse")
@@ -498,7 +525,7 @@ def test_no_longer_fits_new_chat_with_a_summary(qtbot: QtBot, window: MainWindow
     w.controller.select(cid)
     wait_for(qtbot, lambda: len(w.view.messages) == before)
     seen: list[str] = []
-    answer_box("New chat with a summary", seen)
+    answer_box("Continue from a summary", seen)
     question = "How old is the lighthouse?"
     w.composer.set_text(question)
     w.controller.send(question)

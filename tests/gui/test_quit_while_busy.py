@@ -13,6 +13,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from hisho.bench.shapes import model_file
+from hisho.core.conversations.schema import STOPPED, STOPPED_AT_CLOSE
 from hisho.core.engine.client import EngineClient
 from hisho.gui.chat.documents import DocumentsController
 from hisho.gui.shell.main_window import MainWindow
@@ -70,6 +71,9 @@ def test_quit_during_a_reply_ends_within_seconds_and_the_next_launch_opens(qtbot
     try:
         assert again.isVisible()
         assert [m.content for m in again.ctx.store.branch(conv.id) if m.role == "user"] == [question]
+        # The reply the quit ended is stopped when Hisho closed, not "Engine crashed".
+        replies = [m for m in again.ctx.store.branch(conv.id) if m.role == "assistant"]
+        assert [(m.status, m.error) for m in replies] == [(STOPPED, STOPPED_AT_CLOSE)]
     finally:
         again.close()
 

@@ -12,6 +12,12 @@ Figures (all token counts are the engine's: a reply's ``prompt_tokens - cached_t
 - ``drop_to_answer_s``: wall time from the job's start to the end of the first follow-up answer;
 - ``after_restart``: a new engine process re-summarizes the same file (summary cached) and asks again; then
   another reopens the conversation and asks: tokens read, and what was restored from disk.
+- the summary's chat: ``chat_open_tokens_read`` of its ``chat_open_prefix_tokens`` (system prompt + summary turn:
+  what opening the summary as a chat read; the job left the rest saved, goal ≤ 5 %), ``chat_prefix_read_by_job``
+  (what the job read to leave it so), ``first_question_fits`` (the first question went out as the window sends
+  it, ``send_if_fits``: no dropping, no dialog) and ``first_question_tokens_read`` against
+  ``first_question_own_tokens`` (its message with the passages given, as the model got it) and
+  ``first_question_turn_tokens`` (that message as the chat template wraps it: the prompt past the prefix).
 """
 
 from __future__ import annotations
@@ -60,23 +66,32 @@ def _app(model: str | None, n_ctx: int) -> Any:
     return app
 
 
-def _ask(app: Any, cid: int, answer_tokens: int, sent: list[str] | None = None) -> tuple[int, int, float]:
-    """One follow-up question: (tokens the engine read for it, tokens it restored from disk, seconds).
+def _ask(app: Any, cid: int, answer_tokens: int,
+         sent: list[str] | None = None) -> tuple[int, int, float, bool, int]:
+    """One follow-up question: (tokens the engine read for it, tokens it restored from disk, seconds, whether it
+    fitted as it was: no "no longer fits" choice, nothing dropped; the prompt's tokens).
     ``sent`` gets the question as it went out (with a long document's passages)."""
+    from hisho.core.conversations.chat import FitReport
     from hisho.core.conversations.schema import ChatSettings
 
     app.store.update(cid, settings=ChatSettings(temperature=0.0, max_tokens=answer_tokens))
     if sent is not None:
         app.chat.before_prompt.append(lambda _turn, messages: sent.append(str(messages[-1]["content"])))
     start = time.perf_counter()
-    turn = app.chat.send(cid, QUESTION)
-    res = app.chat.run(turn)
+    made = app.chat.send_if_fits(cid, QUESTION)  # as the window sends: a prompt that does not fit comes back
+    fits = not isinstance(made, FitReport)
+    if isinstance(made, FitReport):
+        turn, prompt = app.chat.send(cid, QUESTION, drop_oldest=True), None  # what "Drop the oldest turns" does
+    else:
+        turn, prompt = made
+    res = app.chat.run(turn, prompt=prompt)
     seconds = time.perf_counter() - start
     figures = res.engine
     read = int(figures.prompt_tokens) - int(figures.cached_tokens) if figures is not None else 0
     report = app.kv.last_restore if app.kv is not None else None
     restored = int(report.restored) if report is not None and report.from_disk else 0
-    return read, restored, seconds
+    prompt_tokens = int(figures.prompt_tokens) if figures is not None else 0
+    return read, restored, seconds, fits, prompt_tokens
 
 
 def _drop_to_answer(model: str | None, n_ctx: int, path: Path, budget: dict[str, int],
@@ -90,14 +105,23 @@ def _drop_to_answer(model: str | None, n_ctx: int, path: Path, budget: dict[str,
         assert cid is not None, result.skipped
         opened = time.perf_counter() - start
         sent: list[str] = []
-        read, _restored, _s = _ask(app, cid, answer_tokens, sent)
+        read, _restored, _s, fits, prompt_tokens = _ask(app, cid, answer_tokens, sent)
         total = time.perf_counter() - start
         doc_tokens = sum(d.input_tokens for d in result.documents)
         # The document's tokens in the question: its passages (a long document), what the hook added to it.
         passages = max(0, app.engine.count_tokens(sent[-1]) - app.engine.count_tokens(QUESTION)) if sent else 0
         doc_read = result.document_tokens_read + passages
         all_read = result.tokens_read + read
-        return {"document_tokens": doc_tokens, "document_tokens_read": doc_read,
+        own = app.engine.count_tokens(sent[-1]) if sent else 0
+        chat = {"chat_open_tokens_read": result.chat_open_read, "chat_open_prefix_tokens": result.chat_prefix_tokens,
+                "chat_open_read_share": round(result.chat_open_read / max(result.chat_prefix_tokens, 1), 4),
+                "chat_prefix_read_by_job": result.chat_prefix_read,
+                "chat_note": result.chat.attachment.note if result.chat is not None else "",
+                "first_question_fits": fits,
+                "first_question_tokens_read": read, "first_question_own_tokens": own,
+                # its turn as the chat template wraps it: the prompt past the chat's prefix
+                "first_question_turn_tokens": prompt_tokens - result.chat_prefix_tokens}
+        return {**chat, "document_tokens": doc_tokens, "document_tokens_read": doc_read,
                 "read_ratio": round(doc_read / max(doc_tokens, 1), 3), "mode": result.documents[0].mode,
                 "prompt_tokens_read": all_read, "prompt_read_ratio": round(all_read / max(doc_tokens, 1), 3),
                 "job_tokens_read": result.tokens_read, "question_tokens_read": read,
@@ -117,13 +141,13 @@ def _after_restart(model: str | None, n_ctx: int, path: Path, budget: dict[str, 
         result = app.documents.job([path], **budget).run()
         again, _note = app.documents.open_result(result)
         assert again is not None
-        read, _restored, _s = _ask(app, again, answer_tokens)
+        read, _restored, _s, _fits, _p = _ask(app, again, answer_tokens)
         resummarized = {"tokens_read": result.tokens_read + read, "seconds": round(time.perf_counter() - start, 2)}
     finally:
         app.close()
     app = _app(model, n_ctx)
     try:
-        read, restored, seconds = _ask(app, cid, answer_tokens)
+        read, restored, seconds, _fits, _p = _ask(app, cid, answer_tokens)
         reopened = {"tokens_read": read, "restored_from_disk": restored, "seconds": round(seconds, 2)}
     finally:
         app.close()

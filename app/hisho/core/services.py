@@ -307,10 +307,14 @@ class Services:
         """The app is quitting (any thread): a model load in flight stops at once and nothing loads after it
         (not even the model that answered before a stopped switch), so the quit waits on no load."""
         self.closing = True
+        self.chat.closing = True  # a reply that ends now was stopped by the quit, whatever the engine says
         spawn.stop_running()  # a probe child (the first start's measurement, a plan's dry run) ends with the app
-        self.engine.cancel_load()
-        if self.local_engine is not None and self.local_engine is not self.engine:
-            self.local_engine.cancel_load()
+        for engine in {id(e): e for e in (self.engine, self.local_engine) if e is not None}.values():
+            engine.cancel_load()
+            # No crash recovery during a quit: an engine killed or gone is not started (and loaded) again.
+            stop_restarts = getattr(engine, "begin_close", None)
+            if callable(stop_restarts):
+                stop_restarts()
 
     def use_tools(self, approve: Approve, servers: list[ServerConfig] | None = None,
                   on_state: Callable[[ServerState], None] | None = None) -> ToolLoop:

@@ -37,6 +37,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from hisho.core.conversations import continued
+from hisho.core.conversations.schema import STOPPED_AT_CLOSE
 from hisho.core.conversations.store import (
     DONE,
     FAILED,
@@ -110,6 +112,7 @@ class ChatService:
         self.after_turn: list[Callable[[TurnResult], None]] = []
         self.unsaved: dict[int, dict[str, Any]] = {}   # reply id -> fields the store could not take yet
         self.tools: ToolLoop | None = None
+        self.closing = False   # the app is quitting (``Services.begin_close``): a reply ended now was stopped
         self._unsaved_lock = threading.Lock()
 
     @property
@@ -351,6 +354,8 @@ class ChatService:
         except EngineError as exc:
             status, error = FAILED, _engine_message(exc)
             log.warning("turn %s in conversation %s failed: %s", turn.id, turn.conversation_id, error)
+        if self.closing and status in (STOPPED, FAILED):  # the quit stopped it (or killed a slow engine)
+            status, error = STOPPED, STOPPED_AT_CLOSE
         meta: dict[str, Any] = {}
         if result is not None:
             first = turn.first_token_at
@@ -436,25 +441,9 @@ class ChatService:
     # ----- context overflow: summarize into a new chat ---------------------------------------------------
 
     def summarize_into_new(self, conversation_id: int, on_text: Callable[[str], None] | None = None) -> int:
-        """Ask the model for a summary of the branch and start a new conversation seeded with it."""
-        conv = self.store.get(conversation_id)
-        transcript = "\n\n".join(f"{m.role.upper()}: {m.content}" for m in self.store.branch(conversation_id))
-        budget_chars = max(1000, (self.n_ctx - 600) * 3)  # ~3 chars per token; keep the latest part
-        ask = [{"role": "system", "content": "You summarize conversations faithfully and briefly."},
-               {"role": "user", "content": "Summarize this conversation in a few sentences, keeping names, "
-                                           "facts and open questions:\n\n" + transcript[-budget_chars:]}]
-        stream = self.engine.generate(messages=ask, sampling=Sampling(temperature=0.2, max_tokens=400))
-        parts: list[str] = []
-        for ev in stream:
-            parts.append(str(ev.get("text", "")))
-            if on_text is not None:
-                on_text(parts[-1])
-        summary = "".join(parts).strip()
-        system = (conv.system_prompt + "\n\n" if conv.system_prompt else "") + \
-            f"Summary of an earlier conversation ({conv.title}):\n{summary}"
-        new = self.write(lambda: self.store.create(f"{conv.title} (continued)", model=conv.model,
-                                                   system_prompt=system, settings=conv.settings))
-        return int(new.id)
+        """Ask the model for a summary of the branch and start a new conversation seeded with it
+        (``hisho.core.conversations.continued``: written at the end of the chat's own prompt when it fits)."""
+        return continued.summarize_into_new(self, conversation_id, on_text)
 
 
 def _inline(fn: Callable[[], T]) -> T:

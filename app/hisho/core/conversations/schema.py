@@ -25,6 +25,7 @@ COMPONENT = "conversations"
 
 # Message status values.
 DONE, STREAMING, STOPPED, FAILED, INTERRUPTED = "done", "streaming", "stopped", "error", "interrupted"
+STOPPED_AT_CLOSE = "stopped when Hisho closed"   # a reply a quit ended: stopped, never "the engine crashed"
 PARTIAL_STATES = (STOPPED, FAILED, INTERRUPTED)
 
 

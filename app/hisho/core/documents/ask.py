@@ -5,9 +5,12 @@ Two approaches, chosen once per conversation and shown to the user (``Attachment
   system prompt, so prompts are laid out [system + documents][summary turn][questions]. That prefix is the
   same for every question: ``precompute_kv`` prefills it once and saves it with the KV store
   (``document_owner``), so the first question prefills only the question.
-- ``chunks``: too long for the context. The system prompt holds the summary; before each question the
-  ``before_prompt`` hook (``DocumentContext``) appends the most relevant chunks (SQLite FTS5's BM25) to the
-  question, in document order, each with its page/section reference.
+- ``chunks``: too long for the context. The summary is the conversation's first answer (once: not in the system
+  prompt as well); before each question the ``before_prompt`` hook (``DocumentContext``) appends the most
+  relevant passages (SQLite FTS5's BM25) to the question, best first, each with its page/section reference.
+  ``plan_chat`` sizes that prefix so the first question always fits with its passages and its answer: when the
+  full summary would not leave that room, the chat holds the shorter level (the overview without the
+  part-by-part list) and says so.
 Attachments live in SQLite (component "documents", table doc_attachments), keyed by conversation id.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,10 +34,15 @@ log = logging.getLogger("hisho.documents")
 
 ASK_CHUNKS = ("You answer questions about a long document. Each question comes with the parts of the document "
               "most relevant to it, with their references; answer from those parts and cite them in brackets. "
-              "If they do not say, say so. Summary of the whole document:")
+              "If they do not say, say so. Your first answer below is a summary of the whole document.")
 QUESTION_ROOM = 1024   # tokens kept free for questions and answers in the whole-document approach
 PASSAGE_TOKENS = 256   # a retrieval passage: a page, or a part of a long one (a summary's ``parts``)
 PASSAGE_SHARE = 8      # a question about a long document gets at most n_ctx / 8 tokens of its passages
+ANSWER_SHARE = 4       # and a quarter of the context is kept for its answer (``DocumentContext``)
+ASKING_TOKENS = 256    # room for the question itself in a long document's chat
+
+BY_PART = "\n\nBy part:\n"   # what starts a long document's part-by-part list, after its overview
+_BY_PART_LIST = re.compile(r"\n\nBy part:\n(?:- [^\n]*(?:\n|$))*")
 
 Count = Callable[[str], int]
 Parts = list[tuple[str, str]]   # (reference, text), a question's passages or a document's
@@ -55,9 +64,73 @@ def attach(docs: Sequence[Document], summary: str, count: Count, n_ctx: int,
     if count(whole) + count(summary) + QUESTION_ROOM <= n_ctx:
         return whole_attachment(docs)
     chunks = parts or [(s.ref, s.text) for d in docs for s in d.sections]
-    return Attachment("chunks", f"{ASK_CHUNKS}\n\n{summary}",
-                      f"The document is longer than the context ({n_ctx} tokens): each question is answered from "
-                      "its most relevant parts, which the answer cites.", chunks)
+    return Attachment("chunks", ASK_CHUNKS,
+                      f"The document is longer than the context ({n_ctx:,} tokens): each question is answered "
+                      "from its most relevant parts, which the answer cites.", chunks)
+
+
+def summary_levels(summary: str) -> list[str]:
+    """A summary's levels of the hierarchy, longest first: the whole text, then (when it has one) the text
+    without its part-by-part lists (each document's overview, its notes and what was not included)."""
+    short = re.sub(r"\n{3,}", "\n\n", _BY_PART_LIST.sub("\n\n", summary)).strip()
+    return [summary] if short == summary.strip() else [summary, short]
+
+
+def question_room(n_ctx: int) -> int:
+    """What the first question about a long document needs beside its chat's prefix: the question, its
+    passages (``n_ctx / PASSAGE_SHARE``) and the answer (``n_ctx / ANSWER_SHARE``)."""
+    return ASKING_TOKENS + n_ctx // PASSAGE_SHARE + n_ctx // ANSWER_SHARE
+
+
+def context_for(prefix_tokens: int) -> int:
+    """The smallest context (a multiple of 1,024) whose ``question_room`` leaves ``prefix_tokens`` free."""
+    n_ctx = 1024
+    while n_ctx - question_room(n_ctx) < prefix_tokens:
+        n_ctx += 1024
+    return n_ctx
+
+
+def chat_prefix(system: str, names: str, summary: str) -> list[dict[str, str]]:
+    """The messages a summary's conversation starts with, as ``ChatService.prompt_messages`` builds them."""
+    head = [{"role": "system", "content": system}] if system.strip() else []
+    return head + [{"role": "user", "content": summary_request(names)}, {"role": "assistant", "content": summary}]
+
+
+@dataclass
+class ChatPlan:
+    """How a summary opens as a chat: the attachment, the summary the chat holds (its first answer) and the
+    chat's prefix messages (what the job saves and the chat restores, token for token)."""
+    attachment: Attachment
+    summary: str
+    messages: list[dict[str, str]]
+    prefix_tokens: int
+    shortened: bool = False
+
+
+def plan_chat(docs: Sequence[Document], levels: Sequence[str], count: Count,
+              count_messages: Callable[[list[dict[str, str]]], int], n_ctx: int,
+              parts: list[tuple[str, str]] | None = None) -> ChatPlan:
+    """Size the chat a summary opens as. ``levels`` are the summary's levels of the hierarchy, longest first
+    (the full summary with its part-by-part list, then the overview alone). A long document's chat holds the
+    longest level whose prefix leaves ``question_room`` free, so its first question fits with its passages and
+    an answer; when even the shortest does not, the shortest (the chat is as small as it can be made)."""
+    names = ", ".join(d.name for d in docs)
+    att = attach(docs, levels[0], count, n_ctx, parts)
+    if att.approach == "whole":
+        msgs = chat_prefix(att.system_prompt, names, levels[0])
+        return ChatPlan(att, levels[0], msgs, count_messages(msgs))
+    room = n_ctx - question_room(n_ctx)
+    sized = [(text, chat_prefix(att.system_prompt, names, text)) for text in levels]
+    counted = [(text, msgs, count_messages(msgs)) for text, msgs in sized]
+    pick = next((c for c in counted if c[2] <= room), counted[-1])
+    shortened = pick is not counted[0]
+    if shortened:
+        att.note += (f" To leave room for a question, its pages and the answer in the {n_ctx:,}-token context, "
+                     "this chat holds the short summary (the overview without the part-by-part list); a context "
+                     f"of {context_for(counted[0][2]):,} tokens would hold the whole summary.")
+        log.info("summary chat for %s: the short summary (%d prefix tokens; the full one: %d of %d allowed)",
+                 names, pick[2], counted[0][2], room)
+    return ChatPlan(att, pick[0], pick[1], pick[2], shortened)
 
 
 def whole_attachment(docs: Sequence[Document]) -> Attachment:
@@ -179,6 +252,21 @@ def open_conversation(store: Any, db: Any, docs: Sequence[Document], summary: st
     summary as its first turn. Returns (conversation id, attachment)."""
     att = attach(docs, summary, count, n_ctx, parts)
     return save_conversation(store, db, docs, summary, att), att
+
+
+def find_conversation(store: Any, db: Any, docs: Sequence[Document], summary: str) -> int | None:
+    """The conversation this summary of ``docs`` already opened as (not deleted, its first answer this very
+    summary), so summarizing the same file again opens it instead of making a second "Summary: …" chat."""
+    rows = db.query("SELECT a.conversation_id FROM doc_attachments a JOIN conversations c ON c.id = a.conversation_id "
+                    "WHERE a.doc_shas = ? AND c.deleted_at IS NULL ORDER BY a.conversation_id",
+                    [json.dumps([d.sha256 for d in docs])])
+    request = summary_request(", ".join(d.name for d in docs))
+    for row in rows:
+        cid = int(row["conversation_id"])
+        head = [(m.role, m.content) for m in store.branch(cid)[:2]]
+        if head == [("user", request), ("assistant", summary)]:
+            return cid
+    return None
 
 
 def save_conversation(store: Any, db: Any, docs: Sequence[Document], summary: str, att: Attachment) -> int:

@@ -28,7 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from hisho.core.documents import plan as P
-from hisho.core.documents.ask import PASSAGE_TOKENS, QUESTION_ROOM
+from hisho.core.documents.ask import (
+    BY_PART,
+    PASSAGE_TOKENS,
+    QUESTION_ROOM,
+    ChatPlan,
+    plan_chat,
+    summary_levels,
+    whole_attachment,
+)
 from hisho.core.documents.attached import read_document
 from hisho.core.documents.cache import Key, SummaryCache, model_fingerprint
 from hisho.core.documents.model import Document, DocumentError, PageSpan
@@ -168,16 +176,52 @@ class SummaryJob:
                     result.documents.append(self._summarize(doc, result.parts))
         except Cancelled:
             result.cancelled = True
-        result.tokens_read, result.n_ctx, result.context_note = self.tokens_read, self.n_ctx, self.context_note
-        result.document_tokens_read = self.document_tokens_read
         if self.context_note:
             log.warning("%s", self.context_note)
-        result.seconds = time.perf_counter() - self._started
         result.eta_s = self.eta_s
         self._judge(result)
         result.summary = self._compose(result)
+        try:
+            self._prepare_chat(result)
+        except Cancelled:
+            result.cancelled = True
+            result.summary = self._compose(result)
+        result.tokens_read, result.n_ctx, result.context_note = self.tokens_read, self.n_ctx, self.context_note
+        result.document_tokens_read = self.document_tokens_read
+        result.seconds = time.perf_counter() - self._started
         self._report("cancelled" if result.cancelled else "done", 1, 1)
         return result
+
+    def _prepare_chat(self, result: JobResult) -> None:
+        """Size the chat the summary opens as (``ask.plan_chat``) and, with a KV session, make the chat
+        sequence hold that chat's exact prefix and save it under the document: opening the summary as a chat
+        then restores it instead of reading it. A document read whole already left its summary turn there."""
+        if result.cancelled or not result.documents or not result.extracted:
+            return
+
+        def count_messages(messages: list[dict[str, str]]) -> int:
+            return self.client.count_tokens(messages=messages)
+
+        if result.chat_prompt:  # the summary turn was generated on this prefix: the chat is that turn
+            messages = [*result.chat_prompt, {"role": "assistant", "content": result.summary}]
+            result.chat = ChatPlan(whole_attachment(result.extracted), result.summary, messages,
+                                   count_messages(messages))
+            return
+        plan = plan_chat(result.extracted, summary_levels(result.summary), self.client.count_tokens, count_messages,
+                         self.n_ctx, result.parts)
+        result.chat = plan
+        if self.kv is None:
+            return
+        if self._cancel.is_set():
+            raise Cancelled()
+        name = result.extracted[0].name
+        self._report("saving", 0, 1, name, "Saving for follow-up questions")
+        reading = PrefixReading(self.client, self.kv, document_owner(result.extracted[0].sha256))
+        kept = reading.keep(plan.messages)
+        self.tokens_read += kept.read
+        result.chat_prefix_read = kept.read
+        log.info("summary chat prefix for %s: %d tokens, %d restored from disk, %d read", name,
+                 kept.prompt_tokens, kept.restored, kept.read)
 
     def _extract_all(self, result: JobResult) -> list[Document]:
         docs: list[Document] = []
@@ -338,7 +382,7 @@ class SummaryJob:
         res.quality = judge(final, doc.text).to_dict()
         # The combined text of a small model may drop the references; the parts it was made from keep them, so
         # the result always points to pages/sections.
-        res.summary = final + "\n\nBy part:\n" + "\n".join(f"- [{ref}] {_first_lines(t)}" for ref, t in by_part)
+        res.summary = final + BY_PART + "\n".join(f"- [{ref}] {_first_lines(t)}" for ref, t in by_part)
         return res
 
     def _reduce(self, doc: Document, parts: list[tuple[str, str]],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hisho.core.documents.ask import ChatPlan
 from hisho.core.documents.model import Document
 
 
@@ -43,6 +44,12 @@ class JobResult:
     document_tokens_read: int = 0  # of those, the document's own tokens (map chunks and the document read once)
     n_ctx: int = 0                # the context the job planned for: the loaded one, within the trained one
     context_note: str = ""        # set when the model was trained on less context than is loaded
+    # The chat the summary opens as (``ask.ChatPlan``: sized by the job; None: cancelled or nothing read), and
+    # the tokens the job read to leave that chat's prefix saved (a long document's; 0 when restored).
+    chat: ChatPlan | None = None
+    chat_prefix_read: int = 0
+    chat_open_read: int = 0       # tokens read when the summary was opened as a chat (``Documents.open_result``)
+    chat_prefix_tokens: int = 0   # that chat's prefix (system prompt + summary turn)
 
     def as_dict(self) -> dict[str, Any]:
         chunks = sum(d.chunks for d in self.documents)
@@ -55,6 +62,7 @@ class JobResult:
             "suggested_model": self.suggested_model, "tokens_read": self.tokens_read,
             "document_tokens_read": self.document_tokens_read, "n_ctx": self.n_ctx,
             "context_note": self.context_note, "read_whole": bool(self.chat_prompt),
+            "chat_note": self.chat.attachment.note if self.chat is not None else "",
             "documents": [d.__dict__ for d in self.documents],
         }
 

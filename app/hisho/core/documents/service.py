@@ -22,11 +22,12 @@ from hisho.core.conversations.store import ConversationStore
 from hisho.core.db import DatabaseUnavailable
 from hisho.core.documents.ask import (
     DocumentContext,
-    attach,
+    find_conversation,
+    plan_chat,
     precompute_kv,
     record_given,
     save_conversation,
-    whole_attachment,
+    summary_levels,
 )
 from hisho.core.documents.attached import AskPassword, ChatDocument, ChatDocuments, read_document
 from hisho.core.documents.cache import SummaryCache
@@ -149,23 +150,34 @@ class Documents:
         questions are answered); ``result.tokens_read`` grows by what opening read."""
         if result.cancelled or not result.documents:
             return None, ""
-        if result.chat_prompt:
-            att = whole_attachment(result.extracted)
-        else:
-            att = attach(result.extracted, result.summary, self.engine.count_tokens, self.n_ctx(), result.parts)
+        plan = result.chat
+        if plan is None:  # a result the job did not size (made by hand): sized here the same way
+            plan = plan_chat(result.extracted, summary_levels(result.summary), self.engine.count_tokens,
+                             lambda m: self.engine.count_tokens(messages=m), self.n_ctx(), result.parts)
+        att = plan.attachment
         db = self.cache().db
-        cid = self.write(lambda: save_conversation(self.store, db, result.extracted, result.summary, att))
-        # A long document's conversation holds its summary, not the document: that prefix is read (or restored)
-        # now too, so a question reads only itself and its passages.
+        # The same summary opened before (the same file summarized again): that chat, not a second one.
+        cid = self.write(lambda: find_conversation(self.store, db, result.extracted, plan.summary)
+                         or save_conversation(self.store, db, result.extracted, plan.summary, att))
+        # The chat's prefix (system prompt and summary turn) is what the job left on the chat sequence and saved
+        # under the document: restored (or found held), and only what is missing read.
         if self._keeps_kv():
-            conv = self.store.get(cid)
-            prefix = [{"role": "system", "content": conv.system_prompt}]
-            prefix += [{"role": m.role, "content": m.content} for m in self.store.branch(cid)]
-            kept = PrefixReading(self.engine, self.kv, document_owner(result.extracted[0].sha256)).keep(prefix)
+            # The summary turn only: a chat opened again keeps its later turns under its own owner, restored on
+            # its next send.
+            kept = PrefixReading(self.engine, self.kv, document_owner(result.extracted[0].sha256)).keep(
+                self.prompt_prefix(cid)[:len(plan.messages)])
             result.tokens_read += kept.read
+            result.chat_open_read, result.chat_prefix_tokens = kept.read, kept.prompt_tokens
             log.info("conversation %s opened: %d prefix tokens, %d restored from disk, %d read", cid,
                      kept.prompt_tokens, kept.restored, kept.read)
         return cid, att.note
+
+    def prompt_prefix(self, conversation_id: int) -> list[dict[str, str]]:
+        """A conversation's messages as its prompts start (system prompt first, as the chat service builds
+        them)."""
+        conv = self.store.get(conversation_id)
+        prefix = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt.strip() else []
+        return prefix + [{"role": m.role, "content": m.content} for m in self.store.branch(conversation_id)]
 
     def before_prompt(self, turn: Any, messages: list[dict[str, str]]) -> None:
         """ChatService hook (the turn's worker): a long attached document gets its relevant parts added to the

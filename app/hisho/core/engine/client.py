@@ -64,6 +64,7 @@ class EngineClient:
         self._load_params: LoadParams | None = None
         self._loaded: tuple[int, LoadParams] | None = None  # (EngineProcess.generation, what it loaded)
         self._load_info: dict[str, Any] = {}
+        self._closing = False   # ``begin_close``: an engine that ends is not started again
         self.engine_info: dict[str, Any] = {}
         # What the engine's thread governors chose and why, as of the last reply (docs/threads.md); one dict
         # replaced whole, so readers on other threads see an old or a new one, never half of one.
@@ -272,8 +273,15 @@ class EngineClient:
 
     # ----- internals -------------------------------------------------------------------------------
 
+    def begin_close(self) -> None:
+        """The app is quitting (any thread): requests in flight go on, but an engine that exits or is killed
+        from now on is not started again (a late job would restart it and re-load the model during the quit)."""
+        self._closing = True
+
     def _ensure_started(self) -> None:
         if not self.running:
+            if self._closing:
+                raise EngineError(ErrorKind.CLOSED, "Hisho is closing: the engine is not started again")
             self.start()
 
     def _ensure_ready(self) -> None:

@@ -14,6 +14,7 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
+from hisho.core.conversations.schema import STOPPED_AT_CLOSE
 from hisho.core.conversations.store import FAILED, INTERRUPTED, STOPPED, Message
 from hisho.gui.chat import markdown
 from hisho.gui.chat.thinking import ThinkingBlock
@@ -291,6 +292,8 @@ class MessageWidget(QWidget):
             return
         if m.status in (STOPPED, INTERRUPTED, FAILED):
             what = {STOPPED: "Stopped", INTERRUPTED: "Interrupted", FAILED: "Engine crashed"}[m.status]
+            if m.status == STOPPED and m.error == STOPPED_AT_CLOSE:
+                what = "Stopped when Hisho closed"
             self.marker = _label(f"{what} · partial reply", "ErrorMarker" if m.status == FAILED else "Marker", False)
             self.marker.setWordWrap(False)  # a wrapping label in the action row broke it over two lines
             self.marker.setToolTip(m.error or "the reply did not finish")

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hisho.gui")
 
+CONTINUE_FROM_SUMMARY = "Continue from a summary"
+# The outgrown chat's choice, in one sentence: the default keeps every answer and reads nothing twice.
+OUTGROWN_ADVICE = ("Nothing has been cut: continuing from a summary (recommended) starts a new chat from a summary "
+                   "of this one, written on what the model already holds, while dropping the oldest turns makes "
+                   "the model read this chat again without them.")
 LIVE_MS = 500  # how often the status bar and the meter show the streaming reply's figures
 
 
@@ -243,10 +248,11 @@ class Sending:
         box.setWindowTitle("This chat no longer fits the context")
         box.setText(f"The conversation with your message is {fit.prompt_tokens:,} tokens; the model's context "
                     f"holds {fit.n_ctx:,} (and a reply needs about {fit.reply_tokens:,} more).")
-        box.setInformativeText("Nothing has been cut. Choose how to continue:")
-        drop = box.addButton("Drop the oldest turns", QMessageBox.ButtonRole.AcceptRole)
-        summary = box.addButton("New chat with a summary", QMessageBox.ButtonRole.ActionRole)
+        box.setInformativeText(OUTGROWN_ADVICE)
+        summary = box.addButton(CONTINUE_FROM_SUMMARY, QMessageBox.ButtonRole.AcceptRole)
+        drop = box.addButton("Drop the oldest turns", QMessageBox.ButtonRole.ActionRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(summary)   # Enter keeps the promise: nothing read again, no answer changed
         box.exec()
         if box.clickedButton() is drop:
             self._start_turn(lambda: self.service.send(cid, text, drop_oldest=True))
