@@ -201,7 +201,7 @@ def test_json_schema_output(hermes: Served) -> None:
     bad = {"format": {"type": "json_schema", "name": "x", "schema": {"$ref": "#/nowhere"}}}
     with pytest.raises(openai.BadRequestError) as err:
         c.responses.create(model=hermes.model, input="Hi", text=bad, max_output_tokens=8)  # type: ignore[arg-type]
-    assert err.value.body["param"] == "text.format"  # type: ignore[index]
+    assert err.value.body["param"] == "text.format.schema.$ref"  # type: ignore[index]
 
 
 def test_agents_sdk_runs_a_tool_to_its_final_output(hermes: Served) -> None:

@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from hisho.api import tooling
 from hisho.api.errors import ApiError
 from hisho.api.shapes import Job
 from hisho.api.tooling import Extras
@@ -290,6 +291,7 @@ def _tools(value: Any) -> list[dict[str, Any]] | None:
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
             raise _bad(f"{param}.input_schema", "must be a JSON schema object")
+        tooling.check_tool_parameters(schema, f"{param}.input_schema")
         description = tool.get("description")
         if description is not None and not isinstance(description, str):
             raise _bad(f"{param}.description", "must be a string")

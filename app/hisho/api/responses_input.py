@@ -66,6 +66,16 @@ def rename(exc: ApiError, schema: bool) -> ApiError:
     param = exc.param or ""
     if exc.message.startswith("the JSON schema cannot be turned into a grammar"):  # the engine's words
         param = "text.format" if schema else "tools"
+    for chat, responses in (("response_format.json_schema.schema", "text.format.schema"),
+                            ("response_format", "text.format")):
+        if param == chat or param.startswith(chat + "."):   # a schema keyword's path, the chat check's words
+            param = responses + param[len(chat):]
+            exc.message = exc.message.replace(chat, responses)
+            break
+    tool = re.match(r"tools\[(\d+)\]\.function\.parameters", param)
+    if tool:   # Responses' tools are flat: tools[i].parameters
+        param = f"tools[{tool.group(1)}].parameters" + param[tool.end():]
+        exc.message = exc.message.replace(tool.group(0), f"tools[{tool.group(1)}].parameters")
     name = param.split("[")[0]
     if name in RENAMED:
         param = RENAMED[name]

@@ -142,6 +142,12 @@ def _response_format(fmt: Any, extras: Extras) -> None:
                "invalid_value")
 
 
+def check_tool_parameters(schema: dict[str, Any], param: str) -> None:
+    """A tool's parameters as every wire format checks them (``param``: where the client gave them): refused only
+    when malformed; what the grammar cannot enforce is the client's to check."""
+    _check_schema(schema, param, hints=True)
+
+
 def _check_schema(schema: dict[str, Any], param: str, hints: bool = False) -> None:
     """A keyword the grammar would not enforce is refused, naming where it is (``hisho.core.formats.schema``);
     ``hints``: a tool's parameters, where only a malformed schema is refused."""
