@@ -3,14 +3,21 @@ an image is tokenized into its image chunk and encoded into the language model's
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import pytest
 from llama_cpp import mtmd_cpp as mtmd
 
 from hisho.bench import projector
+from hisho.core.engine.client import EngineClient
+from hisho.core.engine.protocol import GenerationResult, LoadParams, Sampling
+from hisho.core.errors import EngineError
 
 
 def _png(size: tuple[int, int] = (40, 30), color: tuple[int, int, int] = (200, 10, 10)) -> bytes:
@@ -79,3 +86,63 @@ def test_projector_loads_and_encodes_an_image(name: str) -> None:
             mtmd.mtmd_free(mctx)
         llama_cpp.llama_free(ctx)
         llama_cpp.llama_model_free(model)
+
+
+# ----- the engine process: a model loaded with its projector reads images in a chat ---------------------------
+
+
+def _b64(color: tuple[int, int, int]) -> str:
+    return base64.b64encode(_png(color=color)).decode("ascii")
+
+
+def _ask(engine: EngineClient, color: tuple[int, int, int], question: str = "What is this?") -> GenerationResult:
+    messages = [{"role": "user", "content": [{"type": "text", "text": question + "\n"},
+                                             {"type": "image", "data": _b64(color)}]}]
+    stream = engine.generate(messages=messages, sampling=Sampling(temperature=0.0, max_tokens=8))  # type: ignore[arg-type]
+    for _ in stream:
+        pass
+    assert stream.result is not None
+    return stream.result
+
+
+@pytest.fixture(scope="module")
+def vision_engine(engine_home: Path) -> Iterator[tuple[EngineClient, dict[str, Any]]]:
+    pair = projector.pair("shape:llava-tiny")
+    assert pair is not None
+    mp = pytest.MonkeyPatch()
+    mp.setenv("HISHO_HOME", str(engine_home))
+    client = EngineClient()
+    info = client.load(LoadParams(model_path=str(pair[0]), n_ctx=512, n_threads=1, mmproj_path=str(pair[1])))
+    yield client, info
+    client.close()
+    mp.undo()
+
+
+def test_engine_loads_the_pair_and_reports_what_an_image_costs(vision_engine: tuple[EngineClient, Any]) -> None:
+    _engine, info = vision_engine
+    assert info["vision"] is True
+    assert info["image_tokens"] == projector.VISION["clip-tiny"].n_patches
+    assert info["image_attention"] == "causal"
+
+
+def test_an_image_chat_is_greedy_deterministic_and_reuses_the_image(vision_engine: tuple[EngineClient, Any]) -> None:
+    engine, _info = vision_engine
+    engine.seq_rm(0, 0)
+    first = _ask(engine, (200, 10, 10))
+    n_text = engine.count_tokens(messages=[{"role": "user", "content": "What is this?\n"}])
+    assert first.prompt_tokens == n_text + 16  # the image's tokens count in the usage
+    again = _ask(engine, (200, 10, 10))  # the same image in the same place: its cells are kept, not re-encoded
+    assert again.text == first.text
+    assert again.cached_tokens > 16
+    assert again.extra["image_encodes"] == first.extra["image_encodes"]
+    other = _ask(engine, (10, 10, 200))  # another image: the prefix up to it is kept, the image is encoded
+    assert other.extra["image_encodes"] == first.extra["image_encodes"] + 1
+    assert other.cached_tokens < other.prompt_tokens - 16
+    assert other.text != first.text  # random weights, but the answer depends on the pixels
+    engine.seq_rm(0, 0)
+    assert _ask(engine, (200, 10, 10)).text == first.text  # read afresh: the same greedy answer
+
+
+def test_a_text_only_model_refuses_images(engine: EngineClient) -> None:
+    with pytest.raises(EngineError, match="cannot see images"):
+        _ask(engine, (1, 2, 3))

