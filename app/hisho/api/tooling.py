@@ -127,7 +127,7 @@ def _response_format(fmt: Any, extras: Extras) -> None:
                "invalid_value")
 
 
-def parse_message(m: dict[str, Any], i: int, role: str, content: str) -> dict[str, Any]:
+def parse_message(m: dict[str, Any], i: int, role: str, content: str | list[dict[str, Any]]) -> dict[str, Any]:
     """A history message as the template gets it: assistant tool calls (arguments as JSON text), a tool
     message's ``tool_call_id``, a ``name``, an assistant turn's ``reasoning_content``."""
     out: dict[str, Any] = {"role": role, "content": content}
