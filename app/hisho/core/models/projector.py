@@ -25,3 +25,12 @@ def is_projector(path: str | Path) -> bool:
     """Whether a GGUF file is a projector by its name (one is never loaded as a model)."""
     name = Path(path).name.lower()
     return name.endswith(".mmproj.gguf") or name.startswith("mmproj")
+
+
+def not_a_projector(path: str | Path) -> None:
+    """Refuse a projector where a model is wanted (llama.cpp would fail on it with "unknown architecture")."""
+    if is_projector(path):
+        from hisho.core.errors import ModelFileError
+
+        raise ModelFileError(f"{Path(path).name} is a vision projector (mmproj), not a model: put it beside its "
+                             "model as <model name>.mmproj.gguf and load the model")
