@@ -60,6 +60,10 @@ def document(n_sentences: int) -> str:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if getattr(args, "image", False):  # a conversation that holds an image (hisho.bench.resume_image)
+        from hisho.bench import resume_image
+
+        return resume_image.run(args)
     n = max(256, int(args.tokens or 4096))
     repeat = max(1, int(args.repeat))
     from hisho.bench.shapes import SHAPES, resolve
