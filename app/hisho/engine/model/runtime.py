@@ -466,6 +466,8 @@ class Runtime:
             raise RequestError(ErrorKind.BAD_REQUEST, "this model cannot see images (it has no projector)")
         try:
             end = self.vision.span_end(tokens, start)
+            if end > len(tokens):  # a caller split the prompt inside an image: its cells would not match the list
+                raise VisionError(ErrorKind.INTERNAL, "a prompt piece ends inside an image")
             self.vision.eval_span(self.ctx, tokens[start], pos, seq, self.n_batch, want_logits and end >= len(tokens))
         except VisionError as exc:
             raise RequestError(exc.kind, str(exc)) from None

@@ -230,7 +230,8 @@ class Vision:
     def _n(self, pid: int) -> int:
         entry = self.chunks.get(pid)
         if entry is None:
-            raise VisionError(ErrorKind.INTERNAL, "an image of this prompt is no longer held; send it again")
+            raise VisionError(ErrorKind.BAD_REQUEST, "an image of this prompt is not held by the engine (sent as "
+                                                     "tokens only, or one of too many); send the messages again")
         return entry[1]
 
     def eval_span(self, lctx: Any, pid: int, n_past: int, seq: int, n_batch: int, want_logits: bool) -> int:
