@@ -146,3 +146,13 @@ def test_an_image_chat_is_greedy_deterministic_and_reuses_the_image(vision_engin
 def test_a_text_only_model_refuses_images(engine: EngineClient) -> None:
     with pytest.raises(EngineError, match="cannot see images"):
         _ask(engine, (1, 2, 3))
+
+
+def test_a_pair_resolves_for_benches_to_its_model_with_the_projector_beside() -> None:
+    from hisho.bench.shapes import resolve
+    from hisho.core.models.projector import projector_for
+
+    pair = projector.pair("shape:llava-tiny")
+    assert pair is not None
+    assert resolve("shape:llava-tiny") == pair[0]
+    assert projector_for(pair[0]) == pair[1]

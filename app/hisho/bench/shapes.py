@@ -470,10 +470,17 @@ def model_file(shape: str, quant: str, tokenizer_model: Path | None = None, root
 
 def resolve(name: str | None) -> Path | None:
     """A bench's ``--model`` naming a true shape (``gemma-3-1b``, ``shape:lfm2-350m:Q8_0``; Q4_0 unless a mix
-    is given): its cached file, written on first use. None: not a shape name (a store name or a path)."""
+    is given) or a vision pair (``shape:llava-tiny``): its cached file, written on first use. None: not a shape
+    name (a store name or a path)."""
     if not name:
         return None
     parts = name.removeprefix("shape:").split(":")
+    if len(parts) == 1:  # a vision pair (hisho.bench.projector): the model, its projector beside it
+        from hisho.bench import projector
+
+        pair = projector.pair(parts[0])
+        if pair is not None:
+            return pair[0]
     if parts[0] not in SHAPES or len(parts) > 2:
         return None
     return model_file(parts[0], parts[1] if len(parts) == 2 else "Q4_0")
