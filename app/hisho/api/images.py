@@ -47,3 +47,10 @@ def image_part(part: dict[str, Any], where: str) -> dict[str, Any]:
     except ImageError as exc:
         raise ApiError(400, f"{where}: {exc}", param=f"{where}.image_url") from None
     return {"type": "image", "data": base64.b64encode(png).decode("ascii")}
+
+
+def text_chars(content: str | list[dict[str, Any]]) -> int:
+    """A message content's characters of text (an image's tokens are the engine's to count)."""
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(p.get("text") or "") for p in content if p.get("type") == "text")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisho.api.errors import ApiError
-from hisho.api.images import image_part
+from hisho.api.images import image_part, text_chars
 from hisho.api.tooling import Extras, parse_extras, parse_message
 from hisho.core.engine.protocol import Sampling
 
@@ -49,7 +49,7 @@ class Job:
 
     def prompt_chars(self) -> int:
         if self.messages is not None:
-            return sum(len(m["content"]) for m in self.messages) + len(json.dumps(self.extras.tools or []))
+            return sum(text_chars(m["content"]) for m in self.messages) + len(json.dumps(self.extras.tools or []))
         return len(self.prompt or "")
 
 

@@ -67,6 +67,9 @@ VISION: dict[str, VisionShape] = {s.name: s for s in (
 PAIRS: dict[str, tuple[str, str, str]] = {
     "llava-tiny": ("llama-tiny", "Q8_0", "clip-tiny"),
     "llava-smollm2": ("", "", "clip-tiny"),
+    # LLaVA-1.5's tower at full size onto the bundled model: what a real image costs (576 tokens, ~300 M
+    # parameters to encode). A bench pair: its projector is ~600 MiB.
+    "llava-1.5-smollm2": ("", "", "clip-vit-l-336"),
 }
 
 
