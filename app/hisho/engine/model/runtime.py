@@ -468,7 +468,8 @@ class Runtime:
             end = self.vision.span_end(tokens, start)
             if end > len(tokens):  # a caller split the prompt inside an image: its cells would not match the list
                 raise VisionError(ErrorKind.INTERNAL, "a prompt piece ends inside an image")
-            self.vision.eval_span(self.ctx, tokens[start], pos, seq, self.n_batch, want_logits and end >= len(tokens))
+            n_batch = min(self.n_batch, int(llama_cpp.llama_n_ubatch(self.ctx)))  # one ubatch: one llama_decode
+            self.vision.eval_span(self.ctx, tokens[start], pos, seq, n_batch, want_logits and end >= len(tokens))
         except VisionError as exc:
             raise RequestError(exc.kind, str(exc)) from None
         self._threads = (-1, -1)  # libmtmd's decodes ran with the context's threads as they were

@@ -237,6 +237,9 @@ class Vision:
     def eval_span(self, lctx: Any, pid: int, n_past: int, seq: int, n_batch: int, want_logits: bool) -> int:
         """Encode the image ``pid`` and decode its embeddings into ``seq`` at ``n_past``; returns the new end."""
         chunk, n = self.chunks[pid]
+        if self.non_causal and n > n_batch:  # its tokens see each other: one batch must hold them all
+            raise VisionError(ErrorKind.BAD_REQUEST, f"the image takes {n} tokens and this projector reads them in "
+                                                     f"one batch; the model is loaded with batches of {n_batch}")
         new_past = llama_cpp.llama_pos(0)
         rc = mtmd.mtmd_helper_eval_chunk_single(self.ctx, lctx, chunk, n_past, seq, n_batch, want_logits,
                                                 ctypes.byref(new_past))
