@@ -76,6 +76,13 @@ def test_saved_image_cells_restore_without_encoding(tmp_path: Path) -> None:
         assert got == reference
         assert seen["image_encodes"] == 0  # restored, not encoded again
         assert seen["cached"] == len(conv)
+        # A prompt that parts from the saved one inside the image: the restore keeps up to the image's start,
+        # and the image is read whole again (a cut inside it is never kept).
+        start = next(i for i, t in enumerate(conv) if t < 0)
+        second.seq_rm(0, 0)
+        assert session.restore("conv:1", [*conv[:start + 5], 1, 2, 3]).restored == start
+        got, seen = _answer(second, full)
+        assert got == reference and seen["image_encodes"] == 1
         session.close()
     finally:
         second.close()

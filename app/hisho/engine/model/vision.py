@@ -225,6 +225,8 @@ class Vision:
         pid, run = tokens[keep], keep
         while run > 0 and tokens[run - 1] == pid:
             run -= 1
+        if pid not in self.chunks:  # an image this engine has not read (restored cells): back off to the run
+            return run
         return keep - (keep - run) % self._n(pid)
 
     def _n(self, pid: int) -> int:
