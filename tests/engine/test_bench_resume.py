@@ -46,3 +46,14 @@ def test_resident_bytes_sees_a_read_and_a_drop(tmp_path: Path) -> None:
     buf = bytearray(1 << 20)
     _raw_read(files, buf, False)
     assert resident_bytes(files) == 2 << 20
+
+
+def test_resume_image_restores_without_encoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HISHO_HOME", str(tmp_path))
+    args = argparse.Namespace(model="shape:llava-tiny", tokens=64, repeat=1, cold=False, kv_type=None, background=0,
+                              image=True)
+    out = bench_resume(args)
+    assert out["image_positions"] == out["image_tokens"] == 16
+    assert out["restored_tokens"] == out["tokens"]
+    assert out["image_encodes_restored"] == 0 and out["image_encodes_fresh"] == 1
+    assert out["identical_continuation"] is True

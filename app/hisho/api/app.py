@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -61,8 +62,9 @@ def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) 
             {"id": backend.model_id, "object": "model", "created": 0, "owned_by": "hisho"}]})
 
     async def chat(request: Request) -> Response:
-        job = parse_chat(await http.read_body(request, backend.limits.max_body_bytes), backend.defaults,
-                         backend.max_tokens)
+        body = await http.read_body(request, backend.limits.max_body_bytes)
+        # On a worker thread: an image part is decoded and re-encoded there (api/images.py), up to a second.
+        job = await anyio.to_thread.run_sync(parse_chat, body, backend.defaults, backend.max_tokens)
         return await http.unless_gone(request, _answer(backend, job, key))
 
     async def completions(request: Request) -> Response:

@@ -61,6 +61,8 @@ class PromptCache:
         ``min_new_tokens`` tokens usually take (~2 per token at the least) is neither saved nor worth a restore,
         and asking costs a tokenize round trip and an index query before its first token (measured: ~150 ms on
         a busy 2-core box)."""
+        if any(isinstance(m.get("content"), list) for m in messages):
+            return False  # images: the disk tier keeps text prompts only (docs/images.md)
         chars = sum(len(m.get("content") or "") for m in messages) + (len(json.dumps(tools)) if tools else 0)
         return chars >= 2 * self.min_new_tokens
 

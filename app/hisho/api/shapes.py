@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisho.api.errors import ApiError
+from hisho.api.images import image_part, text_chars
 from hisho.api.tooling import Extras, parse_extras, parse_message
 from hisho.core.engine.protocol import Sampling
 
@@ -54,7 +55,7 @@ class Job:
 
     def prompt_chars(self) -> int:
         if self.messages is not None:
-            return sum(len(m["content"]) for m in self.messages) + len(json.dumps(self.extras.tools or []))
+            return sum(text_chars(m["content"]) for m in self.messages) + len(json.dumps(self.extras.tools or []))
         return len(self.prompt or "")
 
 
@@ -184,22 +185,28 @@ def _short(text: str, n: int = 40) -> str:
     return repr(text if len(text) <= n else text[:n] + "…")
 
 
-def _content(content: Any, i: int) -> str:
-    """A message's text: a string, or OpenAI's list of parts (text parts only: the models here see no images).
-    ``null`` is refused, as OpenAI refuses it where no tool call stands in for the text."""
+def _content(content: Any, i: int) -> str | list[dict[str, Any]]:
+    """A message's text: a string, or OpenAI's list of parts (text, and images as data URLs: api/images.py; with
+    an image the parts stay a list, the engine's). ``null`` is refused, as OpenAI refuses it where no tool call
+    stands in for the text."""
     if content is None:
         raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts, not null",
                        param=f"messages[{i}].content", code="invalid_type")
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for part in content:
+        parts: list[dict[str, Any]] = []
+        for k, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                parts.append(image_part(part, f"messages[{i}].content[{k}]"))
+                continue
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ApiError(400, f"messages[{i}].content: only text parts are supported",
+                raise ApiError(400, f"messages[{i}].content: only text and image_url parts are supported",
                                param=f"messages[{i}].content")
-            parts.append(part["text"])
-        return "".join(parts)
+            parts.append({"type": "text", "text": part["text"]})
+        if any(p["type"] == "image" for p in parts):
+            return parts
+        return "".join(p["text"] for p in parts)
     raise ApiError(400, f"messages[{i}].content must be a string", param=f"messages[{i}].content")
 
 

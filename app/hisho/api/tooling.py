@@ -157,7 +157,7 @@ def _check_schema(schema: dict[str, Any], param: str, hints: bool = False) -> No
         raise _bad(f"{exc.param}: {exc.message}", exc.param, "invalid_schema") from None
 
 
-def parse_message(m: dict[str, Any], i: int, role: str, content: str) -> dict[str, Any]:
+def parse_message(m: dict[str, Any], i: int, role: str, content: str | list[dict[str, Any]]) -> dict[str, Any]:
     """A history message as the template gets it: assistant tool calls (arguments as JSON text), a tool
     message's ``tool_call_id``, a ``name``, an assistant turn's ``reasoning_content``."""
     out: dict[str, Any] = {"role": role, "content": content}

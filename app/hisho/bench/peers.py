@@ -54,7 +54,7 @@ SHORT_REPLIES = 3
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from hisho.bench.shapes import resolve
+    from hisho.bench.model_ids import resolve
     from hisho.engine.lib.llama_setup import physical_cores
 
     sizes: dict[str, Any] = dict(QUICK if getattr(args, "quick", False) else FULL)
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _prompts(client: EngineClient, sizes: dict[str, Any], repeat: int) -> dict[str, Any]:
     """Token lists every contestant gets: per repetition, long prompts with their own first word."""
-    from hisho.bench.resume import document
+    from hisho.bench.filler import document
 
     per = len(client.tokenize(document(200))) / 200
     body = client.tokenize(document(int(max(sizes["prefill"]) / per) + 20))

@@ -68,8 +68,9 @@ def requests(n_tokens: int) -> tuple[Messages, Callable[[str], Messages], Messag
 
 
 def models(args: argparse.Namespace) -> list[Path]:
+    from hisho.bench.model_ids import resolve
     from hisho.bench.real_models import gemma_270m
-    from hisho.bench.shapes import model_file, resolve
+    from hisho.bench.shapes import model_file
     from hisho.core.models.store import bundled_model_path
 
     if args.model:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hisho.bench.background import busy_processes
+from hisho.bench.filler import document
 from hisho.core.conversations.chat import ChatService, FitReport
 from hisho.core.conversations.store import ChatSettings, ConversationStore
 from hisho.core.db import Database
@@ -54,15 +55,17 @@ CONTINUATION = 16
 TYPE_DELAY_S = 0.06  # a fast typist: ~16 characters a second
 
 
-def document(n_sentences: int) -> str:
-    colours = ("red", "green", "blue", "yellow", "white")
-    return " ".join(f"Item {i} is a {colours[i % 5]} box holding {i * 7 % 13} apples." for i in range(n_sentences))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if getattr(args, "image", False):  # a conversation that holds an image (hisho.bench.resume_image)
+        from hisho.bench import resume_image
+
+        return resume_image.run(args)
     n = max(256, int(args.tokens or 4096))
     repeat = max(1, int(args.repeat))
-    from hisho.bench.shapes import SHAPES, resolve
+    from hisho.bench.model_ids import resolve
+    from hisho.bench.shapes import SHAPES
 
     model_path = resolve(args.model) or open_model(args.model, ModelStore())
     base = load_params_for(model_path, n_ctx=padded_cells(n + 512), n_seq_max=2, saves_kv=True)

@@ -470,7 +470,8 @@ def model_file(shape: str, quant: str, tokenizer_model: Path | None = None, root
 
 def resolve(name: str | None) -> Path | None:
     """A bench's ``--model`` naming a true shape (``gemma-3-1b``, ``shape:lfm2-350m:Q8_0``; Q4_0 unless a mix
-    is given): its cached file, written on first use. None: not a shape name (a store name or a path)."""
+    is given): its cached file, written on first use. None: not a shape name (a store name or a path; a vision
+    pair's id is ``hisho.bench.model_ids``')."""
     if not name:
         return None
     parts = name.removeprefix("shape:").split(":")

@@ -89,7 +89,7 @@ def profile_from(runs: list[tuple[ModelFacts, dict[str, float]]]) -> speed.Speed
 
 def measure(spec: str, *, repeat: int = 3) -> tuple[ModelFacts, dict[str, float]]:
     """The three figures of one model, loaded as ``hisho generate`` loads it (one sequence, no KV kept)."""
-    from hisho.bench.shapes import resolve
+    from hisho.bench.model_ids import resolve
 
     path = resolve(spec) or open_model(spec or None, ModelStore())
     facts = read_facts(path)

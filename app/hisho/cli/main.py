@@ -186,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=None,
                    help="interleaved repetitions (median reported; default 6 for decode, else 3)")
     p.add_argument("--cold", action="store_true", help="resume: drop the KV files from the page cache first")
+    p.add_argument("--image", action="store_true",
+                   help="resume: the conversation holds an image (a model with its projector; default "
+                        "shape:llava-smollm2): restored without encoding it again")
     p.add_argument("--kv-type", choices=("f16", "q8_0"), default=None, help="resume, plan --profiles: KV cache type")
     p.add_argument("--background", type=_busy_count, default=0, metavar="N",
                    help="decode, resume: also measure beside N busy processes (other programs using the CPU)")

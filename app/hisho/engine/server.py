@@ -301,7 +301,8 @@ class Server:
             cancelled, progress = (lambda: self.is_cancelled(req_id)), self.progress(req_id)
             for item in generate(rt, seq, prompt, sampling, cancelled, progress, forced):
                 if isinstance(item, GenStats):
-                    emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info()})
+                    seen = {"image_encodes": rt.vision.encodes} if rt.vision is not None else {}
+                    emit({"id": req_id, "ev": "done", **item.as_dict(), "threads": rt.threads_info(), **seen})
                     continue
                 event = token_event(rt, req_id, *item)
                 if sent == 0:  # the first token is never held back (time to first token)

@@ -50,6 +50,8 @@ class LoadParams:
     # llama.cpp's op_offload with some layers on a GPU: None until decided (planner/offload.py: a kept probe, else
     # the engine measures at load). With none offloaded it is always off (engine.lib.llama_setup.prompt_offload).
     op_offload: bool | None = None
+    # The model's vision projector (an mmproj GGUF beside it); "" reads no images (docs/images.md).
+    mmproj_path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

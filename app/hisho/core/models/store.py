@@ -30,6 +30,7 @@ from hisho.core import paths
 from hisho.core.db import Database, DatabaseUnavailable
 from hisho.core.errors import ModelFileError, UserError
 from hisho.core.models.gguf_facts import validate_gguf
+from hisho.core.models.projector import not_a_projector
 
 if TYPE_CHECKING:
     import sqlite_utils  # a step's argument; hisho.core.db imports it only when a step or upsert runs
@@ -229,6 +230,7 @@ class ModelStore:
             return validate_gguf(entry.path)
         candidate = Path(name_or_path).expanduser()
         if candidate.exists() or os.sep in name_or_path or name_or_path.endswith(".gguf"):
+            not_a_projector(candidate)
             return validate_gguf(candidate)
         raise ModelFileError(f"no model named {name_or_path!r} in the store and no such file")
 
@@ -239,6 +241,7 @@ class ModelStore:
             owned: bool | None = None) -> ModelEntry:
         """Register a GGUF file (validated). ``copy`` copies it into the models folder, ``link`` makes a symbolic
         link there (the original stays where it is either way)."""
+        not_a_projector(path)
         src = validate_gguf(path)
         entries = self._all()
         name = name or slug(src.stem)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from hisho.core import settings as settings_mod
 from hisho.core.engine.protocol import LoadParams
+from hisho.core.models.projector import projector_for
 from hisho.core.models.store import ModelStore
 
 if TYPE_CHECKING:
@@ -58,6 +59,7 @@ def planned_load(model_path: Path, *, n_ctx: int | None = None, n_seq_max: int =
         type_v=kv,
         n_seq_max=n_seq_max,
         kv_unified=kv_unified,  # one stream per sequence holds a window per sequence: the plan must know
+        mmproj_path=str(projector_for(model_path) or ""),  # a projector beside the model: it reads images
     )
     return planned(params, want_gpu_layers=int(s["n_gpu_layers"]), override=override, saves_kv=saves_kv,
                    machine=machine)

@@ -30,6 +30,7 @@ from hisho.core.engine.protocol import ErrorKind, Sampling
 from hisho.engine.decode.sampler import Sampler
 from hisho.engine.lib.llama_setup import hit_stop
 from hisho.engine.model.runtime import RequestError, Runtime
+from hisho.engine.model.vision import next_image
 
 log = logging.getLogger("hisho.engine")
 
@@ -148,6 +149,11 @@ def _release(rt: Runtime, slot: _Slot) -> None:
 
 def _step(rt: Runtime, slots: list[_Slot], stats: BatchStats) -> None:
     """Fill one batch (decode tokens first, then prompt tokens) and run llama_decode on it."""
+    for slot in slots:  # images first: each is encoded and decoded on its own (hisho.engine.model.vision)
+        while slot.prefilling and slot.item is not None and slot.item.prompt[slot.fed] < 0:
+            end = rt.decode_image_at(slot.seq, slot.item.prompt, slot.fed, slot.pos)
+            slot.pos += end - slot.fed
+            slot.fed = end
     batch = rt.batch
     batch.clear()
     for slot in slots:
@@ -165,6 +171,7 @@ def _step(rt: Runtime, slots: list[_Slot], stats: BatchStats) -> None:
         assert slot.item is not None
         prompt = slot.item.prompt
         take = min(budget, (slot.pause_at if slot.fed < slot.pause_at else len(prompt)) - slot.fed)
+        take = next_image(prompt, slot.fed, slot.fed + take) - slot.fed  # an image waits for the next step
         for i in range(take):
             last = slot.fed + i == len(prompt) - 1
             if last:

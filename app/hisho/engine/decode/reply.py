@@ -74,7 +74,8 @@ def generate(rt: Runtime, seq: int, prompt: list[int], sampling: Sampling, cance
         rest = rest[-1:]
         on_progress = progress(n_rest - 1)
     # Measured before the logits it must not touch.
-    drafts = forced is None and speculate.wanted(rt, seq, sampling, prompt[-1])
+    # Never with an image in the prompt: a draft looked up there could propose an image's placeholder.
+    drafts = forced is None and min(prompt) >= 0 and speculate.wanted(rt, seq, sampling, prompt[-1])
     # The slices are noted: a dense regenerate reads the last one again (PrefixKeeper._slice_start).
     if not rt.decode_tokens(seq, rest, should_stop=cancelled, on_progress=on_progress, note_slices=True):
         stats.stop_reason = "cancelled"

@@ -268,7 +268,7 @@ class ServingBatch:
                 log.warning("disk prompt cache: restore failed (%s); prefilling", exc)
                 keep = 0
             slot.held = list(rt.seqs.get(slot.seq, []))[:keep]
-        keep = rt.seq_rm(slot.seq, keep)  # exact or shorter (a sliding window, a recurrent state)
+        keep = rt.keep_upto(slot.seq, job.prompt, keep)  # exact or shorter (a window, a recurrent state, an image)
         slot.held = slot.held[:keep]
         slot.job, slot.cached = job, keep
         slot.item = Item(job.req_id, job.prompt, job.sampling.max_tokens)
@@ -390,6 +390,8 @@ class ServingBatch:
                  "cached_tokens": cached, "completion_tokens": n, "ttft_s": ttft, "decode_s": decode_s,
                  "tokens_per_s": (n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0, "stop_reason": reason,
                  "raw_text": self.rt.raw_text(tokens), "threads": self.rt.threads_info()}
+        if self.rt.vision is not None:
+            event["image_encodes"] = self.rt.vision.encodes
         with job.lock:
             if job.saving:
                 job.held_done = event  # sent by the last save's callback
@@ -468,8 +470,9 @@ def _join(server: Any, batch: ServingBatch, req_id: int, message: Any) -> None:
         req = message if isinstance(message, Serve) else parse_request(message)
         assert isinstance(req, Serve)
         prompt = batch.rt.prompt_tokens(req.spec())
-        restore = server.restorer(req) if req.chunks else None
-        save = server.saver(req) if req.save_dir else None
+        images = any(t < 0 for t in prompt)  # the disk prompt cache keeps text prompts only (docs/images.md)
+        restore = server.restorer(req) if req.chunks and not images else None
+        save = server.saver(req) if req.save_dir and not images else None
         emit = functools.partial(server.emit_soon, hold=SERVE_COALESCE_S)
         forced = batch.rt.forced_tokens(req.test_hooks) if server.test_hooks else None
         if req.sampling.grammar or req.sampling.grammar_schemas:

@@ -49,4 +49,6 @@ def state_facts(rt: Runtime) -> dict[str, Any]:
         # round differently, so files read at the old 512-token marks are not offered either.
         **({} if rt.keeper.dense else {"memory": rt.keeper.kind, "resume_facts": 1,
                                        "marks": rt.keeper.interval}),
+        # An image's cells are what this projector made of it (docs/images.md); a text-only load is unchanged.
+        **({"projector": gguf_identity(rt.vision.path)} if rt.vision is not None else {}),
     }

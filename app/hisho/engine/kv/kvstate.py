@@ -246,7 +246,8 @@ class KVState:
         rt.seqs[seq] = tokens
         if self.keeper.n_swa and loaded:
             self.keeper.floor[seq] = window_floor(loaded)
-        keep = rt.seq_rm(seq, keep)  # checked even when nothing is cut: a window or state the chunks lack
+        # Checked even when nothing is cut: a window or state the chunks lack; never inside an image.
+        keep = rt.keep_upto(seq, tokens, keep)
         rt.keeper.checkpoint(seq)
         return {"restored": keep, "loaded_tokens": len(tokens), "bytes": n_bytes, "failed": failed, **t}
 
@@ -373,7 +374,9 @@ def prefill(rt: Runtime, seq: int, tokens: list[int], should_stop: Callable[[], 
         raise RequestError(ErrorKind.CONTEXT_FULL, f"{len(tokens)} tokens do not fit the context of {rt.n_ctx}")
     held = rt.seqs.get(seq, [])
     common = common_prefix(held, tokens)
-    if common < len(held) or not rt.keeper.dense:
+    if rt.vision is not None:  # never inside an image: it is read whole (hisho.engine.model.vision)
+        common = rt.keep_upto(seq, tokens, common)
+    elif common < len(held) or not rt.keeper.dense:
         common = rt.seq_rm(seq, common)  # where the memory cannot cut there: a checkpoint, or from the start
     rolled_back = len(held) - common
     start = time.perf_counter()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import json
 import logging
 import re
 import time
@@ -27,10 +26,8 @@ from hisho.engine.lib import backends, hugepages
 from hisho.engine.lib.llama_setup import (
     Batch,
     context_params,
-    control_tokens,
     make_governors,
     maps_file,
-    markup_tokens,
     model_params,
     prompt_offload,
     read_metadata,
@@ -39,8 +36,10 @@ from hisho.engine.lib.llama_setup import (
 from hisho.engine.lib.process import give_back_heap
 from hisho.engine.model import offload
 from hisho.engine.model.chat import BASE_MODEL_NOTICE, ChatTemplate
+from hisho.engine.model.controls import Controls
 from hisho.engine.model.prefix import PrefixKeeper
 from hisho.engine.model.reasoning import reasoning_format
+from hisho.engine.model.vision import Vision, VisionError, image_parts, next_image
 
 log = logging.getLogger("hisho.engine")
 
@@ -70,10 +69,10 @@ class Runtime:
         self._bind(ctx)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.metadata = read_metadata(model)
-        self._control_cache: tuple[dict[str, int], re.Pattern[str] | None] | None = None
-        self._markup_cache: frozenset[int] | None = None
+        self.controls = Controls(self.vocab, self.n_vocab, self.token_text, self.tokenize)
         self.template = ChatTemplate.from_model(self.metadata, self.token_text, self.is_special_token)
         self.reasoning = reasoning_format(self.template, self.tokenize)
+        self.vision: Vision | None = None  # the projector, when the model was loaded with one (docs/images.md)
 
     def _bind(self, ctx: Any) -> None:
         """Point everything that depends on the context at ``ctx``; no sequence holds anything yet."""
@@ -180,6 +179,13 @@ class Runtime:
         try:
             runtime = cls(params, model, ctx, time.perf_counter() - start)
             runtime.calibrate_threads()
+            if params.mmproj_path:
+                runtime.vision = Vision.open(model, params.mmproj_path, params.n_threads_batch or params.n_threads
+                                             or int(llama_cpp.llama_n_threads_batch(ctx)), params.n_gpu_layers != 0)
+        except VisionError as exc:
+            llama_cpp.llama_free(ctx)
+            llama_cpp.llama_model_free(model)
+            raise RequestError(exc.kind, str(exc)) from None
         except Exception:
             llama_cpp.llama_free(ctx)
             llama_cpp.llama_model_free(model)
@@ -192,6 +198,9 @@ class Runtime:
         return runtime
 
     def close(self) -> None:
+        if self.vision is not None:
+            self.vision.close()
+            self.vision = None
         self._free_context()  # ctx is already None after a job context whose chat context could not be made again
         llama_cpp.llama_model_free(self.model)
         self.model = None
@@ -213,6 +222,8 @@ class Runtime:
             "op_offload": prompt_offload(self.params), "offload_probe": self.offload_probe,
             "architecture": self.metadata.get("general.architecture", ""),
             "name": self.metadata.get("general.name", ""),
+            "vision": self.vision is not None,
+            **(self.vision.info() if self.vision is not None else {}),
         }
 
     # ----- tokens -------------------------------------------------------------------------------------
@@ -231,7 +242,7 @@ class Runtime:
     def piece(self, token: int, special: bool = False) -> bytes:
         """``token``'s bytes; without ``special`` control tokens and the model's markup tokens are empty (a
         reply's text), with it they are shown (the raw reply a format parser reads)."""
-        if not special and token in self._markup():
+        if not special and token in self.controls.markup():
             return b""
         n = llama_cpp.llama_token_to_piece(self.vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
         if n < 0:
@@ -268,10 +279,13 @@ class Runtime:
             return [int(t) for t in request["tokens"]]
         if "messages" in request:
             self._no_control_text(request)
+            messages, images, marker = image_parts(request["messages"])
+            if images and self.vision is None:
+                raise RequestError(ErrorKind.BAD_REQUEST, "this model cannot see images (it has no projector)")
             # The template writes BOS itself where the model wants it.
-            return self.template_tokens(self.template.render_parts(
-                request["messages"], request.get("add_generation_prompt", True), request.get("tools"),
-                request.get("template_kwargs")))
+            parts = self.template.render_parts(messages, request.get("add_generation_prompt", True),
+                                               request.get("tools"), request.get("template_kwargs"))
+            return self._with_images(parts, images, marker) if images else self.template_tokens(parts)
         if "prompt" in request:  # raw text whose caller wrote the model's markup itself (benchmarks, tests)
             return self.tokenize(str(request["prompt"]), add_special=True, parse_special=True)
         if "text" in request:
@@ -279,64 +293,30 @@ class Runtime:
                                  parse_special=bool(request.get("special", False)))
         raise RequestError(ErrorKind.BAD_REQUEST, "request needs messages, prompt, tokens or text")
 
-    # ----- control tokens only from the template ------------------------------------------------
+    def _with_images(self, parts: list[tuple[str, bool]], images: list[dict[str, Any]],
+                     marker: re.Pattern[str]) -> list[int]:
+        """A rendered prompt's tokens with each image's tokens where its marker is (hisho.engine.model.vision)."""
+        from hisho.core import paths
+
+        assert self.vision is not None
+        try:
+            return self.vision.splice(parts, images, marker, self.template_tokens, paths.data_dir())
+        except VisionError as exc:
+            raise RequestError(exc.kind, str(exc)) from None
+
+    # ----- control tokens only from the template (hisho.engine.model.controls) ------------------------------
 
     def _no_control_text(self, request: dict[str, Any]) -> None:
-        """Tool schemas and tool-call arguments are written by the template as its own markup (``render_parts``
-        keeps only message contents apart), so a control token's text in them would become that token:
-        refused instead."""
-        _ids, pattern = self._controls()
-        calls = [m.get("tool_calls") for m in request["messages"] if isinstance(m, dict) and m.get("tool_calls")]
-        if pattern is None or (not request.get("tools") and not calls):
-            return
-        found = pattern.search(json.dumps([request.get("tools"), calls], ensure_ascii=False))
-        if found is not None:
-            raise RequestError(ErrorKind.BAD_REQUEST, f"a tool schema or tool call holds {found.group()!r}, "
-                                                      "a control token of this model; remove it")
+        try:
+            self.controls.refuse_in_tools(request)
+        except ValueError as exc:
+            raise RequestError(ErrorKind.BAD_REQUEST, str(exc)) from None
 
     def template_tokens(self, parts: list[tuple[str, bool]]) -> list[int]:
-        """Tokens of a rendered chat prompt: control tokens only where the template's markup spells them; message
-        text never becomes one. Text between control tokens is tokenized in one piece, markup and content
-        together, as llama.cpp does between the control tokens it finds (so an ordinary prompt gets exactly
-        the tokens a whole-text ``parse_special`` tokenization gives)."""
-        ids, pattern = self._controls()
-        tokens: list[int] = []
-        raw: list[str] = []
-
-        def flush() -> None:
-            text = "".join(raw)
-            raw.clear()
-            if text:
-                tokens.extend(self.tokenize(text, add_special=False, parse_special=False))
-
-        for text, markup in parts:
-            if not markup or pattern is None:
-                raw.append(text)
-                continue
-            pos = 0
-            for m in pattern.finditer(text):
-                raw.append(text[pos:m.start()])
-                flush()
-                tokens.append(ids[m.group()])
-                pos = m.end()
-            raw.append(text[pos:])
-        flush()
-        return tokens
+        return self.controls.template_tokens(parts)
 
     def is_special_token(self, text: str) -> bool:
-        """Whether ``text`` is exactly one special (control) token of this vocabulary."""
-        ids, _pattern = self._controls()
-        return text in ids and self.tokenize(text, parse_special=True) == [ids[text]]
-
-    def _markup(self) -> frozenset[int]:
-        if self._markup_cache is None:  # made once per model, at its first reply
-            self._markup_cache = markup_tokens(self.vocab, self.n_vocab, self.token_text)
-        return self._markup_cache
-
-    def _controls(self) -> tuple[dict[str, int], re.Pattern[str] | None]:
-        if self._control_cache is None:  # made once per model
-            self._control_cache = control_tokens(self.vocab, self.n_vocab, self.token_text)
-        return self._control_cache
+        return self.controls.is_special(text)
 
     # ----- KV bookkeeping ---------------------------------------------------------------------------------
 
@@ -361,9 +341,23 @@ class Runtime:
         (``seq_rm``). Returns how many tokens are kept."""
         held = self.seqs.get(seq, [])
         common = min(common_prefix(held, tokens), len(tokens) - 1)
+        if self.vision is not None:
+            return self.keep_upto(seq, tokens, common)
         if common < len(held) or not self.keeper.dense:  # non-dense: even a whole prefix is checked
             common = self.seq_rm(seq, common)
         return common
+
+    def keep_upto(self, seq: int, tokens: list[int], keep: int) -> int:
+        """``seq_rm(seq, keep)``, never ending inside an image of ``tokens`` (an image is read whole: a cut inside
+        it backs off to its start; hisho.engine.model.vision). Returns how many tokens are kept."""
+        if self.vision is None:
+            return self.seq_rm(seq, keep)
+        while True:
+            floor = self.vision.span_floor(tokens, keep)
+            kept = self.seq_rm(seq, floor)
+            if kept == floor or self.vision.span_floor(tokens, kept) == kept:
+                return kept
+            keep = kept
 
     def decode_tokens(self, seq: int, tokens: list[int], *, want_logits: bool = True,
                       should_stop: Callable[[], bool] | None = None,
@@ -388,7 +382,10 @@ class Runtime:
             while done < stop:
                 if should_stop is not None and done and should_stop():
                     return False
-                part = tokens[done:min(stop, done + self.n_batch)]
+                if tokens[done] < 0:  # an image: encoded and decoded in one piece (hisho.engine.model.vision)
+                    done = self._decode_image(seq, tokens, done, want_logits)
+                    continue
+                part = tokens[done:next_image(tokens, done, min(stop, done + self.n_batch))]
                 self.batch.clear()
                 base = len(held)
                 last_slice = done + len(part) >= len(tokens)
@@ -403,9 +400,32 @@ class Runtime:
                     self.keeper.note_slice(seq, base, len(held))
                 if on_progress is not None and not last_slice:
                     on_progress(done, len(tokens))
-            if first + stop in marks:
+            if first + stop in marks and done == stop:
                 self.keeper.interval_checkpoint(seq)
         return True
+
+    def _decode_image(self, seq: int, tokens: list[int], start: int, want_logits: bool) -> int:
+        """The image whose placeholders start at ``tokens[start]`` into ``seq``; returns where it ends."""
+        held = self.seqs[seq]
+        end = self.decode_image_at(seq, tokens, start, len(held), want_logits)
+        held.extend(tokens[start:end])
+        return end
+
+    def decode_image_at(self, seq: int, tokens: list[int], start: int, pos: int, want_logits: bool = False) -> int:
+        """Encode the image whose placeholders start at ``tokens[start]`` and decode it into ``seq`` at position
+        ``pos`` (the caller keeps the token lists); returns where its placeholders end."""
+        if self.vision is None:
+            raise RequestError(ErrorKind.BAD_REQUEST, "this model cannot see images (it has no projector)")
+        try:
+            end = self.vision.span_end(tokens, start)
+            if end > len(tokens):  # a caller split the prompt inside an image: its cells would not match the list
+                raise VisionError(ErrorKind.INTERNAL, "a prompt piece ends inside an image")
+            n_batch = min(self.n_batch, int(llama_cpp.llama_n_ubatch(self.ctx)))  # one ubatch: one llama_decode
+            self.vision.eval_span(self.ctx, tokens[start], pos, seq, n_batch, want_logits and end >= len(tokens))
+        except VisionError as exc:
+            raise RequestError(exc.kind, str(exc)) from None
+        self._threads = (-1, -1)  # libmtmd's decodes ran with the context's threads as they were
+        return end
 
     def run_step(self, batch: Batch) -> int:
         """``llama_decode`` on ``batch`` with the thread count its kind of step gets now (hisho.engine.lib.threads);
