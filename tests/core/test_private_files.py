@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from hisho.api.keys import key_file, regenerate_key
+from hisho.core import secrets
 from hisho.core.atomic import TMP_MARK, write_private_text
 from hisho.core.hub import token
 from hisho.core.remote import endpoints
+from hisho.core.tools import config as tools_config
 
 
 def _mode(path: Path) -> int:
@@ -32,11 +34,12 @@ def test_write_private_text_is_user_only_even_over_a_leftover_temp_file(tmp_path
 
 
 def test_every_secret_file_is_user_only(hisho_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(token, "_keyring", lambda: None)       # no OS keyring: the private-file path
-    monkeypatch.setattr(endpoints, "_keyring", lambda: None)
+    monkeypatch.setattr(secrets, "keyring_module", lambda: None)   # no OS keyring: the private-file path
     key = regenerate_key()
     assert key_file().read_text() == key and _mode(key_file()) == 0o600
     where = token.set_token("hf_example")
     assert _mode(Path(where)) == 0o600 and token.get_token() == "hf_example"
     where = endpoints.set_key("workstation", "sk-example")
     assert _mode(Path(where)) == 0o600 and endpoints.get_key("workstation") == "sk-example"
+    where = tools_config.set_token("notes", "bearer-example")
+    assert _mode(Path(where)) == 0o600 and tools_config.get_token("notes") == "bearer-example"

@@ -7,35 +7,13 @@ Without a stored token, huggingface_hub's own (``HF_TOKEN``, ``hf auth login``) 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
-from typing import Any
 
-from hisho.core import paths
-from hisho.core.atomic import write_private_text
+from hisho.core import paths, secrets
 
 log = logging.getLogger("hisho.hub")
 
-SERVICE, ACCOUNT = "hisho", "huggingface-token"
-
-
-def _keyring() -> Any | None:
-    """The keyring module when a real backend is configured (not the 'fail' or 'null' ones)."""
-    if os.environ.get("HISHO_NO_KEYRING"):
-        return None
-    try:
-        import keyring
-        from keyring.backends import fail
-    except Exception:  # not installed, or a backend that fails to import: use the file
-        return None
-    try:
-        backend = keyring.get_keyring()
-    except Exception:
-        return None
-    name = type(backend).__module__
-    if isinstance(backend, fail.Keyring) or "null" in name or "chainer" in name and not backend.backends:
-        return None
-    return keyring
+SERVICE, ACCOUNT = secrets.SERVICE, "huggingface-token"
 
 
 def token_file() -> Path:
@@ -43,49 +21,18 @@ def token_file() -> Path:
 
 
 def get_token() -> str | None:
-    kr = _keyring()
-    if kr is not None:
-        try:
-            value = kr.get_password(SERVICE, ACCOUNT)
-            if value:
-                return str(value)
-        except Exception as exc:
-            log.warning("keyring unreadable (%s); trying the token file", type(exc).__name__)
-    try:
-        value = token_file().read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return value or None
+    return secrets.read(ACCOUNT, token_file()) or None
 
 
 def set_token(token: str) -> str:
     """Store ``token``; returns where ("keyring" or the file's path)."""
-    token = token.strip()
-    if not token:
+    if not token.strip():
         raise ValueError("empty token")
-    kr = _keyring()
-    if kr is not None:
-        try:
-            kr.set_password(SERVICE, ACCOUNT, token)
-            token_file().unlink(missing_ok=True)
-            log.info("Hugging Face token stored in the OS keyring")
-            return "keyring"
-        except Exception as exc:
-            log.warning("keyring refused the token (%s); using a private file", type(exc).__name__)
-    path = token_file()
-    write_private_text(path, token)
-    log.info("Hugging Face token stored in %s (readable by this user only)", path)
-    return str(path)
+    return secrets.write(ACCOUNT, token, token_file())
 
 
 def clear_token() -> None:
-    kr = _keyring()
-    if kr is not None:
-        try:
-            kr.delete_password(SERVICE, ACCOUNT)
-        except Exception:  # absent is fine
-            pass
-    token_file().unlink(missing_ok=True)
+    secrets.forget(ACCOUNT, token_file())
 
 
 def masked(token: str | None) -> str:

@@ -22,9 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hisho.core import paths
-from hisho.core.atomic import write_private_text, write_text_atomic
-from hisho.core.hub.token import _keyring
+from hisho.core import paths, secrets
+from hisho.core.atomic import write_text_atomic
 from hisho.core.remote.http import Endpoint
 
 log = logging.getLogger("hisho.remote")
@@ -111,45 +110,12 @@ def save_choice(engine: str, model: str = "", path: Path | None = None) -> None:
 
 
 def get_key(name: str) -> str:
-    kr = _keyring()
-    if kr is not None:
-        try:
-            value = kr.get_password(SERVICE, f"engine:{name}")
-            if value:
-                return str(value)
-        except Exception as exc:
-            log.warning("keyring unreadable (%s); trying the key file", type(exc).__name__)
-    try:
-        return _key_file(name).read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
+    return secrets.read(f"engine:{name}", _key_file(name))
 
 
 def set_key(name: str, key: str) -> str:
     """Store (or, with an empty ``key``, remove) an engine's API key; returns where it went."""
-    key = key.strip()
-    kr = _keyring()
-    if not key:
-        if kr is not None:
-            try:
-                kr.delete_password(SERVICE, f"engine:{name}")
-            except Exception:   # absent is fine
-                pass
-        _key_file(name).unlink(missing_ok=True)
-        return ""
-    if kr is not None:
-        try:
-            kr.set_password(SERVICE, f"engine:{name}", key)
-            _key_file(name).unlink(missing_ok=True)
-            log.info("API key of engine %s stored in the OS keyring", name)
-            return "keyring"
-        except Exception as exc:
-            log.warning("keyring refused the key (%s); using a private file", type(exc).__name__)
-    path = _key_file(name)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_private_text(path, key)
-    log.info("API key of engine %s stored in %s (readable by this user only)", name, path)
-    return str(path)
+    return secrets.write(f"engine:{name}", key, _key_file(name))
 
 
 def with_key(ep: Endpoint) -> Endpoint:

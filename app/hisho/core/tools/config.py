@@ -24,10 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hisho.core import paths
+from hisho.core import paths, secrets
 from hisho.core.atomic import write_private_text
 from hisho.core.errors import UserError
-from hisho.core.hub.token import _keyring
 
 log = logging.getLogger("hisho.tools")
 
@@ -199,43 +198,12 @@ def _token_file(name: str) -> Path:
 
 
 def get_token(name: str) -> str:
-    kr = _keyring()
-    if kr is not None:
-        try:
-            value = kr.get_password(SERVICE, f"mcp:{name}")
-            if value:
-                return str(value)
-        except Exception as exc:
-            log.warning("keyring unreadable (%s); trying the token file", type(exc).__name__)
-    try:
-        return _token_file(name).read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
+    return secrets.read(f"mcp:{name}", _token_file(name))
 
 
 def set_token(name: str, token: str) -> str:
     """Store (or, empty, remove) a remote server's bearer token; returns where it went."""
-    token = token.strip()
-    kr = _keyring()
-    if not token:
-        if kr is not None:
-            try:
-                kr.delete_password(SERVICE, f"mcp:{name}")
-            except Exception:   # absent is fine
-                pass
-        _token_file(name).unlink(missing_ok=True)
-        return ""
-    if kr is not None:
-        try:
-            kr.set_password(SERVICE, f"mcp:{name}", token)
-            _token_file(name).unlink(missing_ok=True)
-            return "keyring"
-        except Exception as exc:
-            log.warning("keyring refused the token (%s); using a private file", type(exc).__name__)
-    path = _token_file(name)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_private_text(path, token)
-    return str(path)
+    return secrets.write(f"mcp:{name}", token, _token_file(name))
 
 
 def with_token(cfg: ServerConfig) -> ServerConfig:
