@@ -26,7 +26,7 @@ DEV_ONLY = ["hisho_dev"]
 # Python modules the app never imports but PyInstaller would follow from its dependencies.
 EXCLUDES = [*DEV_ONLY,
     "tkinter", "_tkinter", "unittest", "pydoc_data", "lib2to3", "idlelib", "ensurepip", "venv",
-    "IPython", "matplotlib", "PIL", "pytest", "hypothesis", "mypy", "setuptools", "pip",
+    "IPython", "matplotlib", "pytest", "hypothesis", "mypy", "setuptools", "pip",
     "PySide6.QtQml", "PySide6.QtQuick", "PySide6.QtOpenGL", "PySide6.QtPrintSupport",
     "PySide6.QtSql", "PySide6.QtTest", "PySide6.QtXml", "PySide6.QtConcurrent", "PySide6.QtDBus",
     "PySide6.QtWebEngineCore", "PySide6.Qt3DCore", "PySide6.QtMultimedia",
