@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -182,7 +183,9 @@ class ToolLoop:
                 self.approvals.always(request.key)
         if turn.cancelled:
             return end(rounds.STOPPED, "The call was stopped before it ran.")
+        began = time.monotonic()
         outcome = self.manager.call(call.name, arguments, self.timeout, cancelled=lambda: turn.cancelled)
+        entry["seconds"] = round(time.monotonic() - began, 3)
         text = cut(outcome.text, self.max_result_chars)
         if outcome.error:
             return end(rounds.STOPPED if turn.cancelled else rounds.ERROR, f"Error: {text}")
