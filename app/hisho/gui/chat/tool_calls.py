@@ -79,7 +79,7 @@ class CallRow(QFrame):
         lay.setSpacing(4)
         head = f"Tool {name}" + (f" ({server})" if server else "") + f" · {STATE_WORDS.get(state, state)}"
         if seconds is not None:
-            head += f" · {seconds:.1f} s"
+            head += f" · {seconds:.2f} s" if seconds < 1 else f" · {seconds:.1f} s"
         self.head = _plain(head, "ToolCallHead")
         lay.addWidget(self.head)
         args = arguments_text(arguments)

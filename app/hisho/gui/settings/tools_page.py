@@ -94,7 +94,7 @@ class ToolsPage(QWidget):
         lay = QVBoxLayout(tab)
         self.list = QListWidget()
         self.list.setObjectName("ToolServers")
-        self.list.setMaximumHeight(120)
+        self.list.setMaximumHeight(84)
         self.kind = QComboBox()
         self.kind.addItems([LOCAL, REMOTE])
         self.name = QLineEdit()
@@ -105,7 +105,7 @@ class ToolsPage(QWidget):
         self.args.setPlaceholderText("-y @modelcontextprotocol/server-filesystem ~/Documents")
         self.env = QPlainTextEdit()
         self.env.setPlaceholderText("KEY=value, one a line")
-        self.env.setMaximumHeight(56)
+        self.env.setMaximumHeight(48)
         self.cwd = QLineEdit()
         self.url = QLineEdit()
         self.url.setPlaceholderText("https://mcp.example.com/mcp")
@@ -122,8 +122,12 @@ class ToolsPage(QWidget):
         self.test_btn = QPushButton("Test")
         self.import_btn = QPushButton("Import mcp.json…")
         self.export_btn = QPushButton("Export…")
+        files = QHBoxLayout()   # the whole list: beside it, so the form's buttons fit a narrow window
+        files.addWidget(self.import_btn)
+        files.addWidget(self.export_btn)
+        files.addStretch(1)
         buttons = QHBoxLayout()
-        for b in (self.test_btn, self.remove_btn, self.import_btn, self.export_btn):
+        for b in (self.test_btn, self.remove_btn):
             buttons.addWidget(b)
         buttons.addStretch(1)
         buttons.addWidget(self.save_btn)
@@ -137,6 +141,7 @@ class ToolsPage(QWidget):
         self.stderr.setMaximumHeight(90)
         self.stderr.hide()
         lay.addWidget(self.list)
+        lay.addLayout(files)
         lay.addLayout(self.form)
         lay.addLayout(buttons)
         lay.addWidget(self.state)
@@ -177,6 +182,8 @@ class ToolsPage(QWidget):
         self.timeout.setRange(1, 3600)
         self.timeout.setValue(int(settings.get("tool_timeout_s")))
         self.timeout.setSuffix(" s")
+        for spin in (self.max_calls, self.timeout):
+            spin.setMaximumWidth(140)
         form = QFormLayout()
         form.addRow("Tool calls per message", self.max_calls)
         form.addRow("Time limit per call", self.timeout)
