@@ -96,7 +96,10 @@ def _ask_and_answer(qtbot: QtBot, w: MainWindow, cid: int, choice: str) -> CallR
     assert row is not None and row.head.text().startswith("Tool add (files) · waiting for you")
     assert set(json.loads(row.args.text())) == {"a", "b"}
     assert row.args.textFormat() == Qt.TextFormat.PlainText
-    qtbot.mouseClick(row.buttons[choice], Qt.MouseButton.LeftButton)
+    if choice == "stop":
+        w.controller.sending.stop_here()
+    else:
+        qtbot.mouseClick(row.buttons[choice], Qt.MouseButton.LeftButton)
 
     def saved() -> bool:
         branch = w.ctx.store.branch(cid)
@@ -134,7 +137,10 @@ def test_a_call_in_the_chat_asks_the_person_and_shows_where_it_happened(
     assert denied.head.text() == "Tool add (files) · denied"
     assert "declined" in denied.result.text()
 
+    stopped = _ask_and_answer(qtbot, w, conv.id, "stop")   # Stop while the question waits ends the reply
+    assert stopped.head.text() == "Tool add (files) · stopped"
+
     # Shown again from the store (Message.tool_calls), as after a restart.
     w.controller.select(conv.id)
     w.controller.reload()
-    wait_for(qtbot, lambda: sum(len(_rows(x)) for x in w.view.widgets.values()) == 2)
+    wait_for(qtbot, lambda: sum(len(_rows(x)) for x in w.view.widgets.values()) == 3)

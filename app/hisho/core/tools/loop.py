@@ -177,6 +177,8 @@ class ToolLoop:
         request = CallRequest(call.name, tool.server, tool.name, arguments, turn.conversation_id)
         if not self.approvals.allowed(request.key):
             answer = self.approve(request)
+            if answer == DENY and turn.cancelled:   # Stop while the person was asked
+                return end(rounds.STOPPED, "The call was stopped before it ran.")
             if answer == DENY:
                 return end(rounds.DENIED, "The person declined this call; it was not run.")
             if answer == ALWAYS:
