@@ -30,7 +30,7 @@ from hisho.core.tools.approvals import DENY, CallRequest
 from hisho.core.tools.loop import unavailable
 from hisho.core.tools.manager import ServerState, ToolInfo
 from hisho.gui import ops
-from hisho.gui.chat.tool_calls import RUNNING, PendingCall, ToolCallsBlock, attach
+from hisho.gui.chat.tool_calls import RUNNING, WAITING, PendingCall, ToolCallsBlock, attach
 
 if TYPE_CHECKING:
     from hisho.core.conversations.chat import Turn
@@ -83,6 +83,7 @@ class ChatTools(QObject):
         self._events: dict[int, threading.Event] = {}
         self._answers: dict[int, str] = {}
         self.states: dict[str, ServerState] = {}
+        self._asking_on: QWidget | None = None
         self._timer = QTimer(self)
         self._timer.setInterval(TICK_MS)
         self._timer.timeout.connect(self.refresh_stream)
@@ -206,6 +207,14 @@ class ChatTools(QObject):
         if turn is None or widget is None or view.stream_turn != turn.id:
             return
         pending = self.pending_for(turn)
+        asking = any(p.state == WAITING for p in pending) and not turn.cancelled
+        said = self._asking_on is widget      # the reply's line says it waits for you, then goes back
+        if asking and not said:
+            self._asking_on = widget
+            widget.set_waiting("waiting for your answer about a tool call")
+        elif not asking and said:
+            self._asking_on = None
+            widget.set_waiting("stopping…" if turn.cancelled else "generating…")
         rounds: list[dict[str, Any]] = list(turn.rounds)
         if not rounds and not pending:
             return
