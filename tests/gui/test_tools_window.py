@@ -55,6 +55,9 @@ def test_the_tools_page_lists_a_running_server_and_imports_mcp_json(
     assert "add" in [s.data(Qt.ItemDataRole.UserRole) for s in switches]
     assert all(s.checkState() == Qt.CheckState.Checked for s in switches)
     assert w.tools_button.text() == f"Tools · {len(switches)}"
+    page.list.setCurrentRow(0)
+    qtbot.mouseClick(page.test_btn, Qt.MouseButton.LeftButton)   # the form's server, started apart
+    wait_for(qtbot, lambda: page.state.text() == f"Test of files: ready, {len(switches)} tools")
 
     other = tmp_path / "other"
     other.mkdir()
