@@ -14,7 +14,8 @@ Rules of use (GUI thread):
   hub token, settings); ``engine``: the engine (loads, token counts, replies, summaries, attaching documents,
   plans that read the loaded model); ``remote``: a remote engine over the network (probes, its model list);
   ``hub``: the Hugging Face hub (search, file lists, header reads, cards); ``download``: a model download;
-  ``kv_files``: KV files the engine writes in the background (waiting for them, "Clear all"); ``measurement``:
+  ``kv_files``: KV files the engine writes in the background (waiting for them, "Clear all"); ``tool_servers``:
+  MCP servers (a Test, a restart); ``measurement``:
   this machine's speed, in a probe child.
   Named ops cover the frequent ones: ``save_settings(ex, settings)``.
 - ``success(fn)``: ``fn(result)`` on the GUI thread. ``failure(fn)``: ``fn(exc)`` on the GUI thread. Without a
@@ -108,6 +109,12 @@ def hub(executor: Executor, fn: Callable[[], T]) -> Op[T]:
 def download(executor: Executor, fn: Callable[[], T]) -> Op[T]:
     """A model download: the ``download`` lane, one at a time."""
     return Op(executor, "download", fn)
+
+
+def tool_servers(executor: Executor, fn: Callable[[], T]) -> Op[T]:
+    """Waits on MCP servers (a Test that starts one apart, stopping the running ones before a restart): the
+    ``remote`` lane's network and child-process waits, never the engine's queue, where a reply's calls run."""
+    return Op(executor, "remote", fn)
 
 
 def measurement(executor: Executor, fn: Callable[[], T]) -> Op[T]:

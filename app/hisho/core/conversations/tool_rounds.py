@@ -2,7 +2,7 @@
 
 The stored form is a list of rounds, one per generation that called tools: ``{"content": text the model wrote
 before its calls, "calls": [{"id", "name" (as the model called it), "server", "tool" (the server's own name),
-"arguments" (JSON text), "status", "result"}]}``; ``status`` is ``ok``, ``error`` (the tool or its server
+"arguments" (JSON text), "status", "result", and "seconds" the call ran, when it ran}]}``; ``status`` is ``ok``, ``error`` (the tool or its server
 failed), ``denied`` (the person said no), ``refused`` (no such tool, arguments that do not fit, the limit), or
 ``stopped``. The reply's ``content`` is what the model wrote after its last round.
 """

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -176,13 +177,17 @@ class ToolLoop:
         request = CallRequest(call.name, tool.server, tool.name, arguments, turn.conversation_id)
         if not self.approvals.allowed(request.key):
             answer = self.approve(request)
+            if answer == DENY and turn.cancelled:   # Stop while the person was asked
+                return end(rounds.STOPPED, "The call was stopped before it ran.")
             if answer == DENY:
                 return end(rounds.DENIED, "The person declined this call; it was not run.")
             if answer == ALWAYS:
                 self.approvals.always(request.key)
         if turn.cancelled:
             return end(rounds.STOPPED, "The call was stopped before it ran.")
+        began = time.monotonic()
         outcome = self.manager.call(call.name, arguments, self.timeout, cancelled=lambda: turn.cancelled)
+        entry["seconds"] = round(time.monotonic() - began, 3)
         text = cut(outcome.text, self.max_result_chars)
         if outcome.error:
             return end(rounds.STOPPED if turn.cancelled else rounds.ERROR, f"Error: {text}")

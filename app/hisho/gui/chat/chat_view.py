@@ -246,7 +246,9 @@ class ChatView(QScrollArea):
         spent_ms = (cpu - self._cpu_mark) * 1000
         self._flush_thinking(source, widget)
         text = source.text
-        if len(text) > len(widget.text):
+        if not text.startswith(widget.text):  # a tool round took the text before its calls: what follows now
+            self.render_s += widget.set_text(text)
+        elif len(text) > len(widget.text):
             self.append(self.stream_turn, text[len(widget.text):])
         self._cpu_mark = cpu
         # Pace the next flush so the GUI thread stays under RENDER_BUDGET of one core (2-core laptops share the

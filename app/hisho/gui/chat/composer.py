@@ -145,7 +145,7 @@ class Composer(QFrame):
         lay.addWidget(self.mode)
         lay.addWidget(self.chips)
         lay.addWidget(self.edit)
-        row = QHBoxLayout()
+        row = self.button_row = QHBoxLayout()   # the window adds the Tools control after the paperclip
         row.addWidget(self.attach_button)
         row.addWidget(self.tokens, 3)
         row.addStretch(0)

@@ -347,6 +347,10 @@ class PreferencesDialog(QWidget):
         from hisho.gui.settings.api_page import ApiPage
 
         self._add("API", ApiPage(window))
+        from hisho.gui.settings.tools_page import ToolsPage
+
+        self.tools_page = ToolsPage(window)
+        self._add("Tools", self.tools_page)
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
         self.nav.setCurrentRow(0)
         heading = QLabel("Settings")
@@ -366,6 +370,12 @@ class PreferencesDialog(QWidget):
         # A row's height of its own: the style sheet's item padding took effect only after a theme change.
         item.setSizeHint(QSize(0, self.nav.fontMetrics().height() + 14))
         self.pages.addWidget(page)
+
+    def show_section(self, name: str) -> None:
+        """Show the section named ``name`` (its row in the list)."""
+        for row in range(self.nav.count()):
+            if self.nav.item(row).text() == name:
+                self.nav.setCurrentRow(row)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt naming
         super().resizeEvent(event)

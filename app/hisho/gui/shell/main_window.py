@@ -121,6 +121,7 @@ class MainWindow(QMainWindow):
         from hisho.gui.models.first_measure import start_first_measure
 
         start_first_measure(self)  # no speed profile yet: measure this computer once, in the background
+        self._attach_tools()
         if ctx.problem:
             self.show_banner(ctx.problem)
         self.state.changed.connect(self.show_state)
@@ -448,6 +449,24 @@ class MainWindow(QMainWindow):
             from hisho.gui.models.models_page import offer_unfinished
 
             offer_unfinished(self)  # downloads an earlier run left unfinished
+
+    def _attach_tools(self) -> None:
+        """MCP tools in the chats (docs/tools.md): servers start with the window when configured; the message box
+        shows how many tools the model may call. ``Services.close`` stops them."""
+        from hisho.gui.chat.tool_session import ChatTools
+        from hisho.gui.chat.tools_button import ToolsButton
+
+        self.chat_tools = ChatTools(self)
+        self.tools_button = ToolsButton(self.chat_tools)
+        self.composer.button_row.insertWidget(1, self.tools_button)
+        self.state.changed.connect(self.tools_button.update_label)
+        self.chat_tools.settings_requested.connect(self._open_tool_settings)
+        self.chat_tools.start()
+
+    def _open_tool_settings(self) -> None:
+        from hisho.gui.settings.preferences import open_preferences
+
+        open_preferences(self).show_section("Tools")
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt naming
         self.documents.cancel()  # a summary stops at its next step; what it read is kept (resumable)
