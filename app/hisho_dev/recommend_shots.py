@@ -3,7 +3,8 @@
 - ``24a-first-start-measuring-*``: the first-run card before this computer's speed is measured (no pick);
 - ``24-first-start-pick-*``: the card once a speed profile exists (a recorded 2-core laptop's figures: the 7B
   fits its memory but would answer at ~4 tok/s, so a smaller model is offered and the card says why);
-- ``25-hub-suggestions-*``: the Hub tab's first list on the same machine, the card's pick starred first.
+- ``25-hub-suggestions-*``: the Hub tab's first list on the same machine, the card's pick starred first;
+- ``26-summary-wait-*``: a summary combining its parts: one bar, the ETA, and the line under the chat.
 
 Nothing comes from the internet (the hub is never asked); measuring at start is off so the shots do not wait on
 a probe child.
@@ -60,13 +61,30 @@ def recommend_shots(app: Any, window: Any, out: Path) -> None:
     wait_until(app, lambda: page.hub.results.count() > 0 and "★" in page.hub.status.text(), timeout=60)
     _variants(app, window if page.window() is window else page, out, "25-hub-suggestions")
     page.close()
+    _wait_shots(app, window, out)
+
+
+def _wait_shots(app: Any, window: Any, out: Path) -> None:
+    from hisho.core.documents.progress import JobProgress
+
+    window.show_page("chats")
+    window.show_empty(True)
+    panel = window.documents.panel
+    name = "harbour-report.pdf"
+    panel.begin(1, name)
+    for done in (0, 40, 80, 80):
+        panel.show_progress(JobProgress("summarizing", done, 80, 150.0, name, f"chunk {done} of 80"))
+    panel.show_progress(JobProgress("combining", 3, 10, 70.0, name, "combine step 3 of 10",
+                                    detail="2,310 of 7,700 tokens read"))
+    _variants(app, window, out, "26-summary-wait")
+    panel.finish()
 
 
 def main(argv: list[str]) -> int:
     """These screenshots alone (``python -m hisho_dev.recommend_shots OUT_DIR``), in a throw-away HISHO_HOME."""
     os.environ["HISHO_MEASURE_AT_START"] = "0"
     os.environ["HF_HUB_OFFLINE"] = "1"
-    return run_alone(argv, recommend_shots, "2[45]*.png")
+    return run_alone(argv, recommend_shots, "2[456]*.png")
 
 
 if __name__ == "__main__":
