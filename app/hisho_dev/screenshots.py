@@ -189,6 +189,9 @@ def main(argv: list[str]) -> int:
     from hisho_dev.page_shots import page_shots
 
     problems = page_shots(app, window, out)
+    from hisho_dev.recommend_shots import recommend_shots
+
+    recommend_shots(app, window, out)
     from hisho_dev.docs_shots import docs_shots
 
     docs_shots(app, window, out)

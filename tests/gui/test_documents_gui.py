@@ -192,8 +192,8 @@ def test_500_page_pdf_shows_page_progress_and_the_window_stays_responsive(qtbot:
     wait_for(qtbot, lambda: not docs.running, timeout=120_000)
     pages = [(v, m) for text, v, m in stages if "reading long.pdf: page" in text]
     assert pages, "page progress was never shown"
-    assert all(m == 500 and 0 < v <= 500 for v, m in pages)
+    assert all(m == 1000 and 0 <= v <= 50 for v, m in pages)  # extraction: the bar's first 5 % (one bar)
     assert [v for v, _ in pages] == sorted(v for v, _ in pages)  # it only moves forward
-    assert any(text.endswith("page 500 of 500") for text, _, _ in stages) or pages[-1][0] > 400
+    assert any(text.endswith("page 500 of 500") for text, _, _ in stages) or pages[-1][0] > 40
     print(f"\n500-page PDF: {len(pages)} page-progress frames seen, longest GUI gap {max(gaps) * 1000:.0f} ms")
     assert max(gaps) < 1.0, f"the window froze for {max(gaps):.2f}s"

@@ -304,3 +304,51 @@ def test_installed_marks_the_model_that_answers_and_load_returns_to_the_chat(qtb
     page.load_button.click()
     assert switched == ["other"]
     assert window.host.current_name() == "chats"   # back to the chat, where the load shows
+
+
+def test_hub_suggestions_star_the_cards_pick_only_once_measured_and_fit_a_narrow_list(
+        qtbot: QtBot, hub: FakeHub) -> None:
+    """The Hub's suggestions and the first-run card ask the same ``suggest``: no star and no speed before this
+    machine is measured; after, the starred line is the card's pick, the heading says it in the card's words,
+    and every line fits the list without eliding, at the window's 700 px layout too."""
+    from hisho.core.hub.suggest import CANDIDATES, offer_line, suggest
+    from hisho.core.machine import Machine
+    from hisho.core.planner import speed
+    from hisho.gui.models import hub_best
+    from tests.core.test_speed import FIXTURE
+
+    machine = Machine(platform="linux", ram_total=16 << 30, ram_available=16 << 30, cpu_threads=2)
+    lines, heading = hub_best.lines_for(machine.budget(), None, frozenset())
+    assert not any("★" in ln.text or "tok/s" in ln.text for ln in lines) and "Measuring this computer" in heading
+    profile = speed.load_profile(FIXTURE)
+    assert profile is not None
+    speed.save_profile(profile)
+    pick = suggest(machine.budget(), profile)
+    assert pick is not None
+    lines, heading = hub_best.lines_for(machine.budget(), profile, frozenset())
+    assert lines[0].text.startswith(f"★ {pick.title}\n") and offer_line(pick, profile) in heading
+    bridge = Bridge()
+    workers = Executor(bridge.post)
+    try:
+        p = ModelsPage(workers, *registry())
+        qtbot.addWidget(p)
+        p.hub.budget = lambda: (machine.budget(), {})  # type: ignore[method-assign]
+        for width in (1280, 700):
+            p.resize(width, 720)
+            p.show()
+            hub_best.show_best(p.hub)
+            qtbot.waitUntil(lambda: p.hub.results.count() == len(CANDIDATES), timeout=60_000)
+            qtbot.wait(50)
+            view = p.hub.results
+            metrics = view.fontMetrics()
+            room = view.viewport().width()
+            for i in range(view.count()):
+                item = view.item(i)
+                rect = view.visualItemRect(item)
+                for row in item.text().split("\n"):
+                    # each row is shown whole in a list 260 px wide (the list's width in a 700 px window)
+                    assert metrics.horizontalAdvance(row) <= min(room, 260), (width, row, room)
+                assert rect.height() >= metrics.height() * len(item.text().split("\n")), (width, item.text())
+    finally:
+        p.downloads.pause_all()
+        workers.shutdown(10)

@@ -259,8 +259,10 @@ class SummaryJob:
             return
         budget = self.budget if self.budget is not None else detect(probe_devices=False).budget()
         model = Path(self.client.load_params.model_path).stem if self.client.load_params else "loaded"
+        from hisho.core.planner.speed import load_profile
+
         result.quality_warning, result.suggested_model = advice([d.quality for d in result.documents], model,
-                                                                budget)
+                                                                budget, load_profile())
         log.warning("summary quality: %s", [d.quality for d in result.documents])
 
     def _compose(self, result: JobResult) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hisho.core.machine import Budget
+from hisho.core.planner.speed import SpeedProfile
 
 N = 8
 MIN_WORDS = 24
@@ -77,8 +78,9 @@ def judge(summary: str, source: str) -> SummaryQuality:
     return SummaryQuality(copied, again / len(grams), len(words))
 
 
-def warning(quality: SummaryQuality, model_name: str, suggestion: str | None) -> str:
-    """One short paragraph for the user; "" when the summary is fine."""
+def warning(quality: SummaryQuality, model_name: str, suggestion: str | None, measured: bool = True) -> str:
+    """One short paragraph for the user; "" when the summary is fine. ``measured``: this machine's speed is
+    known (without it no model is named: ``suggest`` offers none before)."""
     if quality.ok:
         return ""
     what = (f"mostly text copied from the document ({quality.copied:.0%})" if quality.verdict == "copied"
@@ -86,6 +88,8 @@ def warning(quality: SummaryQuality, model_name: str, suggestion: str | None) ->
     line = f"This summary is {what}: the model {model_name} {TOO_SMALL}."
     if suggestion:
         return f"{line} A model that fits this machine: {suggestion}, on the Models page."
+    if not measured:
+        return f"{line} A larger model is needed: the Models page names one once this computer's speed is measured."
     return f"{line} A larger model is needed; this machine has little memory to spare for one."
 
 
@@ -98,16 +102,21 @@ def banner_of(summary: str) -> str:
     return ""
 
 
-def advice(qualities: list[dict[str, Any]], model_name: str, budget: Budget) -> tuple[str, dict[str, Any] | None]:
+def advice(qualities: list[dict[str, Any]], model_name: str, budget: Budget,
+           profile: SpeedProfile | None) -> tuple[str, dict[str, Any] | None]:
     """(warning, suggested model) for a job's per-document ``SummaryQuality.to_dict()``s; the worst one counts.
-    ("", None) when every summary is fine."""
-    from hisho.core.hub.suggest import suggest
+    ("", None) when every summary is fine. The model named is the first-run card's and the Hub's
+    (``suggest.suggest`` with this machine's speed ``profile``), in the same words and speed."""
+    from hisho.core.hub.suggest import offer_line, speed_of, suggest
 
     bad = [q for q in qualities if q.get("verdict", "ok") != "ok"]
     if not bad:
         return "", None
     worst = max(bad, key=lambda q: max(q["copied"], q["repeated"]))
-    pick = suggest(budget)
+    pick = suggest(budget, profile)
     text = warning(SummaryQuality(worst["copied"], worst["repeated"], worst["words"]), model_name,
-                   pick.line() if pick else None)
-    return text, ({"title": pick.title, "spec": pick.spec, "size": pick.size} if pick else None)
+                   offer_line(pick, profile) if pick and profile else None, measured=profile is not None)
+    if pick is None or profile is None:
+        return text, None
+    return text, {"title": pick.title, "spec": pick.spec, "size": pick.size,
+                  "decode_tps": round(speed_of(pick, profile).decode_short, 1)}

@@ -1,10 +1,12 @@
 """Which real model to offer in place of the bundled demo, for this machine, without the network.
 
 The bundled SmolLM2-135M makes chat work offline on any machine, but it is a demo: it copies and repeats rather
-than summarizes. ``suggest(budget)`` names the largest model of a short list of well-known instruct GGUF files
-whose weights plus a 4K-token f16 KV cache and the compute buffers fit the budget with the planner's 15 %
-margin and, where this machine's speed is known (``planner.speed``), that answers at 8 tok/s or faster; one
-already installed is not offered again. It is an estimate from published sizes (no header is read, nothing is downloaded); when the hub can be
+than summarizes. ``suggest(budget, profile)`` names, from a short list of well-known instruct GGUF files, the first by
+what the person gets (``ranked``): its weights plus a 4K-token f16 KV cache and the compute buffers fit the
+budget with the planner's 15 % margin, it answers at 8 tok/s or faster here (``planner.speed``) when one does
+(else the fastest that fits), and the larger the better; one already installed is not offered again. Nothing
+is suggested before this machine's speed is measured. The first-run card, the Hub tab's suggestions and the
+summary's "too small" note all ask ``suggest`` and say its pick with ``offer_line``. It is an estimate from published sizes (no header is read, nothing is downloaded); when the hub can be
 reached, the first-start card and the Models page replace it with the planner's verdict from the file's header.
 """
 
@@ -70,32 +72,40 @@ def speed_of(c: Candidate, profile: SpeedProfile) -> Speed:
                  prompt=prompt_speed(profile, "Q4_K", int(c.params_b * 1e9)), how="predicted")
 
 
-def suggest(budget: Budget, profile: SpeedProfile | None = None, installed: frozenset[str] = frozenset(),
-            floor: float = SPEED_FLOOR) -> Candidate | None:
-    """The largest candidate that fits with room to spare, is not installed yet and (where this machine's speed
-    is known) answers at ``floor`` tok/s or faster; the fastest that fits when none is that fast; None when the
-    machine is smaller than any."""
-    fitting = [c for c in CANDIDATES if estimate(c, budget) == "fits" and c.file not in installed]
-    if profile is None:
-        return fitting[-1] if fitting else None
-    fast = [c for c in fitting if speed_of(c, profile).decode_short >= floor]
-    return fast[-1] if fast else (fitting[0] if fitting else None)
-
-
 def ranked(budget: Budget, profile: SpeedProfile | None = None, installed: frozenset[str] = frozenset(),
            floor: float = SPEED_FLOOR) -> list[Candidate]:
-    """Every candidate, best for this machine first: the one ``suggest`` offers, then those that fit and answer at
-    ``floor`` tok/s or faster (larger first), then those that fit but are slower here, then tight ones, then the
-    ones that do not fit."""
-    pick = suggest(budget, profile, installed, floor)
+    """Every candidate, sorted by what the person gets here: those that fit with room to spare, then tight ones,
+    then the ones that do not fit; within each, those that answer at ``floor`` tok/s or faster first (the larger,
+    the better the answers), then the slower ones (the faster first). Where this machine's speed is unknown,
+    fit and then size decide. ``installed`` does not move a candidate (``suggest`` skips it)."""
+    order = {"fits": 0, "tight": 1, "wont_fit": 2}
 
-    def rank(c: Candidate) -> tuple[int, float]:
-        verdict = estimate(c, budget)
-        slow = is_slow(c, profile, floor)
-        group = 0 if c is pick else {"fits": 1, "tight": 3, "wont_fit": 4}[verdict] + (verdict == "fits" and slow)
-        return group, -c.params_b
+    def rank(c: Candidate) -> tuple[int, bool, float]:
+        if is_slow(c, profile, floor):
+            assert profile is not None
+            return order[estimate(c, budget)], True, -speed_of(c, profile).decode_short
+        return order[estimate(c, budget)], False, -c.params_b
 
     return sorted(CANDIDATES, key=rank)
+
+
+def suggest(budget: Budget, profile: SpeedProfile | None, installed: frozenset[str] = frozenset(),
+            floor: float = SPEED_FLOOR) -> Candidate | None:
+    """The one model every part of the window offers (first-run card, Hub suggestions, the summary's "too small"
+    note): the first of ``ranked`` that fits with room to spare and is not installed yet. None before this
+    machine's speed is measured (a pick made from memory alone would offer a model too slow to use), and None
+    when the machine is smaller than any."""
+    if profile is None:
+        return None
+    return next((c for c in ranked(budget, profile, installed, floor)
+                 if estimate(c, budget) == "fits" and c.file not in installed), None)
+
+
+def offer_line(c: Candidate, profile: SpeedProfile) -> str:
+    """The pick in the words every part of the window says it: "Qwen2.5 3B Instruct (a 1.9 GiB download,
+    about 14 tok/s on this computer)"."""
+    return (f"{c.title} (a {c.size / GIB:.1f} GiB download, about {speed_of(c, profile).decode_short:.0f} tok/s "
+            "on this computer)")
 
 
 def is_slow(c: Candidate, profile: SpeedProfile | None, floor: float = SPEED_FLOOR) -> bool:

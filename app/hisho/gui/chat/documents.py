@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -31,11 +32,13 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
+    QVBoxLayout,
     QWidget,
 )
 
 from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
+from hisho.core.documents.overall import Overall, Shown
 from hisho.gui import ops
 from hisho.gui.shell.protocols import TOAST_MS, HasContext
 from hisho.gui.shell.widgets import ElidedLabel
@@ -67,17 +70,23 @@ class DropOverlay(QLabel):
         self.show()
 
 
-class ProgressPanel(QWidget):
-    """Stage text, a progress bar, the ETA and Cancel; lives in the status bar while a job runs.
+BAR_STEPS = 1000   # the bar's range: one whole summary (core.documents.overall), in tenths of a percent
 
-    It never widens the window: the texts elide. The ETA counts down between reports (the job reports per
-    chunk, minutes apart on long files) and is re-based only when the job's estimate changes."""
+
+class ProgressPanel(QWidget):
+    """Stage text, one bar for the whole summary, the ETA and Cancel; lives in the status bar while a job runs.
+
+    It never widens the window: the texts elide. The bar and the ETA come from ``core.documents.overall``: every
+    stage has its share of one bar that never goes back (reading, combining, opening the chat), and the ETA
+    follows the job's estimates smoothly and counts down between reports. ``row``, when set, gets
+    "Summarizing a.pdf · 40 %" at each report (the line in the chat area)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stage = ElidedLabel("", 8)
         self.bar = QProgressBar()
         self.bar.setFixedWidth(110)
+        self.bar.setRange(0, BAR_STEPS)
         self.eta = ElidedLabel("", 6)
         self.cancel = QPushButton("Cancel")
         row = QHBoxLayout(self)
@@ -86,45 +95,62 @@ class ProgressPanel(QWidget):
         row.addWidget(self.bar)
         row.addWidget(self.eta)
         row.addWidget(self.cancel)
-        self._eta: tuple[float, float] | None = None     # (estimate in s, when it was reported)
-        self._reported = -1.0
+        self.overall: Overall | None = None
+        self.shown: Shown | None = None
+        self.name = ""                 # what the chat-area line names ("a.pdf", "3 documents")
+        self.row: Callable[[str], None] | None = None
         self._tick = QTimer(self)
         self._tick.setInterval(1000)
         self._tick.timeout.connect(self._show_eta)
         self.hide()
 
+    def begin(self, files: int, name: str) -> None:
+        """A new summary of ``files`` files: the bar starts at 0 %."""
+        self.overall = Overall(files, time.monotonic())
+        self.name = name
+
     def show_progress(self, p: JobProgress) -> None:
+        if self.overall is None:
+            self.begin(1, p.file)
+        assert self.overall is not None
         if p.stage in ("reading", "writing", "saving"):   # the message names the phase ("Reading page 3 of 9")
             text = p.message or p.stage.capitalize()
         else:
             label = {"extracting": "Extracting", "planning": "Planning", "summarizing": "Summarizing",
                      "combining": "Combining", "done": "Opening the summary as a chat",
-                     "cancelled": "Cancelled"}.get(p.stage, p.stage.capitalize())
+                     "opening": "Opening the summary as a chat", "cancelled": "Cancelled"}.get(
+                         p.stage, p.stage.capitalize())
             text = f"{label}: {p.message}" if p.message else label
         self.stage.setText(f"{text} · {p.detail}" if p.detail else text)
         self.stage.setToolTip(self.stage.text())
-        self.bar.setRange(0, max(1, p.total))
-        self.bar.setValue(min(p.done, p.total))
-        if p.stage in ("done", "cancelled"):
-            self._eta = None
-        elif p.eta_s > 0 and abs(p.eta_s - self._reported) >= 1:
-            self._eta = (p.eta_s, time.monotonic())
-        self._reported = p.eta_s
+        self.shown = self.overall.update(p, time.monotonic())
+        self.bar.setValue(int(self.shown.fraction * BAR_STEPS))
+        if self.row is not None and p.stage != "cancelled":
+            self.row(self.row_text())
         self._show_eta()
         self._tick.start()
         self.show()
 
+    def row_text(self) -> str:
+        """"Summarizing a.pdf · 40 %": the chat area's line while a summary runs."""
+        percent = self.shown.percent if self.shown is not None else 0
+        return f"Summarizing {self.name} · {percent} %"
+
     def finish(self) -> None:
         self._tick.stop()
-        self._eta, self._reported = None, -1.0
+        self.overall, self.shown = None, None
+        if self.row is not None:
+            self.row("")
+        self.eta.setText("")
         self.hide()
 
     def eta_text(self) -> str:
-        if self._eta is None:
+        """"about 2 min 10 s left"; nothing once the estimate has run out (the stage says what is happening:
+        a frozen "finishing…" said nothing)."""
+        if self.overall is None or self.shown is None or self.shown.stage in ("cancelled", "opened"):
             return ""
-        estimate, at = self._eta
-        left = estimate - (time.monotonic() - at)
-        return f"about {_duration(left)} left" if left >= 1 else "finishing…"
+        left = self.overall.left(time.monotonic())
+        return f"about {_duration(left)} left" if left >= 1 else ""
 
     def _show_eta(self) -> None:
         self.eta.setText(self.eta_text())
@@ -133,6 +159,15 @@ class ProgressPanel(QWidget):
 def _duration(seconds: float) -> str:
     s = int(round(seconds))
     return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+def _place_row(window: object, row: QLabel) -> None:
+    """Under the chat (above the message box), where the window has one: the column holding its ``pages``."""
+    pages = getattr(window, "pages", None)
+    parent = pages.parentWidget() if isinstance(pages, QWidget) else None
+    box = parent.layout() if parent is not None else None
+    if isinstance(box, QVBoxLayout) and pages is not None and box.indexOf(pages) >= 0:
+        box.insertWidget(box.indexOf(pages) + 1, row)
 
 
 class SummaryWindow(HasContext, Protocol):
@@ -164,6 +199,12 @@ class DocumentsController(QObject):
         self.panel = ProgressPanel()
         self.panel.cancel.clicked.connect(self.cancel)
         window.add_status_widget(self.panel)
+        self.row = QLabel("")          # "Summarizing a.pdf · 40 %", in the chat area while a summary runs
+        self.row.setObjectName("SummaryRow")
+        self.row.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.row.hide()
+        self.panel.row = self._show_row
+        _place_row(window, self.row)
         top.setAcceptDrops(True)
         top.installEventFilter(self)
         # File → Summarize…: this controller owns the action (enabled while no summary runs); the window's
@@ -207,10 +248,11 @@ class DocumentsController(QObject):
         if self.running:
             self.notice.emit("A summary is already running; cancel it first.", TOAST_MS)
             return
+        self.job_name = files[0].name if len(files) == 1 else f"{len(files)} documents"
+        self.panel.begin(len(files), self.job_name)
         self.panel.show_progress(JobProgress("extracting", 0, len(files), 0.0, message=files[0].name))
         self.action.setEnabled(False)
         self.running = True
-        self.job_name = files[0].name if len(files) == 1 else f"{len(files)} documents"
         ops.engine(self.ctx.executor, lambda: self._run(files)).success(self._done).failure(self._job_failed).run()
         log.info("summarizing %d files (%s)", len(files), ", ".join(f.name for f in files))
 
@@ -225,6 +267,8 @@ class DocumentsController(QObject):
                         confirm=self._confirm_long)
         self.job = job
         result = docs.run(job)
+        if not result.cancelled:
+            self._progress_from_worker(JobProgress("opening", 0, 1, 0.0))
         cid, note = docs.open_result(result)
         return result, cid, note
 
@@ -269,6 +313,10 @@ class DocumentsController(QObject):
             if self.job is not None and self.job.cancelled:
                 return False
         return answer[0]
+
+    def _show_row(self, text: str) -> None:
+        self.row.setText(text)
+        self.row.setVisible(bool(text) and self.row.parentWidget() is not None)
 
     def _progress_from_worker(self, p: JobProgress) -> None:
         self.ctx.executor.post(lambda: self.panel.show_progress(p))

@@ -55,8 +55,8 @@ class FirstMeasure:
             getattr(card, name)(*args)
 
     def _landed(self, profile: SpeedProfile | None) -> None:
-        if profile is None:
-            return
+        """The profile measured, or None where none was measured (one was kept already, or measuring at start is
+        turned off: the card, still without one, then says how to measure)."""
         self.profile = profile
         self._card_call("speed_landed", profile)
 

@@ -1,8 +1,10 @@
 """The first-start card: the bundled model is a small demo; here is the best model that fits this computer.
 
-Shown on the empty chat page while the model in use is the bundled SmolLM2-135M (``core.hub.suggest``). It
-names a model at once from published sizes (offline, no request: nothing leaves the computer until the user
-asks). One click on Download asks the hub on the ``hub`` lane for the candidates' files, largest first, lets the
+Shown on the empty chat page while the model in use is the bundled SmolLM2-135M (``core.hub.suggest``). Once
+this computer's speed is measured (``planner.speed``; at first start ``first_measure`` measures it) it names
+the model ``suggest`` picks, in ``suggest.offer_line``'s words, the same as the Hub tab and the summary's "too
+small" note (offline, no request: nothing leaves the computer until the user asks); until then it says
+"Measuring this computer…" and offers nothing. One click on Download asks the hub on the ``hub`` lane for the candidates' files, largest first, lets the
 planner judge each from its header (``hub.fit_files``), shows the verdict's badge and queues the first that fits
 on the Models page (whose finished row offers Load now). Offline is the normal case on many machines: the card
 then keeps its estimate, says in one calm line that the hub cannot be reached, and offers Try again; nothing
@@ -44,7 +46,7 @@ from hisho.core.hub.suggest import (
     estimate,
     is_demo,
     is_slow,
-    speed_of,
+    offer_line,
     suggest,
     why_not_larger,
 )
@@ -154,6 +156,7 @@ class FirstStartCard(QFrame):
         lay.addLayout(buttons)
         self.dismissed = False
         self.looked = False  # the user asked the hub: a later estimate must not replace what it found
+        self.unmeasured = False  # the start's measurement ended without a profile
         self._estimate()
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt naming
@@ -201,12 +204,16 @@ class FirstStartCard(QFrame):
     def _estimated(self, found: Estimated) -> None:
         pick, verdicts = found.pick, found.verdicts
         self.speed_profile, self.not_larger = found.profile, found.not_larger
+        self.candidate = pick
+        if found.profile is None:
+            # Nothing is offered from memory alone: the largest that fits may be far too slow here.
+            self.waiting_for_speed()
+            return
         for cand in CANDIDATES:
             verdict = verdicts[cand.file]
             shown = "slow" if verdict != "wont_fit" and is_slow(cand, found.profile) else verdict
             self.rung(cand, shown, f"estimated from its {cand.size / 2**30:.1f} GiB published size "
                       "and a 4K-token context; the hub's header decides")
-        self.candidate = pick
         if pick is None:
             self.offer.setText("This computer has little memory to spare: the demo may be the best fit. The "
                                "Models page lists smaller files.")
@@ -218,11 +225,24 @@ class FirstStartCard(QFrame):
                             "planner can check it fits, then fetches it.")
         self.download.show()
 
+    def waiting_for_speed(self, failed: bool = False) -> None:
+        """No pick and no badges until this computer's speed is known (``suggest`` offers none before)."""
+        for badge in self.ladder.values():
+            badge.hide()
+        self.badge.setText("")
+        self.badge.setStyleSheet("")
+        self.download.hide()
+        self.status.setText("")
+        self.offer.setText("This computer's speed is not measured (hisho bench speed measures it), so no model "
+                           "is suggested yet: Other models… lists the ones that fit." if failed or self.unmeasured else "Measuring this computer… a model that suits it is suggested once "
+                           "its speed is known (about a minute).")
+
     def _show_offer(self, pick: Candidate, verdict: str, why: str) -> None:
-        fast = f" · {speed_of(pick, self.speed_profile).label()}" if self.speed_profile is not None else ""
+        said = (html.escape(offer_line(pick, self.speed_profile)) if self.speed_profile is not None
+                else html.escape(pick.title))
+        said = said.replace(html.escape(pick.title), f"<b>{html.escape(pick.title)}</b>", 1)
         larger = f"<br>{html.escape(self.not_larger)}." if self.not_larger else ""
-        self.offer.setText(f"A model that fits this computer: <b>{pick.title}</b> "
-                           f"({pick.size / 2**30:.1f} GiB download, {pick.params_b:g}B parameters){fast}.{larger}")
+        self.offer.setText(f"A model that suits this computer: {said}.{larger}")
         label = LABELS.get(verdict, "Estimate") if verdict != "unknown" else "Estimate"
         self.badge.setText(label)
         self.badge.setProperty("verdict", verdict)
@@ -288,12 +308,18 @@ class FirstStartCard(QFrame):
 
     def measuring(self) -> None:
         """This computer's speed is being measured (first start: hisho.gui.models.first_measure)."""
-        self.speed_note.show()
+        if self.speed_profile is None and not self.looked:
+            self.waiting_for_speed()  # the offer itself says so
+        else:
+            self.speed_note.show()
 
     def speed_landed(self, profile: SpeedProfile | None) -> None:
         """The measurement ended (None: it failed; the card stays without a speed): offer again with it."""
         self.speed_note.hide()
         if profile is None:
+            self.unmeasured = True
+            if not self.looked and self.speed_profile is None:
+                self.waiting_for_speed(failed=True)
             return
         if self.looked:
             self.speed_profile = profile
