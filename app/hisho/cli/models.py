@@ -33,6 +33,8 @@ def register(sub: Any) -> None:
     p.add_argument("--page", type=int, default=0, help="search: page number (20 results a page)")
     p.add_argument("--ram-gib", type=float, default=None, help="files: judge fit as if the machine had this RAM")
     p.add_argument("--clear", action="store_true", help="token: forget the stored token")
+    p.add_argument("--no-projector", action="store_true",
+                   help="pull: leave a vision model's projector (mmproj) behind: the model reads text only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_models)
 
@@ -120,6 +122,8 @@ def _files(args: argparse.Namespace) -> int:
         mark = "*" if f.recommended else " "
         parts = f" ({len(f.file.parts)} parts)" if len(f.file.parts) > 1 else ""
         _out(f"{mark} {f.file.quant:8s} {f.file.size / GIB:7.2f} GiB  {f.label:9s}  {f.file.name}{parts}")
+        if f.file.mmproj:
+            _out(f"    sees images: projector {f.file.mmproj} ({f.file.mmproj_size / MIB:,.0f} MiB, downloaded with it)")
         _out(f"    {f.why}")
     if not fits:
         _out("no GGUF files in this repository")
@@ -168,7 +172,8 @@ def _pull(args: argparse.Namespace) -> int:
     bar = _Bar()
     downloads = open_downloads(open_models())
     try:
-        entry = pull(args.target, downloads, progress=bar, choose=choose)
+        entry = pull(args.target, downloads, progress=bar, choose=choose,
+                     with_projector=not args.no_projector)
     except KeyboardInterrupt:
         bar.end()
         repo, _ = resolve_spec(args.target)
