@@ -34,12 +34,13 @@ from hisho.core.planner.search import (
     plan,
     price,
 )
-from hisho.core.units import GIB
+from hisho.core.planner.vision import VisionCost, less_vision, vision_cost
+from hisho.core.units import GIB, MIB
 
 log = logging.getLogger("hisho.planner")
 
 __all__ = ["Breakdown", "Calibration", "Config", "Plan", "Search", "as_loaded", "estimate", "facts_for", "make_plan",
-           "plan", "plan_facts", "price", "calibration_for", "check_budget"]
+           "plan", "plan_facts", "price", "VisionCost", "calibration_for", "check_budget"]
 
 
 
@@ -146,6 +147,8 @@ def plan_facts(facts: Sequence[ModelFacts], machine: Machine, budget: Budget, *,
     here with the same calibration (found by the header's digest), the same CPU features and the same load
     rules (``attention_choice``), so one file plans alike before and after its download."""
     load = profiles.shape(profile, parallel)
+    vision = vision_cost(facts[0].source) if len(facts) == 1 else None
+    full_budget, budget = budget, less_vision(budget, vision)  # the projector's bytes held out (vision.py)
     cands_calib = {id(f): calibration_for(f, run=calibrate_missing, n_ubatch=n_ubatch) for f in facts}
     cpu = machine.cpu or None
     best = plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
@@ -162,4 +165,8 @@ def plan_facts(facts: Sequence[ModelFacts], machine: Machine, budget: Budget, *,
         # first), then the price.
         calibration_for(best.facts, n_ubatch=ub)
         chosen = attention_choice(best, calib, cpu=cpu)
+    if vision is not None:
+        chosen = dataclasses.replace(chosen, vision=vision, budget=dataclasses.replace(
+            chosen.budget, explain=f"{full_budget.explain}; {vision.total / MIB:,.1f} MiB of it held for the "
+                                   "vision projector"))
     return dataclasses.replace(chosen, profile=load.name)
