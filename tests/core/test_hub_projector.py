@@ -61,6 +61,8 @@ def test_a_vision_repository_downloads_the_model_with_its_projector(hub: FakeHub
     assert set(seen) == {model.stat().st_size + proj.stat().st_size}  # one download from the person's view
     assert entry.sha256 == hub.repos[REPO].files[model.name].sha256
     assert read_projector_facts(got).image_tokens == 16
+    open_models().remove(entry.name)  # the projector goes with the model it came with
+    assert not got.exists() and not Path(entry.path).exists()
 
 
 def test_a_projector_for_another_model_is_refused_before_the_download(hub: FakeHub, tmp_path: Path) -> None:
