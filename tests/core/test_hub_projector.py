@@ -12,9 +12,10 @@ import pytest
 from hisho.bench import projector as bench_projector
 from hisho.bench import shapes
 from hisho.core.errors import UserError
-from hisho.core.hub import pull, repo_files
+from hisho.core.hub import fit_files, pull, repo_files
 from hisho.core.hub.catalog import group_files, match_projector
 from hisho.core.hub.download import target_dir
+from hisho.core.machine import from_fixture
 from hisho.core.models.projector import projector_for
 from hisho.core.models.projector_facts import read_projector_facts
 from hisho.core.services import open_downloads, open_models
@@ -53,6 +54,10 @@ def test_a_vision_repository_downloads_the_model_with_its_projector(hub: FakeHub
     files = repo_files(REPO)
     assert [f.name for f in files] == [model.name]  # the projector is not a model to load
     assert files[0].mmproj == proj.name and files[0].mmproj_size == proj.stat().st_size
+    laptop = from_fixture(Path(__file__).resolve().parents[1] / "fixtures" / "devices" / "cpu_only_8g.json")
+    fit = fit_files(files, laptop.budget(), machine=laptop)[0]  # planned with its projector, from the headers
+    assert fit.plan is not None and fit.plan["vision"]["image_tokens"] == 16
+    assert 0.97 * proj.stat().st_size <= fit.plan["vision"]["weights_bytes"] <= proj.stat().st_size
     seen: list[int] = []
     entry = pull(f"{REPO}:{model.name}", open_downloads(open_models()), progress=lambda p: seen.append(p.total))
     got = projector_for(entry.path)

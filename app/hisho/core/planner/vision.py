@@ -66,7 +66,12 @@ def vision_cost(model_path: str | Path) -> VisionCost | None:
     except ModelFileError as exc:
         log.warning("projector %s not counted: %s", found.name, exc)
         return None
-    return VisionCost(projector=found.name, projector_type=pf.projector_type, weights=pf.weights_bytes,
+    return cost_of(pf, found.name)
+
+
+def cost_of(pf: Any, name: str) -> VisionCost:
+    """The ``VisionCost`` of projector facts ``pf`` (a ``ProjectorFacts``: a file's or a hub header's)."""
+    return VisionCost(projector=name, projector_type=pf.projector_type, weights=pf.weights_bytes,
                       compute=pf.compute_bytes, image_tokens=pf.image_tokens, image_size=pf.image_size,
                       patch_size=pf.patch_size)
 
