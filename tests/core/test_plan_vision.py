@@ -61,3 +61,17 @@ def test_the_full_size_tower_s_image_cost_comes_from_its_header(tmp_path: Path) 
     assert (facts.image_tokens, facts.projection_dim) == (576, 4096)
     assert "4096-wide embeddings, but the model is 576 wide" in mismatch(facts, 576)
     assert mismatch(facts, 4096) == ""
+
+
+def test_the_load_s_gate_holds_the_projector_out_of_the_budget() -> None:
+    from hisho.core.engine.protocol import LoadParams
+    from hisho.core.planner.gate import planned
+
+    pair = projector.pair("shape:llava-tiny")
+    assert pair is not None
+    laptop = from_fixture(DEVICES / "cpu_only_8g.json")
+    with_eyes = planned(LoadParams(model_path=str(pair[0]), n_ctx=512, mmproj_path=str(pair[1])),
+                        want_gpu_layers=0, machine=laptop)[1]
+    blind = planned(LoadParams(model_path=str(pair[0]), n_ctx=512), want_gpu_layers=0, machine=laptop)[1]
+    assert with_eyes is not None and blind is not None and with_eyes.vision is not None and blind.vision is None
+    assert with_eyes.budget.ram == blind.budget.ram - with_eyes.vision.total
