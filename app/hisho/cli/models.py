@@ -62,17 +62,20 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from hisho.core.models.names import entry_name
+    from hisho.core.models.projector import projector_for
     from hisho.core.models.store import is_base_model
     from hisho.core.services import open_models
 
     entries = open_models().list()
     base = {e.name for e in entries if is_base_model(e.path)}
+    eyes = {e.name: str(p) for e in entries if (p := projector_for(e.path)) is not None}
     if args.json:
         _emit([{**e.to_dict(), "id": entry_name(e).id, "display_name": entry_name(e).display,
-                "base_model": e.name in base} for e in entries])
+                "base_model": e.name in base, "projector": eyes.get(e.name, "")} for e in entries])
         return 0
     for e in entries:
         mark = "  base model (no chat template: plain completion)" if e.name in base else ""
+        mark += "  sees images" if e.name in eyes else ""
         _out(f"{entry_name(e).display:40s} {e.arch or '?':10s} {e.quant or '?':8s} {e.size / MIB:9.1f} MiB  "
              f"ctx {e.n_ctx_train or '?':>7}  {e.source}{mark}")
     return 0
