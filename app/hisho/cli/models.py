@@ -33,6 +33,8 @@ def register(sub: Any) -> None:
     p.add_argument("--page", type=int, default=0, help="search: page number (20 results a page)")
     p.add_argument("--ram-gib", type=float, default=None, help="files: judge fit as if the machine had this RAM")
     p.add_argument("--clear", action="store_true", help="token: forget the stored token")
+    p.add_argument("--no-projector", action="store_true",
+                   help="pull: leave a vision model's projector (mmproj) behind: the model reads text only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_models)
 
@@ -60,17 +62,20 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from hisho.core.models.names import entry_name
+    from hisho.core.models.projector import projector_for
     from hisho.core.models.store import is_base_model
     from hisho.core.services import open_models
 
     entries = open_models().list()
     base = {e.name for e in entries if is_base_model(e.path)}
+    eyes = {e.name: str(p) for e in entries if (p := projector_for(e.path)) is not None}
     if args.json:
         _emit([{**e.to_dict(), "id": entry_name(e).id, "display_name": entry_name(e).display,
-                "base_model": e.name in base} for e in entries])
+                "base_model": e.name in base, "projector": eyes.get(e.name, "")} for e in entries])
         return 0
     for e in entries:
         mark = "  base model (no chat template: plain completion)" if e.name in base else ""
+        mark += "  sees images" if e.name in eyes else ""
         _out(f"{entry_name(e).display:40s} {e.arch or '?':10s} {e.quant or '?':8s} {e.size / MIB:9.1f} MiB  "
              f"ctx {e.n_ctx_train or '?':>7}  {e.source}{mark}")
     return 0
@@ -120,6 +125,8 @@ def _files(args: argparse.Namespace) -> int:
         mark = "*" if f.recommended else " "
         parts = f" ({len(f.file.parts)} parts)" if len(f.file.parts) > 1 else ""
         _out(f"{mark} {f.file.quant:8s} {f.file.size / GIB:7.2f} GiB  {f.label:9s}  {f.file.name}{parts}")
+        if f.file.mmproj:
+            _out(f"    sees images: projector {f.file.mmproj} ({f.file.mmproj_size / MIB:,.0f} MiB, downloaded with it)")
         _out(f"    {f.why}")
     if not fits:
         _out("no GGUF files in this repository")
@@ -168,7 +175,8 @@ def _pull(args: argparse.Namespace) -> int:
     bar = _Bar()
     downloads = open_downloads(open_models())
     try:
-        entry = pull(args.target, downloads, progress=bar, choose=choose)
+        entry = pull(args.target, downloads, progress=bar, choose=choose,
+                     with_projector=not args.no_projector)
     except KeyboardInterrupt:
         bar.end()
         repo, _ = resolve_spec(args.target)

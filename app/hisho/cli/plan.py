@@ -184,6 +184,7 @@ def render(d: dict[str, Any]) -> str:
         f"   (parts above: {d.get('fit_metric', 'resident')}, for the {d.get('profile') or 'window'} profile)",
         f"allocated  weights {gib(b['weights'])}  kv {gib(b['kv'])}  compute {gib(b['compute'])}  "
         f"output {gib(b['output'])}  runtime {gib(b['runtime'])}  kept {gib(b.get('kept', 0))}",
+        *([f"vision     {gib(v['total_bytes'])}  {v['text']}"] if (v := d.get("vision")) else []),
         f"why        {d['reason']}",
     ]
     for alt in d["alternatives"]:

@@ -21,6 +21,7 @@ from hisho.core.hub.token import get_token
 SORTS = {"downloads": "downloads", "likes": "likes", "updated": "last_modified"}
 PAGE_SIZE = 20
 SPLIT = re.compile(r"^(?P<base>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+SPLIT_TAIL = re.compile(r"-\d{5}-of-\d{5}$")
 QUANT = re.compile(r"(IQ\d_[A-Z]+|I?Q\d_K_[SMLX]L?|Q\d_K|Q\d_\d|TQ\d_\d|MXFP4|BF16|F16|F32)", re.IGNORECASE)
 
 
@@ -49,6 +50,11 @@ class QuantFile:
     sha256: list[str]         # per part, "" when the hub gave none
     part_sizes: list[int] = field(default_factory=list)
     revision: str = ""
+    # The repository's vision projector for this model (``match_projector``): its path, size and sha256; "" for
+    # a text-only repository. Downloaded with the model and saved beside it as ``<stem>.mmproj.gguf``.
+    mmproj: str = ""
+    mmproj_size: int = 0
+    mmproj_sha256: str = ""
 
     @property
     def spec(self) -> str:
@@ -84,13 +90,39 @@ def quant_of(name: str) -> str:
     return m.group(1).upper() if m else "unknown"
 
 
+def is_mmproj(path: str) -> bool:
+    low = path.lower()
+    return low.endswith(".gguf") and "mmproj" in low.rsplit("/", 1)[-1]
+
+
+def match_projector(model: str, projectors: list[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+    """The projector of ``projectors`` ((path, size, sha256)) that goes with model file ``model``: one whose name
+    carries the model's name (its quant left out) first, then F16, then BF16, then F32, then the smallest. The
+    header check (projector type, width) comes at download (``hisho.core.models.projector_facts.mismatch``)."""
+    if not projectors:
+        return None
+    base = QUANT.sub("", model.rsplit("/", 1)[-1].lower().removesuffix(".gguf")).strip("-_. ")
+    base = SPLIT_TAIL.sub("", base)
+
+    def rank(p: tuple[str, int, str]) -> tuple[int, int, int, int, str]:
+        name = p[0].rsplit("/", 1)[-1].lower()
+        named = 0 if base and base in name else 1
+        q = quant_of(name)
+        prec = {"F16": 0, "BF16": 1, "F32": 2}.get(q, 3)
+        same_folder = 0 if p[0].rpartition("/")[0] == model.rpartition("/")[0] else 1
+        return (same_folder, named, prec, p[1], name)
+
+    return min(projectors, key=rank)
+
+
 def group_files(repo: str, siblings: list[tuple[str, int, str]], revision: str = "") -> list[QuantFile]:
-    """(path, size, sha256) of a repo's files -> GGUF models, split parts joined, projector files left out,
-    smallest first."""
+    """(path, size, sha256) of a repo's files -> GGUF models, split parts joined, smallest first; each with its
+    matching projector (``mmproj``) where the repository has any (projector files are never models)."""
     groups: dict[str, list[tuple[int, str, int, str]]] = {}
+    projectors = [s for s in siblings if is_mmproj(s[0])]
     for path, size, sha in siblings:
         low = path.lower()
-        if not low.endswith(".gguf") or "mmproj" in low:
+        if not low.endswith(".gguf") or is_mmproj(path):
             continue
         m = SPLIT.match(path)
         key, part = (m.group("base"), int(m.group("part"))) if m else (path, 1)
@@ -104,6 +136,9 @@ def group_files(repo: str, siblings: list[tuple[str, int, str]], revision: str =
         out.append(QuantFile(repo=repo, name=parts[0][1], quant=quant_of(key), size=sum(p[2] for p in parts),
                              parts=[p[1] for p in parts], sha256=[p[3] for p in parts],
                              part_sizes=[p[2] for p in parts], revision=revision))
+        proj = match_projector(parts[0][1], projectors)
+        if proj is not None:
+            out[-1].mmproj, out[-1].mmproj_size, out[-1].mmproj_sha256 = proj
     return sorted(out, key=lambda q: (q.size, q.name))
 
 

@@ -28,6 +28,7 @@ from hisho.core import paths
 from hisho.core.db import Database
 from hisho.core.errors import UserError
 from hisho.core.hub import partial as partial_mod
+from hisho.core.hub import projector
 from hisho.core.hub.catalog import QuantFile
 from hisho.core.hub.fetch import DiskFull, HashMismatch, Stopped, fetch_part
 from hisho.core.models.store import ModelStore, slug
@@ -62,6 +63,17 @@ class Job:
     model: str = ""
     created: float = 0.0
     updated: float = 0.0
+    mmproj: str = ""  # the vision projector's path in the repo: then the last of ``parts`` (docs/hub.md)
+
+    @property
+    def model_parts(self) -> list[str]:
+        return self.parts[:-1] if self.mmproj else self.parts
+
+    def saved_name(self, i: int) -> str:
+        """The file name part ``i`` is saved under: the projector as ``<model stem>.mmproj.gguf``."""
+        if self.mmproj and i == len(self.parts) - 1:
+            return projector.saved_name(self.parts[0])
+        return Path(self.parts[i]).name
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -89,6 +101,10 @@ def _v1(db: sqlite_utils.Database) -> None:
                "created": float, "updated": float}
     db.table("downloads").create(columns, pk="id", not_null=set(columns) - {"id"},
                            defaults={"quant": "", "revision": "", "done_bytes": 0, "error": "", "model": ""})
+
+
+def _v2(db: sqlite_utils.Database) -> None:
+    db.table("downloads").add_column("mmproj", str, not_null_default="")
 
 
 def _job(row: dict[str, Any]) -> Job:
@@ -131,7 +147,7 @@ class Downloader:
     def __init__(self, store: ModelStore) -> None:
         self.store = store
         self.db: Database = store.db
-        self.db.migrate(COMPONENT, [_v1])
+        self.db.migrate(COMPONENT, [_v1, _v2])
         self._runs: dict[int, _Run] = {}
         self._lock = threading.Lock()
 
@@ -151,17 +167,27 @@ class Downloader:
         cols = ", ".join(f"{k} = ?" for k in values)
         self.db.execute(f"UPDATE downloads SET {cols} WHERE id = ?", [*values.values(), job_id])
 
-    def enqueue(self, f: QuantFile) -> Job:
-        """Queue ``f`` (or return its unfinished job: a second click continues the same download)."""
+    def enqueue(self, f: QuantFile, *, with_projector: bool = True) -> Job:
+        """Queue ``f`` with its vision projector where it has one (or return its unfinished job: a second click
+        continues the same download). The projector is one more part of the same job: one download, one
+        progress, verified like the model's parts."""
+        mmproj = f.mmproj if with_projector else ""
         for job in self.jobs():
             if job.repo == f.repo and job.name == f.name and job.state in ACTIVE:
-                return job
+                if job.mmproj == mmproj or self.running(job.id):
+                    return job
+                self.forget(job.id)  # asked again with(out) the projector: the model's partials carry over
         now = time.time()
+        parts, shas, sizes = list(f.parts), list(f.sha256), list(f.part_sizes or [f.size])
+        if mmproj:
+            parts.append(mmproj)
+            shas.append(f.mmproj_sha256)
+            sizes.append(f.mmproj_size)
         cur = self.db.execute(
             "INSERT INTO downloads (repo, name, quant, parts, sha256, part_sizes, size, revision, state, created,"
-            " updated) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            [f.repo, f.name, f.quant, json.dumps(f.parts), json.dumps(f.sha256),
-             json.dumps(f.part_sizes or [f.size]), f.size, f.revision, "queued", now, now])
+            " updated, mmproj) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            [f.repo, f.name, f.quant, json.dumps(parts), json.dumps(shas), json.dumps(sizes), sum(sizes),
+             f.revision, "queued", now, now, mmproj])
         return self.get(int(cur.lastrowid or 0))
 
     def unfinished(self) -> list[Job]:
@@ -177,8 +203,8 @@ class Downloader:
     def on_disk(self, job: Job) -> int:
         """Bytes of ``job`` already downloaded: finished parts and partial files."""
         folder, total = target_dir(job.repo), 0
-        for part, size in zip(job.parts, job.part_sizes):
-            name = Path(part).name
+        for i, size in enumerate(job.part_sizes):
+            name = job.saved_name(i)
             if (folder / name).is_file() and (folder / name).stat().st_size == size:
                 total += size
                 continue
@@ -228,8 +254,8 @@ class Downloader:
 
     def _discard(self, job: Job) -> None:
         folder = target_dir(job.repo)
-        for part in job.parts:
-            for p in folder.glob(f".{Path(part).name}.*.part"):
+        for i in range(len(job.parts)):
+            for p in folder.glob(f".{job.saved_name(i)}.*.part"):
                 partial_mod.remove(p)  # and its ledger
         self.forget(job.id)
         log.info("download %s cancelled; partial files removed", job.spec)
@@ -280,8 +306,10 @@ class Downloader:
         last = [0.0]
         shas: list[str] = []
         revision = job.revision
+        if job.mmproj and not (folder / job.saved_name(len(job.parts) - 1)).is_file():
+            projector.check(job.repo, job.parts[0], job.mmproj, revision)  # refused before any byte moves
         for i, part in enumerate(job.parts):
-            dest = folder / Path(part).name
+            dest = folder / job.saved_name(i)
             before = sum(job.part_sizes[:i])
             state = {"done": before, "resumed": 0}
             if dest.is_file() and dest.stat().st_size == job.part_sizes[i] and job.sha256[i]:
@@ -318,15 +346,18 @@ class Downloader:
     def _register(self, job: Job, folder: Path, shas: list[str], revision: str) -> Any:
         first = folder / Path(job.parts[0]).name
         stem = re.sub(r"-00001-of-\d{5}$", "", first.stem)
+        model_parts = job.model_parts
+        shas = shas[:len(model_parts)]
         store = self.store
         name = slug(stem)
         existing = store.get(name)
         if existing is not None and Path(existing.path).resolve() != first.resolve():
             name = slug(f"{job.repo.split('/')[0]}-{stem}")
-        parts = [str(folder / Path(p).name) for p in job.parts] if len(job.parts) > 1 else None
+        parts = [str(folder / Path(p).name) for p in model_parts] if len(model_parts) > 1 else None
         entry = store.add(first, name=name, source=f"hub:{job.repo}", sha256=",".join(shas), revision=revision,
                           parts=parts, owned=True)
-        log.info("downloaded %s as %s (revision %s)", job.spec, entry.name, revision[:12])
+        log.info("downloaded %s as %s (revision %s)%s", job.spec, entry.name, revision[:12],
+                 " with its vision projector" if job.mmproj else "")
         return entry
 
 
@@ -354,8 +385,9 @@ def pick(files: list[QuantFile], repo: str, filename: str) -> QuantFile | None:
 
 
 def pull(spec: str, dl: Downloader, *, progress: Callable[[Progress], None] | None = None,
-         choose: Callable[[list[QuantFile]], QuantFile] | None = None) -> Any:
-    """``REPO[:FILE]`` -> a downloaded, verified, registered ModelEntry. Without FILE and with several files,
+         choose: Callable[[list[QuantFile]], QuantFile] | None = None, with_projector: bool = True) -> Any:
+    """``REPO[:FILE]`` -> a downloaded, verified, registered ModelEntry (with its vision projector beside it
+    where the repository has one, unless ``with_projector`` is False). Without FILE and with several files,
     ``choose`` picks (the CLI picks the planner's recommendation)."""
     from hisho.core.hub.catalog import repo_files
 
@@ -367,5 +399,5 @@ def pull(spec: str, dl: Downloader, *, progress: Callable[[Progress], None] | No
             listing = ", ".join(q.name for q in files[:12])
             raise UserError(f"{repo} has {len(files)} GGUF models ({listing}); name one as {repo}:FILE")
         f = choose(files)
-    job = dl.enqueue(f)
+    job = dl.enqueue(f, with_projector=with_projector)
     return dl.run(job.id, progress)

@@ -166,6 +166,7 @@ def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, ta
     missing, seconds per file), so the badge says what the planner page and the load will say."""
     fits: list[Fit] = []
     facts_of: dict[str, ModelFacts] = {}
+    projectors: dict[str, Any] = {}  # a repository's projector, read once for all its models
     opts = _options(budget, machine, min_ctx=min_ctx, n_batch=n_batch, profile=profile, calibrate=calibrate,
                     speed=speed.load_profile() if speed_profile is None else speed_profile)
     for f in files:
@@ -177,7 +178,7 @@ def fit_files(files: list[QuantFile], budget: Budget, *, min_ctx: int = 4096, ta
             fit = Fit(f, "unknown", str(exc))
         else:
             facts_of[f.name] = facts
-            p = _plan([facts], target_ctx, opts)
+            p = _plan([facts], target_ctx, opts, vision=_projector_cost(f, projectors))
             v, why = verdict(p, budget, min(target_ctx, facts.context_length or target_ctx))
             fast = speed.for_model(facts, opts["speed"])
             if fast is not None and v != "wont_fit":
@@ -198,13 +199,31 @@ def _options(budget: Budget, machine: Machine | None, **kw: Any) -> dict[str, An
     return {"budget": budget, "machine": m, **kw}
 
 
-def _plan(facts: list[ModelFacts], target_ctx: int, opts: dict[str, Any]) -> Any:
+def _projector_cost(f: QuantFile, seen: dict[str, Any]) -> Any:
+    """The planner's ``VisionCost`` of ``f``'s projector from its header (by ranges, once per projector); None
+    for a text-only file or an unreadable header (logged: the download checks it again)."""
+    from hisho.core.errors import UserError
+    from hisho.core.hub.projector import hub_projector_facts
+    from hisho.core.planner.vision import cost_of
+
+    if not f.mmproj:
+        return None
+    if f.mmproj not in seen:
+        try:
+            seen[f.mmproj] = cost_of(hub_projector_facts(f.repo, f.mmproj, f.revision), f.mmproj)
+        except UserError as exc:
+            log.warning("projector %s of %s not counted: %s", f.mmproj, f.repo, exc)
+            seen[f.mmproj] = None
+    return seen[f.mmproj]
+
+
+def _plan(facts: list[ModelFacts], target_ctx: int, opts: dict[str, Any], vision: Any = None) -> Any:
     from hisho.core import planner
 
     ctx = min(target_ctx, max(f.context_length or target_ctx for f in facts))
     return planner.plan_facts(facts, opts["machine"], opts["budget"], min_ctx=min(opts["min_ctx"], ctx),
                               target_ctx=target_ctx, calibrate_missing=opts["calibrate"], n_batch=opts["n_batch"],
-                              n_ubatch=opts["n_batch"], profile=opts["profile"])
+                              n_ubatch=opts["n_batch"], profile=opts["profile"], vision=vision)
 
 
 def recommend(fits: list[Fit], facts_of: dict[str, ModelFacts], budget: Budget, *, target_ctx: int,

@@ -269,8 +269,9 @@ class ModelStore:
         entry = self._all().get(name)
         if entry is None:
             raise UserError(f"no model named {name!r} in the store")
-        if entry.owned:
-            for p in entry.parts or [entry.path]:
+        if entry.owned:  # with the vision projector the download saved beside it (docs/hub.md)
+            beside = Path(entry.path).with_name(Path(entry.path).name.removesuffix(".gguf") + ".mmproj.gguf")
+            for p in [*(entry.parts or [entry.path]), str(beside)]:
                 try:
                     Path(p).unlink()
                 except FileNotFoundError:

@@ -34,12 +34,13 @@ from hisho.core.planner.search import (
     plan,
     price,
 )
-from hisho.core.units import GIB
+from hisho.core.planner.vision import VisionCost, less_vision, vision_cost
+from hisho.core.units import GIB, MIB
 
 log = logging.getLogger("hisho.planner")
 
 __all__ = ["Breakdown", "Calibration", "Config", "Plan", "Search", "as_loaded", "estimate", "facts_for", "make_plan",
-           "plan", "plan_facts", "price", "calibration_for", "check_budget"]
+           "plan", "plan_facts", "price", "VisionCost", "calibration_for", "check_budget"]
 
 
 
@@ -141,11 +142,16 @@ def make_plan(specs: Sequence[str], machine: Machine, budget: Budget, *, min_ctx
 
 def plan_facts(facts: Sequence[ModelFacts], machine: Machine, budget: Budget, *, min_ctx: int = 4096,
                target_ctx: int | None = None, calibrate_missing: bool = True, n_batch: int = 512,
-               n_ubatch: int = 512, profile: str = "window", parallel: int | None = None) -> Plan:
+               n_ubatch: int = 512, profile: str = "window", parallel: int | None = None,
+               vision: VisionCost | None = None) -> Plan:
     """The one search behind every plan: a hub file's header, a file on disk and the loaded model are planned
     here with the same calibration (found by the header's digest), the same CPU features and the same load
-    rules (``attention_choice``), so one file plans alike before and after its download."""
+    rules (``attention_choice``), so one file plans alike before and after its download. The model's vision
+    projector (``vision``, else the one beside a local file) is held out of the budget (planner/vision.py)."""
     load = profiles.shape(profile, parallel)
+    if vision is None and len(facts) == 1:  # a hub file's projector comes from the caller (hub/fit.py)
+        vision = vision_cost(facts[0].source)
+    full_budget, budget = budget, less_vision(budget, vision)  # the projector's bytes held out (vision.py)
     cands_calib = {id(f): calibration_for(f, run=calibrate_missing, n_ubatch=n_ubatch) for f in facts}
     cpu = machine.cpu or None
     best = plan(facts, budget, min_ctx=min_ctx, target_ctx=target_ctx,
@@ -162,4 +168,8 @@ def plan_facts(facts: Sequence[ModelFacts], machine: Machine, budget: Budget, *,
         # first), then the price.
         calibration_for(best.facts, n_ubatch=ub)
         chosen = attention_choice(best, calib, cpu=cpu)
+    if vision is not None:
+        chosen = dataclasses.replace(chosen, vision=vision, budget=dataclasses.replace(
+            chosen.budget, explain=f"{full_budget.explain}; {vision.total / MIB:,.1f} MiB of it held for the "
+                                   "vision projector"))
     return dataclasses.replace(chosen, profile=load.name)

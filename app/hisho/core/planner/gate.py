@@ -33,6 +33,7 @@ from hisho.core.planner import offload
 from hisho.core.planner.calibrate import cached, gpu_backends, library_version
 from hisho.core.planner.memory import Calibration, Config
 from hisho.core.planner.search import Candidate, Plan, Search, as_loaded, price
+from hisho.core.planner.vision import VisionCost, cost_of, less_vision
 from hisho.core.units import GIB
 
 log = logging.getLogger("hisho.planner")
@@ -68,12 +69,16 @@ def planned(params: LoadParams, *, want_gpu_layers: int, override: bool = False,
         return params, None  # the engine's own load reports a bad file; the plan has nothing to add
     m = machine or machine_mod.detect(probe_devices=gpu_backend_present())
     budget = m.budget()
+    vision = _vision(params)
+    budget = less_vision(budget, vision)  # the projector the load carries is held out (vision.py)
     calib = cached(facts, params.n_ubatch)
     cfg = load_config(params, saves_kv=saves_kv, n_gpu_layers=max(0, want_gpu_layers))
     if want_gpu_layers < 0:
         cfg = dataclasses.replace(cfg, n_gpu_layers=_best_gpu_layers(facts, cfg, budget, calib))
         params = dataclasses.replace(params, n_gpu_layers=cfg.n_gpu_layers)
     plan = as_loaded(facts, cfg, budget, calib, cpu=m.cpu or None)
+    if vision is not None:
+        plan = dataclasses.replace(plan, vision=vision)
     params = _kept_prompt_offload(params, facts, m)
     if cfg.flash_attn and not plan.config.flash_attn:
         log.info("flash attention off, %d-token ubatches: prompts and replies at long context run faster "
@@ -91,6 +96,19 @@ def planned(params: LoadParams, *, want_gpu_layers: int, override: bool = False,
         log.warning("loading anyway (override): %s", message)
         return params, plan
     raise PlanRefused(message, plan)
+
+
+def _vision(params: LoadParams) -> VisionCost | None:
+    """The cost of the projector ``params`` loads (None: none, or an unreadable one: the engine says why)."""
+    if not params.mmproj_path:
+        return None
+    from hisho.core.models.projector_facts import read_projector_facts
+
+    try:
+        return cost_of(read_projector_facts(params.mmproj_path), Path(params.mmproj_path).name)
+    except (UserError, OSError) as exc:
+        log.warning("projector %s not counted: %s", params.mmproj_path, exc)
+        return None
 
 
 def _kept_prompt_offload(params: LoadParams, facts: ModelFacts, m: machine_mod.Machine) -> LoadParams:

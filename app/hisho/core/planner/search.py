@@ -23,6 +23,7 @@ from hisho.core.planner import attention, explain, quality
 from hisho.core.planner.calibrate import LAYOUTS, cached
 from hisho.core.planner.memory import CELL_PAD, Breakdown, Calibration, Config, estimate
 from hisho.core.planner.state import state_size
+from hisho.core.planner.vision import VisionCost
 from hisho.core.units import GIB, MIB, padded_cells
 
 
@@ -41,6 +42,7 @@ class Plan:
     cpu: frozenset[str] | None = None    # the CPU features it was priced for (weight repacking)
     profile: str = ""                    # the front end it is for (profiles.SHAPES), where one was named
     attention: dict[str, Any] | None = None  # flash attention measured on this machine (attention.py), if kept
+    vision: VisionCost | None = None     # the model's projector, held out of the budget (vision.py)
 
     @property
     def requested(self) -> Config:
@@ -70,6 +72,7 @@ class Plan:
             "notes": list(b.notes), "budget": self.budget.explain, "reason": self.reason,
             "alternatives": self.alternatives, "layer_split": self.layer_split(),
             "attention_measured": self.attention,
+            "vision": self.vision.to_dict(c.n_ctx) if self.vision is not None else None,
         }
 
     def layer_split(self) -> dict[str, int]:

@@ -302,7 +302,8 @@ class HubTab(QWidget):
             if seq != self._seq:
                 return
             self._show_files(files)
-            self.say(f"{len(files)} GGUF models; reading their headers to check the fit…" if files
+            sees = f" that see images (projector {files[0].mmproj})" if files and files[0].mmproj else ""
+            self.say(f"{len(files)} GGUF models{sees}; reading their headers to check the fit…" if files
                      else "This repository has no GGUF files.")
             if files:
                 ops.hub(self.workers, lambda: self._plan(files)).success(lambda fits: self._planned(seq, fits)) \
@@ -328,7 +329,12 @@ class HubTab(QWidget):
             quant.setToolTip(f.name)
             self.files.setItem(row, 0, quant)
             self.files.setItem(row, 1, QTableWidgetItem("…"))
-            self.files.setItem(row, 2, QTableWidgetItem(format_bytes(f.size) + parts))
+            size = QTableWidgetItem(format_bytes(f.size) + parts)
+            if f.mmproj:  # the model's projector: downloaded with it, never a model of its own
+                size.setText(f"{size.text()} + {format_bytes(f.mmproj_size)} projector")
+                size.setToolTip(f"Sees images: its vision projector {f.mmproj} comes with it and is saved beside "
+                                "the model")
+            self.files.setItem(row, 2, size)
             pending = QLabel("checking…")
             pending.setObjectName("Meta")
             self.files.setCellWidget(row, 3, pending)

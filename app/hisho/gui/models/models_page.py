@@ -43,6 +43,7 @@ from hisho.core.hub import Downloader, Job, QuantFile
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession
 from hisho.core.models.names import entry_name
+from hisho.core.models.projector import projector_for
 from hisho.core.models.removal import Removal, plan_removal, remove_model
 from hisho.core.models.store import ModelEntry, ModelStore, is_base_model
 from hisho.core.units import format_bytes
@@ -58,10 +59,12 @@ log = logging.getLogger("hisho.gui")
 PARAMS_COL, FIT_COL = 2, 7  # Installed table columns filled in when the planner has read the headers
 
 
-def _entries_and_base_models(store: ModelStore) -> tuple[list[ModelEntry], set[str]]:
-    """The store's entries and the names of those that are base models (header facts, cached per file)."""
+def _entries_and_base_models(store: ModelStore) -> tuple[list[ModelEntry], set[str], set[str]]:
+    """The store's entries, the names of those that are base models (header facts, cached per file) and of
+    those with their vision projector beside them (they see images)."""
     entries = store.list()
-    return entries, {e.name for e in entries if is_base_model(e.path)}
+    return (entries, {e.name for e in entries if is_base_model(e.path)},
+            {e.name for e in entries if projector_for(e.path) is not None})
 
 
 def planner_budget() -> tuple[Any, dict[str, Any]]:
@@ -161,15 +164,16 @@ class ModelsPage(QWidget):
     def refresh(self) -> None:
         ops.database(self.workers, lambda: _entries_and_base_models(self.models)).success(self._listed).run()
 
-    def _listed(self, listed: tuple[list[ModelEntry], set[str]]) -> None:
-        entries, base = listed
+    def _listed(self, listed: tuple[list[ModelEntry], set[str], set[str]]) -> None:
+        entries, base, seeing = listed
         self.entries = entries
         self.hub.set_installed({e.sha256: e.name for e in entries if e.sha256})
         t = self.model_table
         t.setRowCount(len(entries))
         for row, e in enumerate(entries):
             src = e.source + (f" @ {e.revision[:8]}" if e.revision else "")
-            arch = (e.arch or "?") + (" · base" if e.name in base else "")
+            arch = (e.arch or "?") + (" · base" if e.name in base else "") + \
+                (" · sees images" if e.name in seeing else "")
             values = [entry_name(e).display, arch, "…", e.quant or "?", format_bytes(e.size),
                       f"{e.n_ctx_train:,}" if e.n_ctx_train else "?", src]
             for col, v in enumerate(values):

@@ -185,7 +185,8 @@ class PlannerPanel(QWidget):
             widget.blockSignals(False)
         self.slider.setEnabled(plan.facts is not None)
         self.kv_type.setEnabled(plan.facts is not None)
-        self.reason.setText(plan.reason + "\n" + plan.budget.explain)
+        vision = f"\n{plan.vision.line(plan.config.n_ctx)}" if plan.vision is not None else ""
+        self.reason.setText(plan.reason + "\n" + plan.budget.explain + vision)
         self.grid.show_for(plan, calib, fast)
         self.grid_title.setText("What fits at other contexts and KV types (click one to see it above)" + (
             f"; speeds {fast.how} for this computer" if fast is not None else ""))
