@@ -28,7 +28,7 @@ from hisho.core.documents.extras import read_extras
 from hisho.core.documents.grounding import NOTE
 from hisho.core.documents.model import Document
 from hisho.core.documents.quality import TOO_SMALL
-from hisho.core.documents.sources import by_part, lay_out, pages_of
+from hisho.core.documents.sources import by_part, lay_out, pages_of, reflow
 from tests.fixtures.docs.make import make_pdf
 
 FACT_PAGE = 17
@@ -116,7 +116,7 @@ def test_the_page_17_passage_is_given_first_and_shown_as_source_1(tmp_path: Path
     group = found.groups[first.group]
     text, spans = lay_out(group.passages)
     start, end = spans[first.first]
-    assert FACT.split(" in ")[0] in text[start:end] and text[start:end] == group.passages[first.first].text
+    assert FACT.split(" in ")[0] in text[start:end] and text[start:end] == reflow(group.passages[first.first].text)
     assert found.notes[right] == ""
     assert found.notes[wrong].startswith(NOTE) and "henrik" in found.notes[wrong]
 

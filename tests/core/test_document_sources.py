@@ -35,3 +35,24 @@ def test_documents_belong_to_the_message_sent_after_them() -> None:
     msgs = [Sent(1, "user", 5.0), Sent(2, "assistant", 6.0), Sent(3, "user", 20.0), Sent(4, "assistant", 21.0),
             Sent(5, "user", 30.0)]
     assert attachments_by_message(docs, msgs) == {3: ["a.pdf"], 5: ["b.docx"]}
+
+
+def test_the_viewer_text_joins_a_pdfs_printed_lines_into_paragraphs() -> None:
+    """A PDF's text breaks at the end of every printed line; the document viewer shows paragraphs, a word
+    hyphenated across lines whole again, and keeps blank lines, list items and a paragraph's short last line."""
+    from hisho.core.documents.sources import reflow
+
+    pdf = ("The keeper walked up the spiral stairs every evening to light the\n"
+           "lamp, which could be seen from thirty kilometres away on a clear\n"
+           "night, according to the harbour's records.\n"
+           "He wrote in the log.\n\n"
+           "Supplies came by boat twice a month, weather permit-\n"
+           "ting, and included:\n"
+           "- oil for the lamp\n"
+           "- flour and salt")
+    assert reflow(pdf) == (
+        "The keeper walked up the spiral stairs every evening to light the lamp, which could be seen from thirty "
+        "kilometres away on a clear night, according to the harbour's records.\nHe wrote in the log.\n\n"
+        "Supplies came by boat twice a month, weather permitting, and included:\n- oil for the lamp\n"
+        "- flour and salt")
+    assert reflow("One line only.") == "One line only."

@@ -148,16 +148,43 @@ def summary_sources(passages: Sequence[Passage], summary: str, limit: int = SUMM
     return [[i] for i in sorted(passages.index(p) for p in best)]
 
 
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•–]|\d{1,3}[.)]|[a-z][.)])\s")
+
+
+def reflow(text: str) -> str:
+    """``text`` as a reader wants it: the line breaks a PDF puts at the end of every printed line joined into
+    paragraphs (a word hyphenated across them made whole), while blank lines, list items, and a short line that
+    ends a sentence (a paragraph's last line) keep their breaks."""
+    out: list[str] = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line.strip() for line in block.split("\n") if line.strip()]
+        if not lines:
+            continue
+        width = max(len(line) for line in lines)
+        para = lines[0]
+        for prev, line in zip(lines, lines[1:], strict=False):
+            ends_paragraph = prev[-1] in ".!?:" and len(prev) < 0.8 * width
+            if _LIST_ITEM.match(line) or ends_paragraph:
+                para += "\n" + line
+            elif re.search(r"[a-z]-$", prev) and line[:1].islower():
+                para = para[:-1] + line          # "exam-" + "ple": one word again
+            else:
+                para += " " + line
+        out.append(para)
+    return "\n\n".join(out)
+
+
 def lay_out(passages: Sequence[Passage]) -> tuple[str, list[tuple[int, int]]]:
-    """The text of a document's passages as one text (each under a line with its reference), and the
-    (start, end) character span of each passage's own text in it."""
+    """The text of a document's passages as one text (each under a line with its reference, reflowed: see
+    ``reflow``), and the (start, end) character span of each passage's own text in it."""
     chunks: list[str] = []
     spans: list[tuple[int, int]] = []
     at = 0
     for p in passages:
         head = f"— {p.ref or p.document} —\n"
-        chunks.append(head + p.text + "\n\n")
-        spans.append((at + len(head), at + len(head) + len(p.text)))
+        body = reflow(p.text)
+        chunks.append(head + body + "\n\n")
+        spans.append((at + len(head), at + len(head) + len(body)))
         at += len(chunks[-1])
     return "".join(chunks).rstrip("\n"), spans
 
