@@ -74,3 +74,22 @@ def test_readers_on_other_threads_see_whole_moments() -> None:
     stop.set()
     reader.join(10)
     assert not reader.is_alive() and not torn
+
+
+def test_readiness_follows_a_failed_load_and_a_connect_that_ends_either_way() -> None:
+    state = AppState()
+    state.failed("the memory plan says this model will not fit", SMOL, "/m/smol.gguf")
+    now = state.now
+    assert not now.ready and not now.loaded and now.failed.startswith("the memory plan")
+    assert now.model == SMOL and now.path == "/m/smol.gguf"
+    state.answering(SMOL, path="/m/smol.gguf")
+    assert state.now.ready and state.now.failed == ""            # a model answers: the failure is past
+    state.connecting("big-box")
+    assert state.now.loaded and not state.now.ready and state.now.connecting == "big-box"
+    state.connecting("")                                          # that connect failed: what answered still does
+    assert state.now.ready and state.now.model == SMOL
+    state.connecting("big-box")
+    state.answering(remote_name("qwen3-8b", "big-box"), engine="big-box")
+    assert state.now.ready and state.now.connecting == "" and state.now.remote
+    state.loading(OWL, "/m/owl.gguf")
+    assert not state.now.ready and state.now.failed == ""

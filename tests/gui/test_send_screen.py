@@ -10,6 +10,7 @@ from typing import Any
 from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
+from hisho.core.appstate import AppState
 from hisho.core.conversations.chat import FitReport, TurnResult
 from hisho.core.conversations.store import Conversation, Message
 from hisho.core.engine.protocol import Progress
@@ -101,7 +102,8 @@ class Host:
         self.held: list[tuple[int, str]] = []
         engine = SimpleNamespace(progress=lambda: None, cancel=lambda _id: None)
         kv = SimpleNamespace(hold_draft=lambda cid, text: self.held.append((cid, text)))
-        self.ctx = SimpleNamespace(engine=engine, kv=kv, executor=SimpleNamespace(post=lambda fn: fn()))
+        self.ctx = SimpleNamespace(engine=engine, kv=kv, executor=SimpleNamespace(post=lambda fn: fn()),
+                                   state=AppState())   # no remote engine being connected
         self.service = SimpleNamespace()
         self.store = SimpleNamespace()
         self.jobs: list[tuple[Callable[[], Any], Callable[[Any], Any] | None]] = []

@@ -82,7 +82,9 @@ IDLE = Queue()
 class Now:
     """One moment of the app's state. ``engine``: the remote engine's name ("" for this computer); ``path``: the
     local model's file ("" when remote or none); ``loaded``: it answers (False while it loads, or when nothing
-    could be loaded); ``base``: a base model (it continues text rather than answering it)."""
+    could be loaded); ``base``: a base model (it continues text rather than answering it); ``failed``: why
+    nothing could be loaded ("" unless the last load, switch or start-up plan failed); ``connecting``: the remote
+    engine being connected to ("" when none; what answered before still does until it answers)."""
 
     model: ModelName = NO_MODEL
     path: str = ""
@@ -92,6 +94,8 @@ class Now:
     loaded: bool = False
     loading: bool = False
     base: bool = False
+    failed: str = ""
+    connecting: str = ""
     tokens_per_s: float | None = None
     ttft_s: float | None = None
     queue: Queue = field(default=IDLE)
@@ -99,6 +103,11 @@ class Now:
     @property
     def remote(self) -> bool:
         return bool(self.engine)
+
+    @property
+    def ready(self) -> bool:
+        """A message may be sent now: a model answers and no other engine is being connected in its place."""
+        return self.loaded and not self.connecting
 
     @property
     def key(self) -> str:
@@ -158,6 +167,20 @@ class AppState:
         """Nothing answers (a load failed or was stopped with nothing to go back to)."""
         now = self.now
         self._set(Now(model=model or now.model, path=now.path if path is None else path))
+
+    def failed(self, reason: str, model: ModelName | None = None, path: str | None = None) -> None:
+        """Nothing answers, and ``reason`` says why (a load or a switch failed, or start-up found nothing to
+        load)."""
+        now = self.now
+        self._set(Now(model=model or now.model, path=now.path if path is None else path,
+                      failed=reason or "no model to load"))
+
+    def connecting(self, engine: str) -> None:
+        """A remote ``engine`` is being connected to ("": that attempt ended); what answered before still does
+        until it answers in its place."""
+        with self._lock:
+            now = dataclasses.replace(self._now, connecting=engine)
+        self._set(now)
 
     def measured(self, tokens_per_s: float | None, ttft_s: float | None) -> None:
         """The last reply's speeds, for the model answering now."""

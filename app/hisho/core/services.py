@@ -175,11 +175,22 @@ class Services:
         try:
             with self.state.working(f"loading {self.model_name.display}"):
                 info = load_engine(self.engine, params)
-        except BaseException:
-            self.state.unloaded()
+        except BaseException as exc:
+            self.state.failed(str(exc))
             raise
         self._answering_local(info)
         return info
+
+    def ensure_loaded(self) -> None:
+        """Engine lane: load the planned model when nothing answers (the state says so), e.g. before a summary
+        or an attach that needs the engine; a no-op when a model answers or none is planned."""
+        if not self.state.now.loaded and self.load_params is not None:
+            self.load()
+
+    def asked_to_switch(self) -> None:
+        """A switch was asked for (any thread, before ``switch_model`` runs on the engine lane): nothing
+        answers until it ends, so new messages wait for it."""
+        self.state.loading()
 
     def _answering_local(self, info: dict[str, Any]) -> None:
         """The state once this computer's model answers (``info``: what its load reported)."""
@@ -199,10 +210,14 @@ class Services:
         plan is ``PlanRefused`` (``override`` loads anyway). On success ``model_path`` and ``load_params`` name
         the new model (the API page, documents and a later reload use them)."""
         self.disconnect()
-        path = open_model(name or None, self.models)
-        params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
-                                 n_seq_max=self.profile.n_seq_max, override=override,
-                                 kv_unified=self.profile.kv_unified, saves_kv=self.profile.kv)
+        try:
+            path = open_model(name or None, self.models)
+            params = load_params_for(path, n_ctx=self.n_ctx, settings=self.settings,
+                                     n_seq_max=self.profile.n_seq_max, override=override,
+                                     kv_unified=self.profile.kv_unified, saves_kv=self.profile.kv)
+        except BaseException as exc:   # no such model, or the plan refused it: the switch failed
+            self.state.failed(str(exc))
+            raise
         previous = self.engine.load_params
         named = name_of(path, self.models)
         self.state.loading(named, str(path))
@@ -211,8 +226,8 @@ class Services:
                 info = load_engine(self.engine, params)
         except LoadStopped as exc:
             raise self._stopped(exc, previous) from None
-        except BaseException:
-            self.state.unloaded(self.model_name, str(self.model_path or ""))
+        except BaseException as exc:
+            self.state.failed(str(exc), self.model_name, str(self.model_path or ""))
             raise
         self.model_path, self.load_params = path, params
         self.model_problem, self.plan_refused = "", False
@@ -235,16 +250,24 @@ class Services:
         message says so. Stopping this second load too leaves none."""
         self.state.unloaded(self.model_name, str(self.model_path or ""))
         if previous is None or self.closing:  # quitting: nothing to answer any more, nothing to wait for
+            self.state.failed(f"{exc}: no model is loaded")
             return LoadStopped(f"{exc}: no model is loaded")
         try:
             info = load_engine(self.engine, previous)
         except UserError as again:
-            return LoadStopped(f"{exc}, and {Path(previous.model_path).name} did not load again ({again}): "
-                               "no model is loaded")
+            stopped = LoadStopped(f"{exc}, and {Path(previous.model_path).name} did not load again ({again}): "
+                                  "no model is loaded")
+            self.state.failed(str(stopped))
+            return stopped
         self._answering_local(info)
         back = LoadStopped(f"{exc}; {self.model_name.display} answers again")
         back.restored = info
         return back
+
+    def asked_to_connect(self, endpoint: str) -> None:
+        """A connect to ``endpoint`` was asked for (any thread, before ``connect`` runs on the engine lane): new
+        messages wait for it; ``connect`` ends that, whichever way it goes."""
+        self.state.connecting(endpoint)
 
     def connect(self, endpoint: Endpoint, model: str,
                 on_wait: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -255,8 +278,13 @@ class Services:
 
         eng = RemoteEngine(with_key(endpoint))
         eng.on_wait = on_wait
-        with self.state.working(f"connecting to {endpoint.name}"):
-            info = eng.load(LoadParams(model_path=model, n_ctx=int(self.n_ctx or self.settings["n_ctx"])))
+        self.state.connecting(endpoint.name)
+        try:
+            with self.state.working(f"connecting to {endpoint.name}"):
+                info = eng.load(LoadParams(model_path=model, n_ctx=int(self.n_ctx or self.settings["n_ctx"])))
+        except BaseException:
+            self.state.connecting("")   # what answered before still does
+            raise
         previous = self.engine
         use_engine(self, eng)
         if previous is not self.local_engine:
@@ -461,6 +489,8 @@ def build(model: str | None = None, profile: str = "window", *, db_path: Path | 
                    model_problem, plan_refused, local_engine=engine, profile=chosen, n_ctx=n_ctx,
                    models=models, _named=(model_path, named), state=state)
     app.state.chosen(named, str(model_path or ""))
+    if app.model_problem or app.load_params is None:   # nothing to load: the window says why, sends are refused
+        app.state.failed(app.model_problem or "no model to load")
     documents.working = app.state.working   # a summary or an attach is engine work the queue shows
     install_hooks(chat, documents, kv_chat, measured=functools.partial(record_speed, app))
     return app

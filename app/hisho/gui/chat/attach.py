@@ -138,8 +138,7 @@ class AttachController(QObject):
             post(lambda: self._progressed(cid, name, done, total))
 
         def job() -> tuple[list[ChatDocument], list[str]]:
-            if self.ctx.engine.load_params is None and self.ctx.load_params is not None:
-                self.ctx.load()
+            self.ctx.ensure_loaded()   # nothing answers (the app's state): load the planned model
             return self.ctx.documents.attach_to_chat(cid, files, ask_password=self.summary.ask_password,
                                                       prompt=prompt, progress=progress, stop=stop.is_set)
 

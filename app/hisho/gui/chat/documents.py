@@ -258,8 +258,7 @@ class DocumentsController(QObject):
 
     def _run(self, files: list[Path]) -> tuple[JobResult, int | None, str]:
         """Engine lane: load the model if needed, run the job, open the result as a conversation."""
-        if self.ctx.engine.load_params is None and self.ctx.load_params is not None:
-            self.ctx.load()
+        self.ctx.ensure_loaded()   # nothing answers (the app's state): load the planned model
         # No reload for batching: the engine swaps in a job context per batch (one KV stream per sequence) in
         # the memory of the chat context, and makes the chat context again afterwards (core/documents/job.py).
         docs = self.ctx.documents

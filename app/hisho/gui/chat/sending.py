@@ -68,7 +68,6 @@ class Sending:
         self.running: Turn | None = None      # set by the engine lane while a turn runs
         self.live: LiveFigures | None = None
         self.remote_wait = ""                 # the remote engine the streaming reply waits on (no first byte yet)
-        self.connecting = ""                  # the remote engine being connected to (remote_switch.use_remote)
         self._base_tokens: dict[int, int] = {}  # turn id -> prompt tokens when it started (the live meter)
         self._tick = QTimer(screen.window())
         self._tick.setInterval(LIVE_MS)
@@ -93,7 +92,8 @@ class Sending:
         if summary is not None:
             return f"the summary of {summary}"
         if not self.c.model_ready:
-            return f"{self.connecting} to answer" if self.connecting else "the model to load"
+            connecting = self.c.ctx.state.now.connecting   # the remote engine being connected to, if any
+            return f"{connecting} to answer" if connecting else "the model to load"
         return ""
 
     def waiting_on_remote(self, name: str) -> None:

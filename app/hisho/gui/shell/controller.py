@@ -92,8 +92,6 @@ class ChatController(QObject):
         self.executor = self.ctx.executor
         self.executor.on_error = self.report
         self.current: Conversation | None = None
-        self.model_ready = False
-        self.model_failed = False
         self._loading_name = str(self.ctx.model_path or "")  # what a "Load anyway" retries
         self._closing = False
         self._loading_since = 0.0
@@ -133,6 +131,16 @@ class ChatController(QObject):
         else:
             log.error("background operation failed", exc_info=exc)
             self.toast(f"Something went wrong: {type(exc).__name__}: {exc} (details in the log)", ms=ERROR_MS)
+
+    @property
+    def model_ready(self) -> bool:
+        """A message may be sent now (the app's state: a model answers, no other engine is being connected)."""
+        return self.ctx.state.now.ready
+
+    @property
+    def model_failed(self) -> bool:
+        """Nothing could be loaded (the app's state says why); sends are refused until a model answers."""
+        return bool(self.ctx.state.now.failed)
 
     @property
     def replying(self) -> bool:
@@ -202,8 +210,7 @@ class ChatController(QObject):
 
     def _start_model(self) -> None:
         ctx = self.ctx
-        if ctx.model_problem or ctx.load_params is None:
-            self.model_failed = True
+        if ctx.state.now.failed:   # the root found nothing to load (its plan refused, or no model)
             self.w.show_banner(ctx.model_problem or "no model to load")
             if ctx.plan_refused and ctx.model_path is not None:
                 self.offer_load_anyway(str(ctx.model_path))
@@ -246,7 +253,6 @@ class ChatController(QObject):
     def _loaded(self, info: dict[str, Any]) -> None:
         self._load_tick.stop()
         self._end_load_notice()
-        self.model_ready, self.model_failed = True, False
         params = self.ctx.engine.load_params
         # the model's name, context and figures follow the app's state; this adds where the engine runs
         self.w.show_local_engine(self.ctx.engine.engine_info, params.n_gpu_layers if params else 0,
@@ -263,7 +269,6 @@ class ChatController(QObject):
             return
         self._load_tick.stop()
         self._end_load_notice()
-        self.model_failed = True
         self.w.show_model_status("No model loaded")
         self.w.show_banner(f"{str(exc)[:1].upper()}{str(exc)[1:]}. Choose a model from the header's menu or on "
                            "the Models page." if isinstance(exc, LoadStopped)
@@ -280,7 +285,7 @@ class ChatController(QObject):
     def switch_model(self, name: str, override: bool = False) -> None:
         """A local model answers from now on (``Services.switch_model``: planned and loaded as at start-up; a
         remote engine steps aside)."""
-        self.model_ready = False
+        self.ctx.asked_to_switch()   # new messages wait for the switch (the app's state says so)
         self._loading_name = name
         self._loading(Path(name).name if name else "the default model")   # a path: its file's name
         self.engine_job(lambda: self.ctx.switch_model(name or None, override=override), self._loaded,

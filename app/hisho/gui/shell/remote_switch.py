@@ -87,17 +87,14 @@ def use_remote(window: RemoteWindow, ep: Endpoint, model: str,
     ctx, c = window.ctx, window.controller
     was_ready, shown = c.model_ready, window.status.model.text()
     window.status.set_model(f"Connecting to {ep.name}…")
-    c.model_ready = False                       # sends wait ("Waiting for <engine> to answer") until it is there
-    c.sending.connecting = ep.name
+    ctx.asked_to_connect(ep.name)               # sends wait ("Waiting for <engine> to answer") until it is there
     c.sending.show_queue()
 
     def job() -> dict[str, Any]:
         return dict(ctx.connect(ep, model, on_wait=waiting(window)))
 
     def not_switched(exc: BaseException) -> None:
-        c.model_ready = was_ready               # the engine that answered before still does
-        c.sending.connecting = ""
-        if was_ready:
+        if was_ready:                           # the engine that answered before still does (Services.connect)
             window.status.set_model(shown)
         (failed or c.report)(exc)
 
@@ -112,8 +109,6 @@ def waiting(window: RemoteWindow) -> Callable[[str], None]:
 def connected(window: RemoteWindow, ep: Endpoint, model: str, info: dict[str, Any]) -> None:
     """The window once ``model`` on ``ep`` answers (GUI thread)."""
     ctx, c = window.ctx, window.controller
-    c.model_ready, c.model_failed = True, False
-    c.sending.connecting = ""
     window.show_banner(ctx.problem)          # a local model's load problem is not this engine's
     window.show_state(ctx.state.now)         # its name, as the app's state says (Services.connect set it)
     window.status.device.setText(ep.name)
@@ -160,10 +155,9 @@ def restore_choice(window: RemoteWindow) -> bool:
         return False
     ep, model = saved
     window.status.set_model(f"Connecting to {ep.name}…")
-    c.sending.connecting = ep.name
+    ctx.asked_to_connect(ep.name)
 
     def done(running: services_mod.Running) -> None:
-        c.sending.connecting = ""
         if running.endpoint is not None:
             connected(window, running.endpoint, running.model, running.info)
             return
@@ -171,7 +165,6 @@ def restore_choice(window: RemoteWindow) -> bool:
         c._loaded(running.info)
 
     def failed(exc: BaseException) -> None:
-        c.sending.connecting = ""
         c._load_failed(exc)
 
     c.engine_job(lambda: ctx.restore_engine(on_wait=waiting(window)), done, failed)
