@@ -56,6 +56,8 @@ class SendScreen(Protocol):
     def set_draft(self, text: str) -> None: ...
     def clear_draft(self) -> None: ...
     def attachment_count(self) -> int: ...
+    def images_waiting(self) -> bool: ...
+    def take_images(self) -> list[str]: ...   # the pictures waiting in the message box, which is then emptied of them
 
     # the status bar, and what else keeps the engine busy
     def show_status(self, text: str) -> None: ...
@@ -205,6 +207,14 @@ class ChatScreen:
 
     def attachment_count(self) -> int:
         return len(self.composer.attachment_names())
+
+    def images_waiting(self) -> bool:
+        return bool(self.composer.images.names())
+
+    def take_images(self) -> list[str]:
+        names = self.composer.images.names()
+        self.composer.images.clear()
+        return names
 
     def show_status(self, text: str) -> None:
         self.status.showMessage(text)

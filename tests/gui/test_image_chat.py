@@ -1,0 +1,68 @@
+"""Pictures in the window: a text-only model's composer says it cannot see images instead of taking one; on the
+true-shape vision pair (hisho.bench.projector) a pasted picture waits in the composer as a thumbnail, goes with
+the message, shows on the sent message and is read by the model (the image's tokens in the reply's prompt)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QMimeData
+from PySide6.QtGui import QColor, QImage
+from pytestqt.qtbot import QtBot
+
+from hisho.bench import projector
+from hisho.core.conversations import images as chat_images
+from hisho.core.conversations.store import DONE, ChatSettings
+from hisho.gui.chat.message_widget import MessageWidget
+from tests.gui.conftest import make_window, wait_for, wait_idle, wait_reply
+
+
+def _paste(w: object, color: str) -> None:
+    image = QImage(48, 32, QImage.Format.Format_RGB32)
+    image.fill(QColor(color))
+    mime = QMimeData()
+    mime.setImageData(image)
+    w.composer.edit.insertFromMimeData(mime)  # type: ignore[attr-defined]   # what Ctrl+V does with an image
+
+
+def test_a_pasted_picture_is_refused_by_a_text_model_and_read_by_a_vision_model(qtbot: QtBot,
+                                                                                 default_model_path: Path) -> None:
+    w = make_window(qtbot)
+    try:
+        tray = w.composer.images
+        _paste(w, "#c80a0a")
+        wait_for(qtbot, lambda: "cannot see images" in tray.line.text(), 30_000)
+        assert tray.names() == [] and w.composer.text() == ""   # nothing taken, no path pasted as text
+
+        pair = projector.pair("shape:llava-tiny")
+        assert pair is not None
+        w.controller.switch_model(str(pair[0]), override=True)
+        wait_for(qtbot, lambda: w.controller.model_ready and w.ctx.engine.load_params is not None
+                 and w.ctx.engine.load_params.model_path == str(pair[0]), 300_000)
+        wait_idle(qtbot, w)
+        assert w.ctx.engine.load_info.get("vision") is True
+
+        conv = w.ctx.store.create("Picture chat", settings=ChatSettings(temperature=0.0, max_tokens=8))
+        w.controller.refresh(conv.id)
+        w.controller.select(conv.id)
+        wait_idle(qtbot, w)
+        _paste(w, "#c80a0a")
+        wait_for(qtbot, lambda: len(tray.names()) == 1, 30_000)
+        assert tray.isVisible() and w.composer.button.isEnabled()
+        name = tray.names()[0]
+        assert chat_images.path(name).is_file()
+        known = {m.id for m in w.ctx.store.branch(conv.id)}
+        w.composer.set_text("What is in this picture?")
+        w.composer.submit()
+        wait_reply(qtbot, w, conv.id, known)
+        assert tray.names() == []   # sent: the composer is empty of it
+        user, reply = w.ctx.store.branch(conv.id)[-2:]
+        assert json.loads(user.images) == [name] and reply.status == DONE
+        n_text = w.ctx.engine.count_tokens(messages=[{"role": "user", "content": "What is in this picture?"}])
+        assert reply.prompt_tokens is not None and reply.prompt_tokens >= n_text + 16   # the picture was read
+        shown = [mw for mw in w.view.findChildren(MessageWidget) if mw.message is not None
+                 and mw.message.id == user.id]
+        assert shown and "pictures" in shown[0].extras   # the sent message shows its thumbnail
+    finally:
+        w.close()
