@@ -76,6 +76,12 @@ class Screen:
     def attachment_count(self) -> int:
         return 0
 
+    def images_waiting(self) -> bool:
+        return False
+
+    def take_images(self) -> list[str]:
+        return []
+
     def show_status(self, text: str) -> None:
         self.status = text
 
