@@ -14,7 +14,16 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QMouseEvent, QPixmap
-from PySide6.QtWidgets import QDialog, QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 THUMB = 56   # pixels a side in the composer
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
@@ -39,6 +48,7 @@ class ImageTray(QWidget):
         self.row = QHBoxLayout(self)
         self.row.setContentsMargins(0, 0, 0, 0)
         self.row.setSpacing(6)
+        self.row.setAlignment(Qt.AlignmentFlag.AlignLeft)   # the pictures start where the text does
         self.line = QLabel("")
         self.line.setObjectName("Hint")
         self.line.setWordWrap(True)
@@ -57,6 +67,7 @@ class ImageTray(QWidget):
         frame = QFrame()
         frame.setObjectName("ImageChip")
         frame.setToolTip("This picture goes with your next message")
+        frame.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)   # the × beside its picture
         lay = QHBoxLayout(frame)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.setSpacing(0)
