@@ -66,3 +66,51 @@ def test_a_pasted_picture_is_refused_by_a_text_model_and_read_by_a_vision_model(
         assert shown and "pictures" in shown[0].extras   # the sent message shows its thumbnail
     finally:
         w.close()
+
+
+def test_an_image_chat_reopens_after_a_restart_with_its_thumbnail_and_goes_on(qtbot: QtBot,
+                                                                              default_model_path: Path) -> None:
+    """A chat with a picture, written as the window saves one; a new window on the vision pair shows the
+    picture on the message and answers the next message with the picture still in the prompt."""
+    from hisho.core.conversations.store import ConversationStore
+    from hisho.core.db import Database
+    from hisho.core.paths import database_path
+
+    pair = projector.pair("shape:llava-tiny")
+    assert pair is not None
+    image = QImage(48, 32, QImage.Format.Format_RGB32)
+    image.fill(QColor("#0a0ac8"))
+    from PySide6.QtCore import QBuffer, QIODevice
+    buf = QBuffer()
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    image.save(buf, "PNG")  # type: ignore[call-overload]
+    name = chat_images.keep(bytes(buf.data().data()))
+    store = ConversationStore(Database(database_path()))
+    conv = store.create("Blue picture", settings=ChatSettings(temperature=0.0, max_tokens=8))
+    u = store.add_message(conv.id, "user", "What colour is this?", images=json.dumps([name]))
+    store.add_message(conv.id, "assistant", "Blue.", parent_id=u.id)
+    store.close()
+
+    w = make_window(qtbot)
+    try:
+        w.controller.switch_model(str(pair[0]), override=True)
+        wait_for(qtbot, lambda: w.controller.model_ready and w.ctx.engine.load_params is not None
+                 and w.ctx.engine.load_params.model_path == str(pair[0]), 300_000)
+        wait_idle(qtbot, w)
+        w.controller.refresh(conv.id)
+        w.controller.select(conv.id)
+        wait_for(qtbot, lambda: w.view.built_count() == 2)
+        shown = [mw for mw in w.view.findChildren(MessageWidget) if mw.message is not None
+                 and mw.message.id == u.id]
+        assert shown and "pictures" in shown[0].extras
+        known = {m.id for m in w.ctx.store.branch(conv.id)}
+        w.composer.set_text("And the shape?")
+        w.composer.submit()
+        wait_reply(qtbot, w, conv.id, known)
+        reply = w.ctx.store.branch(conv.id)[-1]
+        n_text = w.ctx.engine.count_tokens(messages=[{"role": "user", "content": "What colour is this?"},
+                                                     {"role": "assistant", "content": "Blue."},
+                                                     {"role": "user", "content": "And the shape?"}])
+        assert reply.status == DONE and reply.prompt_tokens is not None and reply.prompt_tokens >= n_text + 16
+    finally:
+        w.close()
