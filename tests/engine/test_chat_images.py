@@ -69,3 +69,18 @@ def test_an_image_is_kept_sent_answered_and_shown_again_after_a_restart(hisho_ho
     assert messages[0]["content"] == [{"type": "image", "path": str(chat_images.path(name))},
                                       {"type": "text", "text": "What is this?"}]
     assert chat_images.names(again.branch(cid)[0].images) == [name]
+
+
+def test_a_picture_chat_goes_on_on_a_text_only_model(tmp_path: Path, engine: EngineClient) -> None:
+    """Continued on a model without a projector, each earlier picture is a line saying the model cannot see
+    it (the prompt still counts and the reply comes), never an error that locks the chat."""
+    name = chat_images.keep(_png((10, 200, 10)))
+    store = ConversationStore(Database(tmp_path / "chat.sqlite3"))
+    service = ChatService(store, engine, model_name="smollm2")
+    cid = store.create(settings=SHORT).id
+    u = store.add_message(cid, "user", "What is this?", images=json.dumps([name]))
+    store.add_message(cid, "assistant", "A green square.", parent_id=u.id)
+    first = service.prompt_messages(cid)[0]["content"]
+    assert first == f"{chat_images.UNSEEN}\nWhat is this?"
+    result = service.run(service.send(cid, "Thanks."))
+    assert result.message.status == DONE and result.message.content

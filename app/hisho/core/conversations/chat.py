@@ -136,6 +136,10 @@ class ChatService:
             return None
         return detect(str(info.get("chat_template") or ""))
 
+    def sees(self) -> bool:
+        """Whether the loaded model reads images (loaded with its projector: docs/images.md)."""
+        return bool(self.engine.load_info.get("vision"))
+
     def prompt_tools(self) -> list[dict[str, Any]] | None:
         """The tools every prompt carries now: the enabled ones, where the model can call them (else None)."""
         if self.tools is None or self.tool_family() is None:
@@ -160,8 +164,8 @@ class ChatService:
                 out += shown
             if m.content or prefix or m.role == "user":
                 pictures = chat_images.names(m.images) if m.role == "user" else []
-                msg = {"role": m.role, "content": chat_images.parts(prefix + m.content, pictures) if pictures
-                       else prefix + m.content}
+                msg = {"role": m.role, "content": chat_images.parts(prefix + m.content, pictures, self.sees())
+                       if pictures else prefix + m.content}
                 if m.reasoning and self._takes_tokens():
                     # The model's own template decides whether earlier reasoning is shown again (Qwen3's and
                     # GPT-OSS's drop it): Hisho passes it and drops what the template drops.

@@ -8,7 +8,8 @@ Rules of use:
 - ``names(message)`` reads a message's list; ``path(name)`` is where the file is (a name that is not one this
   module made is refused, so a damaged row can never point outside the folder).
 - ``parts(text, names)``: the engine's content for a user message with images (``{"type": "image", "path": …}``
-  parts, then the text), as the API's image parts are; the engine reads only files inside the data folder.
+  parts, then the text), as the API's image parts are; the engine reads only files inside the data folder. On a
+  model that cannot see (``seeing=False``) each picture is a line of text saying so.
 """
 
 from __future__ import annotations
@@ -58,7 +59,14 @@ def names(images: str) -> list[str]:
     return [n for n in value if isinstance(n, str) and NAME.fullmatch(n)] if isinstance(value, list) else []
 
 
-def parts(text: str, image_names: list[str]) -> list[dict[str, Any]]:
-    """A user message's content for the engine: its images, then its text."""
+UNSEEN = "[a picture the current model cannot see]"
+
+
+def parts(text: str, image_names: list[str], seeing: bool = True) -> str | list[dict[str, Any]]:
+    """A user message's content for the engine: its images, then its text. For a model without a projector
+    (``seeing`` False: a chat with pictures continued on a text-only model) each picture is a line saying so,
+    so the chat goes on and the model knows something was there."""
+    if not seeing:
+        return "\n".join([UNSEEN] * len(image_names) + [text])
     out: list[dict[str, Any]] = [{"type": "image", "path": str(path(n))} for n in image_names]
     return out + [{"type": "text", "text": text}]
