@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QColor, QDropEvent, QImage
 from pytestqt.qtbot import QtBot
 
 from hisho.bench import projector
@@ -26,7 +26,7 @@ def _paste(w: object, color: str) -> None:
     w.composer.edit.insertFromMimeData(mime)  # type: ignore[attr-defined]   # what Ctrl+V does with an image
 
 
-def test_a_pasted_picture_is_refused_by_a_text_model_and_read_by_a_vision_model(qtbot: QtBot,
+def test_a_pasted_picture_is_refused_by_a_text_model_and_read_by_a_vision_model(qtbot: QtBot, tmp_path: Path,
                                                                                  default_model_path: Path) -> None:
     w = make_window(qtbot)
     try:
@@ -64,6 +64,16 @@ def test_a_pasted_picture_is_refused_by_a_text_model_and_read_by_a_vision_model(
         shown = [mw for mw in w.view.findChildren(MessageWidget) if mw.message is not None
                  and mw.message.id == user.id]
         assert shown and "pictures" in shown[0].extras   # the sent message shows its thumbnail
+
+        dropped = tmp_path / "garden.png"   # a PNG dropped on the window: a picture for the next message
+        QImage(40, 40, QImage.Format.Format_RGB32).save(str(dropped))
+        mime = QMimeData()
+        mime.setUrls([QUrl.fromLocalFile(str(dropped))])
+        drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                          Qt.KeyboardModifier.NoModifier)
+        assert w.documents.eventFilter(w, drop)
+        wait_for(qtbot, lambda: len(tray.names()) == 1, 30_000)
+        assert not w.documents.running   # not taken for a document to summarize
     finally:
         w.close()
 
