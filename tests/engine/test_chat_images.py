@@ -63,11 +63,15 @@ def test_an_image_is_kept_sent_answered_and_shown_again_after_a_restart(hisho_ho
     assert json.loads(user.images) == [name] and store.get(cid).title == "What is this?"
     with pytest.raises(Exception, match="empty"):
         service.send(cid, "  ")
+    edited = service.run(service.edit(user.id, "What colour is this?")).message
+    assert json.loads(store.branch(cid)[0].images) == [name]   # an edit keeps the message's pictures
+    assert edited.prompt_tokens is not None and edited.prompt_tokens > 16
+    user = store.branch(cid)[0]
 
     again = ConversationStore(Database(db_path))   # the app restarted: the chat reopens with its image
     messages = ChatService(again, seeing, model_name="llava-tiny").prompt_messages(cid)
     assert messages[0]["content"] == [{"type": "image", "path": str(chat_images.path(name))},
-                                      {"type": "text", "text": "What is this?"}]
+                                      {"type": "text", "text": "What colour is this?"}]
     assert chat_images.names(again.branch(cid)[0].images) == [name]
 
 

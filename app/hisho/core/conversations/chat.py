@@ -287,7 +287,8 @@ class ChatService:
             raise UserError("only your own messages can be edited")
         def record() -> Message:
             with self.store.tx():
-                msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+                msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id,
+                                             images=old.images)   # an edit changes the words; the pictures stay
                 conv = self.store.get(old.conversation_id)
                 if old.parent_id is None and conv.title == title_from(old.content):  # a title made from it
                     self.store.update(old.conversation_id, title=title_from(text))
