@@ -82,6 +82,9 @@ class Screen:
     def take_images(self) -> list[str]:
         return []
 
+    def put_images(self, names: list[str]) -> None:
+        pass
+
     def show_status(self, text: str) -> None:
         self.status = text
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QWidget
 
+from hisho.core.conversations import images as chat_images
 from hisho.core.conversations.chat import ChatService, FitReport, Turn, TurnResult
 from hisho.core.conversations.store import Conversation, ConversationStore, Message
 from hisho.gui.shell.protocols import TOAST_MS, HasContext
@@ -57,6 +58,7 @@ class SendScreen(Protocol):
     def clear_draft(self) -> None: ...
     def attachment_count(self) -> int: ...
     def images_waiting(self) -> bool: ...
+    def put_images(self, names: list[str]) -> None: ...   # a message not sent: its pictures wait again
     def take_images(self) -> list[str]: ...   # the pictures waiting in the message box, which is then emptied of them
 
     # the status bar, and what else keeps the engine busy
@@ -210,6 +212,10 @@ class ChatScreen:
 
     def images_waiting(self) -> bool:
         return bool(self.composer.images.names())
+
+    def put_images(self, names: list[str]) -> None:
+        for name in names:
+            self.composer.images.add(name, chat_images.path(name))
 
     def take_images(self) -> list[str]:
         names = self.composer.images.names()

@@ -206,6 +206,7 @@ class Sending:
         if cur is not None and cur.id == item.conversation_id and self.screen.editing_id() is None:
             typed = self.screen.draft()
             self.screen.set_draft(item.text if not typed.strip() else item.text + "\n\n" + typed)
+            self.screen.put_images(item.images)
         else:
             self.c.store_job(lambda: self.c.store.update(item.conversation_id, draft=item.text))
             self.c.toast("Your message was not sent; it is back in that chat's message box.")
