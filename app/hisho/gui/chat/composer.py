@@ -42,8 +42,8 @@ EDIT_BANNER = "✎  Editing your message — it will be sent as version {n} of {
 
 TOKENS_TIP = ("Tokens of your text alone. The meter at the top counts everything the model reads: system prompt, "
               "earlier messages and the chat template's markers around each message.")
-ATTACH_TIP = ("Attach a document to this chat (PDF, DOCX or any text file; or drop it on the message box). "
-              "The model reads it with your questions.")
+ATTACH_TIP = ("Attach a document to this chat (PDF, DOCX or any text file; or drop it on the message box), "
+              "or a picture (PNG, JPEG, WebP; or paste it) for a model that sees images.")
 MAX_LINES_SHOWN = 10
 COUNT_DELAY_MS = 400
 
@@ -127,7 +127,7 @@ class Composer(QFrame):
         self.attach_button = QPushButton()
         themed_paperclip(self.attach_button)
         self.attach_button.setObjectName("Flat")
-        self.attach_button.setAccessibleName("Attach a document")
+        self.attach_button.setAccessibleName("Attach a document or a picture")
         self.attach_button.setToolTip(ATTACH_TIP)
         self.attach_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.attach_button.clicked.connect(self.attach_requested)
