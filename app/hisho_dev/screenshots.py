@@ -204,6 +204,9 @@ def main(argv: list[str]) -> int:
     from hisho_dev.api_shots import api_shots
 
     api_shots(app, window, out)
+    from hisho_dev.image_shots import image_shots
+
+    image_shots(app, window, out)   # last: it loads the vision test pair in place of the bundled model
     window.close()
     sys.stdout.write(f"wrote {len(list(out.glob('*.png')))} screenshots to {out}\n")
     for line in problems:

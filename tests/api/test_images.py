@@ -75,3 +75,44 @@ def test_a_text_only_model_cannot_see_images(tmp_path_factory: pytest.TempPathFa
                                                    max_tokens=4)
     finally:
         stop_serve(served)
+
+
+def test_responses_and_messages_read_an_image_as_chat_completions_does(seeing: Served) -> None:
+    """The ``openai`` client's responses.create with an ``input_image`` and the ``anthropic`` SDK's messages.create
+    with a base64 image block: the same greedy answer as the chat route's, the image's tokens in the usage."""
+    import anthropic
+
+    url = data_url((200, 10, 10))
+    question = "What is in this picture?"
+    chat = client(seeing).chat.completions.create(model=seeing.model, messages=with_image(url, question),  # type: ignore[arg-type]
+                                                  max_tokens=8, temperature=0)
+    text_only = client(seeing).responses.create(model=seeing.model, input=question, max_output_tokens=8,
+                                                temperature=0)
+    seen = client(seeing).responses.create(model=seeing.model, max_output_tokens=8, temperature=0, input=[
+        {"role": "user", "content": [{"type": "input_text", "text": question},
+                                     {"type": "input_image", "image_url": url, "detail": "auto"}]}])
+    assert seen.output_text and seen.output_text == chat.choices[0].message.content
+    assert seen.usage is not None and text_only.usage is not None
+    assert seen.usage.input_tokens == text_only.usage.input_tokens + projector.VISION["clip-tiny"].n_patches
+    follow = client(seeing).responses.create(model=seeing.model, previous_response_id=seen.id, input="And now?",
+                                             max_output_tokens=4, temperature=0)
+    assert follow.usage is not None and follow.usage.input_tokens > seen.usage.input_tokens  # the image is kept
+    with pytest.raises(openai.BadRequestError, match="fetching is off"):
+        client(seeing).responses.create(model=seeing.model, max_output_tokens=4, input=[
+            {"role": "user", "content": [{"type": "input_image", "image_url": "https://example.com/cat.png",
+                                          "detail": "auto"}]}])
+
+    ant = anthropic.Anthropic(base_url=seeing.url.removesuffix("/v1"), api_key=seeing.key, max_retries=0, timeout=300)
+    payload = url.partition(",")[2]
+    answer = ant.messages.create(model=seeing.model, max_tokens=8, messages=[{"role": "user", "content": [
+        {"type": "text", "text": question},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": payload}}]}])
+    plain = ant.messages.create(model=seeing.model, max_tokens=8,
+                                messages=[{"role": "user", "content": question}])
+    assert answer.content and answer.content[0].type == "text"   # type: ignore[union-attr]
+    def prompt(u: Any) -> int:   # Anthropic's usage: the uncached part and the part read from the cache
+        return int(u.input_tokens + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0))
+    assert prompt(answer.usage) == prompt(plain.usage) + projector.VISION["clip-tiny"].n_patches
+    with pytest.raises(anthropic.BadRequestError, match="fetching is off"):
+        ant.messages.create(model=seeing.model, max_tokens=4, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]}])

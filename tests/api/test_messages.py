@@ -8,6 +8,8 @@ are forced through the engine (test hook ``force_text``), since a 135M model cal
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from PIL import Image
 
 from hisho.core.kv.format import SUFFIX
 from tests.api.conftest import Served, stop_serve
@@ -225,6 +228,12 @@ def _refused(c: anthropic.Anthropic, served: Served, **fields: Any) -> str:
     return str(err.value.api_message)
 
 
+def _png() -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 6), (1, 2, 3)).save(buf, "PNG")
+    return buf.getvalue()
+
+
 def test_bad_requests_name_the_field(hermes: Served) -> None:
     c = sdk(hermes)
     use = {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris", "unit": "celsius"}}
@@ -234,7 +243,10 @@ def test_bad_requests_name_the_field(hermes: Served) -> None:
         {"role": "user", "content": [{"type": "video", "url": "x"}]}])
     msg = _refused(c, hermes, messages=[{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])
-    assert "messages[0].content[0]" in msg and "no images" in msg
+    assert "messages[0].content[0].source.data" in msg and "not an image" in msg
+    png = base64.b64encode(_png()).decode("ascii")   # a good image, on a model without a projector
+    assert "cannot see images" in _refused(c, hermes, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]}])
     msg = _refused(c, hermes, tools=TOOLS, messages=[
         *ask(), {"role": "assistant", "content": [use]},
         {"role": "user", "content": [{**result, "tool_use_id": "call_9"}]}])
@@ -258,7 +270,7 @@ def test_bad_requests_name_the_field(hermes: Served) -> None:
     with pytest.raises(anthropic.BadRequestError) as counted:
         c.messages.count_tokens(model=hermes.model, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}])
-    assert "no images" in str(counted.value.api_message)
+    assert "not an image" in str(counted.value.api_message)
 
 
 def test_a_client_leaving_mid_stream_cancels_its_reply(hermes: Served) -> None:

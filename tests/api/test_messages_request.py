@@ -89,7 +89,12 @@ def test_tools_get_the_family_s_grammar() -> None:
     ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
     ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0].type"),
-    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages[0].content[0].type"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "messages[0].content[0].source"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}]},
+     "messages[0].content[0].source"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                            "data": "not base64!"}}]}]},
+     "messages[0].content[0].source.data"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
      "messages[0].content[0].type"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
@@ -155,3 +160,19 @@ def test_errors_in_anthropic_s_shape(error: ApiError, status: int, kind: str) ->
     assert messages.error_body(error)["error"]["type"] == kind
     if error.headers:
         assert response.headers["retry-after"] == "3"
+
+
+def test_a_base64_image_block_becomes_a_checked_image_part() -> None:
+    import base64
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 6), (10, 10, 200)).save(buf, "JPEG")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    job = parse({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": data}},
+        {"type": "text", "text": "What is this?"}]}]}, {}, 64)
+    parts = job.messages[0]["content"]
+    assert [p["type"] for p in parts] == ["image", "text"]
+    assert base64.b64decode(parts[0]["data"]).startswith(b"\x89PNG")   # re-encoded as a plain PNG

@@ -267,7 +267,7 @@ BAD = [
     ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_video", "text": "x"}]}]}, "input[0].content[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]},
-     "input[0].content[0].type"),
+     "input[0].content[0].image_url"),
     ({"input": [{"role": "user", "content": "Hi"},
                 {"type": "function_call_output", "call_id": "call_nowhere", "output": "21"}]}, "input[1].call_id"),
     ({"input": "Hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),

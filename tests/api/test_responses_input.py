@@ -71,3 +71,33 @@ def test_errors_name_the_responses_field(body: dict[str, Any], param: str) -> No
     with pytest.raises(ApiError) as err:
         job_of(body)
     assert err.value.status == 400 and err.value.param == param
+
+
+def _png_url() -> str:
+    import base64
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 6), (200, 10, 10)).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def test_input_images_become_checked_image_parts_and_survive_a_continuation() -> None:
+    r = job_of({"input": [{"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
+                                                       {"type": "input_image", "image_url": _png_url()}]}]})
+    parts = r.job.messages[0]["content"]
+    assert [p["type"] for p in parts] == ["text", "image"] and parts[1]["data"]   # a PNG Pillow wrote
+    stored = {"messages": [{"role": m["role"], "content": [dict(p) for p in m["content"]]} for m in r.history]}
+    again = job_of({"input": "And now?"}, stored)   # the kept record, read back as plain JSON
+    assert again.job.messages[0]["content"][1]["data"] == parts[1]["data"]
+    for part, words in (({"type": "input_image", "image_url": "https://x/y.png"}, "fetching is off"),
+                        ({"type": "input_image", "file_id": "file_1"}, "file ids are not supported"),
+                        ({"type": "input_image", "image_url": "data:image/png;base64,AAAA"}, "not an image Hisho reads")):
+        with pytest.raises(ApiError, match=words):
+            job_of({"input": [{"role": "user", "content": [part]}]})
+    with pytest.raises(ApiError, match="user messages only"):
+        job_of({"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": _png_url()}]},
+                          {"role": "user", "content": "Hi"}]})
+    with pytest.raises(ApiError, match="must be a text part"):   # an engine part from a client is not taken as checked
+        job_of({"input": [{"role": "user", "content": [{"type": "image", "data": "eA=="}]}]})

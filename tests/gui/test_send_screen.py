@@ -77,6 +77,15 @@ class Screen:
     def attachment_count(self) -> int:
         return 0
 
+    def images_waiting(self) -> bool:
+        return False
+
+    def take_images(self) -> list[str]:
+        return []
+
+    def put_images(self, names: list[str]) -> None:
+        pass
+
     def show_status(self, text: str) -> None:
         self.status = text
 

@@ -85,12 +85,15 @@ def routes(backend: Backend, key: str) -> list[Route]:
 
     async def create(request: Request) -> Response:
         body = await http.read_body(request, backend.limits.max_body_bytes)
-        job = messages_request.parse(body, backend.defaults, backend.max_tokens)
+        # Off the event loop: an image block is decoded and re-encoded while parsing (api/images.py).
+        job = await asyncio.get_running_loop().run_in_executor(None, messages_request.parse, body, backend.defaults,
+                                                               backend.max_tokens)
         return await http.unless_gone(request, _answer(backend, job, key))
 
     async def count(request: Request) -> Response:
         body = await http.read_body(request, backend.limits.max_body_bytes)
-        job = messages_request.parse(body, backend.defaults, backend.max_tokens, count=True)
+        job = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: messages_request.parse(body, backend.defaults, backend.max_tokens, count=True))
         return await http.unless_gone(request, _count(backend, job))
 
     return [Route("/v1/messages", guarded(create), methods=["POST"]),

@@ -5,7 +5,7 @@ functions, ``tool_choice``, thinking, stop sequences, sampling. No I/O.
 Rules of use: ``parse(body, defaults, max_default)`` for ``POST /v1/messages``, ``parse(..., count=True)`` for
 ``/v1/messages/count_tokens`` (no ``max_tokens``); both raise ``ApiError`` (400, the field named in the message
 and in ``param``) for anything a client got wrong, never anything else. What the Messages API has and this
-server cannot do (images, documents, server tools, a prefilled assistant turn, MCP servers) is refused the same
+server cannot do (documents, image URLs, server tools, a prefilled assistant turn, MCP servers) is refused the same
 way, never dropped.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 
 from hisho.api import tooling
 from hisho.api.errors import ApiError
+from hisho.api.images import base64_part
 from hisho.api.shapes import Job
 from hisho.api.tooling import Extras
 from hisho.core.engine.protocol import Sampling
 
-NO_IMAGES = "the models this server runs see no images yet; send text"
 MAX_STOPS = 64
 # Text blocks of one turn (and of ``system``) are joined with a blank line, as separate paragraphs.
 JOIN = "\n\n"
@@ -140,7 +140,8 @@ def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
 
 def _unsupported(kind: str, param: str) -> ApiError:
     if kind == "image":
-        return _bad(f"{param}.type", f"'image' blocks are not supported: {NO_IMAGES}")
+        return _bad(f"{param}.type", "'image' blocks are taken in a user message's content only, not in a "
+                                     "tool result")
     if kind == "document":
         return _bad(f"{param}.type", "'document' blocks are not supported: the models this server runs read "
                                      "text; send the document's text in a text block")
@@ -179,17 +180,42 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
+    """An ``image`` block with ``source.type == "base64"`` as the engine's image part (checked: api/images.py);
+    a URL source is refused (the server fetches nothing)."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "url":
+        raise _bad(f"{where}.source", "image URLs are not fetched (fetching is off); send the image as "
+                                      "{'type': 'base64', 'media_type': 'image/png', 'data': …}")
+    if kind != "base64" or not isinstance(source, dict):
+        raise _bad(f"{where}.source", "must be {'type': 'base64', 'media_type': …, 'data': …}")
+    media = source.get("media_type")
+    if not isinstance(media, str) or not media.startswith("image/"):
+        raise _bad(f"{where}.source.media_type", "must be an image type (image/png, image/jpeg, image/webp)")
+    return base64_part(source.get("data"), f"{where}.source.data", f"{where}.source.data")
+
+
+def _user_turn(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A user turn: its text blocks joined as paragraphs, or, with an image, the list of text and image parts."""
+    if any(p["type"] == "image" for p in parts):
+        return {"role": "user", "content": parts}
+    return {"role": "user", "content": JOIN.join(p["text"] for p in parts)}
+
+
 def _user(blocks: list[dict[str, Any]], param: str, calls: dict[str, str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    texts: list[str] = []
+    texts: list[dict[str, Any]] = []   # text and image parts, in order
     for j, block in enumerate(blocks):
         where = f"{param}.content[{j}]"
         kind = block["type"]
         if kind == "text":
-            texts.append(_text(block, where))
+            texts.append({"type": "text", "text": _text(block, where)})
+        elif kind == "image":
+            texts.append(_image(block, where))
         elif kind == "tool_result":
             if texts:  # text before a result keeps its place
-                out.append({"role": "user", "content": JOIN.join(texts)})
+                out.append(_user_turn(texts))
                 texts = []
             out.append(_tool_result(block, where, calls))
         elif kind in ("tool_use", "thinking", "redacted_thinking"):
@@ -197,7 +223,7 @@ def _user(blocks: list[dict[str, Any]], param: str, calls: dict[str, str]) -> li
         else:
             raise _unsupported(kind, where)
     if texts:
-        out.append({"role": "user", "content": JOIN.join(texts)})
+        out.append(_user_turn(texts))
     return out
 
 

@@ -65,7 +65,8 @@ def routes(backend: Backend, key: str) -> list[Route]:
             previous = await stored(backend.responses.get, wanted) if backend.responses is not None else None
             if previous is None:
                 raise _not_found(wanted, "previous_response_id")
-        parsed = parse(body, previous, backend.defaults, backend.max_tokens)
+        # Off the event loop: an image part is decoded and re-encoded while parsing (api/images.py).
+        parsed = await stored(parse, body, previous, backend.defaults, backend.max_tokens)
         return await http.unless_gone(request, _answer(backend, parsed, key))
 
     async def one(request: HttpRequest) -> Response:

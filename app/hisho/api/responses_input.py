@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisho.api.errors import ApiError
+from hisho.api.images import data_url_part, stored_parts
 from hisho.api.shapes import Job, parse_chat
 
 ROLES = ("user", "system", "developer", "assistant")
 ITEMS = ("message", "function_call", "function_call_output", "reasoning")
 TEXT_PARTS = ("input_text", "output_text")
-NO_IMAGES = "the models this server runs see no images or files yet; send text parts ('input_text')"
+NO_FILES = "this server takes no files or audio; send text parts ('input_text') and images ('input_image')"
 # Chat fields an error may name -> the Responses field the client sent.
 RENAMED = {"max_tokens": "max_output_tokens", "response_format": "text.format", "reasoning_effort": "reasoning.effort",
            "messages": "input"}
@@ -120,7 +121,7 @@ def parse(body: Any, previous: dict[str, Any] | None, defaults: dict[str, Any], 
     if max_output is not None and (isinstance(max_output, bool) or not isinstance(max_output, int) or max_output < 1):
         raise _bad("'max_output_tokens' must be an integer of at least 1", "max_output_tokens")
 
-    history = list((previous or {}).get("messages") or [])
+    history = [{**m, "content": stored_parts(m.get("content"))} for m in (previous or {}).get("messages") or []]
     history += _input(body.get("input"), _call_ids(history))
     system = [{"role": "system", "content": instructions}] if instructions else []
     tools = _tools(body.get("tools"))
@@ -178,11 +179,12 @@ def _input(items: Any, calls: set[str]) -> list[dict[str, Any]]:
             role = item.get("role")
             if role not in ROLES:
                 raise _bad(f"{param}.role must be one of {', '.join(ROLES)}", f"{param}.role", "invalid_value")
-            text = _text(item.get("content"), f"{param}.content")
             if role != "assistant":
-                out.append({"role": role, "content": text})
+                out.append({"role": role, "content": _content(item.get("content"), f"{param}.content")})
                 turn = None
-            elif turn is not None and not turn["content"] and "tool_calls" not in turn:
+                continue
+            text = _text(item.get("content"), f"{param}.content")
+            if turn is not None and not turn["content"] and "tool_calls" not in turn:
                 turn["content"] = text   # the answer after its reasoning
             else:
                 turn = {"role": "assistant", "content": text}
@@ -212,6 +214,24 @@ def _input(items: Any, calls: set[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _content(content: Any, param: str) -> str | list[dict[str, Any]]:
+    """A user (system, developer) message's content: its text, or with ``input_image`` parts (data URLs, checked
+    as the chat route checks them: api/images.py) the list of text and image parts."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_image"
+                                                for p in content):
+        return _text(content, param)
+    parts: list[dict[str, Any]] = []
+    for n, part in enumerate(content):
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            if part.get("file_id") is not None and part.get("image_url") is None:
+                raise _bad(f"{param}[{n}]: file ids are not supported (this server stores no files); send the image "
+                           "as a data: URL in 'image_url'", f"{param}[{n}].file_id", "unsupported_content")
+            parts.append(data_url_part(part.get("image_url"), f"{param}[{n}].image_url", f"{param}[{n}].image_url"))
+        else:
+            parts.append({"type": "text", "text": _text([part], f"{param}[{n}]")})
+    return parts
+
+
 def _text(content: Any, param: str) -> str:
     if isinstance(content, str):
         return content
@@ -220,8 +240,10 @@ def _text(content: Any, param: str) -> str:
     texts = []
     for n, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_image", "input_file", "input_audio"):
-            raise _bad(f"{param}[{n}]: {NO_IMAGES}", f"{param}[{n}].type", "unsupported_content")
+        if kind == "input_image":
+            raise _bad(f"{param}[{n}]: images go in user messages only", f"{param}[{n}].type", "unsupported_content")
+        if kind in ("input_file", "input_audio"):
+            raise _bad(f"{param}[{n}]: {NO_FILES}", f"{param}[{n}].type", "unsupported_content")
         if kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
         elif kind in TEXT_PARTS and isinstance(part.get("text"), str):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hisho.api.errors import ApiError
-from hisho.api.images import image_part, text_chars
+from hisho.api.images import ImagePart, image_part, text_chars
 from hisho.api.tooling import Extras, parse_extras, parse_message
 from hisho.core.engine.protocol import Sampling
 
@@ -197,7 +197,7 @@ def _content(content: Any, i: int) -> str | list[dict[str, Any]]:
     if isinstance(content, list):
         parts: list[dict[str, Any]] = []
         for k, part in enumerate(content):
-            if isinstance(part, dict) and part.get("type") == "image_url":
+            if isinstance(part, ImagePart) or isinstance(part, dict) and part.get("type") == "image_url":
                 parts.append(image_part(part, f"messages[{i}].content[{k}]"))
                 continue
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):

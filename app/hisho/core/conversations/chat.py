@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from hisho.core.conversations import continued
+from hisho.core.conversations import images as chat_images
 from hisho.core.conversations.schema import STOPPED_AT_CLOSE
 from hisho.core.conversations.store import (
     DONE,
@@ -135,6 +136,10 @@ class ChatService:
             return None
         return detect(str(info.get("chat_template") or ""))
 
+    def sees(self) -> bool:
+        """Whether the loaded model reads images (loaded with its projector: docs/images.md)."""
+        return bool(self.engine.load_info.get("vision"))
+
     def prompt_tools(self) -> list[dict[str, Any]] | None:
         """The tools every prompt carries now: the enabled ones, where the model can call them (else None)."""
         if self.tools is None or self.tool_family() is None:
@@ -142,8 +147,10 @@ class ChatService:
         return self.tools.schemas() or None
 
     def prompt_messages(self, conversation_id: int, leaf_id: int | None = None,
-                        extra_user: str | None = None) -> list[dict[str, Any]]:
-        """The chat messages the model sees for a branch (system prompt first), plus an unsent draft."""
+                        extra_user: str | None = None, extra_images: list[str] | None = None) -> list[dict[str, Any]]:
+        """The chat messages the model sees for a branch (system prompt first), plus an unsent draft (with
+        ``extra_images``: the names of its images, ``conversations.images``). A user message's images are image
+        parts before its text."""
         conv = self.store.get(conversation_id)
         out: list[dict[str, Any]] = [{"role": "system", "content": conv.system_prompt}] \
             if conv.system_prompt.strip() else []
@@ -156,7 +163,9 @@ class ChatService:
                 shown, prefix = history(m.tool_calls, calls_shown)
                 out += shown
             if m.content or prefix or m.role == "user":
-                msg = {"role": m.role, "content": prefix + m.content}
+                pictures = chat_images.names(m.images) if m.role == "user" else []
+                msg = {"role": m.role, "content": chat_images.parts(prefix + m.content, pictures, self.sees())
+                       if pictures else prefix + m.content}
                 if m.reasoning and self._takes_tokens():
                     # The model's own template decides whether earlier reasoning is shown again (Qwen3's and
                     # GPT-OSS's drop it): Hisho passes it and drops what the template drops.
@@ -165,7 +174,8 @@ class ChatService:
         for add in self.prompt_context:
             add(conversation_id, out)
         if extra_user is not None:
-            out.append({"role": "user", "content": extra_user})
+            out.append({"role": "user", "content": chat_images.parts(extra_user, extra_images) if extra_images
+                        else extra_user})
         return out
 
     def count(self, messages: list[dict[str, Any]]) -> int:
@@ -208,20 +218,21 @@ class ChatService:
             messages = self.fitted(messages, turn.sampling.max_tokens)
         return self._prepared(turn, messages)
 
-    def send_if_fits(self, conversation_id: int, text: str) -> tuple[Turn, PreparedPrompt] | FitReport:
+    def send_if_fits(self, conversation_id: int, text: str,
+                     images: list[str] | None = None) -> tuple[Turn, PreparedPrompt] | FitReport:
         """A send in one step (engine lane): the prompt with ``text`` as the next message is built and tokenized
         once; when it fits, the message is recorded and the turn comes back with that prompt, for
         ``run(turn, prompt=...)``. When it does not fit, nothing is recorded and the ``FitReport`` comes back:
         the user chooses (``send(..., drop_oldest=True)`` or ``summarize_into_new``)."""
-        if not text.strip():
+        if not text.strip() and not images:
             raise UserError("nothing to send: the message is empty")
         conv = self.store.get(conversation_id)
         shaping = Turn(conversation_id, conv.leaf_id or 0, self._sampling(conv),
                        template_kwargs=self.template_kwargs(conv.settings))
-        prompt = self._prepared(shaping, self.prompt_messages(conversation_id, extra_user=text))
+        prompt = self._prepared(shaping, self.prompt_messages(conversation_id, extra_user=text, extra_images=images))
         if not prompt.fit.fits:
             return prompt.fit
-        return self.send(conversation_id, text), prompt
+        return self.send(conversation_id, text, images=images), prompt
 
     def fitted(self, messages: list[dict[str, str]], reply_tokens: int) -> list[dict[str, str]]:
         """Drop the oldest turns (never the system prompt or the last message) until the prompt fits."""
@@ -238,16 +249,20 @@ class ChatService:
         system = self.default_system_prompt()
         return self.write(lambda: self.store.create(model=model, system_prompt=system))
 
-    def send(self, conversation_id: int, text: str, *, drop_oldest: bool = False) -> Turn:
-        """Record the user's message under the current leaf. An empty message is refused (UserError)."""
-        if not text.strip():
+    def send(self, conversation_id: int, text: str, *, drop_oldest: bool = False,
+             images: list[str] | None = None) -> Turn:
+        """Record the user's message under the current leaf, with the names of its images (kept by
+        ``conversations.images.keep``). An empty message (no text, no image) is refused (UserError)."""
+        if not text.strip() and not images:
             raise UserError("nothing to send: the message is empty")
         self.save_unsaved()
+        pictures = json.dumps(images) if images else ""
 
         def record() -> Message:
             conv = self.store.get(conversation_id)
             with self.store.tx():
-                msg = self.store.add_message(conversation_id, "user", text, parent_id=conv.leaf_id)
+                msg = self.store.add_message(conversation_id, "user", text, parent_id=conv.leaf_id,
+                                             images=pictures)
                 changes: dict[str, Any] = {"draft": ""}
                 if conv.title == DEFAULT_TITLE and conv.leaf_id is None:
                     changes["title"] = title_from(text)
@@ -272,7 +287,8 @@ class ChatService:
             raise UserError("only your own messages can be edited")
         def record() -> Message:
             with self.store.tx():
-                msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id)
+                msg = self.store.add_message(old.conversation_id, "user", text, parent_id=old.parent_id,
+                                             images=old.images)   # an edit changes the words; the pictures stay
                 conv = self.store.get(old.conversation_id)
                 if old.parent_id is None and conv.title == title_from(old.content):  # a title made from it
                     self.store.update(old.conversation_id, title=title_from(text))

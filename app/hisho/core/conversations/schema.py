@@ -94,6 +94,7 @@ class Message:
     reasoning: str = ""         # a reasoning model's thinking, apart from the answer in ``content``
     reasoning_s: float | None = None  # how long it thought: first token to the answer's first token
     tool_calls: str = ""        # JSON: the tool calls a reply made and their results (hisho.core.conversations.tool_rounds)
+    images: str = ""            # JSON: the names of a user message's images in the data folder (conversations.images)
 
     @property
     def partial(self) -> bool:
@@ -174,8 +175,13 @@ def _v6_message_tool_calls(db: sqlite_utils.Database) -> None:
     db.table("messages").add_column("tool_calls", str, not_null_default="")
 
 
+def _v7_message_images(db: sqlite_utils.Database) -> None:
+    # The images a user message carried: a JSON list of file names in the data folder's images/ (checked PNGs).
+    db.table("messages").add_column("images", str, not_null_default="")
+
+
 STEPS = (_v1_tables, _v2_fts, _v3_drafts_and_trash, _v4_message_engine, _v5_message_reasoning,
-         _v6_message_tool_calls)
+         _v6_message_tool_calls, _v7_message_images)
 
 
 def _fts_query(text: str) -> str:
@@ -189,7 +195,7 @@ def _fts_query(text: str) -> str:
 
 
 META = ("tokens", "prompt_tokens", "ttft_s", "tokens_per_s", "model", "error", "engine", "reasoning", "reasoning_s",
-        "tool_calls")
+        "tool_calls", "images")
 
 
 def meta_fields(values: dict[str, Any]) -> dict[str, Any]:

@@ -24,8 +24,12 @@ from typing import Protocol
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
+from hisho.core.conversations import images as chat_images
 from hisho.core.conversations.store import Conversation
 from hisho.core.documents.attached import ChatDocument
+from hisho.core.errors import UserError
+from hisho.core.models.projector import projector_for
+from hisho.core.models.store import ModelEntry
 from hisho.core.units import format_bytes
 from hisho.gui import ops
 from hisho.gui.chat.composer import Composer
@@ -37,6 +41,12 @@ log = logging.getLogger("hisho.gui")
 
 ERROR_MS = 20_000
 PROGRESS_S = 0.2    # a file's reading progress reaches the window at most this often
+
+
+def no_vision_line(models: list[ModelEntry]) -> str:
+    """What the composer says when the model on screen has no projector (and which installed one sees)."""
+    seeing = next((m.name for m in models if projector_for(m.path) is not None), None)
+    return "This model cannot see images" + (f"; {seeing} can (switch to it in the model menu)." if seeing else ".")
 
 
 class NewChats(Protocol):
@@ -80,6 +90,7 @@ class AttachController(QObject):
         composer.stop_reading_requested.connect(self.stop_reading)
         composer.attach_requested.connect(self.choose_files)
         composer.files_dropped.connect(self.attach)
+        composer.images_given.connect(self.take_images)
         composer.detach_requested.connect(self.detach)
         window.conversation_selected.connect(self.show_for)
         self.sources = DocSources(window)          # the documents on the messages: attachments and sources
@@ -87,9 +98,42 @@ class AttachController(QObject):
     # ----- entry points ----------------------------------------------------------------------------------
 
     def choose_files(self) -> None:
-        names, _ = QFileDialog.getOpenFileNames(self.w.window(), "Attach documents to this chat", "", FILTER)
+        names, _ = QFileDialog.getOpenFileNames(self.w.window(), "Attach documents or pictures to this chat", "",
+                                                f"Pictures (*.png *.jpg *.jpeg *.webp);;{FILTER}")
         if names:
-            self.attach([Path(n) for n in names])
+            self.composer.take_files([Path(n) for n in names])
+
+    def take_images(self, given: list[bytes | Path]) -> None:
+        """Pictures pasted or dropped: checked and kept in the data folder (``conversations.images``) off the
+        GUI thread, then shown on the composer; a model that cannot see them says so instead."""
+        vision = self.ctx.chat.engine.load_info.get("vision")
+        if not vision:
+            self.composer.images.note(no_vision_line(self.ctx.models.list()))
+            return
+        self.composer.images.note("Reading the picture…")
+
+        def keep() -> list[tuple[str, Path] | str]:
+            out: list[tuple[str, Path] | str] = []
+            for item in given:
+                try:
+                    data = item.read_bytes() if isinstance(item, Path) else item
+                    name = chat_images.keep(data)
+                    out.append((name, chat_images.path(name)))
+                except (UserError, OSError) as exc:
+                    where = item.name if isinstance(item, Path) else "The pasted picture"
+                    out.append(f"{where}: {exc}")
+            return out
+
+        def shown(out: list[tuple[str, Path] | str]) -> None:
+            self.composer.images.note("")
+            refused = [x for x in out if isinstance(x, str)]
+            for x in out:
+                if not isinstance(x, str):
+                    self.composer.images.add(*x)
+            if refused:
+                self.composer.images.note(refused[0])
+
+        ops.database(self.ctx.executor, keep).success(shown).failure(self.c.report).run()
 
     def attach(self, files: list[Path]) -> None:
         """Attach ``files`` to the chat on screen (a new chat is made first when there is none)."""

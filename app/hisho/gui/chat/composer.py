@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QBuffer, QEvent, QIODevice, QMimeData, QObject, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QDragEnterEvent,
     QDropEvent,
     QIcon,
+    QImage,
     QKeyEvent,
     QKeySequence,
     QPainter,
@@ -31,6 +32,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from hisho.gui.chat.image_tray import ImageTray, is_image
 from hisho.gui.shell import theme
 from hisho.gui.shell.widgets import ElidedLabel
 
@@ -40,8 +42,8 @@ EDIT_BANNER = "✎  Editing your message — it will be sent as version {n} of {
 
 TOKENS_TIP = ("Tokens of your text alone. The meter at the top counts everything the model reads: system prompt, "
               "earlier messages and the chat template's markers around each message.")
-ATTACH_TIP = ("Attach a document to this chat (PDF, DOCX or any text file; or drop it on the message box). "
-              "The model reads it with your questions.")
+ATTACH_TIP = ("Attach a document to this chat (PDF, DOCX or any text file; or drop it on the message box), "
+              "or a picture (PNG, JPEG, WebP; or paste it) for a model that sees images.")
 MAX_LINES_SHOWN = 10
 COUNT_DELAY_MS = 400
 
@@ -91,11 +93,12 @@ class Composer(QFrame):
     files_dropped = Signal(list)        # list[Path]: files dropped on the box
     detach_requested = Signal(int)     # a document chip's ×
     stop_reading_requested = Signal()  # the Stop of a chip for a document still being read
+    images_given = Signal(list)        # list[bytes | Path]: pictures pasted or dropped (checked and kept elsewhere)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("ComposerFrame")
-        self.edit = QPlainTextEdit()
+        self.edit = _Edit(self)
         self.edit.setObjectName("Composer")
         self.edit.setPlaceholderText("Message Hisho…")
         self.edit.setTabChangesFocus(True)
@@ -124,7 +127,7 @@ class Composer(QFrame):
         self.attach_button = QPushButton()
         themed_paperclip(self.attach_button)
         self.attach_button.setObjectName("Flat")
-        self.attach_button.setAccessibleName("Attach a document")
+        self.attach_button.setAccessibleName("Attach a document or a picture")
         self.attach_button.setToolTip(ATTACH_TIP)
         self.attach_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.attach_button.clicked.connect(self.attach_requested)
@@ -144,6 +147,9 @@ class Composer(QFrame):
         lay.setSpacing(6)
         lay.addWidget(self.mode)
         lay.addWidget(self.chips)
+        self.images = ImageTray()
+        self.images.changed.connect(self._update_button)
+        lay.addWidget(self.images)
         lay.addWidget(self.edit)
         row = self.button_row = QHBoxLayout()   # the window adds the Tools control after the paperclip
         row.addWidget(self.attach_button)
@@ -264,7 +270,7 @@ class Composer(QFrame):
             files = [Path(u.toLocalFile()) for u in drop.mimeData().urls() if u.isLocalFile()]
             if files:
                 drop.acceptProposedAction()
-                self.files_dropped.emit(files)
+                self.take_files(files)
                 return True
         return False
 
@@ -318,12 +324,21 @@ class Composer(QFrame):
         self.chips_row.addStretch(1)
         self.chips.setVisible(bool(docs))
 
+    def take_files(self, files: list[Path]) -> None:
+        """Dropped files: pictures go with the next message, the others are attached as documents."""
+        pictures = [f for f in files if is_image(f)]
+        if pictures:
+            self.images_given.emit(pictures)
+        documents = [f for f in files if not is_image(f)]
+        if documents:
+            self.files_dropped.emit(documents)
+
     def attachment_names(self) -> list[str]:
         """The chips' texts (tests)."""
         return [lab.text() for lab in self.chips.findChildren(ElidedLabel)]
 
     def submit(self) -> None:
-        if not self.text().strip():
+        if not self.text().strip() and not self.images.names():
             return  # an empty message is never sent (one typed while a reply streams waits for it)
         self.send_requested.emit(self.text())
 
@@ -341,7 +356,7 @@ class Composer(QFrame):
     def _update_button(self) -> None:
         self.button.setText("Stop" if self.generating else "Send edit" if self.editing_id is not None else "Send")
         self.button.setObjectName("StopButton" if self.generating else "SendButton")
-        self.button.setEnabled(self.generating or bool(self.text().strip()))
+        self.button.setEnabled(self.generating or bool(self.text().strip()) or bool(self.images.names()))
         self.button.style().unpolish(self.button)
         self.button.style().polish(self.button)
 
@@ -350,3 +365,29 @@ class Composer(QFrame):
         line = self.edit.fontMetrics().lineSpacing()
         lines = min(MAX_LINES_SHOWN, max(2, doc.blockCount() if doc.blockCount() < 50 else MAX_LINES_SHOWN))
         self.edit.setFixedHeight(lines * line + 12)
+
+
+class _Edit(QPlainTextEdit):
+    """The message box: a pasted picture (Ctrl+V of an image, or of an image file) goes to the composer's images,
+    never into the text as its path."""
+
+    def __init__(self, composer: Composer) -> None:
+        super().__init__()
+        self._composer = composer
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:  # noqa: N802 - Qt naming
+        return source.hasImage() or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt naming
+        files = [Path(u.toLocalFile()) for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
+        if files and all(is_image(f) for f in files):
+            self._composer.images_given.emit(files)
+            return
+        if source.hasImage():
+            image = QImage(source.imageData())
+            buf = QBuffer()
+            buf.open(QIODevice.OpenModeFlag.WriteOnly)
+            if not image.isNull() and image.save(buf, "PNG"):  # type: ignore[call-overload]
+                self._composer.images_given.emit([bytes(buf.data().data())])
+                return
+        super().insertFromMimeData(source)

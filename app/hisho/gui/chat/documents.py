@@ -40,6 +40,7 @@ from hisho.core.documents.extract import SUPPORTED
 from hisho.core.documents.job import JobProgress, JobResult, SummaryJob, duration
 from hisho.core.documents.overall import Overall, Shown
 from hisho.gui import ops
+from hisho.gui.chat.image_tray import is_image
 from hisho.gui.shell.protocols import TOAST_MS, HasContext
 from hisho.gui.shell.widgets import ElidedLabel
 
@@ -184,6 +185,7 @@ class DocumentsController(QObject):
     failed = Signal(object)      # the job's exception: the window reports it as it reports its own
     ended = Signal()             # the job is over (done, cancelled or failed): messages waiting for it may go
     opened = Signal(int)         # the result's conversation: the window lists and shows it
+    pictures_dropped = Signal(list)   # list[Path]: PNG/JPEG/WebP dropped on the window go with the next message
 
     def __init__(self, window: SummaryWindow) -> None:
         top = window.window()
@@ -231,9 +233,15 @@ class DocumentsController(QObject):
             drop: QDropEvent = event  # type: ignore[assignment]
             self.overlay.hide()
             files = [Path(u.toLocalFile()) for u in drop.mimeData().urls() if u.isLocalFile()]
-            if files:
+            pictures = [f for f in files if is_image(f)]
+            documents = [f for f in files if not is_image(f)]
+            if pictures:   # a picture is an attachment of the next message, never a document to summarize
                 drop.acceptProposedAction()
-                self.summarize(files)
+                self.pictures_dropped.emit(pictures)
+            if documents:
+                drop.acceptProposedAction()
+                self.summarize(documents)
+            if files:
                 return True
         return False
 

@@ -14,9 +14,11 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QFontMetrics, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
+from hisho.core.conversations import images as chat_images
 from hisho.core.conversations.schema import STOPPED_AT_CLOSE
 from hisho.core.conversations.store import FAILED, INTERRUPTED, STOPPED, Message
 from hisho.gui.chat import markdown
+from hisho.gui.chat.image_tray import sent_pictures
 from hisho.gui.chat.thinking import ThinkingBlock
 from hisho.gui.shell import theme
 
@@ -171,6 +173,9 @@ class MessageWidget(QWidget):
             column.setAlignment(self.card, Qt.AlignmentFlag.AlignRight)
         outer.addLayout(column, 0 if self.role == "user" else 1)
         self.set_text(self.text)
+        pictures = chat_images.names(message.images) if message is not None and self.role == "user" else []
+        if pictures:
+            self.set_extra("pictures", sent_pictures([chat_images.path(n) for n in pictures]))
         self._build_footer(siblings or [])
 
     # ----- content ---------------------------------------------------------------------------------------
@@ -246,7 +251,7 @@ class MessageWidget(QWidget):
         if widget is None:
             return
         self.extras[kind] = widget
-        if kind == "attachments":
+        if kind in ("attachments", "pictures"):   # at the top of the bubble
             self.body.insertWidget(0, widget)
         elif kind == "banner":
             self.column.insertWidget(self.column.indexOf(self.card), widget)

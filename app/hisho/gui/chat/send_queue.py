@@ -20,6 +20,7 @@ class Queued:
     conversation_id: int
     text: str
     editing: int | None = None          # a sent message being replaced by an edited version
+    images: list[str] = field(default_factory=list)   # the names of its pictures (conversations.images)
     key: int = field(default_factory=lambda: next(_keys))
     started_at: float = field(default_factory=time.monotonic)  # left the queue (time to first token from here)
     stopped: bool = False               # the user stopped it before its reply began

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from PySide6.QtCore import SignalInstance
 from PySide6.QtWidgets import QWidget
 
+from hisho.core.conversations import images as chat_images
 from hisho.core.conversations.chat import ChatService, FitReport, Turn, TurnResult
 from hisho.core.conversations.store import Conversation, ConversationStore, Message
 from hisho.gui.shell.protocols import TOAST_MS, HasContext
@@ -56,6 +57,9 @@ class SendScreen(Protocol):
     def set_draft(self, text: str) -> None: ...
     def clear_draft(self) -> None: ...
     def attachment_count(self) -> int: ...
+    def images_waiting(self) -> bool: ...
+    def put_images(self, names: list[str]) -> None: ...   # a message not sent: its pictures wait again
+    def take_images(self) -> list[str]: ...   # the pictures waiting in the message box, which is then emptied of them
 
     # the status bar, and what else keeps the engine busy
     def show_status(self, text: str) -> None: ...
@@ -205,6 +209,18 @@ class ChatScreen:
 
     def attachment_count(self) -> int:
         return len(self.composer.attachment_names())
+
+    def images_waiting(self) -> bool:
+        return bool(self.composer.images.names())
+
+    def put_images(self, names: list[str]) -> None:
+        for name in names:
+            self.composer.images.add(name, chat_images.path(name))
+
+    def take_images(self) -> list[str]:
+        names = self.composer.images.names()
+        self.composer.images.clear()
+        return names
 
     def show_status(self, text: str) -> None:
         self.status.showMessage(text)

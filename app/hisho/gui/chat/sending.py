@@ -144,7 +144,7 @@ class Sending:
     # ----- sending ---------------------------------------------------------------------------------------
 
     def send(self, text: str) -> None:
-        if not text.strip():
+        if not text.strip() and not self.screen.images_waiting():
             return
         if self.c.model_failed:
             self.c.toast("No model is loaded (see the message at the top); your message is kept.")
@@ -160,7 +160,8 @@ class Sending:
             self._edit_ended()
         else:
             self.screen.clear_draft()
-        self.queue.append(Queued(current.id, text, editing))
+        images = self.screen.take_images() if editing is None else []
+        self.queue.append(Queued(current.id, text, editing, images=images))
         self.pump()
 
     def _created_for_send(self, conv: Conversation, text: str) -> None:
@@ -205,6 +206,7 @@ class Sending:
         if cur is not None and cur.id == item.conversation_id and self.screen.editing_id() is None:
             typed = self.screen.draft()
             self.screen.set_draft(item.text if not typed.strip() else item.text + "\n\n" + typed)
+            self.screen.put_images(item.images)
         else:
             self.c.store_job(lambda: self.c.store.update(item.conversation_id, draft=item.text))
             self.c.toast("Your message was not sent; it is back in that chat's message box.")
@@ -215,12 +217,12 @@ class Sending:
         self.reading_text = ""
         self.reading.start()
         self.screen.set_sending(self.generating_here())
-        cid, text = item.conversation_id, item.text
+        cid, text, images = item.conversation_id, item.text, item.images
         if item.editing is not None:
             editing = item.editing
             self._start_turn(lambda: self.service.edit(editing, text))
             return
-        self._start_turn(lambda: self.service.send_if_fits(cid, text))
+        self._start_turn(lambda: self.service.send_if_fits(cid, text, images))
 
     def _not_started(self, item: Queued, exc: BaseException | None) -> None:
         self.starting = None
@@ -235,13 +237,13 @@ class Sending:
         self.pump()
 
     def _fit_checked(self, item: Queued, fit: FitReport) -> None:
-        cid, text = item.conversation_id, item.text
+        cid, text, images = item.conversation_id, item.text, item.images
         self.fit.remember(cid, fit)
         if item.stopped:
             self._not_started(item, None)
             return
         if fit.fits:  # it fits now (the chat changed since): send as usual
-            self._start_turn(lambda: self.service.send_if_fits(cid, text))
+            self._start_turn(lambda: self.service.send_if_fits(cid, text, images))
             return
         box = QMessageBox(self.screen.window())
         box.setIcon(QMessageBox.Icon.Warning)
@@ -255,7 +257,7 @@ class Sending:
         box.setDefaultButton(summary)   # Enter keeps the promise: nothing read again, no answer changed
         box.exec()
         if box.clickedButton() is drop:
-            self._start_turn(lambda: self.service.send(cid, text, drop_oldest=True))
+            self._start_turn(lambda: self.service.send(cid, text, drop_oldest=True, images=images))
         elif box.clickedButton() is summary:
             # No timeout: the summary can take a while, and the next message (done or failed) replaces this one.
             self.screen.show_status("Writing a summary of this chat for a new one… your message is kept.")

@@ -109,6 +109,7 @@ class MainWindow(QMainWindow):
         build_shortcuts(self)
         # the paperclip and files dropped on the message box: attach them to this chat
         self.attach = AttachController(self, self.controller, self.composer, self.documents)
+        self.documents.pictures_dropped.connect(self.composer.images_given)
         from hisho.gui.shell.model_picker import attach_picker
 
         attach_picker(self)  # header: switch model in one click
