@@ -10,7 +10,7 @@ or not, has its engine work cancelled at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio.to_thread
@@ -38,18 +38,8 @@ def _sse(data: dict[str, Any] | str) -> bytes:
 
 
 def make_app(backend: Backend, key: str, cors_origins: list[str] | None = None) -> Starlette:
-    Handler = Callable[[Request], Awaitable[Response]]
-
-    def guarded(handler: Handler) -> Handler:
-        async def run(request: Request) -> Response:
-            if not http.authorized(request, key):
-                return error_response(ApiError(401, "missing or wrong API key (Settings → API shows it)",
-                                               code="invalid_api_key"))
-            try:
-                return await handler(request)
-            except ApiError as exc:
-                return error_response(exc)
-        return run
+    def guarded(handler: http.Handler) -> http.Handler:
+        return http.guarded(handler, key, error_response)
 
     async def health(request: Request) -> Response:
         # ``engine``: what it works on now (hisho.api.waits.ACTIVITY); ``queue``: requests waiting behind it.

@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import secrets
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -33,6 +33,23 @@ def authorized(request: Request, key: str, *, x_api_key: bool = False) -> bool:
         return True
     given = request.headers.get("x-api-key") if x_api_key else None
     return given is not None and secrets.compare_digest(given.strip().encode(), key.encode())
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(handler: Handler, key: str, render: Callable[[ApiError], Response], *, x_api_key: bool = False,
+            refused: str = "missing or wrong API key (Settings → API shows it)") -> Handler:
+    """``handler`` behind the key check (``authorized``), its ``ApiError`` rendered by ``render`` in the route's
+    own protocol shape: a 401 before the body is read, a client's mistake as the error it names."""
+    async def run(request: Request) -> Response:
+        if not authorized(request, key, x_api_key=x_api_key):
+            return render(ApiError(401, refused, code="invalid_api_key"))
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return render(exc)
+    return run
 
 
 def sse(data: dict[str, Any] | str, event: str | None = None) -> bytes:

@@ -70,18 +70,17 @@ def _pointed(exc: ApiError, job: Job) -> ApiError:
 
 def routes(backend: Backend, key: str) -> list[Route]:
     def guarded(handler: Handler) -> Handler:
-        async def run(request: Request) -> Response:
-            if not http.authorized(request, key, x_api_key=True):
-                return error_response(ApiError(401, "missing or wrong API key (x-api-key or Authorization: "
-                                                    "Bearer; Settings → API shows it)"))
+        async def in_anthropics_shape(request: Request) -> Response:
             try:
                 return await handler(request)
-            except ApiError as exc:
-                return error_response(exc)
-            except Exception as exc:
+            except ApiError:
+                raise
+            except Exception as exc:   # never the app's OpenAI-shaped 500
                 log.exception("Messages route failed")
                 return error_response(ApiError(500, f"internal error ({type(exc).__name__}); details in the log"))
-        return run
+        return http.guarded(in_anthropics_shape, key, error_response, x_api_key=True,
+                            refused="missing or wrong API key (x-api-key or Authorization: Bearer; Settings → API "
+                                    "shows it)")
 
     async def create(request: Request) -> Response:
         body = await http.read_body(request, backend.limits.max_body_bytes)

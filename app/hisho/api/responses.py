@@ -47,15 +47,7 @@ async def stored(call: Callable[..., Any], *args: Any) -> Any:
 
 def routes(backend: Backend, key: str) -> list[Route]:
     def guarded(handler: Handler) -> Handler:
-        async def run(request: HttpRequest) -> Response:
-            if not http.authorized(request, key):
-                return _error(ApiError(401, "missing or wrong API key (Settings → API shows it)",
-                                       code="invalid_api_key"))
-            try:
-                return await handler(request)
-            except ApiError as exc:
-                return _error(exc)
-        return run
+        return http.guarded(handler, key, _error)
 
     async def create(request: HttpRequest) -> Response:
         body = await http.read_body(request, backend.limits.max_body_bytes)
