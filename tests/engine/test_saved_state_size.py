@@ -58,7 +58,8 @@ def test_resume_estimate_uses_the_saved_state() -> None:
 def test_the_planner_mirrors_the_engines_limits() -> None:
     from hisho.core.kv import marks, session
     from hisho.core.planner import state
-    from hisho.engine.kv import chunkwriter, prefix
+    from hisho.engine.kv import chunkwriter
+    from hisho.engine.model import prefix
 
     assert state.CHECKPOINTS_PER_SEQ == prefix.CHECKPOINTS_PER_SEQ
     assert state.CHECKPOINT_BYTES_PER_SEQ == prefix.CHECKPOINT_BYTES_PER_SEQ

@@ -28,12 +28,12 @@ from typing import Any
 from hisho.bench import projector
 from hisho.core.db import Database
 from hisho.core.engine.client import EngineClient
-from hisho.core.engine.launch import load_params_for, open_model
 from hisho.core.engine.protocol import LoadParams, Sampling
 from hisho.core.images import prepare
 from hisho.core.kv.index import KVIndex
 from hisho.core.kv.session import KVSession
 from hisho.core.models.store import ModelStore
+from hisho.core.planner.launch import load_params_for, open_model
 from hisho.core.units import padded_cells
 
 QUESTION = "What colour is the picture, and what colour is item 17?"
