@@ -297,7 +297,10 @@ def test_installed_marks_the_model_that_answers_and_load_returns_to_the_chat(qtb
     qtbot.waitUntil(lambda: len(page.entries) == 2, timeout=60_000)
     names = [page.model_table.item(row, 0).text() for row in range(2)]
     answering = window.ctx.state.now.model.id
-    assert f"● {answering} · answering" in names and "other" in names
+    assert sorted(names) == sorted([answering, "other"])     # the names as they are: a model has one name
+    mine, theirs = (page.model_table.item(names.index(n), 0) for n in (answering, "other"))
+    assert mine.font().bold() and mine.toolTip().startswith("Answering now · ") and mine.data(1) is not None
+    assert not theirs.font().bold() and not theirs.toolTip().startswith("Answering") and theirs.data(1) is None
     switched: list[str] = []
     page.load_model = switched.append      # the load itself is the controller's (tested with the picker)
     page.model_table.selectRow(names.index("other"))

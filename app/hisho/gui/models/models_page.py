@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from PySide6.QtCore import QEvent, QObject, Qt, QUrl
-from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QColor, QDesktopServices, QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -198,19 +198,22 @@ class ModelsPage(QWidget):
         return next((row for row, e in enumerate(self.entries) if Path(e.path).resolve() == wanted), None)
 
     def _mark_answering(self) -> None:
-        """The model that answers now reads "● name · answering" in bold; the others plain."""
+        """The model that answers now: its name (unchanged: a model has one name) in bold behind a green dot, and
+        the tooltip says so; the others plain."""
         answering = self.answering_row()
         loading = self.state is not None and self.state.now.loading
-        for row, e in enumerate(self.entries):
+        for row in range(len(self.entries)):
             item = self.model_table.item(row, 0)
             if item is None:
                 continue
             mine = row == answering
-            note = (" · loading" if loading else " · answering") if mine else ""
-            item.setText(("● " if mine else "") + entry_name(e).display + note)
             font = item.font()
             font.setBold(mine)
             item.setFont(font)
+            item.setData(Qt.ItemDataRole.DecorationRole, QColor("#16a34a") if mine else None)
+            note = ("Loading now" if loading else "Answering now") + " · " if mine else ""
+            tip = item.toolTip().removeprefix("Answering now · ").removeprefix("Loading now · ")
+            item.setToolTip(note + tip)
 
     def _fits(self, names: list[str]) -> dict[str, tuple[str, str, str, int]]:
         """name -> (verdict, label, why, parameters) from the planner (formulas and cached dry runs only: no probe here)."""
