@@ -5,7 +5,8 @@
 #   GGML_BACKEND_DL=ON       backends are shared modules loaded at run time (hisho.engine.lib.backends)
 #   GGML_CPU_ALL_VARIANTS=ON one CPU backend per x86-64 level (x64, sse42, ... haswell, ... zen4), the best one
 #                            that this CPU runs is picked at start
-#   LLAVA_BUILD=OFF          Hisho has no image input; llama_cpp imports mtmd only when one is used
+#   LLAVA_BUILD=OFF          no libmtmd: the engine loads it at the first image only (engine/model/vision.py),
+#                            so this build reads text and says an image needs another build
 # pip keys its wheel cache by the sdist alone, not by CMAKE_ARGS: this wheel gets a cache of its own
 # (PKG_PIP_CACHE) so that it never replaces the developer's native wheel, nor the other way round.
 set -euo pipefail

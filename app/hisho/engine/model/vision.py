@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
-from llama_cpp import mtmd_cpp as mtmd
 
 from hisho.core.engine.protocol import ErrorKind
 
@@ -44,6 +43,22 @@ class VisionError(Exception):
     def __init__(self, kind: ErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class _Library:
+    """libmtmd, loaded at the first image (``llama_cpp.mtmd_cpp`` loads the shared library when imported): an
+    engine built without it (the installer's portable build) reads text as before and says so for an image."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            from llama_cpp import mtmd_cpp
+        except (ImportError, OSError) as exc:   # FileNotFoundError: no libmtmd beside libllama
+            raise VisionError(ErrorKind.BAD_REQUEST, "this build of the engine has no image support (libmtmd is "
+                                                     f"missing: {exc})") from None
+        return getattr(mtmd_cpp, name)
+
+
+mtmd: Any = _Library()
 
 
 def placeholder(digest: bytes) -> int:
