@@ -20,6 +20,7 @@ from hisho.core.conversations import tool_rounds as rounds
 from hisho.core.conversations.store import ChatSettings, ConversationStore
 from hisho.core.documents import attached
 from hisho.core.errors import UserError
+from hisho.core.user_files import read_json
 
 FORMAT = "hisho-conversation"
 FORMAT_VERSION = 3          # 3: + a reply's "tool_calls"; 2: + "documents"; older files import as before
@@ -86,12 +87,7 @@ def export_file(store: ConversationStore, conversation_id: int, path: Path) -> P
 
 
 def import_file(store: ConversationStore, path: Path) -> int:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-    except ValueError as exc:
-        raise UserError(f"{path.name} is not valid JSON ({exc})") from None
+    data = read_json(path)
     return import_data(store, data)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from hisho.core import paths, secrets
 from hisho.core.atomic import write_private_text
 from hisho.core.errors import UserError
+from hisho.core.user_files import read_json
 
 log = logging.getLogger("hisho.tools")
 
@@ -141,12 +142,7 @@ def to_mcp_json(servers: list[ServerConfig], *, secrets: bool = False) -> dict[s
 
 
 def import_file(path: Path) -> list[ServerConfig]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-    except ValueError as exc:
-        raise UserError(f"{path.name} is not valid JSON ({exc})") from None
+    data = read_json(path)
     return parse_mcp_json(data)
 
 
